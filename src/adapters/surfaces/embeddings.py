@@ -1,0 +1,64 @@
+"""POST /v1/embeddings (R-API-1): inputs → rows → vectors, OpenAI-compatible."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+
+from vllm_srun.adapters.http import schemas as s
+from vllm_srun.adapters.runtime.served import ServedModel
+from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge, UnsupportedSurface
+from vllm_srun.domain.rows import RowSpec
+
+
+def _texts(req: s.EmbeddingsRequest) -> list[str]:
+    items = [req.input] if isinstance(req.input, str) else req.input
+    if len(items) > s.MAX_INPUTS:
+        raise RequestTooLarge(f"too many inputs: {len(items)} (at most {s.MAX_INPUTS})")
+    texts: list[str] = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            texts.append(item)
+        elif isinstance(item, s.TextInput):
+            texts.append(item.text)
+        else:
+            raise UnsupportedSurface(f"input[{i}] is {type(item).__name__}: this model reads text only")
+    return texts
+
+
+async def embeddings(served: ServedModel, req: s.EmbeddingsRequest, timing: Any, disconnected: Any = None) -> s.EmbeddingsResponse:
+    model = served.require_surface("embeddings")
+    texts = _texts(req)
+    options = req.options or s.EmbeddingsOptions()
+    if req.dimensions is not None and req.dimensions > model.dimensions:
+        raise InvalidRequest(f"dimensions {req.dimensions} is larger than the model's {model.dimensions}")
+    encoded = model.tokenize(texts, truncate=options.overflow == "truncate")
+    for i, enc in enumerate(encoded):
+        if len(enc.ids) > model.max_input_tokens:
+            raise InvalidRequest(
+                f"input[{i}] has {enc.n_tokens} tokens, over the model's limit of {model.max_input_tokens}; "
+                'set options.overflow to "truncate" to cut it'
+            )
+    rows = [RowSpec(len(enc.ids), enc) for enc in encoded]
+    outcome = await served.run(rows, options.deadline_ms, timing, disconnected)
+    vectors = np.stack(outcome.outputs).astype(np.float32, copy=False)
+    if req.dimensions is not None and req.dimensions < vectors.shape[1]:
+        vectors = vectors[:, : req.dimensions]
+        if model.pooling.normalize:
+            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    if req.encoding_format == "base64":
+        data = [
+            s.Embedding(i, base64.b64encode(np.ascontiguousarray(v, dtype="<f4").tobytes()).decode("ascii"))
+            for i, v in enumerate(vectors)
+        ]
+    else:
+        data = [s.Embedding(i, v.tolist()) for i, v in enumerate(vectors)]
+    tokens = sum(len(enc.ids) for enc in encoded)
+    return s.EmbeddingsResponse(
+        data=data,
+        model=served.name,
+        usage=s.EmbeddingsUsage(tokens, tokens),
+        meta=served.meta(outcome, len(rows)) if options.return_meta else None,
+    )

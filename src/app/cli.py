@@ -1,0 +1,177 @@
+"""`vllm-srun`: serve models, pull catalog models, write fixtures.
+
+Every refusal is one line on stderr and a non-zero exit, before any model loads (R-ARG-2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import NoReturn, Sequence
+
+from vllm_srun.adapters.catalog import CATALOG, DEFAULT_MODEL
+from vllm_srun.domain.engine_args import DTYPES, EngineArgs
+
+PROG = "vllm-srun"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def refuse(message: str) -> NoReturn:
+    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _window_ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected milliseconds, got {text!r}") from None
+    if not (0 <= value <= 10_000):
+        raise argparse.ArgumentTypeError(f"must be between 0 and 10000 ms, got {value:g}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
+    return value
+
+
+def _device(text: str) -> str:
+    import re
+
+    if not re.fullmatch(r"cpu|auto|mps|(cuda|rocm)(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda:N, rocm:N, mps or auto, got {text!r}")
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=PROG, description="Serve non-generative models with cross-request batching.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+
+    serve = sub.add_parser("serve", help="serve one or more models over HTTP")
+    serve.add_argument("models", nargs="*", metavar="MODEL", help=f"path, store name or built-in name (default: {DEFAULT_MODEL})")
+    serve.add_argument("--device", type=_device, default="cpu")
+    serve.add_argument("--engine", choices=["auto", "native", "onnxruntime"], default="auto")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=_port, default=8100)
+    serve.add_argument("--uds", default=None, help="serve on this Unix socket instead of TCP")
+    serve.add_argument("--max-num-seqs", type=_positive_int, default=None)
+    serve.add_argument("--max-num-batched-tokens", type=_positive_int, default=None)
+    serve.add_argument("--batch-window-ms", type=_window_ms, default=2.0)
+    serve.add_argument("--dtype", choices=DTYPES, default="auto")
+    serve.add_argument("--max-request-bytes", type=_positive_int, default=8 * 1024 * 1024)
+    serve.add_argument("--threads", type=_positive_int, default=None, help="CPU threads for forwards (default: the CPUs this process may use)")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+
+    pull = sub.add_parser("pull", help="place a built-in model in the local model store")
+    pull.add_argument("name", choices=sorted(CATALOG), metavar="NAME")
+    return parser
+
+
+def _cpu_budget() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def serve(ns: argparse.Namespace) -> int:
+    if ns.max_num_batched_tokens is not None and ns.max_num_batched_tokens < 8:
+        refuse(f"--max-num-batched-tokens must be >= 8, got {ns.max_num_batched_tokens}")
+    if ns.device != "cpu" and ns.device != "auto":
+        import torch
+
+        kind = ns.device.split(":")[0]
+        if kind in ("cuda", "rocm") and not torch.cuda.is_available():
+            refuse(f"--device {ns.device}: no GPU is visible to this process")
+        if kind == "mps" and not torch.backends.mps.is_available():
+            refuse("--device mps: MPS is not available on this machine")
+    device = "cpu" if ns.device == "auto" else ns.device
+    args = EngineArgs(
+        max_num_seqs=ns.max_num_seqs,
+        max_num_batched_tokens=ns.max_num_batched_tokens,
+        batch_window_ms=ns.batch_window_ms,
+        dtype=ns.dtype,
+    )
+    problems = args.problems()
+    if problems:
+        refuse(problems[0])
+    models = ns.models or [DEFAULT_MODEL]
+    logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def progress(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    from vllm_srun.app.container import WorkerContainer
+    from vllm_srun.app.server import run_server
+
+    container = WorkerContainer()
+    container.config.from_dict(
+        {
+            "models": [(m, args) for m in models],
+            "device": device,
+            "engine": ns.engine,
+            "threads": ns.threads or _cpu_budget(),
+            "progress": progress,
+            "max_request_bytes": ns.max_request_bytes,
+        }
+    )
+    runtime = container.runtime()
+    app = container.app()
+    where = f"unix:{ns.uds}" if ns.uds else f"http://{ns.host}:{ns.port}"
+    progress(f"serve: {', '.join(runtime.models)} on {where} (device {device})")
+    run_server(app, host=ns.host, port=ns.port, uds=ns.uds, log_level=ns.log_level)
+    return 0
+
+
+def pull(ns: argparse.Namespace) -> int:
+    from vllm_srun.adapters.model_store import pull as pull_model
+    from vllm_srun.domain.errors import DomainError
+
+    try:
+        folder = pull_model(ns.name)
+    except DomainError as exc:
+        refuse(exc.message)
+    print(folder)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    if ns.command == "serve":
+        return serve(ns)
+    if ns.command == "pull":
+        return pull(ns)
+    raise AssertionError(ns.command)  # pragma: no cover
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

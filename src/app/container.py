@@ -1,0 +1,30 @@
+"""The composition root (dependency-injector): settings in, runtime and HTTP app out.
+
+Tests build the same container and override providers with fakes.
+"""
+
+from __future__ import annotations
+
+from dependency_injector import containers, providers
+
+from vllm_srun.adapters.http.app import create_app
+from vllm_srun.adapters.runtime.runtime import Runtime
+
+
+class WorkerContainer(containers.DeclarativeContainer):
+    config = providers.Configuration()
+
+    runtime = providers.Singleton(
+        Runtime,
+        models=config.models,
+        device=config.device,
+        engine=config.engine,
+        threads=config.threads,
+        progress=config.progress,
+    )
+
+    app = providers.Singleton(
+        create_app,
+        runtime=runtime,
+        max_request_bytes=config.max_request_bytes,
+    )

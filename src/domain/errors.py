@@ -1,0 +1,56 @@
+"""Domain errors. Each carries a stable code; the HTTP adapter's one error table maps codes to
+status codes (R-API-9). Nothing here knows about HTTP."""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    code = "internal_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(DomainError):
+    code = "invalid_request"
+
+
+class RequestTooLarge(DomainError):
+    code = "request_too_large"
+
+
+class ModelNotFound(DomainError):
+    code = "model_not_found"
+
+
+class UnsupportedSurface(DomainError):
+    code = "unsupported_surface"
+
+
+class Overloaded(DomainError):
+    code = "overloaded"
+
+
+class NotReady(DomainError):
+    code = "not_ready"
+
+
+class DeadlineExceeded(DomainError):
+    code = "deadline_exceeded"
+
+
+class Cancelled(DomainError):
+    code = "client_closed_request"
+
+
+class ForwardFailed(DomainError):
+    code = "internal_error"
+
+
+class MaxLengthExceeded(DomainError):
+    code = "max_length_exceeded"
+
+
+class QuestionFailed(DomainError):
+    code = "question_failed"

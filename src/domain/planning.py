@@ -1,0 +1,125 @@
+"""Forward plans (R-BAT-2/3/5/6/7): which queued rows run together, in which order.
+
+Pure functions over rows. A plan is immutable; the scheduler walks it one forward at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from vllm_srun.domain.costs import CostModel
+from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens, round_up
+from vllm_srun.domain.rows import Row
+
+BATCH_INVARIANT_TOKENS = 512  # R-BAT-5: merged forwards of a batch-invariant model
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1:
+            raise ValueError("max_num_seqs must be >= 1")
+        if self.max_num_batched_tokens < 8:
+            raise ValueError("max_num_batched_tokens must be >= 8")
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardBatch:
+    lane: str
+    rows: tuple[Row, ...]
+    tokens: int  # as counted by the lane's accounting
+    accounting: Accounting
+
+    @property
+    def request_ids(self) -> frozenset[int]:
+        return frozenset(r.request_id for r in self.rows)
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardPlan:
+    batches: tuple[ForwardBatch, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(len(b.rows) for b in self.batches)
+
+
+def lane_token_limit(lane: Lane, budget: Budget, costs: CostModel, batch_invariant: bool) -> int:
+    """The most counted tokens one forward of this lane may hold."""
+    limit = budget.max_num_batched_tokens
+    if lane.cap_tokens is not None:
+        limit = min(limit, lane.cap_tokens)
+    if lane.cap_seconds is not None:
+        by_time = int(lane.cap_seconds / costs.seconds_per_token(lane.name) + 1e-6)
+        limit = min(limit, max(by_time, 8))
+    if batch_invariant:
+        limit = min(limit, BATCH_INVARIANT_TOKENS)
+    return max(limit, 8)
+
+
+def plan_lane(rows: Sequence[Row], accounting: Accounting, max_rows: int, max_tokens: int) -> list[ForwardBatch]:
+    """Cut one lane's rows into forwards within both budgets.
+
+    Padded: longest rows first, so rows of similar length share a forward. Packed: arrival
+    order. A row over the token budget on its own runs alone.
+    """
+    if accounting is Accounting.PADDED:
+        ordered = sorted(rows, key=lambda r: (-r.tokens, r.seq))
+    else:
+        ordered = sorted(rows, key=lambda r: r.seq)
+    batches: list[ForwardBatch] = []
+    current: list[Row] = []
+    lane = ordered[0].lane if ordered else ""
+
+    def close() -> None:
+        if current:
+            counted = forward_tokens((r.tokens for r in current), accounting)
+            batches.append(ForwardBatch(lane, tuple(current), counted, accounting))
+            current.clear()
+
+    width = 0  # padded: the (rounded) longest row of the open forward
+    packed = 0  # packed: the counted tokens of the open forward
+    for row in ordered:
+        need = round_up(row.tokens)
+        if current:
+            if accounting is Accounting.PADDED:
+                fits = (len(current) + 1) * max(width, need) <= max_tokens
+            else:
+                fits = packed + need <= max_tokens
+            if len(current) >= max_rows or not fits:
+                close()
+                width = packed = 0
+        current.append(row)
+        width = max(width, need)
+        packed += need
+    close()
+    return batches
+
+
+def plan_forwards(
+    rows: Iterable[Row],
+    lanes: dict[str, Lane],
+    budget: Budget,
+    costs: CostModel,
+    *,
+    batch_invariant: bool = False,
+) -> ForwardPlan:
+    """Plan every queued row. Lanes never mix; the cheaper lane's forwards run first."""
+    by_lane: dict[str, list[Row]] = {}
+    for row in rows:
+        if row.lane not in lanes:
+            raise ValueError(f"row of request {row.request_id} names unknown lane {row.lane!r}")
+        by_lane.setdefault(row.lane, []).append(row)
+    planned: list[tuple[float, str, list[ForwardBatch]]] = []
+    for name, lane_rows in by_lane.items():
+        lane = lanes[name]
+        limit = lane_token_limit(lane, budget, costs, batch_invariant)
+        batches = plan_lane(lane_rows, lane.accounting, budget.max_num_seqs, limit)
+        estimate = costs.estimate(name, sum(b.tokens for b in batches))
+        planned.append((estimate, name, batches))
+    planned.sort(key=lambda item: (item[0], item[1]))
+    return ForwardPlan(tuple(b for _, _, batches in planned for b in batches))

@@ -1,0 +1,30 @@
+"""Ports: the small Protocols the domain talks through. Adapters implement them; tests fake them.
+
+Time and randomness are ports so that windows, costs, backoff and ejection are deterministic
+under test. Nothing in the domain reads a clock or a random source directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Monotonic seconds."""
+        ...
+
+
+class Rng(Protocol):
+    def random(self) -> float:
+        """A float in [0, 1)."""
+        ...
+
+
+class Engine(Protocol):
+    """Runs one forward: a batch of row payloads in, one output per row out (same order).
+
+    Raises on failure; the caller fails exactly the requests whose rows were in the batch.
+    """
+
+    def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]: ...

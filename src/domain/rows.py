@@ -1,0 +1,32 @@
+"""Rows: the unit of batching (R-BAT-1).
+
+A request becomes one row per input (embeddings, classify), per window, per document (rerank)
+or per question (decisions). A row carries its token count for the budgets and an opaque
+payload (token ids, pixels…) that only the engine reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_LANE = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class RowSpec:
+    """What a family renders for one row, before the scheduler numbers it."""
+
+    tokens: int
+    payload: Any = field(default=None, compare=False, repr=False)
+    lane: str = DEFAULT_LANE
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    request_id: int
+    index: int  # position inside its request: answers come back in this order
+    tokens: int
+    lane: str
+    seq: int  # global arrival order, the tie-breaker everywhere
+    payload: Any = field(default=None, compare=False, repr=False)

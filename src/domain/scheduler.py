@@ -1,0 +1,169 @@
+"""One model's scheduler: rows in, forwards out, answers back (R-BAT-1…7).
+
+Plan, then apply: `next_forward(now)` hands out the next forward of the current plan (planning
+a new round from the whole queue when the window allows), the engine runs it, and
+`complete(batch, outputs)` / `fail(batch, error)` answer every request whose last row ran.
+The scheduler never touches a device, a clock or a thread: time is passed in.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from vllm_srun.domain.costs import CostModel
+from vllm_srun.domain.lanes import Lane, forward_tokens, round_up
+from vllm_srun.domain.planning import Budget, ForwardBatch, lane_token_limit, plan_forwards
+from vllm_srun.domain.rows import Row, RowSpec
+from vllm_srun.domain.window import BatchWindow, WindowState
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    request_id: int
+    outputs: tuple[Any, ...]  # one per row, in the request's row order
+
+
+@dataclass(slots=True)
+class _Pending:
+    rows: int
+    arrival: float
+    outputs: list[Any] = field(default_factory=list)
+    done: int = 0
+
+
+class Scheduler:
+    def __init__(
+        self,
+        lanes: Sequence[Lane],
+        budget: Budget,
+        *,
+        window_s: float,
+        batch_invariant: bool = False,
+        costs: CostModel | None = None,
+    ) -> None:
+        if not lanes:
+            raise ValueError("a model declares at least one lane")
+        self.lanes = {lane.name: lane for lane in lanes}
+        self.budget = budget
+        self.batch_invariant = batch_invariant
+        self.window = BatchWindow(0.0 if batch_invariant else window_s)
+        self.costs = costs or CostModel()
+        self._requests: dict[int, _Pending] = {}
+        self._queue: list[Row] = []
+        self._queued_tokens = 0
+        self._plan: deque[ForwardBatch] = deque()
+        self._in_flight: ForwardBatch | None = None
+        self._next_request = 0
+        self._next_seq = 0
+
+    # ---- intake ---------------------------------------------------------------------------
+    def submit(self, rows: Sequence[RowSpec], now: float) -> int:
+        if not rows:
+            raise ValueError("a request takes at least one row")
+        unknown = {spec.lane for spec in rows} - self.lanes.keys()
+        if unknown:
+            raise ValueError(f"unknown lane(s) {sorted(unknown)}")
+        rid = self._next_request
+        self._next_request += 1
+        self._requests[rid] = _Pending(rows=len(rows), arrival=now, outputs=[None] * len(rows))
+        for index, spec in enumerate(rows):
+            self._queue.append(Row(rid, index, spec.tokens, spec.lane, self._next_seq, spec.payload))
+            self._next_seq += 1
+            self._queued_tokens += round_up(spec.tokens)
+        return rid
+
+    def cancel(self, request_id: int) -> bool:
+        """Drop a request: its rows that have not reached a device never will."""
+        if self._requests.pop(request_id, None) is None:
+            return False
+        self._queue = [r for r in self._queue if r.request_id != request_id]
+        self._queued_tokens = sum(round_up(r.tokens) for r in self._queue)
+        return True
+
+    # ---- planning -------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self._in_flight is not None
+
+    @property
+    def queued_rows(self) -> int:
+        return len(self._queue) + sum(len(b.rows) for b in self._plan)
+
+    @property
+    def pending_requests(self) -> int:
+        return len(self._requests)
+
+    def _full(self) -> bool:
+        return len(self._queue) >= self.budget.max_num_seqs or self._queued_tokens >= min(
+            lane_token_limit(lane, self.budget, self.costs, self.batch_invariant) for lane in self.lanes.values()
+        )
+
+    def window_state(self, now: float) -> WindowState:
+        oldest = self._requests[self._queue[0].request_id].arrival if self._queue else None
+        return self.window.state(now=now, oldest_arrival=oldest, busy=self.busy, full=bool(self._queue) and self._full())
+
+    def wake_at(self) -> float | None:
+        """When the open window closes (None: nothing waits on the clock)."""
+        if self.busy or self._plan or not self._queue:
+            return None
+        return self.window.closes_at(self._requests[self._queue[0].request_id].arrival)
+
+    def next_forward(self, now: float) -> ForwardBatch | None:
+        """The next forward to run now, or None (busy, nothing queued, or window open)."""
+        if self._in_flight is not None:
+            return None
+        while True:
+            while self._plan:
+                batch = self._live(self._plan.popleft())
+                if batch is not None:
+                    self._in_flight = batch
+                    return batch
+            if self.window_state(now) is not WindowState.DUE:
+                return None
+            plan = plan_forwards(self._queue, self.lanes, self.budget, self.costs, batch_invariant=self.batch_invariant)
+            self._queue = []
+            self._queued_tokens = 0
+            self._plan.extend(plan.batches)
+
+    def _live(self, batch: ForwardBatch) -> ForwardBatch | None:
+        rows = tuple(r for r in batch.rows if r.request_id in self._requests)
+        if not rows:
+            return None
+        if len(rows) == len(batch.rows):
+            return batch
+        return ForwardBatch(batch.lane, rows, forward_tokens((r.tokens for r in rows), batch.accounting), batch.accounting)
+
+    # ---- apply ----------------------------------------------------------------------------
+    def complete(self, batch: ForwardBatch, outputs: Sequence[Any], seconds: float | None = None) -> list[Answer]:
+        """Record a forward's outputs; answer every request whose last row has now run."""
+        self._release(batch)
+        if len(outputs) != len(batch.rows):
+            raise ValueError(f"engine returned {len(outputs)} outputs for {len(batch.rows)} rows")
+        if seconds is not None:
+            self.costs.observe(batch.lane, batch.tokens, seconds)
+        answers: list[Answer] = []
+        for row, out in zip(batch.rows, outputs):
+            pending = self._requests.get(row.request_id)
+            if pending is None:  # cancelled while its forward ran
+                continue
+            pending.outputs[row.index] = out
+            pending.done += 1
+            if pending.done == pending.rows:
+                del self._requests[row.request_id]
+                answers.append(Answer(row.request_id, tuple(pending.outputs)))
+        return answers
+
+    def fail(self, batch: ForwardBatch) -> list[int]:
+        """A forward failed: fail exactly the requests that had rows in it."""
+        self._release(batch)
+        failed = [rid for rid in sorted(batch.request_ids) if rid in self._requests]
+        for rid in failed:
+            self.cancel(rid)
+        return failed
+
+    def _release(self, batch: ForwardBatch) -> None:
+        if self._in_flight is not batch:
+            raise ValueError("complete/fail must be given the forward that is in flight")
+        self._in_flight = None

@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.e2e.server import running_server
+
+
+@pytest.fixture(scope="session")
+def minilm_server(minilm_dir: Path) -> Iterator[str]:
+    """The embedded default, served the way the README says: `vllm-srun serve` with no MODEL."""
+    with running_server("--max-request-bytes", "200000") as base:
+        yield base

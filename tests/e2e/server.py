@@ -1,0 +1,59 @@
+"""Start `vllm-srun serve` as a real process on a free loopback port and wait until ready."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def running_server(*args: str, ready_timeout: float = 180.0, env: dict | None = None) -> Iterator[str]:
+    port = free_port()
+    log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-srun-e2e-{port}.log"
+    log = log_path.open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vllm_srun.app.cli", "serve", *args, "--port", str(port), "--log-level", "warning"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server not ready in {ready_timeout}s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield base
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()

@@ -1,0 +1,158 @@
+"""Stateful property tests of the scheduler against a FakeEngine and a FakeClock (R-BAT-8).
+
+Rules submit requests (several lanes, any lengths), cancel them, advance the clock and run or
+fail forwards. Invariants are checked after every step against a simple model of what was
+asked for: every row planned exactly once, budgets, token counts, lanes, exactly-once answers
+in input order, the window, and cancelled rows never reaching the engine.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from tests.fakes import EngineFailure, FakeClock, FakeEngine
+from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens, round_up
+from vllm_srun.domain.planning import Budget, lane_token_limit
+from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.scheduler import Scheduler
+
+LANES = ("text", "media")
+
+
+class SchedulerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        self.engine = FakeEngine(clock=self.clock)
+        self.scheduler: Scheduler | None = None
+
+    @rule(
+        max_seqs=st.integers(1, 9),
+        max_tokens=st.sampled_from([8, 16, 64, 256, 1024]),
+        window_ms=st.sampled_from([0.0, 1.0, 2.0, 50.0]),
+        packed=st.booleans(),
+        cap=st.sampled_from([None, 32, 128]),
+        invariant_model=st.booleans(),
+    )
+    @precondition(lambda self: self.scheduler is None)
+    def configure(self, max_seqs, max_tokens, window_ms, packed, cap, invariant_model) -> None:  # type: ignore[no-untyped-def]
+        accounting = Accounting.PACKED if packed else Accounting.PADDED
+        self.lanes = [Lane("text", accounting, cap_tokens=cap), Lane("media", accounting)]
+        self.budget = Budget(max_seqs, max_tokens)
+        self.window_s = 0.0 if invariant_model else window_ms / 1000
+        self.scheduler = Scheduler(self.lanes, self.budget, window_s=window_ms / 1000, batch_invariant=invariant_model)
+        self.submitted: dict[int, list[RowSpec]] = {}
+        self.numbers: dict[int, int] = {}
+        self.arrival: dict[int, float] = {}
+        self.cancelled: set[int] = set()
+        self.failed: set[int] = set()
+        self.answered: dict[int, tuple] = {}
+        self.ran: list[tuple[int, int]] = []  # (rid, index) of every row the engine saw
+        self.last_plan_round_rows: set[tuple[int, int]] = set()
+
+    @precondition(lambda self: self.scheduler is not None)
+    @rule(lengths=st.lists(st.integers(1, 300), min_size=1, max_size=6), lanes=st.data())
+    def submit(self, lengths, lanes) -> None:  # type: ignore[no-untyped-def]
+        lane_names = [lanes.draw(st.sampled_from(LANES)) for _ in lengths]
+        number = len(self.submitted)  # the request ids are the scheduler's; payloads carry ours
+        specs = [RowSpec(n, (number, i), lane) for i, (lane, n) in enumerate(zip(lane_names, lengths))]
+        rid = self.scheduler.submit(specs, self.clock.now())
+        self.submitted[rid] = specs
+        self.numbers[rid] = number
+        self.arrival[rid] = self.clock.now()
+
+    @precondition(lambda self: self.scheduler is not None and self._open())
+    @rule(data=st.data())
+    def cancel(self, data) -> None:  # type: ignore[no-untyped-def]
+        rid = data.draw(st.sampled_from(sorted(self._open())))
+        assert self.scheduler.cancel(rid)
+        self.cancelled.add(rid)
+
+    @precondition(lambda self: self.scheduler is not None)
+    @rule(ms=st.sampled_from([0.1, 0.5, 1.0, 2.0, 10.0, 100.0]))
+    def advance(self, ms: float) -> None:
+        self.clock.advance(ms / 1000)
+
+    @precondition(lambda self: self.scheduler is not None)
+    @rule(fail=st.booleans())
+    def step(self, fail: bool) -> None:
+        now = self.clock.now()
+        state_before = self.scheduler.window_state(now)
+        had_plan = bool(self.scheduler._plan)
+        oldest = min((self.arrival[r.request_id] for r in self.scheduler._queue), default=None)
+        full = bool(self.scheduler._queue) and self.scheduler._full()
+        batch = self.scheduler.next_forward(now)
+        if batch is None:
+            return
+        if not had_plan:
+            # a new plan: only when the window closed (or the queue fills a forward)
+            assert oldest is not None
+            assert full or now >= oldest + self.window_s, (now, oldest, self.window_s, state_before)
+        self._check_batch(batch)
+        self.engine.fail_next = 1 if fail else 0
+        try:
+            outputs = self.engine.run(batch.lane, [r.payload for r in batch.rows])
+        except EngineFailure:
+            for rid in self.scheduler.fail(batch):
+                self.failed.add(rid)
+            self.ran.extend((r.request_id, r.index) for r in batch.rows)
+            return
+        self.ran.extend((r.request_id, r.index) for r in batch.rows)
+        for answer in self.scheduler.complete(batch, outputs, 0.001):
+            assert answer.request_id not in self.answered, "answered twice"
+            assert answer.request_id not in self.cancelled and answer.request_id not in self.failed
+            self.answered[answer.request_id] = answer.outputs
+            expected = tuple((self.numbers[answer.request_id], i) for i in range(len(self.submitted[answer.request_id])))
+            assert answer.outputs == expected, "rows out of input order"
+
+    def _check_batch(self, batch) -> None:  # type: ignore[no-untyped-def]
+        lanes = {r.lane for r in batch.rows}
+        assert lanes == {batch.lane}, "lanes mixed in one forward"
+        lane = next(l for l in self.lanes if l.name == batch.lane)
+        assert batch.tokens == forward_tokens((r.tokens for r in batch.rows), lane.accounting)
+        if lane.accounting is Accounting.PADDED:
+            assert batch.tokens == len(batch.rows) * round_up(max(r.tokens for r in batch.rows))
+        assert len(batch.rows) <= self.budget.max_num_seqs
+        limit = lane_token_limit(lane, self.budget, self.scheduler.costs, self.scheduler.batch_invariant)
+        if len(batch.rows) > 1:
+            assert batch.tokens <= limit, "forward over the token budget"
+        for r in batch.rows:
+            assert r.request_id not in self.cancelled, "a cancelled row reached the engine"
+            assert (r.request_id, r.index) not in self.ran, "a row ran twice"
+
+    def _open(self) -> set[int]:
+        return set(self.submitted) - set(self.answered) - self.cancelled - self.failed
+
+    @invariant()
+    def accounting_adds_up(self) -> None:
+        if self.scheduler is None:
+            return
+        assert self.scheduler.pending_requests == len(self._open())
+
+    def teardown(self) -> None:
+        if self.scheduler is None:
+            return
+        # drain: advance past every window and run everything left
+        for _ in range(10_000):
+            self.clock.advance(1.0)
+            batch = self.scheduler.next_forward(self.clock.now())
+            if batch is None:
+                break
+            self._check_batch(batch)
+            outputs = self.engine.run(batch.lane, [r.payload for r in batch.rows])
+            self.ran.extend((r.request_id, r.index) for r in batch.rows)
+            for answer in self.scheduler.complete(batch, outputs):
+                self.answered[answer.request_id] = answer.outputs
+        assert self._open() == set(), "a request was never answered"
+        live = set(self.answered)
+        for rid in live:
+            for i in range(len(self.submitted[rid])):
+                assert self.ran.count((rid, i)) == 1, "every row planned exactly once"
+
+
+SchedulerMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+TestScheduler = SchedulerMachine.TestCase
