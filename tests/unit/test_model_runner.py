@@ -1,0 +1,133 @@
+"""The runner drives the scheduler on the event loop and forwards on the device thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from tests.fakes import FakeEngine
+from vllm_srun.adapters.runtime.device_thread import DeviceThread
+from vllm_srun.adapters.runtime.model_runner import ModelRunner
+from vllm_srun.domain.errors import ForwardFailed
+from vllm_srun.domain.lanes import Lane
+from vllm_srun.domain.planning import Budget
+from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.scheduler import Scheduler
+
+
+def make(engine, *, window_ms: float = 2.0, seqs: int = 64, invariant: bool = False):  # type: ignore[no-untyped-def]
+    scheduler = Scheduler([Lane("text")], Budget(seqs, 4096), window_s=window_ms / 1000, batch_invariant=invariant)
+    device = DeviceThread()
+    return ModelRunner(scheduler, engine, device), device
+
+
+def test_concurrent_requests_merge_and_answer_in_order() -> None:
+    engine = FakeEngine()
+    seen_threads: set[int] = set()
+
+    def run(lane, payloads):  # type: ignore[no-untyped-def]
+        seen_threads.add(threading.get_ident())
+        time.sleep(0.005)
+        return engine.run(lane, payloads)
+
+    async def main() -> list:
+        runner, device = make(run)
+        runner.start()
+        outs = await asyncio.gather(*(runner.submit([RowSpec(5 + i, (i, j)) for j in range(3)]) for i in range(20)))
+        await runner.stop()
+        device.shutdown()
+        return outs
+
+    outs = asyncio.run(main())
+    assert [o.outputs for o in outs] == [tuple((i, j) for j in range(3)) for i in range(20)]
+    assert len(engine.forwards) < 20
+    assert threading.get_ident() not in seen_threads  # forwards never run on the loop's thread
+    assert all(o.forwards >= 1 and o.padded_tokens >= 8 for o in outs)
+
+
+def test_failed_forward_fails_only_its_requests() -> None:
+    calls = {"n": 0}
+
+    def run(lane, payloads):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if any(p == "poison" for p in payloads):
+            raise RuntimeError("boom")
+        return list(payloads)
+
+    async def main() -> tuple:
+        runner, device = make(run, window_ms=0, seqs=1)
+        runner.start()
+        results = await asyncio.gather(
+            runner.submit([RowSpec(3, "ok-1")]),
+            runner.submit([RowSpec(3, "poison")]),
+            runner.submit([RowSpec(3, "ok-2")]),
+            return_exceptions=True,
+        )
+        await runner.stop()
+        device.shutdown()
+        return results
+
+    a, b, c = asyncio.run(main())
+    assert a.outputs == ("ok-1",) and c.outputs == ("ok-2",)
+    assert isinstance(b, ForwardFailed)
+
+
+def test_cancelled_request_never_reaches_the_device() -> None:
+    engine = FakeEngine()
+    gate = threading.Event()
+
+    def run(lane, payloads):  # type: ignore[no-untyped-def]
+        gate.wait(5)
+        return engine.run(lane, payloads)
+
+    async def main() -> None:
+        runner, device = make(run, window_ms=0, seqs=1)
+        runner.start()
+        first = asyncio.ensure_future(runner.submit([RowSpec(3, "first")]))
+        await asyncio.sleep(0.05)  # first is on the device, blocked on the gate
+        doomed = asyncio.ensure_future(runner.submit([RowSpec(3, "doomed")]))
+        await asyncio.sleep(0.01)
+        doomed.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        gate.set()
+        assert (await first).outputs == ("first",)
+        assert (await runner.submit([RowSpec(3, "after")])).outputs == ("after",)
+        await runner.stop()
+        device.shutdown()
+
+    asyncio.run(main())
+    ran = [p for _, payloads in engine.forwards for p in payloads]
+    assert ran == ["first", "after"]
+
+
+def test_lone_request_pays_the_window_and_no_more() -> None:
+    async def main() -> float:
+        runner, device = make(FakeEngine().run, window_ms=20)
+        runner.start()
+        t0 = time.perf_counter()
+        await runner.submit([RowSpec(3, "x")])
+        elapsed = time.perf_counter() - t0
+        await runner.stop()
+        device.shutdown()
+        return elapsed
+
+    elapsed = asyncio.run(main())
+    assert 0.019 <= elapsed < 0.5
+
+
+def test_batch_invariant_model_skips_the_window() -> None:
+    async def main() -> float:
+        runner, device = make(FakeEngine().run, window_ms=500, invariant=True)
+        runner.start()
+        t0 = time.perf_counter()
+        await runner.submit([RowSpec(3, "x")])
+        elapsed = time.perf_counter() - t0
+        await runner.stop()
+        device.shutdown()
+        return elapsed
+
+    assert asyncio.run(main()) < 0.4
