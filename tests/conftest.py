@@ -21,3 +21,20 @@ def minilm_dir() -> Path:
         return resolve("all-MiniLM-L6-v2", progress=lambda _msg: None)
     except ModelNotFound:
         return pull("all-MiniLM-L6-v2")
+
+
+@pytest.fixture(scope="session")
+def encoder_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """get(variant, seed=0) → a tiny encoder package written by our fixture writer (R-PKG-3),
+    with its golden file, once per session. The folder (and served model) is named `tiny-VARIANT`."""
+    from vllm_srun.adapters.families.fixtures import write_fixture
+
+    made: dict[tuple[str, int], Path] = {}
+
+    def get(variant: str, seed: int = 0) -> Path:
+        if (variant, seed) not in made:
+            root = tmp_path_factory.mktemp(f"encoder-{variant}-{seed}")
+            made[variant, seed] = write_fixture(root / f"tiny-{variant}", "encoder", variant, seed)
+        return made[variant, seed]
+
+    return get

@@ -12,6 +12,8 @@ import sys
 from typing import NoReturn, Sequence
 
 from vllm_srun.adapters.catalog import CATALOG, DEFAULT_MODEL
+from vllm_srun.adapters.runtime.result_cache import DEFAULT_RESULT_CACHE_ENTRIES
+from vllm_srun.domain.dtypes import dtype_refusal, needs_bf16_warning
 from vllm_srun.domain.engine_args import DTYPES, EngineArgs
 
 PROG = "vllm-srun"
@@ -90,6 +92,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-request-bytes", type=_positive_int, default=8 * 1024 * 1024)
     serve.add_argument("--threads", type=_positive_int, default=None, help="CPU threads for forwards (default: the CPUs this process may use)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    serve.add_argument(
+        "--result-cache-entries", type=_non_negative_int, default=DEFAULT_RESULT_CACHE_ENTRIES,
+        help=f"answers kept in this worker's LRU result cache (default {DEFAULT_RESULT_CACHE_ENTRIES}, "
+        "at most 64 MiB of answers; 0 turns it off)",
+    )
+
+    fixture = sub.add_parser("fixture", help="write a tiny random-weight model package (with its golden file)")
+    fixture.add_argument("out", metavar="OUT", help="the folder to create (new or empty)")
+    fixture.add_argument("--family", required=True, help="encoder (other families register their own writers)")
+    fixture.add_argument("--variant", default=None, help="encoder: embed, classify, multilabel or rerank")
+    fixture.add_argument("--seed", type=_non_negative_int, default=0)
+    fixture.add_argument("--no-golden", action="store_true", help="skip recording golden.json")
 
     pull = sub.add_parser("pull", help="place a built-in model in the local model store")
     pull.add_argument("name", choices=sorted(CATALOG), metavar="NAME")
@@ -115,6 +129,15 @@ def serve(ns: argparse.Namespace) -> int:
         if kind == "mps" and not torch.backends.mps.is_available():
             refuse("--device mps: MPS is not available on this machine")
     device = "cpu" if ns.device == "auto" else ns.device
+    refusal = dtype_refusal(ns.dtype, device, ns.engine)
+    if refusal:
+        refuse(refusal)
+    if ns.dtype == "bfloat16" and device == "cpu":
+        from vllm_srun.adapters.runtime.cpu_features import cpu_has_native_bf16
+
+        if needs_bf16_warning(ns.dtype, device, cpu_has_native_bf16()):
+            print(f"{PROG}: warning: --dtype bfloat16 on a CPU without native BF16 (no avx512_bf16/amx_bf16): "
+                  "allowed, but emulated and slow", file=sys.stderr, flush=True)
     args = EngineArgs(
         max_num_seqs=ns.max_num_seqs,
         max_num_batched_tokens=ns.max_num_batched_tokens,
@@ -142,6 +165,7 @@ def serve(ns: argparse.Namespace) -> int:
             "threads": ns.threads or _cpu_budget(),
             "progress": progress,
             "max_request_bytes": ns.max_request_bytes,
+            "result_cache_entries": ns.result_cache_entries,
         }
     )
     runtime = container.runtime()
@@ -164,12 +188,33 @@ def pull(ns: argparse.Namespace) -> int:
     return 0
 
 
+def fixture(ns: argparse.Namespace) -> int:
+    from vllm_srun.adapters.families.fixtures import FIXTURE_WRITERS
+
+    writer = FIXTURE_WRITERS.get(ns.family)
+    if writer is None:
+        refuse(f"--family {ns.family}: no fixture writer (known: {', '.join(sorted(FIXTURE_WRITERS))})")
+    if ns.variant is not None and ns.variant not in writer.variants:
+        refuse(f"--variant {ns.variant}: {ns.family} fixtures come in {', '.join(writer.variants)}")
+    from vllm_srun.adapters.families.fixtures import write_fixture
+
+    try:
+        out = write_fixture(ns.out, ns.family, ns.variant, ns.seed, golden=not ns.no_golden,
+                            progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    except ValueError as exc:
+        refuse(str(exc))
+    print(out)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     if ns.command == "serve":
         return serve(ns)
     if ns.command == "pull":
         return pull(ns)
+    if ns.command == "fixture":
+        return fixture(ns)
     raise AssertionError(ns.command)  # pragma: no cover
 
 

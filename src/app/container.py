@@ -21,6 +21,7 @@ class WorkerContainer(containers.DeclarativeContainer):
         engine=config.engine,
         threads=config.threads,
         progress=config.progress,
+        result_cache_entries=config.result_cache_entries,
     )
 
     app = providers.Singleton(

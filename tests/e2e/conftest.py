@@ -11,5 +11,6 @@ from tests.e2e.server import running_server
 @pytest.fixture(scope="session")
 def minilm_server(minilm_dir: Path) -> Iterator[str]:
     """The embedded default, served the way the README says: `vllm-srun serve` with no MODEL."""
-    with running_server("--max-request-bytes", "200000") as base:
+    # the batching tests count forwards of repeated texts: no result cache here (test_encoder_e2e has it on)
+    with running_server("--max-request-bytes", "200000", "--result-cache-entries", "0") as base:
         yield base

@@ -15,13 +15,16 @@ import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.exceptions import HTTPException
 
+from vllm_srun.adapters.http import encoder_schemas as es
 from vllm_srun.adapters.http import schemas as s
 from vllm_srun.adapters.http.errors import RETRY_AFTER_SECONDS, decode_error_message, status_for
 from vllm_srun.adapters.http.openapi import openapi_document
 from vllm_srun.adapters.http.timing import SCOPE_KEY, ServerTimingMiddleware, Timing
 from vllm_srun.adapters.runtime.runtime import Runtime
 from vllm_srun.adapters.runtime.served import ServedModel
+from vllm_srun.adapters.surfaces.classify import classify as classify_surface
 from vllm_srun.adapters.surfaces.embeddings import embeddings as embeddings_surface
+from vllm_srun.adapters.surfaces.rerank import rerank as rerank_surface
 from vllm_srun.domain.errors import DomainError, InvalidRequest
 
 log = logging.getLogger("vllm_srun.http")
@@ -44,6 +47,10 @@ class SurfaceRoute:
 
 SURFACE_ROUTES: list[SurfaceRoute] = [
     SurfaceRoute("/v1/embeddings", "embeddings", s.embeddings_decoder, embeddings_surface, s.EmbeddingsRequest, s.EmbeddingsResponse),
+    SurfaceRoute("/v1/classify", "classify", es.classify_decoder, classify_surface, es.ClassifyRequest, es.ClassifyResponse),
+    # Jina and the Cohere v1 client post to /v1/rerank, the Cohere v2 client (ClientV2) to /v2/rerank
+    SurfaceRoute("/v1/rerank", "rerank", es.rerank_decoder, rerank_surface, es.RerankRequest, es.RerankResponse),
+    SurfaceRoute("/v2/rerank", "rerank", es.rerank_decoder, rerank_surface, es.RerankRequest, es.RerankResponse),
 ]
 
 
@@ -102,7 +109,7 @@ def _surface_handler(route: SurfaceRoute):  # type: ignore[no-untyped-def]
                 runtime.metrics.errors.inc({"code": code})
             runtime.metrics.request_seconds.observe(time.perf_counter() - timing.start, {"surface": route.surface})
 
-    handle.__name__ = f"surface_{route.surface}"
+    handle.__name__ = "surface_" + route.path.strip("/").replace("/", "_")
     return post(route.path, status_code=200)(handle)
 
 

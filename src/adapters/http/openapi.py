@@ -28,10 +28,13 @@ def openapi_document(routes: Iterable[Any]) -> dict[str, Any]:
     types = [s.ErrorResponse] + [t for r in routes for t in (r.request_type, r.response_type)]
     (_, components) = msgspec.json.schema_components(types, ref_template=REF)
     paths: dict[str, Any] = {}
+    seen: set[str] = set()
     for r in routes:
+        op = r.surface if r.surface not in seen else r.path.strip("/").replace("/", "_")  # unique ids
+        seen.add(r.surface)
         paths[r.path] = {
             "post": {
-                "operationId": r.surface,
+                "operationId": op,
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": REF.format(name=r.request_type.__name__)}}}},
                 "responses": {
                     "200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": REF.format(name=r.response_type.__name__)}}}},

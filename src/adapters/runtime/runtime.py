@@ -12,9 +12,12 @@ from typing import Callable
 from vllm_srun.adapters import model_store
 from vllm_srun.adapters.families.base import LoadOptions
 from vllm_srun.adapters.families.registry import family_for
+from vllm_srun.adapters.runtime import golden
 from vllm_srun.adapters.runtime.device_thread import DeviceThread
 from vllm_srun.adapters.runtime.metrics import RuntimeMetrics
 from vllm_srun.adapters.runtime.model_runner import ModelRunner
+from vllm_srun.adapters.runtime.probe import probe_model
+from vllm_srun.adapters.runtime.result_cache import DEFAULT_RESULT_CACHE_ENTRIES, ResultCache
 from vllm_srun.adapters.runtime.served import ServedModel, weights_sha256
 from vllm_srun.domain.engine_args import EngineArgs, resolve_limits
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound
@@ -39,6 +42,8 @@ class Runtime:
         engine: str = "auto",
         threads: int | None = None,
         progress: Progress | None = None,
+        result_cache_entries: int | None = None,
+        check_golden: bool = True,
     ) -> None:
         self.device_name = device
         self.engine = engine
@@ -46,12 +51,15 @@ class Runtime:
         self.metrics = RuntimeMetrics()
         self.device = DeviceThread(threads=threads)
         self.progress = progress or (lambda msg: log.info("%s", msg))
+        entries = DEFAULT_RESULT_CACHE_ENTRIES if result_cache_entries is None else result_cache_entries
+        self.result_cache = ResultCache(entries, self.metrics.cache)  # one per worker (R-PERF-3)
+        self.check_golden = check_golden
         self.models: dict[str, ServedModel] = {}
         for artifact, args in models:
             name = served_name(artifact)
             if name in self.models:
                 raise InvalidRequest(f"model {name!r} is given twice")
-            self.models[name] = ServedModel(name=name, artifact=artifact, args=args, device=device)
+            self.models[name] = ServedModel(name=name, artifact=artifact, args=args, device=device, cache=self.result_cache)
         self.loaded = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -105,10 +113,29 @@ class Runtime:
         if warm is not None:
             self.progress(f"load: warming {served.name}")
             self.device.call(warm)
+        invariant = self.device.call(probe_model, model)  # R-BAT-5, before the scheduler exists
+        if invariant is not None:
+            model.batch_invariant = invariant
         assert self._loop is not None
         asyncio.run_coroutine_threadsafe(self._attach_runner(served), self._loop).result()
+        if self.check_golden and not self._golden_check(served, folder):
+            return
         served.status = "ready"
         self.progress(f"load: {served.name} ready ({model.family}, {', '.join(sorted(model.surfaces))})")
+
+    def _golden_check(self, served: ServedModel, folder: Path) -> bool:
+        """R-GOLD-1: the recorded requests, twice, through the serving path. False: failed (final)."""
+        assert self._loop is not None
+        self.progress(f"load: golden check of {served.name}")
+        path = golden.find_golden(folder, served.artifact)
+        served.golden = asyncio.run_coroutine_threadsafe(golden.check(served, path, self.device_name), self._loop).result()
+        status, reason = served.golden["status"], served.golden["reason"]
+        self.progress(f"load: {served.name} golden {status}" + (f" ({reason})" if reason else ""))
+        if status == "failed":
+            served.status = "failed"
+            served.reason = f"golden check failed: {reason}"
+            return False
+        return True
 
     async def _attach_runner(self, served: ServedModel) -> None:
         model = served.model

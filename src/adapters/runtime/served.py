@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
@@ -14,6 +15,11 @@ from vllm_srun.adapters.runtime.model_runner import ModelRunner, Outcome
 from vllm_srun.domain.engine_args import EngineArgs, ResolvedLimits
 from vllm_srun.domain.errors import Cancelled, DeadlineExceeded, NotReady, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
+
+
+# set while the readiness (golden) check runs a model's recorded requests through its surfaces:
+# the model may answer while `warming`, and the result cache is bypassed (R-GOLD-1)
+GOLDEN_CHECK: ContextVar[bool] = ContextVar("srun_golden_check", default=False)
 
 
 def weights_sha256(folder: Path) -> str:
@@ -43,13 +49,15 @@ class ServedModel:
     sha256: str | None = None
     golden: dict[str, Any] = field(default_factory=lambda: {"status": "pending", "checked": 0, "matched": 0, "reason": None})
     extra_card: dict[str, Any] = field(default_factory=dict)
+    cache: Any = None  # the worker's ResultCache (R-PERF-3), shared by its models
 
     @property
     def ready(self) -> bool:
         return self.status == "ready"
 
     def require_surface(self, surface: str) -> Any:
-        if self.model is None or not self.ready:
+        checking = self.status == "warming" and GOLDEN_CHECK.get()
+        if self.model is None or not (self.ready or checking):
             raise NotReady(f"model {self.name!r} is {self.status}" + (f": {self.reason}" if self.reason else ""))
         if surface not in self.model.surfaces:
             raise UnsupportedSurface(f"model {self.name!r} does not serve {surface} (it serves {', '.join(sorted(self.model.surfaces))})")

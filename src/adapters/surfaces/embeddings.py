@@ -9,6 +9,7 @@ import numpy as np
 
 from vllm_srun.adapters.http import schemas as s
 from vllm_srun.adapters.runtime.served import ServedModel
+from vllm_srun.adapters.surfaces.common import answer
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
 
@@ -42,7 +43,15 @@ async def embeddings(served: ServedModel, req: s.EmbeddingsRequest, timing: Any,
                 'set options.overflow to "truncate" to cut it'
             )
     rows = [RowSpec(len(enc.ids), enc) for enc in encoded]
-    outcome = await served.run(rows, options.deadline_ms, timing, disconnected)
+
+    async def compute() -> tuple[s.EmbeddingsResponse, Any, int]:
+        outcome = await served.run(rows, options.deadline_ms, timing, disconnected)
+        return _response(served, model, req, encoded, outcome), outcome, len(rows)
+
+    return await answer(served, "embeddings", req, compute)
+
+
+def _response(served: ServedModel, model: Any, req: s.EmbeddingsRequest, encoded: list[Any], outcome: Any) -> s.EmbeddingsResponse:
     vectors = np.stack(outcome.outputs).astype(np.float32, copy=False)
     if req.dimensions is not None and req.dimensions < vectors.shape[1]:
         vectors = vectors[:, : req.dimensions]
@@ -56,9 +65,4 @@ async def embeddings(served: ServedModel, req: s.EmbeddingsRequest, timing: Any,
     else:
         data = [s.Embedding(i, v.tolist()) for i, v in enumerate(vectors)]
     tokens = sum(len(enc.ids) for enc in encoded)
-    return s.EmbeddingsResponse(
-        data=data,
-        model=served.name,
-        usage=s.EmbeddingsUsage(tokens, tokens),
-        meta=served.meta(outcome, len(rows)) if options.return_meta else None,
-    )
+    return s.EmbeddingsResponse(data=data, model=served.name, usage=s.EmbeddingsUsage(tokens, tokens))

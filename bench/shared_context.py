@@ -1,0 +1,115 @@
+"""Shared context (R-SC) on a realistic decoder: one state, many questions, shared vs unshared.
+
+    python bench/shared_context.py                      # SmolLM2-135M shape, random weights
+    python bench/shared_context.py --layers 6 --questions 1,8,32   # shorter
+
+For each question count it times
+  unshared — every question run as its own `state + question` row, in padded batches of --rows;
+             with many batches only the first --unshared-batches are run and the total is scaled
+             (all batches are the same shape, so each costs the same; --unshared-batches 0 runs all),
+  branch   — `prefix_kv(state)` once, then `branch_logits` (every question a row attending to the
+             state's K/V and itself), the state attended once for all rows (`attend_split`):
+             the layout the decision family uses by default,
+  copies   — the same branch layout with the state's K/V copied into every row (one SDPA call;
+             the path off the CPU),
+  packed   — `packed_tree_logits` (one row: state then every question, under a tree mask),
+and prints the seconds and the speed-up unshared ÷ shared. Each shared answer is checked against
+the unshared answers that were run (max |Δ| of the logits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from vllm_srun.adapters.models.decoder import DecoderConfig, DecoderLM
+
+SMOLLM2_135M = dict(
+    model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30,
+    num_heads=9, num_kv_heads=3, head_dim=64, rms_norm_eps=1e-5, rope_theta=100000.0,
+    max_position_embeddings=8192, tie_word_embeddings=True,
+)
+
+
+def _timed(fn):
+    started = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - started, out
+
+
+def _padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+    return ids, mask
+
+
+def _branch(model: DecoderLM, state: list[int], questions: list[list[int]], split: bool) -> torch.Tensor:
+    model.split_attention = split
+    try:
+        return model.branch_logits(model.prefix_kv(state), questions)
+    finally:
+        model.split_attention = True
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--state", type=int, default=512, help="state tokens")
+    ap.add_argument("--question-len", type=int, default=20, help="mean question tokens (±4)")
+    ap.add_argument("--questions", default="1,8,32,128", help="question counts, comma-separated")
+    ap.add_argument("--rows", type=int, default=8, help="rows per unshared batch")
+    ap.add_argument("--unshared-batches", type=int, default=1, help="unshared batches run per count (0: all)")
+    ap.add_argument("--layouts", default="branch,copies,packed", help="shared layouts to time, comma-separated")
+    ap.add_argument("--layers", type=int, default=SMOLLM2_135M["num_layers"])
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each shared layout; the fastest counts")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    model = DecoderLM.random(DecoderConfig(**{**SMOLLM2_135M, "num_layers": args.layers}), seed=args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    vocab = model.config.vocab_size
+    state = torch.randint(0, vocab, (args.state,), generator=gen).tolist()
+    model.branch_logits(model.prefix_kv(state), [state[:8]] * 4)  # warm-up
+    model.packed_tree_logits(state, [state[:8]] * 4)
+    print(f"decoder: {args.layers} layers, hidden {model.config.hidden_size}, threads {torch.get_num_threads()}; "
+          f"state {args.state} tokens, questions ~{args.question_len} tokens")
+    layouts = [name for name in args.layouts.split(",") if name]
+    runners = {
+        "branch": lambda qs: _branch(model, state, qs, split=True),
+        "copies": lambda qs: _branch(model, state, qs, split=False),
+        "packed": lambda qs: model.packed_tree_logits(state, qs),
+    }
+    print(f"{'questions':>9} {'unshared s':>11}" + "".join(f" {name + ' s':>9}" for name in layouts)
+          + "".join(f" {'unsh/' + name:>12}" for name in layouts) + f" {'max|Δ|':>9}")
+    for count in [int(n) for n in args.questions.split(",") if n]:
+        spread = torch.randint(-4, 5, (count,), generator=gen)
+        questions = [torch.randint(0, vocab, (max(1, args.question_len + int(d)),), generator=gen).tolist() for d in spread]
+        shared = {}
+        for name in layouts:
+            shared[name] = min((_timed(lambda: runners[name](questions)) for _ in range(args.repeat)), key=lambda r: r[0])
+        batches = [questions[i:i + args.rows] for i in range(0, count, args.rows)]
+        run = batches if args.unshared_batches <= 0 else batches[: args.unshared_batches]
+        t_unshared, worst = 0.0, 0.0
+        for b, batch in enumerate(run):
+            ids, mask = _padded([state + q for q in batch])
+            took, logits = _timed(lambda: model.logits_at(ids, mask))
+            t_unshared += took
+            lo = b * args.rows
+            worst = max([worst] + [(logits - got[lo:lo + len(batch)]).abs().max().item() for _, got in shared.values()])
+        t_unshared *= len(batches) / len(run)
+        scaled = "*" if len(run) < len(batches) else " "
+        print(f"{count:>9} {t_unshared:>10.2f}{scaled}" + "".join(f" {shared[n][0]:>9.2f}" for n in layouts)
+              + "".join(f" {t_unshared / shared[n][0]:>11.1f}x" for n in layouts) + f" {worst:>9.1e}", flush=True)
+    print("* unshared total scaled from the batches run (--unshared-batches 0 runs them all)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""The canonical config of `vllm-sr serve` as msgspec Structs (R-ARG, R-REP-1, R-REP-2, R-REP-5).
+
+```yaml
+global:
+  router: {enabled: false}
+  model_catalog:
+    deployments:
+      primary:
+        provider: model_runtime
+        artifact: all-MiniLM-L6-v2
+        replicas: [{device: cpu}, {device: cpu}]   # or {endpoint: http://host:8100, model: NAME}
+        max_num_seqs: 256
+        timeout_ms: 5000
+        outlier_detection: {consecutive_timeouts: 3, base_ejection_ms: 30000}
+system:
+  decision_model: {deployment: primary}
+```
+
+Every field left out keeps the runtime's default (None here). Field types carry their bounds
+(`Meta`), so the loader reports range problems from the types; the rules that relate fields
+to each other live in `loader.py`. Unknown fields are refused everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+from vllm_srun.domain.ejection import ONE_HOUR_MS, OutlierDetection
+
+DEFAULT_DEPLOYMENT = "primary"
+DEVICE_PATTERN = r"^(cpu|mps|auto|cuda:[0-9]+|rocm:[0-9]+)$"
+ENDPOINT_PATTERN = r"^https?://[^\s/?#:@]+(:[0-9]{1,5})?(/[^\s]*)?$"
+DEPLOYMENT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+ENGINES = ("auto", "native", "onnxruntime")
+MAX_REPLICAS = 64
+
+# How a bad value of a field is described: "expected <hint>, got <value>".
+FIELD_HINTS = {
+    "device": "one of cpu, cuda:N, rocm:N, mps, auto",
+    "endpoint": "an http:// or https:// URL such as http://host:8100",
+    "dtype": "one of " + ", ".join(DTYPES),
+    "engine": "one of " + ", ".join(ENGINES),
+    "provider": "model_runtime",
+}
+
+Device = Annotated[str, Meta(pattern=DEVICE_PATTERN)]
+Endpoint = Annotated[str, Meta(pattern=ENDPOINT_PATTERN)]
+Name = Annotated[str, Meta(min_length=1, pattern=r"^\S(.*\S)?$")]
+Count = Annotated[int, Meta(ge=1)]
+Millis = Annotated[int, Meta(ge=1)]
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+EngineName = Literal["auto", "native", "onnxruntime"]
+
+
+class ConfigError(ValueError):
+    """A refused config; `problems` holds one line per problem (R-ARG-2)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
+
+
+# Settings of older releases, refused with a pointer to `vllm-sr config migrate` (R-ARG-1).
+REMOVED_DEPLOYMENT_FIELDS = {
+    "precision": "now 'dtype': auto, float32, bfloat16 or float16",
+    "batch_size": "now 'max_num_seqs'",
+    "max_batch_size": "now 'max_num_seqs'",
+    "use_cpu": "now 'device: cpu'",
+    "profile": "faster kernels are chosen per model from its records",
+    "custom_ops_profile": "faster kernels are chosen per model from its records",
+    "compilation_cache_dir": "no longer used",
+}
+REMOVED_PROVIDERS = {"candle": None, "ort": "onnxruntime", "openvino": None}  # -> engine
+REMOVED_DEVICE_PREFIX = "migraphx:"
+
+
+def removed_value_hint(field: str, value: object) -> str | None:
+    """Why a value of `field` is a removed spelling, or None."""
+    if field == "device" and isinstance(value, str) and value.startswith(REMOVED_DEVICE_PREFIX):
+        return f"'{value}' is a removed device name (now 'rocm:{value.split(':', 1)[1]}')"
+    if field == "provider" and isinstance(value, str) and value in REMOVED_PROVIDERS:
+        return f"provider '{value}' was removed (now 'model_runtime')"
+    return None
+
+
+class Section(Struct, forbid_unknown_fields=True, kw_only=True):
+    """Base of every config section: unknown fields refused, keyword construction only."""
+
+
+class OutlierDetectionConfig(Section, kw_only=True):
+    consecutive_timeouts: Annotated[int, Meta(ge=0)] | None = None
+    base_ejection_ms: Annotated[int, Meta(ge=1, le=ONE_HOUR_MS)] | None = None
+    max_ejection_ms: Annotated[int, Meta(ge=1, le=ONE_HOUR_MS)] | None = None
+    max_ejection_percent: Annotated[int, Meta(ge=0, le=100)] | None = None
+
+    def to_domain(self) -> OutlierDetection:
+        defaults = OutlierDetection()
+        return OutlierDetection(
+            consecutive_timeouts=_or(self.consecutive_timeouts, defaults.consecutive_timeouts),
+            base_ejection_ms=_or(self.base_ejection_ms, defaults.base_ejection_ms),
+            max_ejection_ms=self.max_ejection_ms,
+            max_ejection_percent=_or(self.max_ejection_percent, defaults.max_ejection_percent),
+        )
+
+
+class ReplicaConfig(Section, kw_only=True):
+    """A managed worker (`device`) or an attached runtime (`endpoint` + its `model`)."""
+
+    device: Device | None = None
+    endpoint: Endpoint | None = None
+    model: Name | None = None
+
+    @property
+    def attached(self) -> bool:
+        return self.endpoint is not None
+
+
+class DeploymentConfig(Section, kw_only=True):
+    provider: Literal["model_runtime"] = "model_runtime"
+    artifact: Name
+    revision: Name | None = None
+    engine: EngineName | None = None
+    # placement: `replicas`, or the single-worker shorthand `device` / `endpoint` + `model`
+    device: Device | None = None
+    endpoint: Endpoint | None = None
+    model: Name | None = None
+    replicas: Annotated[list[ReplicaConfig], Meta(min_length=1, max_length=MAX_REPLICAS)] | None = (
+        None
+    )
+    # engine arguments (R-ARG)
+    max_num_seqs: Count | None = None
+    max_num_batched_tokens: Count | None = None
+    batch_window_ms: Annotated[float, Meta(ge=0, le=60_000)] | None = None
+    dtype: Dtype | None = None
+    enable_shared_context: bool | None = None
+    max_model_len: Count | None = None
+    result_cache_entries: Annotated[int, Meta(ge=0)] | None = None
+    # dispatch and outlier ejection (R-REP-3, R-REP-5)
+    timeout_ms: Millis | None = None
+    outlier_detection: OutlierDetectionConfig | None = None
+
+    def placement(self) -> list[ReplicaConfig]:
+        """The replicas this deployment runs; the shorthand is one replica (device auto)."""
+        if self.replicas is not None:
+            return list(self.replicas)
+        if self.endpoint is not None:
+            return [ReplicaConfig(endpoint=self.endpoint, model=self.model)]
+        return [ReplicaConfig(device=self.device or "auto")]
+
+    def outlier_policy(self) -> OutlierDetection:
+        return (self.outlier_detection or OutlierDetectionConfig()).to_domain()
+
+
+ENGINE_ARG_FIELDS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "batch_window_ms",
+    "dtype",
+    "enable_shared_context",
+    "max_model_len",
+    "result_cache_entries",
+    "timeout_ms",
+)
+
+
+class RouterConfig(Section, kw_only=True):
+    enabled: bool = False
+
+
+class ModelCatalogConfig(Section, kw_only=True):
+    deployments: dict[str, DeploymentConfig] = msgspec.field(default_factory=dict)
+
+
+class GlobalConfig(Section, kw_only=True):
+    router: RouterConfig = msgspec.field(default_factory=RouterConfig)
+    model_catalog: ModelCatalogConfig = msgspec.field(default_factory=ModelCatalogConfig)
+
+
+class DecisionModelConfig(Section, kw_only=True):
+    deployment: Name | None = None
+
+
+class SystemConfig(Section, kw_only=True):
+    decision_model: DecisionModelConfig = msgspec.field(default_factory=DecisionModelConfig)
+
+
+class FrontConfig(Section, kw_only=True):
+    global_: GlobalConfig = msgspec.field(name="global", default_factory=GlobalConfig)
+    system: SystemConfig = msgspec.field(default_factory=SystemConfig)
+
+    @property
+    def deployments(self) -> dict[str, DeploymentConfig]:
+        return self.global_.model_catalog.deployments
+
+    def default_deployment_name(self) -> str | None:
+        """The deployment `vllm-sr serve` flags apply to: the decision model's deployment,
+        else the only deployment, else `primary` when there is none; None when ambiguous."""
+        named = self.system.decision_model.deployment
+        if named is not None:
+            return named
+        if len(self.deployments) == 1:
+            return next(iter(self.deployments))
+        if not self.deployments:
+            return DEFAULT_DEPLOYMENT
+        return None
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value

@@ -1,0 +1,111 @@
+"""Wire schemas of the encoder surfaces beyond embeddings: classify (R-API-2) and rerank
+(R-API-3, Cohere/Jina-compatible). Decoders are built once; unknown fields are refused."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+import msgspec
+from msgspec import Meta, Struct
+
+from vllm_srun.adapters.http.schemas import CommonOptions, Meta_, Strict
+
+Overflow = Literal["reject", "truncate", "window"]
+
+
+class WindowOptions(Strict):
+    """Windows of `tokens` tokens (special tokens included) that share `overlap` tokens."""
+
+    tokens: Annotated[int, Meta(ge=3)]
+    overlap: Annotated[int, Meta(ge=0)] = 0
+
+
+class ClassifyOptions(CommonOptions):
+    # None: "window" when `window` is given, else "reject" (never cut silently, R-PERF-5)
+    overflow: Overflow | None = None
+    window: WindowOptions | None = None
+    threshold: Annotated[float, Meta(ge=0.0, le=1.0)] | None = None  # multi-label heads
+
+
+class PairInput(Strict):
+    text: str
+    text_pair: str
+
+
+class ClassifyRequest(Strict):
+    input: Union[str, Annotated[list[Union[str, PairInput]], Meta(min_length=1)]]
+    model: str | None = None
+    options: ClassifyOptions | None = None
+
+
+class WindowSpan(Struct):
+    start: int  # character offsets of the windowed text (the `text_pair` of a pair) in this window
+    end: int
+    tokens: int
+    probabilities: list[float]
+
+
+class InputInfo(Struct, omit_defaults=True):
+    tokens: int  # the input's full length in tokens, special tokens included
+    truncated: bool
+    windows: list[WindowSpan] | None = None
+
+
+class ClassifyResult(Struct):
+    index: int
+    label: Union[str, list[str]]  # single-label: the argmax; multi-label: every label >= threshold
+    probabilities: list[float]  # in the order of the response's `labels`
+    input: InputInfo
+
+
+class Usage(Struct):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class ClassifyResponse(Struct, omit_defaults=True):
+    model: str
+    labels: list[str]
+    results: list[ClassifyResult]
+    usage: Usage
+    multi_label: bool
+    object: str = "classification"
+    meta: Meta_ | None = None
+
+
+class RerankOptions(CommonOptions):
+    overflow: Overflow | None = None
+    window: WindowOptions | None = None
+
+
+class RerankRequest(Strict):
+    query: Annotated[str, Meta(min_length=1)]
+    documents: Annotated[list[Union[str, dict[str, Any]]], Meta(min_length=1)]
+    model: str | None = None
+    top_n: Annotated[int, Meta(ge=1)] | None = None
+    return_documents: bool | None = None
+    # Cohere client fields: rank_fields picks the keys of object documents (v1); max_tokens_per_doc
+    # truncates each document (v2); priority is accepted and has no effect on one worker
+    rank_fields: Annotated[list[str], Meta(min_length=1)] | None = None
+    max_tokens_per_doc: Annotated[int, Meta(ge=1)] | None = None
+    priority: int | None = None
+    max_chunks_per_doc: None = None  # Cohere v1 chunking: use options.overflow="window" instead
+    options: RerankOptions | None = None
+
+
+class RerankResult(Struct, omit_defaults=True):
+    index: int
+    relevance_score: float
+    document: dict[str, Any] | None = None
+
+
+class RerankResponse(Struct, omit_defaults=True):
+    model: str
+    results: list[RerankResult]
+    usage: Usage
+    id: str = ""
+    meta: Meta_ | None = None
+
+
+classify_decoder = msgspec.json.Decoder(ClassifyRequest)
+rerank_decoder = msgspec.json.Decoder(RerankRequest)

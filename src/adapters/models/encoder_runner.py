@@ -1,0 +1,103 @@
+"""The device-side forward of the encoder family: one padded batch of tokenized rows in, numpy out.
+
+`EncoderRunner.from_folder(folder)` loads the encoder (and its classification head when the
+checkpoint has one) and the sentence-transformers pooling. `embed(batch)` → float32 [B, D]
+(pooled, normalized when configured); `classify_logits(batch)` → float32 [B, num_labels].
+
+Rows are right-padded to the longest one with the config's pad id (0 for BERT). When every row
+has the same length no mask is built at all (attention and pooling take their unmasked paths).
+Rows are never cut here: a row longer than the model's positions raises ValueError.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from vllm_srun.adapters.models.bert import BertConfig, BertEncoder, SequenceClassificationHead, load_bert
+from vllm_srun.adapters.models.pooling import PoolingConfig, load_pooling_config, pool
+from vllm_srun.adapters.models.tokenization import Encoded
+
+
+class EncoderRunner:
+    def __init__(self, encoder: BertEncoder, head: SequenceClassificationHead | None,
+                 pooling: PoolingConfig, device: torch.device | str = "cpu") -> None:
+        self.encoder = encoder
+        self.head = head
+        self.pooling = pooling
+        self.config: BertConfig = encoder.config
+        self.device = torch.device(device)
+        self.pad_id = self.config.pad_token_id
+
+    @classmethod
+    def from_folder(cls, folder: Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+                    pooling: PoolingConfig | None = None) -> EncoderRunner:
+        """Load FOLDER. Pooling defaults to the folder's sentence-transformers config, else cls for a
+        model with a classification head and mean for a bare encoder."""
+        encoder, head = load_bert(folder, dtype)
+        if pooling is None:
+            pooling = load_pooling_config(folder, default_mode="cls" if head is not None else "mean")
+        if torch.device(device).type != "cpu":
+            encoder = encoder.to(device)
+            head = head.to(device) if head is not None else None
+        return cls(encoder, head, pooling, device)
+
+    @property
+    def has_classifier(self) -> bool:
+        return self.head is not None
+
+    @property
+    def labels(self) -> list[str]:
+        return self.config.labels
+
+    @property
+    def dimensions(self) -> int:
+        return self.config.hidden_size * len(self.pooling.modes)
+
+    def _tensors(self, batch: Sequence[Encoded]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """input_ids [B, T], mask [B, T] bool or None (all rows full), token types [B, T] or None (all 0)."""
+        if not batch:
+            raise ValueError("empty batch")
+        lengths = [len(e.ids) for e in batch]
+        longest = max(lengths)
+        if longest > self.config.max_tokens:
+            raise ValueError(f"a row of {longest} tokens exceeds this model's {self.config.max_tokens} positions")
+        ragged = min(lengths) != longest
+        if ragged:
+            pad = self.pad_id
+            ids = torch.tensor([[*e.ids, *([pad] * (longest - n))] for e, n in zip(batch, lengths)])
+        else:
+            ids = torch.tensor([e.ids for e in batch])
+        types = None
+        if any(any(e.type_ids) for e in batch):
+            types = torch.tensor([[*e.type_ids, *([0] * (longest - n))] for e, n in zip(batch, lengths)])
+        mask = None
+        if ragged:
+            mask = torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]
+        if self.device.type != "cpu":
+            ids = ids.to(self.device, non_blocking=True)
+            types = types.to(self.device, non_blocking=True) if types is not None else None
+            mask = mask.to(self.device, non_blocking=True) if mask is not None else None
+        return ids, mask, types
+
+    @staticmethod
+    def _numpy(out: torch.Tensor) -> np.ndarray:
+        return np.ascontiguousarray(out.to(device="cpu", dtype=torch.float32).numpy())
+
+    def embed(self, batch: Sequence[Encoded]) -> np.ndarray:
+        """Pooled (and normalized when configured) embeddings, float32 [B, D]."""
+        with torch.inference_mode():
+            ids, mask, types = self._tensors(batch)
+            hidden = self.encoder(ids, mask, types)
+            return self._numpy(pool(hidden, mask, self.pooling))
+
+    def classify_logits(self, batch: Sequence[Encoded]) -> np.ndarray:
+        """Sequence-classification logits, float32 [B, num_labels]."""
+        if self.head is None:
+            raise ValueError("this model has no sequence-classification head")
+        with torch.inference_mode():
+            ids, mask, types = self._tensors(batch)
+            return self._numpy(self.head(self.encoder(ids, mask, types)))

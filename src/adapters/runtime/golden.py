@@ -1,0 +1,155 @@
+"""The readiness (golden) check (R-GOLD-1).
+
+A package's `golden.json` holds recorded requests (`{surface, body}`) and references: the
+answers recorded at a device class (cpu|gpu) and dtype. Before a model is ready its requests
+run twice through the serving path (the surface functions and the scheduler). The two answers
+must be identical and, where a reference for this dtype exists, match it within the device
+class's tolerance. `matched`: both hold; `unverified`: identical, but no reference applies
+(no golden file, or none recorded at this dtype); `failed`: final, the model never serves.
+Catalog models whose folder lacks a golden file use the one shipped in `families/golden/`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from vllm_srun.adapters.runtime.served import GOLDEN_CHECK, ServedModel
+from vllm_srun.domain.dtypes import device_class
+
+GOLDEN_FILE = "golden.json"
+FORMAT = "vllm-srun-golden/1"
+TOLERANCE = {"cpu": 1e-3, "gpu": 2e-2}
+IGNORED = frozenset({"model", "meta", "id"})  # never part of an answer's content
+SHIPPED = Path(__file__).resolve().parents[1] / "families" / "golden"
+
+
+def shipped_golden(name: str) -> Path | None:
+    from vllm_srun.adapters.catalog import CATALOG
+
+    path = SHIPPED / f"{name}.json"
+    return path if name in CATALOG and path.exists() else None
+
+
+def find_golden(folder: Path, artifact: str | None = None) -> Path | None:
+    """The package's golden file, else the shipped one of a catalog model (by folder or name)."""
+    own = Path(folder) / GOLDEN_FILE
+    if own.exists():
+        return own
+    for name in (Path(folder).name, artifact):
+        found = shipped_golden(name) if name else None
+        if found is not None:
+            return found
+    return None
+
+
+def project(response: Any) -> Any:
+    """An answer's content: builtins, without name/meta/id; results in input order."""
+    body = msgspec.to_builtins(response)
+    if isinstance(body, dict):
+        body = {k: v for k, v in body.items() if k not in IGNORED}
+        for key, value in body.items():
+            if isinstance(value, list) and value and all(isinstance(v, dict) and "index" in v for v in value):
+                body[key] = sorted(value, key=lambda v: v["index"])
+    return body
+
+
+def compare(expected: Any, got: Any, tol: float, path: str = "$") -> str | None:
+    """None when GOT matches EXPECTED (floats within TOL), else where and how it differs."""
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return None if expected is got else f"{path}: {got!r} != {expected!r}"
+    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+        if isinstance(expected, int) and isinstance(got, int):
+            return None if expected == got else f"{path}: {got} != {expected}"
+        ok = math.isfinite(got) and abs(got - expected) <= tol
+        return None if ok else f"{path}: {got!r} differs from {expected!r} by more than {tol:g}"
+    if isinstance(expected, dict) and isinstance(got, dict):
+        if expected.keys() != got.keys():
+            return f"{path}: keys {sorted(got)} != {sorted(expected)}"
+        for key in expected:
+            found = compare(expected[key], got[key], tol, f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(expected, list) and isinstance(got, list):
+        if len(expected) != len(got):
+            return f"{path}: {len(got)} items != {len(expected)}"
+        for i, (e, g) in enumerate(zip(expected, got)):
+            found = compare(e, g, tol, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    return None if expected == got else f"{path}: {got!r} != {expected!r}"
+
+
+def pick_reference(golden: dict[str, Any], device: str, dtype: str) -> dict[str, Any] | None:
+    """The reference recorded at this dtype, preferring this device class."""
+    refs = [r for r in golden.get("references", []) if r.get("dtype") == dtype]
+    refs.sort(key=lambda r: r.get("device") != device_class(device))
+    return refs[0] if refs else None
+
+
+def surface_table() -> dict[str, tuple[Any, Any]]:
+    from vllm_srun.adapters.http.app import SURFACE_ROUTES
+
+    return {r.surface: (r.decoder, r.handler) for r in SURFACE_ROUTES}
+
+
+async def run_requests(served: ServedModel, requests: list[dict[str, Any]]) -> list[Any]:
+    """The recorded requests, one at a time, through the surfaces (result cache bypassed)."""
+    table = surface_table()
+    token = GOLDEN_CHECK.set(True)
+    try:
+        out = []
+        for item in requests:
+            decoder, handler = table[item["surface"]]
+            request = decoder.decode(json.dumps(item["body"]).encode())
+            out.append(project(await handler(served, request, None, None)))
+        return out
+    finally:
+        GOLDEN_CHECK.reset(token)
+
+
+def _status(status: str, checked: int = 0, matched: int = 0, reason: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"status": status, "checked": checked, "matched": matched, "reason": reason, **extra}
+
+
+async def check(served: ServedModel, path: Path | None, device: str) -> dict[str, Any]:
+    """Run the check for SERVED (status `warming`) and return its card entry."""
+    if path is None:
+        return _status("unverified", reason="the package has no golden file")
+    try:
+        golden = json.loads(Path(path).read_text(encoding="utf-8"))
+        requests = golden["requests"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return _status("failed", reason=f"unreadable golden file {path.name}: {exc}")
+    try:
+        first = await run_requests(served, requests)
+        second = await run_requests(served, requests)
+    except Exception as exc:  # a recorded request that no longer runs is a failure, not a crash
+        return _status("failed", reason=f"a recorded request failed: {type(exc).__name__}: {exc}")
+    n = len(requests)
+    for i, (a, b) in enumerate(zip(first, second)):
+        if msgspec.json.encode(a) != msgspec.json.encode(b):
+            return _status("failed", n, 0, f"request {i} answered differently when run twice")
+    assert served.model is not None
+    dtype = served.model.dtype
+    ref = pick_reference(golden, device, dtype)
+    if ref is None:
+        recorded = sorted({r.get("dtype") for r in golden.get("references", [])})
+        return _status("unverified", n, 0, f"no reference recorded at dtype {dtype} (recorded: {', '.join(map(str, recorded)) or 'none'})")
+    tol = TOLERANCE[device_class(device)]
+    expected = ref.get("responses", [])
+    if len(expected) != n:
+        return _status("failed", n, 0, f"the golden file has {len(expected)} answers for {n} requests")
+    matched = 0
+    for i, (want, got) in enumerate(zip(expected, first)):
+        diff = compare(want, got, tol)
+        if diff:
+            return _status("failed", n, matched, f"request {i} ({requests[i]['surface']}) does not match the reference: {diff}"[:400])
+        matched += 1
+    return _status("matched", n, matched, None, reference={"device": ref.get("device"), "dtype": dtype}, tolerance=tol)

@@ -1,0 +1,90 @@
+"""POST /v1/classify (R-API-2): texts or text pairs → one row each (or one per window) → label
+probabilities from the sequence-classification head.
+
+Single-label heads: softmax; `label` is the argmax. Multi-label heads (`problem_type:
+multi_label_classification`): sigmoid per label; `label` lists every label at or above
+`options.threshold` (default 0.5), most probable first. Over-long inputs are rejected, cut when
+`overflow: truncate`, or read in windows when asked (`overflow: window`, `window: {tokens,
+overlap}`); window probabilities are reduced by max per label.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vllm_srun.adapters.families.encoder import LogitsRow
+from vllm_srun.adapters.http import encoder_schemas as es
+from vllm_srun.adapters.http.schemas import MAX_INPUTS
+from vllm_srun.adapters.runtime.served import ServedModel
+from vllm_srun.adapters.surfaces.common import answer
+from vllm_srun.adapters.surfaces.windows import Item, encode_items, overflow_mode, split_windows
+from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
+from vllm_srun.domain.rows import RowSpec
+
+DEFAULT_THRESHOLD = 0.5
+
+
+def _items(req: es.ClassifyRequest) -> list[Item]:
+    raw = [req.input] if isinstance(req.input, str) else req.input
+    if len(raw) > MAX_INPUTS:
+        raise RequestTooLarge(f"too many inputs: {len(raw)} (at most {MAX_INPUTS})")
+    return [item if isinstance(item, str) else (item.text, item.text_pair) for item in raw]
+
+
+def probabilities(logits: np.ndarray, multi_label: bool) -> np.ndarray:
+    """[rows, labels] logits → probabilities (float64): sigmoid per label, or softmax per row."""
+    x = logits.astype(np.float64)
+    if multi_label:
+        return 1.0 / (1.0 + np.exp(-x))
+    x = x - x.max(axis=1, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _label(p: np.ndarray, labels: list[str], multi_label: bool, threshold: float) -> str | list[str]:
+    if not multi_label:
+        return labels[int(np.argmax(p))]
+    order = sorted(range(len(labels)), key=lambda j: (-p[j], j))
+    return [labels[j] for j in order if p[j] >= threshold]
+
+
+async def classify(served: ServedModel, req: es.ClassifyRequest, timing: Any, disconnected: Any = None) -> es.ClassifyResponse:
+    model = served.require_surface("classify")
+    items = _items(req)
+    options = req.options or es.ClassifyOptions()
+    mode = overflow_mode(options)
+    if options.threshold is not None and not model.multi_label:
+        raise InvalidRequest("options.threshold applies to multi-label heads; this model's head is single-label (softmax)")
+    threshold = DEFAULT_THRESHOLD if options.threshold is None else options.threshold
+    if mode == "window":
+        window = options.window or es.WindowOptions(tokens=model.max_input_tokens)
+        split = split_windows(model, items, window.tokens, window.overlap)
+        groups = [[w.encoded for w in s.windows] for s in split]
+        full = [s.n_tokens for s in split]
+    else:
+        encoded = encode_items(model, items, truncate=mode == "truncate")
+        groups = [[e] for e in encoded]
+        full = [e.n_tokens for e in encoded]
+
+    async def compute() -> tuple[es.ClassifyResponse, Any, int]:
+        rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups for e in group]
+        outcome = await served.run(rows, options.deadline_ms, timing, disconnected)
+        probs = probabilities(np.stack(outcome.outputs), model.multi_label)
+        results, at = [], 0
+        for i, group in enumerate(groups):
+            part = probs[at: at + len(group)]
+            at += len(group)
+            reduced = part.max(axis=0)
+            spans = None
+            if mode == "window":
+                spans = [es.WindowSpan(w.start, w.end, len(w.encoded.ids), p.tolist()) for w, p in zip(split[i].windows, part)]
+            info = es.InputInfo(tokens=full[i], truncated=any(e.truncated for e in group), windows=spans)
+            results.append(es.ClassifyResult(i, _label(reduced, model.labels, model.multi_label, threshold), reduced.tolist(), info))
+        tokens = sum(r.tokens for r in rows)
+        response = es.ClassifyResponse(model=served.name, labels=list(model.labels), results=results,
+                                       usage=es.Usage(tokens, tokens), multi_label=model.multi_label)
+        return response, outcome, len(rows)
+
+    return await answer(served, "classify", req, compute)

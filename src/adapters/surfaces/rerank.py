@@ -1,0 +1,85 @@
+"""POST /v1/rerank and /v2/rerank (R-API-3): one (query, document) row per document through a
+cross-encoder (`num_labels == 1`); relevance = sigmoid(logit). Cohere (v1 and v2 clients) and
+Jina request/response shapes: results sorted by relevance, highest first, cut to `top_n`.
+
+Over-long pairs are rejected unless the request asks otherwise: `options.overflow: truncate`,
+Cohere's `max_tokens_per_doc` (cuts each document to that many tokens), or `options.overflow:
+window` (the query is kept whole in every window of the document; the best window scores).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from vllm_srun.adapters.families.encoder import LogitsRow
+from vllm_srun.adapters.http import encoder_schemas as es
+from vllm_srun.adapters.http.schemas import MAX_INPUTS
+from vllm_srun.adapters.runtime.served import ServedModel
+from vllm_srun.adapters.surfaces.common import answer
+from vllm_srun.adapters.surfaces.windows import encode_items, overflow_mode, split_windows
+from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
+from vllm_srun.domain.rows import RowSpec
+
+
+def _text(doc: str | dict[str, Any], rank_fields: list[str] | None, i: int) -> str:
+    if isinstance(doc, str):
+        return doc
+    fields = rank_fields or ["text"]
+    missing = [f for f in fields if not isinstance(doc.get(f), str)]
+    if missing:
+        raise InvalidRequest(f"documents[{i}] has no text field {missing[0]!r} (a document is a string or {{\"text\": ...}})")
+    if rank_fields is None:
+        return doc["text"]
+    return "\n".join(f"{f}: {doc[f]}" for f in fields)
+
+
+def _cut(model: Any, text: str, max_tokens: int) -> str:
+    """TEXT cut after its first MAX_TOKENS tokens (Cohere's max_tokens_per_doc)."""
+    enc = model.tokenizer.tokenizer.encode(text, add_special_tokens=False)
+    return text if len(enc.ids) <= max_tokens else text[: enc.offsets[max_tokens - 1][1]]
+
+
+async def rerank(served: ServedModel, req: es.RerankRequest, timing: Any, disconnected: Any = None) -> es.RerankResponse:
+    model = served.require_surface("rerank")
+    if len(req.documents) > MAX_INPUTS:
+        raise RequestTooLarge(f"too many documents: {len(req.documents)} (at most {MAX_INPUTS})")
+    texts = [_text(d, req.rank_fields, i) for i, d in enumerate(req.documents)]
+    options = req.options or es.RerankOptions()
+    mode = overflow_mode(options)
+    if req.max_tokens_per_doc is not None:
+        texts = [_cut(model, t, req.max_tokens_per_doc) for t in texts]
+        if options.overflow is None and options.window is None:
+            mode = "truncate"  # the client asked for cut documents
+    pairs = [(req.query, t) for t in texts]
+    if mode == "window":
+        window = options.window or es.WindowOptions(tokens=model.max_input_tokens)
+        groups = [[w.encoded for w in s.windows] for s in split_windows(model, pairs, window.tokens, window.overlap)]
+    else:
+        groups = [[e] for e in encode_items(model, pairs, truncate=mode == "truncate")]
+
+    async def compute() -> tuple[es.RerankResponse, Any, int]:
+        rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups for e in group]
+        outcome = await served.run(rows, options.deadline_ms, timing, disconnected)
+        logits = np.stack(outcome.outputs).astype(np.float64)[:, 0]
+        scores = 1.0 / (1.0 + np.exp(-logits))
+        best, at = [], 0
+        for group in groups:
+            best.append(float(scores[at: at + len(group)].max()))
+            at += len(group)
+        order = sorted(range(len(best)), key=lambda i: (-best[i], i))
+        results = [es.RerankResult(i, best[i]) for i in order]
+        tokens = sum(r.tokens for r in rows)
+        return es.RerankResponse(model=served.name, results=results, usage=es.Usage(tokens, tokens)), outcome, len(rows)
+
+    response = await answer(served, "rerank", req, compute)
+    results = response.results[: req.top_n] if req.top_n is not None else response.results
+    if req.return_documents:
+        results = [
+            msgspec.structs.replace(r, document={"text": d} if isinstance(d := req.documents[r.index], str) else d)
+            for r in results
+        ]
+    return msgspec.structs.replace(response, results=results, id=str(uuid.uuid4()))

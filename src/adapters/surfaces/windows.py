@@ -1,0 +1,115 @@
+"""Overflow handling for encoder inputs (R-PERF-5): reject, truncate, or split into windows.
+
+Windows are asked for, never implied. A window holds `tokens` tokens (special tokens included)
+and shares `overlap` content tokens with the one before it. A text pair keeps its `text` whole
+in every window and slides over its `text_pair` (the document). Each window is one row.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Sequence, Union
+
+from vllm_srun.adapters.models.tokenization import Encoded
+from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
+
+Item = Union[str, tuple[str, str]]
+MAX_WINDOW_ROWS = 8192  # windows of one request, all inputs together
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    encoded: Encoded
+    start: int  # character span of the windowed text that this window covers
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Windowed:
+    windows: list[Window]
+    n_tokens: int  # the whole input's length, special tokens included
+
+
+def overflow_mode(options: Any) -> str:
+    """The request's overflow mode; `window` settings imply (and need) `overflow: window`."""
+    mode = getattr(options, "overflow", None)
+    window = getattr(options, "window", None)
+    if mode is None:
+        return "window" if window is not None else "reject"
+    if window is not None and mode != "window":
+        raise InvalidRequest(f'options.window is set but options.overflow is "{mode}"; use "window"')
+    return mode
+
+
+def encode_items(model: Any, items: Sequence[Item], *, truncate: bool, max_length: int | None = None) -> list[Encoded]:
+    """One row per input (texts and pairs may mix); over-long inputs are rejected unless TRUNCATE."""
+    limit = min(max_length or model.max_input_tokens, model.max_input_tokens)
+    out: list[Encoded | None] = [None] * len(items)
+    singles = [i for i, it in enumerate(items) if isinstance(it, str)]
+    pairs = [i for i, it in enumerate(items) if not isinstance(it, str)]
+    try:
+        if singles:
+            for i, enc in zip(singles, model.tokenizer.encode([items[i] for i in singles], max_length=limit, truncate=truncate)):
+                out[i] = enc
+        if pairs:
+            for i, enc in zip(pairs, model.tokenizer.encode_pairs([items[i] for i in pairs], max_length=limit, truncate=truncate)):
+                out[i] = enc
+    except ValueError as exc:  # e.g. a limit that leaves no room after the special tokens
+        raise InvalidRequest(str(exc)) from None
+    for i, enc in enumerate(out):
+        assert enc is not None
+        if len(enc.ids) > limit:
+            raise InvalidRequest(
+                f"input[{i}] has {enc.n_tokens} tokens, over the limit of {limit}; set options.overflow to "
+                '"truncate" to cut it or to "window" to read it in windows'
+            )
+    return out  # type: ignore[return-value]
+
+
+def _windowing_tokenizer(model: Any, length: int, overlap: int, pair: bool) -> tuple[Any, threading.Lock]:
+    from tokenizers import Tokenizer
+
+    cache = model.__dict__.setdefault("_srun_windowers", {})
+    key = (length, overlap, pair)
+    if key not in cache:
+        if len(cache) >= 16:
+            cache.pop(next(iter(cache)))
+        tok = Tokenizer.from_str(model.tokenizer.tokenizer.to_str())
+        tok.no_padding()
+        tok.enable_truncation(length, stride=overlap, strategy="only_second" if pair else "longest_first")
+        cache[key] = (tok, threading.Lock())
+    return cache[key]
+
+
+def split_windows(model: Any, items: Sequence[Item], tokens: int, overlap: int) -> list[Windowed]:
+    """Every input as one or more windows of at most TOKENS tokens."""
+    if tokens > model.max_input_tokens:
+        raise InvalidRequest(f"options.window.tokens {tokens} is over the model's limit of {model.max_input_tokens}")
+    raw = model.tokenizer.tokenizer
+    out: list[Windowed] = []
+    rows = 0
+    for i, item in enumerate(items):
+        pair = not isinstance(item, str)
+        room = tokens - raw.num_special_tokens_to_add(pair)
+        if pair:
+            room -= len(raw.encode(item[0], add_special_tokens=False).ids)
+        if room < 1:
+            raise InvalidRequest(f"input[{i}]: a window of {tokens} tokens leaves no room for text" + (" after `text`" if pair else ""))
+        if overlap >= room:
+            raise InvalidRequest(f"input[{i}]: options.window.overlap {overlap} must be below the {room} text tokens a window holds")
+        tok, lock = _windowing_tokenizer(model, tokens, overlap, pair)
+        with lock:
+            first = tok.encode(*item) if pair else tok.encode(item)
+        windows = []
+        for enc in (first, *first.overflowing):
+            spans = [off for off, seq, special in zip(enc.offsets, enc.sequence_ids, enc.special_tokens_mask)
+                     if not special and seq == (1 if pair else 0)]
+            start, end = (spans[0][0], spans[-1][1]) if spans else (0, 0)
+            windows.append(Window(Encoded(enc.ids, enc.type_ids, False, len(enc.ids)), start, end))
+        rows += len(windows)
+        if rows > MAX_WINDOW_ROWS:
+            raise RequestTooLarge(f"the request makes more than {MAX_WINDOW_ROWS} windows")
+        whole = raw.encode(*item) if pair else raw.encode(item)
+        out.append(Windowed(windows, len(whole.ids)))
+    return out

@@ -1,0 +1,100 @@
+"""CPU thread budget of a managed CPU worker (R-CPU-1), and parsers for where the budget
+comes from. The adapter reads `/sys/fs/cgroup/cpu.max` (v2) or `cpu.cfs_quota_us` and
+`cpu.cfs_period_us` (v1) and the process affinity; these functions only parse and decide.
+"""
+
+from __future__ import annotations
+
+import math
+
+MAX_WORKER_THREADS = 16
+THREADS_ENV = "VLLM_SRUN_CPU_THREADS"
+
+
+class InvalidThreadOverride(ValueError):
+    """`VLLM_SRUN_CPU_THREADS` is set to something other than a positive integer."""
+
+
+def worker_threads(budget_cpus: float, env_override: str | None) -> int:
+    """Threads for one managed CPU worker.
+
+    Without an override: half the budget rounded down, at least 1, at most 16. With
+    `VLLM_SRUN_CPU_THREADS=N` (a positive integer): N, capped by the budget (whole CPUs,
+    at least 1) but not by 16. An empty or blank value counts as unset.
+    """
+    if not math.isfinite(budget_cpus) or budget_cpus <= 0:
+        raise ValueError(f"CPU budget must be a positive number of CPUs, got {budget_cpus!r}")
+    if env_override is not None and env_override.strip():
+        requested = parse_thread_override(env_override)
+        return min(requested, max(1, math.floor(budget_cpus)))
+    return max(1, min(MAX_WORKER_THREADS, math.floor(budget_cpus / 2)))
+
+
+def parse_thread_override(text: str) -> int:
+    value = text.strip()
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+        raise InvalidThreadOverride(
+            f"{THREADS_ENV} must be a positive integer (a thread count per CPU worker), "
+            f"got {text!r}"
+        )
+    return int(value)
+
+
+def cpu_budget(quota_cpus: float | None, affinity_cpus: int) -> float:
+    """The CPUs the front may use: the cgroup quota when there is one, never more than the
+    CPUs the process may run on."""
+    if affinity_cpus < 1:
+        raise ValueError("affinity must allow at least one CPU")
+    if quota_cpus is None:
+        return float(affinity_cpus)
+    return min(quota_cpus, float(affinity_cpus))
+
+
+def parse_cgroup_v2_cpu_max(text: str) -> float | None:
+    """`cpu.max` is "QUOTA PERIOD" in microseconds, or "max PERIOD" for no limit.
+
+    Returns the quota in CPUs (e.g. "150000 100000" → 1.5), or None when unlimited.
+    """
+    fields = text.split()
+    if not fields or len(fields) > 2:
+        raise ValueError(f"cpu.max: expected 'QUOTA PERIOD', got {text!r}")
+    if fields[0] == "max":
+        return None
+    period = fields[1] if len(fields) == 2 else "100000"  # the kernel's default period
+    return _quota_cpus(fields[0], period, source="cpu.max")
+
+
+def parse_cgroup_v1_cpu_quota(quota_text: str, period_text: str) -> float | None:
+    """`cpu.cfs_quota_us` (-1 = unlimited) over `cpu.cfs_period_us`, in CPUs."""
+    if quota_text.strip() == "-1":
+        return None
+    return _quota_cpus(quota_text.strip(), period_text.strip(), source="cpu.cfs_quota_us")
+
+
+def parse_cpu_list(text: str) -> int:
+    """How many CPUs a list such as "0-3,8,10-11" (cpuset.cpus.effective) names."""
+    count = 0
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            raise ValueError(f"CPU list: cannot read {part!r} in {text!r}") from None
+        if first < 0 or last < first:
+            raise ValueError(f"CPU list: bad range {part!r} in {text!r}")
+        count += last - first + 1
+    if count == 0:
+        raise ValueError(f"CPU list names no CPU: {text!r}")
+    return count
+
+
+def _quota_cpus(quota: str, period: str, *, source: str) -> float:
+    try:
+        quota_us, period_us = int(quota), int(period)
+    except ValueError:
+        raise ValueError(f"{source}: expected integers, got {quota!r} and {period!r}") from None
+    if quota_us <= 0 or period_us <= 0:
+        raise ValueError(f"{source}: quota and period must be positive, got {quota!r} {period!r}")
+    return quota_us / period_us

@@ -1,0 +1,67 @@
+"""R-PKG-3: fixture packages are deterministic by seed, in Hugging Face layout, with a manifest;
+other families plug in their own writers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vllm_srun.adapters.families import fixtures
+from vllm_srun.adapters.families.fixtures import register_fixture_writer, write_fixture
+from vllm_srun.adapters.families.registry import family_for
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_same_seed_same_bytes_other_seed_other_weights(tmp_path: Path) -> None:
+    a = write_fixture(tmp_path / "a", "encoder", "classify", 3, golden=False)
+    b = write_fixture(tmp_path / "b", "encoder", "classify", 3, golden=False)
+    c = write_fixture(tmp_path / "c", "encoder", "classify", 4, golden=False)
+    assert _files(a) == _files(b)
+    assert (a / "model.safetensors").read_bytes() != (c / "model.safetensors").read_bytes()
+
+
+def test_golden_recording_is_deterministic(tmp_path: Path, encoder_fixture) -> None:  # type: ignore[no-untyped-def]
+    again = write_fixture(tmp_path / "tiny-rerank", "encoder", "rerank", 0)
+    first = json.loads((encoder_fixture("rerank") / "golden.json").read_text())
+    second = json.loads((again / "golden.json").read_text())
+    assert first == second and first["references"][0]["device"] == "cpu" and first["references"][0]["dtype"] == "float32"
+
+
+@pytest.mark.parametrize(("variant", "surfaces", "labels"), [
+    ("embed", ["embeddings"], None), ("classify", ["classify"], 3), ("multilabel", ["classify"], 3), ("rerank", ["rerank"], 1),
+])
+def test_layout_and_manifest(tmp_path: Path, variant: str, surfaces: list[str], labels: int | None) -> None:
+    out = write_fixture(tmp_path / variant, "encoder", variant, 0, golden=False)
+    config = json.loads((out / "config.json").read_text())
+    manifest = json.loads((out / "srun.json").read_text())
+    assert manifest["family"] == "encoder" and manifest["surfaces"] == surfaces and manifest["dtype"] == "float32"
+    assert manifest["max_input_tokens"] == 128 and family_for(out).name == "encoder"
+    assert (out / "tokenizer.json").exists() and (out / "model.safetensors").exists()
+    assert config.get("num_labels") == labels
+    assert (config.get("problem_type") == "multi_label_classification") is (variant == "multilabel")
+    assert (out / "modules.json").exists() is (variant == "embed")
+    assert (out / "1_Pooling" / "config.json").exists() is (variant == "embed")
+
+
+def test_refusals_and_other_families(tmp_path: Path) -> None:
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    for args in (("full", "encoder", "embed"), ("new", "decision", None), ("new2", "encoder", "nope")):
+        with pytest.raises(ValueError):
+            write_fixture(tmp_path / args[0], args[1], args[2], 0, golden=False)
+
+    def write_toy(out: Path, variant: str | None, seed: int) -> list[dict]:  # type: ignore[type-arg]
+        (out / "toy.txt").write_text(f"{variant}-{seed}")
+        return []
+
+    register_fixture_writer("toy", write_toy, ("only",))
+    try:
+        out = write_fixture(tmp_path / "toy", "toy", "only", 5, golden=False)
+        assert (out / "toy.txt").read_text() == "only-5"
+    finally:
+        fixtures.FIXTURE_WRITERS.pop("toy")

@@ -1,0 +1,46 @@
+"""R-DT: the auto table and the refusals before any load (pure domain rules)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_srun.domain.dtypes import auto_dtype, device_class, dtype_refusal, needs_bf16_warning, resolve_dtype
+
+
+@pytest.mark.parametrize(("family", "device", "want"), [
+    ("decision", "cuda:0", "bfloat16"), ("decision", "rocm:1", "bfloat16"), ("decision", "cpu", "float32"),
+    ("encoder", "cuda:0", "float32"), ("encoder", "cpu", "float32"),
+    ("multimodal", "cuda", "float32"), ("multimodal", "cpu", "float32"),
+])
+def test_auto_table(family: str, device: str, want: str) -> None:
+    assert auto_dtype(family, device) == want
+    assert resolve_dtype("auto", family, device) == want
+
+
+def test_any_other_value_is_taken_as_is() -> None:
+    assert resolve_dtype("bfloat16", "encoder", "cpu") == "bfloat16"
+    assert resolve_dtype("float32", "decision", "cuda:0") == "float32"
+    with pytest.raises(ValueError):
+        resolve_dtype("int8", "encoder", "cpu")
+
+
+@pytest.mark.parametrize(("dtype", "device", "engine", "refused"), [
+    ("float16", "cpu", "auto", "GPUs only"), ("float16", "mps", "native", "GPUs only"),
+    ("float16", "cuda:0", "auto", None), ("bfloat16", "cpu", "auto", None),
+    ("float32", "cpu", "onnxruntime", "onnxruntime"), ("bfloat16", "cpu", "onnxruntime", "onnxruntime"),
+    ("auto", "cpu", "onnxruntime", None), ("auto", "cpu", "native", None),
+])
+def test_refusals(dtype: str, device: str, engine: str, refused: str | None) -> None:
+    why = dtype_refusal(dtype, device, engine)
+    if refused is None:
+        assert why is None
+    else:
+        assert why is not None and refused in why and "\n" not in why
+
+
+def test_bf16_warning_only_on_a_cpu_without_native_bf16() -> None:
+    assert needs_bf16_warning("bfloat16", "cpu", cpu_has_native_bf16=False)
+    assert not needs_bf16_warning("bfloat16", "cpu", cpu_has_native_bf16=True)
+    assert not needs_bf16_warning("bfloat16", "cuda:0", cpu_has_native_bf16=False)
+    assert not needs_bf16_warning("float32", "cpu", cpu_has_native_bf16=False)
+    assert device_class("cuda:3") == "gpu" and device_class("cpu") == "cpu"

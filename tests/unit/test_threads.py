@@ -1,0 +1,113 @@
+"""R-CPU-1: threads per managed CPU worker, and the cgroup/cpuset parsers behind the budget."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vllm_srun.domain.threads import (
+    InvalidThreadOverride,
+    cpu_budget,
+    parse_cgroup_v1_cpu_quota,
+    parse_cgroup_v2_cpu_max,
+    parse_cpu_list,
+    worker_threads,
+)
+
+
+@pytest.mark.parametrize(
+    ("budget", "threads"),
+    [
+        (0.5, 1),
+        (1, 1),
+        (1.5, 1),
+        (2, 1),
+        (3.9, 1),
+        (4, 2),
+        (7, 3),
+        (8, 4),
+        (31, 15),
+        (32, 16),
+        (33, 16),
+        (256, 16),
+    ],
+)
+def test_half_the_budget_rounded_down_at_least_one_at_most_sixteen(
+    budget: float, threads: int
+) -> None:
+    assert worker_threads(budget, None) == threads
+
+
+@pytest.mark.parametrize(
+    ("budget", "override", "threads"),
+    [
+        (64, "8", 8),
+        (64, "32", 32),
+        (4, "8", 4),
+        (2.5, "3", 2),
+        (0.5, "4", 1),
+        (8, " 6 ", 6),
+        (8, "", 4),
+        (8, "  ", 4),
+    ],
+)
+def test_a_positive_override_is_capped_by_the_budget_only(
+    budget: float, override: str, threads: int
+) -> None:
+    assert worker_threads(budget, override) == threads
+
+
+@pytest.mark.parametrize("override", ["0", "-2", "abc", "1.5", "8 threads", "٣", "+4", "0x10"])
+def test_an_invalid_override_is_refused_naming_the_variable(override: str) -> None:
+    with pytest.raises(
+        InvalidThreadOverride, match="VLLM_SRUN_CPU_THREADS must be a positive integer"
+    ):
+        worker_threads(8, override)
+
+
+@pytest.mark.parametrize("budget", [0, -1, float("nan"), float("inf")])
+def test_a_budget_must_be_a_positive_number(budget: float) -> None:
+    with pytest.raises(ValueError):
+        worker_threads(budget, None)
+
+
+@given(st.floats(0.01, 4096), st.one_of(st.none(), st.integers(1, 1000).map(str)))
+def test_threads_never_exceed_the_budget_or_fall_below_one(
+    budget: float, override: str | None
+) -> None:
+    threads = worker_threads(budget, override)
+    assert 1 <= threads <= max(1, int(budget))
+    if override is None:
+        assert threads <= 16
+
+
+def test_cgroup_v2_cpu_max() -> None:
+    assert parse_cgroup_v2_cpu_max("max 100000\n") is None
+    assert parse_cgroup_v2_cpu_max("max") is None
+    assert parse_cgroup_v2_cpu_max("150000 100000\n") == 1.5
+    assert parse_cgroup_v2_cpu_max("800000 100000") == 8.0
+    assert parse_cgroup_v2_cpu_max("50000") == 0.5  # the kernel's default period
+    for bad in ["", "abc 100000", "100000 0", "-1 100000", "1 2 3"]:
+        with pytest.raises(ValueError):
+            parse_cgroup_v2_cpu_max(bad)
+
+
+def test_cgroup_v1_quota_and_period() -> None:
+    assert parse_cgroup_v1_cpu_quota("-1\n", "100000\n") is None
+    assert parse_cgroup_v1_cpu_quota("200000\n", "100000\n") == 2.0
+    assert parse_cgroup_v1_cpu_quota("25000", "50000") == 0.5
+    with pytest.raises(ValueError):
+        parse_cgroup_v1_cpu_quota("x", "100000")
+
+
+def test_cpu_list_and_budget() -> None:
+    assert parse_cpu_list("0-3,8,10-11\n") == 7
+    assert parse_cpu_list("5") == 1
+    for bad in ["", "3-1", "a-b"]:
+        with pytest.raises(ValueError):
+            parse_cpu_list(bad)
+    assert cpu_budget(None, 12) == 12.0
+    assert cpu_budget(2.5, 12) == 2.5  # the container quota binds
+    assert cpu_budget(64.0, 12) == 12.0  # never more than the CPUs it may run on
+    assert worker_threads(cpu_budget(parse_cgroup_v2_cpu_max("400000 100000"), 64), None) == 2
