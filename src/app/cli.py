@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     pull = sub.add_parser("pull", help="place a built-in model in the local model store")
     pull.add_argument("name", choices=sorted(CATALOG), metavar="NAME")
+
+    from vllm_srun.app import simulate_cli
+
+    simulate_cli.add_parser(sub, _positive_int, _window_ms)
     return parser
 
 
@@ -215,6 +219,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return pull(ns)
     if ns.command == "fixture":
         return fixture(ns)
+    if ns.command == "simulate":
+        from vllm_srun.app import simulate_cli
+
+        try:
+            return simulate_cli.run(ns)
+        except (OSError, ValueError, KeyError) as exc:
+            refuse(f"simulate: {exc}")
     raise AssertionError(ns.command)  # pragma: no cover
 
 
