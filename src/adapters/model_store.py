@@ -138,6 +138,7 @@ def _materialize(entry: CatalogEntry, source: Path, progress: Progress) -> Path:
         else:  # pragma: no cover - catalog is static
             raise ValueError(entry.layout)
         _write_catalog_extras(entry, staging)
+        staging.chmod(0o755)  # mkdtemp made it private; the store is shared by its users
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)

