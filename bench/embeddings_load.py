@@ -79,11 +79,23 @@ def main() -> None:
     ap.add_argument("--shape", choices=["short", "mixed", "both"], default="both")
     ap.add_argument("--window-ms", type=float, default=2.0)
     ap.add_argument("--engine", default="auto", help="--engine passed to vllm-srun serve (auto|native|onnxruntime)")
+    ap.add_argument("--serve-args", default="", help="more flags for vllm-srun serve, e.g. '--threads 1'")
     args = ap.parse_args()
     shapes = ["short", "mixed"] if args.shape == "both" else [args.shape]
-    extra = ["--engine", args.engine, "--batch-window-ms", str(args.window_ms)]
+    # the result cache is off: repeated texts would be answered without a forward
+    extra = ["--engine", args.engine, "--batch-window-ms", str(args.window_ms), "--result-cache-entries", "0",
+             *args.serve_args.split()]
 
-    print(f"# embeddings load: {args.clients} clients, {args.requests} requests per shape, engine {args.engine}")
+    # the in-process references compute with the same thread count as the server
+    import torch
+
+    from vllm_srun.app.cli import default_threads
+
+    flags = args.serve_args.split()
+    threads = int(flags[flags.index("--threads") + 1]) if "--threads" in flags else default_threads()
+    torch.set_num_threads(threads)
+    print(f"# embeddings load: {args.clients} clients, {args.requests} requests per shape, engine {args.engine}, "
+          f"{threads} forward thread(s)")
     for shape in shapes:
         texts = make_texts(shape, args.requests, seed=1)
         bodies = [embeddings_body(t) for t in texts]

@@ -89,8 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-num-batched-tokens", type=_positive_int, default=None)
     serve.add_argument("--batch-window-ms", type=_window_ms, default=2.0)
     serve.add_argument("--dtype", choices=DTYPES, default="auto")
+    serve.add_argument(
+        "--enable-shared-context", action=argparse.BooleanOptionalAction, default=None,
+        help="decision models: run a multi-question request's state once (default: on for decision models)",
+    )
+    serve.add_argument("--max-model-len", type=_positive_int, default=None,
+                       help="decision models: most input tokens one question's prompt may have (default: the package's limit)")
     serve.add_argument("--max-request-bytes", type=_positive_int, default=8 * 1024 * 1024)
-    serve.add_argument("--threads", type=_positive_int, default=None, help="CPU threads for forwards (default: the CPUs this process may use)")
+    serve.add_argument("--threads", type=_positive_int, default=None, help="CPU threads for forwards (default: the CPU budget less one, at least 1)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     serve.add_argument(
         "--result-cache-entries", type=_non_negative_int, default=DEFAULT_RESULT_CACHE_ENTRIES,
@@ -100,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     fixture = sub.add_parser("fixture", help="write a tiny random-weight model package (with its golden file)")
     fixture.add_argument("out", metavar="OUT", help="the folder to create (new or empty)")
-    fixture.add_argument("--family", required=True, help="encoder (other families register their own writers)")
-    fixture.add_argument("--variant", default=None, help="encoder: embed, classify, multilabel or rerank")
+    fixture.add_argument("--family", required=True, help="encoder or decision (other families register their own writers)")
+    fixture.add_argument("--variant", default=None, help="encoder: embed, classify, multilabel or rerank; decision: llama or qwen3")
     fixture.add_argument("--seed", type=_non_negative_int, default=0)
     fixture.add_argument("--no-golden", action="store_true", help="skip recording golden.json")
 
@@ -114,11 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _cpu_budget() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
+def default_threads() -> int:
+    from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
+    from vllm_srun.domain.threads import standalone_threads
+
+    return standalone_threads(front_cpu_budget())
 
 
 def serve(ns: argparse.Namespace) -> int:
@@ -147,11 +153,18 @@ def serve(ns: argparse.Namespace) -> int:
         max_num_batched_tokens=ns.max_num_batched_tokens,
         batch_window_ms=ns.batch_window_ms,
         dtype=ns.dtype,
+        enable_shared_context=ns.enable_shared_context,
+        max_model_len=ns.max_model_len,
     )
     problems = args.problems()
     if problems:
         refuse(problems[0])
     models = ns.models or [DEFAULT_MODEL]
+    from vllm_srun.app.preflight import engine_arg_refusal
+
+    refusal = engine_arg_refusal(models, args, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    if refusal:
+        refuse(refusal)
     logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def progress(msg: str) -> None:
@@ -166,7 +179,7 @@ def serve(ns: argparse.Namespace) -> int:
             "models": [(m, args) for m in models],
             "device": device,
             "engine": ns.engine,
-            "threads": ns.threads or _cpu_budget(),
+            "threads": ns.threads or default_threads(),
             "progress": progress,
             "max_request_bytes": ns.max_request_bytes,
             "result_cache_entries": ns.result_cache_entries,

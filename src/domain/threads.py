@@ -98,3 +98,14 @@ def _quota_cpus(quota: str, period: str, *, source: str) -> float:
     if quota_us <= 0 or period_us <= 0:
         raise ValueError(f"{source}: quota and period must be positive, got {quota!r} {period!r}")
     return quota_us / period_us
+
+
+def standalone_threads(budget_cpus: float) -> int:
+    """Default forward threads of a `vllm-srun serve` started by hand: the CPU budget less one
+    CPU kept for the event loop and tokenizing, at least 1, at most MAX_WORKER_THREADS.
+
+    On a small machine a forward's OpenMP team that shares its cores with the event loop (and
+    whatever else runs there) stalls at every barrier: on 2 CPUs under load, 2 threads served
+    5x fewer requests than 1 (bench/embeddings_load.py --serve-args '--threads 2').
+    """
+    return max(1, min(MAX_WORKER_THREADS, int(budget_cpus) - 1))

@@ -111,3 +111,9 @@ def test_cpu_list_and_budget() -> None:
     assert cpu_budget(2.5, 12) == 2.5  # the container quota binds
     assert cpu_budget(64.0, 12) == 12.0  # never more than the CPUs it may run on
     assert worker_threads(cpu_budget(parse_cgroup_v2_cpu_max("400000 100000"), 64), None) == 2
+
+
+def test_standalone_threads_keep_a_cpu_for_the_event_loop() -> None:
+    from vllm_srun.domain.threads import standalone_threads
+
+    assert [standalone_threads(b) for b in (0.5, 1, 2, 2.5, 8, 64)] == [1, 1, 1, 1, 7, 16]
