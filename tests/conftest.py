@@ -38,3 +38,20 @@ def encoder_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
         return made[variant, seed]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def decision_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """get(variant="llama", seed=0) → a tiny decision package (decoder + tokenizer + srun.json +
+    golden.json) written by our fixture writer, once per session; folder `tiny-decision-VARIANT`."""
+    from vllm_srun.adapters.families.fixtures import write_fixture
+
+    made: dict[tuple[str, int], Path] = {}
+
+    def get(variant: str = "llama", seed: int = 0) -> Path:
+        if (variant, seed) not in made:
+            root = tmp_path_factory.mktemp(f"decision-{variant}-{seed}")
+            made[variant, seed] = write_fixture(root / f"tiny-decision-{variant}", "decision", variant, seed)
+        return made[variant, seed]
+
+    return get

@@ -1,14 +1,201 @@
-"""`vllm-sr`: the deployment front (see issue on `vllm-sr serve`)."""
+"""`vllm-sr`: the deployment front (R-REP, R-ARG).
+
+    vllm-sr serve [MODEL] [-e [ENGINE]] [--platform P] [-dp N] [--device-ids 0,1] [--config FILE]
+                  [--host 127.0.0.1] [--port 8000] [engine args]
+    vllm-sr config show [--config FILE] [the same flags]
+    vllm-sr config migrate FILE [--write]
+
+Flags write the same canonical config a file holds (`adapters/config/overrides.py`);
+`config show` prints what `serve` would run. Every refusal is one line on stderr and exit
+status 2, before any worker starts.
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
-from typing import Sequence
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+from vllm_srun.app.cli import OneLineParser, _non_negative_int, _port, _positive_int, _window_ms
+
+PROG = "vllm-sr"
+DEFAULT_PORT = 8000
+ENGINE_MODE = ""  # `-e` without a value: Engine mode, the only mode this front has
+
+
+def refuse(message: str) -> NoReturn:
+    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def _device_ids(text: str) -> list[int]:
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip() != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected GPU indices such as 0,1, got {text!r}") from None
+    if not ids:
+        raise argparse.ArgumentTypeError(f"expected GPU indices such as 0,1, got {text!r}")
+    return ids
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", nargs="?", metavar="MODEL", help="artifact of the default deployment")
+    p.add_argument("-e", "--engine", nargs="?", const=ENGINE_MODE, default=None, metavar="ENGINE",
+                   help="Engine mode (serve the model runtime; LLM routing is out of scope); "
+                   "with a value, the runtime engine: auto, native or onnxruntime")
+    p.add_argument("--config", metavar="FILE", help="the canonical config (YAML)")
+    p.add_argument("--platform", choices=["auto", "cpu", "cuda", "rocm", "mps"], default=None)
+    p.add_argument("-dp", "--data-parallel-size", type=_positive_int, default=None, metavar="N",
+                   help="workers of the default deployment")
+    p.add_argument("--device-ids", type=_device_ids, default=None, metavar="IDS", help="GPU indices, e.g. 0,1")
+    p.add_argument("--max-num-seqs", type=_positive_int)
+    p.add_argument("--max-num-batched-tokens", type=_positive_int)
+    p.add_argument("--batch-window-ms", type=_window_ms)
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--max-model-len", type=_positive_int)
+    p.add_argument("--result-cache-entries", type=_non_negative_int)
+    p.add_argument("--enable-shared-context", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--timeout-ms", type=_positive_int, help="the default deployment's request timeout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=PROG, description="The deployment front: workers, dispatch, ejection, inventory.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    serve = sub.add_parser("serve", help="start the workers and serve the deployments over HTTP")
+    _add_config_flags(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=_port, default=DEFAULT_PORT)
+    serve.add_argument("--max-request-bytes", type=_positive_int, default=8 * 1024 * 1024)
+    serve.add_argument("--drain-timeout", type=float, default=30.0, metavar="S",
+                       help="on SIGTERM, how long in-flight requests may take before workers stop")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    config = sub.add_parser("config", help="show or migrate the canonical config")
+    config_sub = config.add_subparsers(dest="config_command", required=True, parser_class=OneLineParser)
+    show = config_sub.add_parser("show", help="print the config `serve` would run, as YAML")
+    _add_config_flags(show)
+    migrate = config_sub.add_parser("migrate", help="rewrite removed settings (prints, or --write)")
+    migrate.add_argument("file", metavar="FILE")
+    migrate.add_argument("--write", action="store_true", help="rewrite FILE in place")
+    return parser
+
+
+def resolve_config(ns: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The canonical config: the file (or an empty one), then the flags; refuses on a problem."""
+    from vllm_srun.adapters.catalog import DEFAULT_MODEL
+    from vllm_srun.adapters.config.loader import load_config_file
+    from vllm_srun.adapters.config.overrides import GPU_PLATFORMS, apply_cli_overrides
+    from vllm_srun.adapters.config.schema import ENGINES, ConfigError, FrontConfig
+
+    model, engine = ns.model, ns.engine
+    if engine is not None and engine != ENGINE_MODE and engine not in ENGINES:
+        if model is not None:
+            refuse(f"--engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+        model, engine = engine, ENGINE_MODE  # `-e MODEL`: the value was the model
+    try:
+        config = load_config_file(ns.config) if ns.config else FrontConfig()
+    except OSError as exc:
+        refuse(f"--config {ns.config}: {exc.strerror or exc}")
+    except ConfigError as exc:
+        refuse("; ".join(exc.problems))
+    if model is None and not config.deployments:
+        model = DEFAULT_MODEL  # like `vllm-srun serve`: the embedded default
+    platform, gpus = ns.platform, []
+    placing = ns.data_parallel_size is not None or ns.device_ids
+    if platform in (None, "auto") and placing and _unplaced(config):
+        from vllm_srun.adapters.workers.gpus import detect_gpus
+
+        platform, gpus = detect_gpus()
+    elif platform in GPU_PLATFORMS and not ns.device_ids:
+        from vllm_srun.adapters.workers.gpus import detect_gpus
+
+        found, ids = detect_gpus()
+        gpus = ids if found == platform else []
+    args = {
+        "max_num_seqs": ns.max_num_seqs,
+        "max_num_batched_tokens": ns.max_num_batched_tokens,
+        "batch_window_ms": ns.batch_window_ms,
+        "dtype": ns.dtype,
+        "max_model_len": ns.max_model_len,
+        "result_cache_entries": ns.result_cache_entries,
+        "enable_shared_context": ns.enable_shared_context,
+        "timeout_ms": ns.timeout_ms,
+    }
+    try:
+        return apply_cli_overrides(
+            config, model=model, engine=engine or None, platform=platform,
+            data_parallel_size=ns.data_parallel_size, device_ids=ns.device_ids,
+            engine_args=args, available_gpus=gpus,
+        )
+    except ConfigError as exc:
+        refuse("; ".join(exc.problems))
+
+
+def _unplaced(config) -> bool:  # type: ignore[no-untyped-def]
+    """The default deployment has no declared placement yet (the CLI must resolve `auto`)."""
+    name = config.default_deployment_name()
+    deployment = config.deployments.get(name) if name else None
+    return deployment is None or (deployment.replicas is None and deployment.endpoint is None
+                                  and deployment.device in (None, "auto"))
+
+
+def config_show(ns: argparse.Namespace) -> int:
+    from vllm_srun.adapters.config.loader import dump_config
+
+    sys.stdout.write(dump_config(resolve_config(ns)))
+    return 0
+
+
+def config_migrate(ns: argparse.Namespace) -> int:
+    from vllm_srun.adapters.config.loader import load_config_text
+    from vllm_srun.adapters.config.migrate import migrate_config_text
+    from vllm_srun.adapters.config.schema import ConfigError
+
+    path = Path(ns.file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        refuse(f"{ns.file}: {exc.strerror or exc}")
+    try:
+        migration = migrate_config_text(text)
+        load_config_text(migration.text, source=ns.file)  # what is left must load
+    except ConfigError as exc:
+        refuse("; ".join(exc.problems))
+    for change in migration.changes:
+        print(f"{PROG}: {change}", file=sys.stderr)
+    if not migration.changed:
+        print(f"{PROG}: {ns.file}: nothing to migrate", file=sys.stderr)
+    if ns.write:
+        if migration.changed:
+            path.write_text(migration.text, encoding="utf-8")
+            print(f"{PROG}: wrote {ns.file}", file=sys.stderr)
+    else:
+        sys.stdout.write(migration.text)
+    return 0
+
+
+def serve(ns: argparse.Namespace) -> int:
+    config = resolve_config(ns)
+    from vllm_srun.app.front_server import prepare_front, run_front
+
+    try:
+        front = prepare_front(
+            config, host=ns.host, port=ns.port, max_request_bytes=ns.max_request_bytes,
+            log_level=ns.log_level, env=dict(os.environ),
+        )
+    except ValueError as exc:  # a refusal found while preparing (threads, worker args, port)
+        refuse(str(exc))
+    return run_front(front, drain_timeout_s=ns.drain_timeout)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    print("vllm-sr: not yet: the deployment front is not built in this release", file=sys.stderr)
-    return 2
+    ns = build_parser().parse_args(argv)
+    if ns.command == "serve":
+        return serve(ns)
+    if ns.config_command == "show":
+        return config_show(ns)
+    return config_migrate(ns)
 
 
 if __name__ == "__main__":  # pragma: no cover

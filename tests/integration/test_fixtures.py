@@ -51,7 +51,7 @@ def test_layout_and_manifest(tmp_path: Path, variant: str, surfaces: list[str], 
 def test_refusals_and_other_families(tmp_path: Path) -> None:
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
-    for args in (("full", "encoder", "embed"), ("new", "decision", None), ("new2", "encoder", "nope")):
+    for args in (("full", "encoder", "embed"), ("new", "no-such-family", None), ("new2", "encoder", "nope")):
         with pytest.raises(ValueError):
             write_fixture(tmp_path / args[0], args[1], args[2], 0, golden=False)
 

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from vllm_srun.adapters.families.base import Family, LoadedModel, LoadOptions, Progress
+from vllm_srun.adapters.families.base import EncoderForward, Family, LoadedModel, LoadOptions, Progress
 from vllm_srun.adapters.families.manifest import read_manifest
-from vllm_srun.domain.dtypes import resolve_dtype
+from vllm_srun.domain.dtypes import auto_dtype, resolve_dtype
 from vllm_srun.domain.lanes import Accounting, Lane
+from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
 from vllm_srun.domain.rows import DEFAULT_LANE
 
 ENCODER_MODEL_TYPES = frozenset({"bert"})
@@ -66,6 +67,17 @@ class EncoderModel(LoadedModel):
             raise ValueError(f"dtype float16 runs on GPUs only (device {options.device})")
         progress(f"load: reading weights from {folder} ({self.dtype})")
         self.runner = EncoderRunner.from_folder(folder, dtype=getattr(torch, self.dtype))
+        if options.engine == "onnxruntime" and self.dtype != auto_dtype("encoder", options.device):
+            raise ValueError(f"the onnxruntime engine runs only dtype auto (asked: {options.args.dtype})")
+        # the engine's forward (native torch, + oneDNN fast path where measured; or ONNX Runtime)
+        self.forward: EncoderForward = self.runner  # type: ignore[assignment]
+        if options.engines is not None:
+            onnx_file = folder / "model.onnx"
+            self.forward = options.engines.encoder(
+                self.runner, options, progress, onnx_file=onnx_file if onnx_file.is_file() else None,
+                largest_forward_tokens=CPU_CAP_TOKENS)
+        elif options.engine == "onnxruntime":
+            raise ValueError("the onnxruntime engine was asked for, but no engine factory was given")
         self.tokenizer = TextTokenizer.from_folder(folder)
         self.pooling = self.runner.pooling
         cfg = self.runner.config
@@ -73,7 +85,7 @@ class EncoderModel(LoadedModel):
         self.max_input_tokens = min(int(manifest.get("max_input_tokens") or limit), limit)
         self.dimensions = self.runner.dimensions
         self.device = options.device
-        self.engine = "native"
+        self.engine = getattr(self.forward, "engine", "native")
         self.batch_invariant = False
         self.labels = list(self.runner.labels) if self.runner.has_classifier else []
         self.multi_label = bool(manifest.get("multi_label", cfg.problem_type == "multi_label_classification"))
@@ -89,20 +101,28 @@ class EncoderModel(LoadedModel):
 
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
         heads = [i for i, p in enumerate(payloads) if isinstance(p, LogitsRow)]
+        forward = self.forward
         if not heads:
-            return list(self.runner.embed(payloads))
+            return list(forward.embed(payloads))
         if len(heads) == len(payloads):
-            return list(self.runner.classify_logits([p.encoded for p in payloads]))
+            return list(forward.classify_logits([p.encoded for p in payloads]))
         out: list[Any] = [None] * len(payloads)  # rows of two surfaces in one forward: run each part
         pooled = sorted(set(range(len(payloads))) - set(heads))
-        for idx, rows in ((heads, self.runner.classify_logits([payloads[i].encoded for i in heads])),
-                          (pooled, self.runner.embed([payloads[i] for i in pooled]))):
+        for idx, rows in ((heads, forward.classify_logits([payloads[i].encoded for i in heads])),
+                          (pooled, forward.embed([payloads[i] for i in pooled]))):
             for i, row in zip(idx, rows):
                 out[i] = row
         return out
 
     def probe_payloads(self) -> list[Any]:
-        """Rows of mixed lengths (within 512 padded tokens together) for the batch-invariance probe."""
+        """Rows of mixed lengths (within 512 padded tokens together) for the batch-invariance probe.
+
+        No rows (no probe: `approximate`) when the forward changes kernels below 512 padded tokens
+        (the oneDNN fast path measured faster only for smaller forwards): probe batches this small
+        could not show what merged forwards of up to 512 tokens would do."""
+        switch = getattr(self.forward, "kernel_switch_tokens", None)
+        if switch is not None and switch < BATCH_INVARIANT_TOKENS:
+            return []
         words = "the quick brown fox jumps over a lazy dog while seven small birds sing".split()
         lengths = [1, 4, 9, 17, 30, 52]
         texts = [" ".join(words[i % len(words)] for i in range(n)) for n in lengths]
@@ -113,7 +133,7 @@ class EncoderModel(LoadedModel):
         return [LogitsRow(r) for r in rows]
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = dict(self.forward.describe()) if hasattr(self.forward, "describe") else {}
         if "embeddings" in self.surfaces:
             out["embedding"] = {
                 "dimensions": self.dimensions,

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from vllm_srun.adapters.families.decision_fixture import VARIANTS as DECISION_VARIANTS
+from vllm_srun.adapters.families.decision_fixture import write_decision_fixture
 from vllm_srun.adapters.families.encoder_fixture import VARIANTS as ENCODER_VARIANTS
 from vllm_srun.adapters.families.encoder_fixture import write_encoder_fixture
 
@@ -26,7 +28,7 @@ class FixtureWriter:
 
 FIXTURE_WRITERS: dict[str, FixtureWriter] = {
     "encoder": FixtureWriter(write_encoder_fixture, ENCODER_VARIANTS),
-    # "decision": registered by the decision family (SmolLM-style tiny decoder)
+    "decision": FixtureWriter(write_decision_fixture, DECISION_VARIANTS),  # tiny Llama/Qwen3 decoder
 }
 
 

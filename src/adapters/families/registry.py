@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 from vllm_srun.adapters.families.base import Family
+from vllm_srun.adapters.families.decision import DecisionFamily
 from vllm_srun.adapters.families.encoder import EncoderFamily
 from vllm_srun.domain.errors import InvalidRequest
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (EncoderFamily(),)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (EncoderFamily(), DecisionFamily())}
 
 
 def register(family: Family) -> None:

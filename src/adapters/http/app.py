@@ -22,6 +22,9 @@ from vllm_srun.adapters.http.openapi import openapi_document
 from vllm_srun.adapters.http.timing import SCOPE_KEY, ServerTimingMiddleware, Timing
 from vllm_srun.adapters.runtime.runtime import Runtime
 from vllm_srun.adapters.runtime.served import ServedModel
+from vllm_srun.adapters.http import decision_schemas as ds
+from vllm_srun.adapters.http.content_encoding import decode_body
+from vllm_srun.adapters.surfaces import decisions as decision_surfaces
 from vllm_srun.adapters.surfaces.classify import classify as classify_surface
 from vllm_srun.adapters.surfaces.embeddings import embeddings as embeddings_surface
 from vllm_srun.adapters.surfaces.rerank import rerank as rerank_surface
@@ -51,6 +54,11 @@ SURFACE_ROUTES: list[SurfaceRoute] = [
     # Jina and the Cohere v1 client post to /v1/rerank, the Cohere v2 client (ClientV2) to /v2/rerank
     SurfaceRoute("/v1/rerank", "rerank", es.rerank_decoder, rerank_surface, es.RerankRequest, es.RerankResponse),
     SurfaceRoute("/v2/rerank", "rerank", es.rerank_decoder, rerank_surface, es.RerankRequest, es.RerankResponse),
+    # decision models (R-API-4): /v1/systemone is the path the typesafe-sdk client posts to
+    SurfaceRoute("/v1/decisions", "decisions", ds.decisions_decoder, decision_surfaces.decisions, ds.DecisionsRequest, ds.DecisionsResponse),
+    SurfaceRoute("/v1/systemone", "systemone", ds.decisions_decoder, decision_surfaces.systemone, ds.DecisionsRequest, ds.DecisionsResponse),
+    SurfaceRoute("/v1/systemone/batches", "systemone_batches", ds.batch_decoder, decision_surfaces.systemone_batches,
+                 ds.DecisionsBatchRequest, ds.DecisionsBatchResponse),
 ]
 
 
@@ -81,6 +89,9 @@ def _surface_handler(route: SurfaceRoute):  # type: ignore[no-untyped-def]
         code = "ok"
         try:
             body = await request.body()
+            if "content-encoding" in request.headers:  # e.g. typesafe-sdk's zstd bodies
+                limit = getattr(request.app.state, "max_request_bytes", DEFAULT_MAX_REQUEST_BYTES)
+                body = decode_body(body, request.headers.get("content-encoding"), limit)
             try:
                 req = route.decoder.decode(body)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -186,4 +197,5 @@ def create_app(runtime: Runtime, *, max_request_bytes: int = DEFAULT_MAX_REQUEST
         logging_config=None,
     )
     app.state.runtime = runtime
+    app.state.max_request_bytes = max_request_bytes
     return app

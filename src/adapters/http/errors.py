@@ -17,6 +17,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "overloaded": 429,
     "client_closed_request": 499,
     "internal_error": 500,
+    "worker_failed": 502,  # the front: the replica died or broke the connection mid-request
     "not_ready": 503,
     "deadline_exceeded": 504,
 }

@@ -57,7 +57,7 @@ class EncoderRunner:
     def dimensions(self) -> int:
         return self.config.hidden_size * len(self.pooling.modes)
 
-    def _tensors(self, batch: Sequence[Encoded]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    def tensors(self, batch: Sequence[Encoded]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """input_ids [B, T], mask [B, T] bool or None (all rows full), token types [B, T] or None (all 0)."""
         if not batch:
             raise ValueError("empty batch")
@@ -84,20 +84,19 @@ class EncoderRunner:
         return ids, mask, types
 
     @staticmethod
-    def _numpy(out: torch.Tensor) -> np.ndarray:
+    def numpy(out: torch.Tensor) -> np.ndarray:
         return np.ascontiguousarray(out.to(device="cpu", dtype=torch.float32).numpy())
 
     def embed(self, batch: Sequence[Encoded]) -> np.ndarray:
         """Pooled (and normalized when configured) embeddings, float32 [B, D]."""
         with torch.inference_mode():
-            ids, mask, types = self._tensors(batch)
-            hidden = self.encoder(ids, mask, types)
-            return self._numpy(pool(hidden, mask, self.pooling))
+            ids, mask, types = self.tensors(batch)
+            return self.numpy(pool(self.encoder(ids, mask, types), mask, self.pooling))
 
     def classify_logits(self, batch: Sequence[Encoded]) -> np.ndarray:
         """Sequence-classification logits, float32 [B, num_labels]."""
         if self.head is None:
             raise ValueError("this model has no sequence-classification head")
         with torch.inference_mode():
-            ids, mask, types = self._tensors(batch)
-            return self._numpy(self.head(self.encoder(ids, mask, types)))
+            ids, mask, types = self.tensors(batch)
+            return self.numpy(self.head(self.encoder(ids, mask, types)))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from vllm_srun.adapters import model_store
-from vllm_srun.adapters.families.base import LoadOptions
+from vllm_srun.adapters.families.base import EngineFactory, LoadOptions
 from vllm_srun.adapters.families.registry import family_for
 from vllm_srun.adapters.runtime import golden
 from vllm_srun.adapters.runtime.device_thread import DeviceThread
@@ -44,9 +44,15 @@ class Runtime:
         progress: Progress | None = None,
         result_cache_entries: int | None = None,
         check_golden: bool = True,
+        engines: EngineFactory | None = None,
     ) -> None:
         self.device_name = device
         self.engine = engine
+        if engines is None:  # the composition root passes its own; tests and tools get the default
+            from vllm_srun.adapters.engines.factory import default_engines
+
+            engines = default_engines()
+        self.engines = engines
         self.threads = threads
         self.metrics = RuntimeMetrics()
         self.device = DeviceThread(threads=threads)
@@ -103,10 +109,11 @@ class Runtime:
         folder = model_store.resolve(served.artifact, progress=self.progress)
         served.folder = folder
         family = family_for(folder)
-        options = LoadOptions(device=self.device_name, engine=self.engine, args=served.args, threads=self.threads)
+        served.sha256 = weights_sha256(folder)  # before the load: engines key their caches by it
+        options = LoadOptions(device=self.device_name, engine=self.engine, args=served.args, threads=self.threads,
+                              engines=self.engines, package_sha256=served.sha256)
         model = self.device.call(family.load, folder, options, self.progress)
         served.model = model
-        served.sha256 = weights_sha256(folder)
         served.limits = resolve_limits(served.args, self.device_name.split(":")[0], None)
         served.status = "warming"
         warm = getattr(model, "warm_up", None)

@@ -137,7 +137,8 @@ class ServedModel:
                 "max_num_batched_tokens_source": limits.tokens_source if limits else None,
                 "batch_window_ms": self.args.batch_window_ms,
                 "dtype": self.args.dtype,
-                "enable_shared_context": self.args.enable_shared_context,
+                # the value in force: a decision model's (family default on), False for families without the path
+                "enable_shared_context": getattr(model, "enable_shared_context", False) if model else self.args.enable_shared_context,
                 "max_model_len": self.args.max_model_len,
             },
             "limits": {"max_input_tokens": model.max_input_tokens if model else None, "max_inputs": 2048},

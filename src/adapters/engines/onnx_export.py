@@ -1,0 +1,101 @@
+"""Export our torch encoder (+ pooling, + classification head) to ONNX for the ONNX Runtime engine.
+
+The graph takes `input_ids`, `attention_mask`, `token_type_ids` (int64 [batch, tokens], both axes
+dynamic) and returns `embeddings` (pooled, normalized when the model is) and, for a model with a
+head, `logits`. It is the same maths as the native engine's eager forward (`BertEncoder` with a
+mask, `pooling.pool`), traced by torch's TorchScript-based exporter (needs the `onnx` package).
+
+`cached_export(runner, cache_dir, key)` keeps the file under CACHE_DIR named by KEY (the package's
+sha256) and the export's own version, written atomically, so replicas of one package and later
+starts reuse it. Without a key or a writable cache it exports into a temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from vllm_srun.adapters.models.bert import BertEncoder, SequenceClassificationHead
+from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+from vllm_srun.adapters.models.pooling import PoolingConfig, pool
+
+EXPORT_VERSION = 1  # bump when the graph's inputs, outputs or maths change
+OPSET = 17
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+Progress = Callable[[str], None]
+
+
+class ServingGraph(nn.Module):
+    """What the encoder family serves, as one module: pooled embeddings (and logits)."""
+
+    def __init__(self, encoder: BertEncoder, head: SequenceClassificationHead | None, pooling: PoolingConfig) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = head
+        self.pooling = pooling
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids)
+        embeddings = pool(hidden, attention_mask, self.pooling)
+        if self.head is None:
+            return embeddings
+        return embeddings, self.head(hidden)
+
+
+def output_names(runner: EncoderRunner) -> list[str]:
+    return ["embeddings", "logits"] if runner.head is not None else ["embeddings"]
+
+
+def export_encoder(runner: EncoderRunner, path: Path) -> Path:
+    """Write RUNNER's serving graph to PATH (FP32, CPU)."""
+    if runner.device.type != "cpu" or next(runner.encoder.parameters()).dtype != torch.float32:
+        raise ValueError("the ONNX export runs from the FP32 CPU model (dtype auto)")
+    graph = ServingGraph(runner.encoder, runner.head, runner.pooling).eval()
+    t = min(8, runner.config.max_tokens)
+    ids = torch.full((2, t), min(5, runner.config.vocab_size - 1), dtype=torch.long)
+    mask = torch.ones(2, t, dtype=torch.long)
+    mask[1, t // 2:] = 0  # a padded row, so the mask is live in the traced graph
+    types = torch.zeros(2, t, dtype=torch.long)
+    outputs = output_names(runner)
+    axes = {name: {0: "batch", 1: "tokens"} for name in INPUTS} | {name: {0: "batch"} for name in outputs}
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # tracer notes on Python-side shape checks
+        torch.onnx.export(graph, (ids, mask, types), str(path), dynamo=False, input_names=list(INPUTS),
+                          output_names=outputs, dynamic_axes=axes, opset_version=OPSET, do_constant_folding=True)
+    return path
+
+
+def _tag(runner: EncoderRunner) -> str:
+    head = "head" if runner.head is not None else "nohead"
+    return f"v{EXPORT_VERSION}-opset{OPSET}-torch{torch.__version__.split('+')[0]}-{head}-{runner.pooling.mode}"
+
+
+def cached_export(runner: EncoderRunner, cache_dir: Path | None, key: str | None,
+                  progress: Progress) -> tuple[Path, str]:
+    """(path of RUNNER's exported graph, where it came from: `cached`, `exported` (now in the
+    cache) or `temporary` (the caller may delete it once loaded)); exports when missing."""
+    if key and cache_dir is not None:
+        path = Path(cache_dir) / "onnx" / f"{key[:40]}-{_tag(runner)}.onnx"
+        if path.is_file():
+            return path, "cached"
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            progress(f"load: exporting the encoder to ONNX ({path})")
+            export_encoder(runner, tmp)
+            os.replace(tmp, path)  # atomic: replicas exporting at once each write their own tmp
+            return path, "exported"
+        except OSError as exc:
+            progress(f"load: cannot cache the ONNX export under {cache_dir} ({exc}); exporting to a temporary folder")
+        finally:
+            tmp.unlink(missing_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="vllm-srun-onnx-"))
+    progress("load: exporting the encoder to ONNX (not cached)")
+    return export_encoder(runner, folder / "model.onnx"), "temporary"

@@ -1,0 +1,128 @@
+"""The ONNX Runtime engine for encoders (`--engine onnxruntime`, dtype auto only; R-DEV-3).
+
+`onnx_encoder(runner, ...)` serves the model the encoder family loaded with ONNX Runtime's CPU
+execution provider: the package's own graph when the family passes one that gives what the model
+serves, else our exported graph (`onnx_export.cached_export`, cached by the package's sha256).
+Rows are batched exactly as for the native engine (same lanes, same padded accounting): the
+runner turns tokenized rows into padded ids, and one `session.run` is one forward.
+Session threads follow the worker's `--threads` (intra-op), with one inter-op thread.
+
+A package graph may return pooled `embeddings`/`logits` (our export's names) or a last hidden
+state [batch, tokens, hidden], which is pooled here with the package's pooling.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from vllm_srun.adapters.engines.onnx_export import INPUTS, cached_export
+from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+from vllm_srun.adapters.models.pooling import pool
+
+Progress = Callable[[str], None]
+NUMPY_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+
+
+def session_options(threads: int | None) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads or 0  # 0: ONNX Runtime's default (the cores it sees)
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    return opts
+
+
+def open_session(path: Path, threads: int | None) -> Any:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), session_options(threads), providers=["CPUExecutionProvider"])
+
+
+class OnnxEncoder:
+    engine = "onnxruntime"
+    kernel_switch_tokens: int | None = None  # one set of kernels at every size
+
+    def __init__(self, runner: EncoderRunner, session: Any, graph: str, threads: int | None) -> None:
+        self.runner = runner
+        self.session = session
+        self.graph = graph
+        self.threads = threads
+        self.inputs = {i.name: NUMPY_TYPES.get(i.type, np.int64) for i in session.get_inputs()}
+        outputs = session.get_outputs()
+        self.outputs = [o.name for o in outputs]
+        hidden = [o.name for o in outputs if len(o.shape or ()) == 3]
+        self.hidden_output = hidden[0] if hidden else None
+
+    @classmethod
+    def fits(cls, session: Any, needs_logits: bool) -> str | None:
+        """Why SESSION cannot serve a model (None when it can): its inputs and outputs."""
+        names = {i.name for i in session.get_inputs()}
+        if "input_ids" not in names or not names <= set(INPUTS):
+            return f"inputs {sorted(names)} are not a subset of {list(INPUTS)} with input_ids"
+        outputs = {o.name: o for o in session.get_outputs()}
+        if needs_logits and "logits" not in outputs:
+            return "no `logits` output for the classification head"
+        if "embeddings" not in outputs and not any(len(o.shape or ()) == 3 for o in outputs.values()):
+            return "neither an `embeddings` output nor a [batch, tokens, hidden] one"
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        import onnxruntime as ort
+
+        return {"kernels": {"runtime": f"onnxruntime {ort.__version__}", "provider": "CPUExecutionProvider",
+                            "graph": self.graph, "intra_op_threads": self.threads}}
+
+    def _feed(self, batch: Sequence[Any]) -> tuple[dict[str, np.ndarray], torch.Tensor | None]:
+        ids, mask, types = self.runner.tensors(batch)
+        arrays = {"input_ids": ids.numpy(),
+                  "attention_mask": (mask if mask is not None else torch.ones_like(ids)).numpy(),
+                  "token_type_ids": (types if types is not None else torch.zeros_like(ids)).numpy()}
+        return {name: arrays[name].astype(kind, copy=False) for name, kind in self.inputs.items()}, mask
+
+    def _run(self, name: str, feed: dict[str, np.ndarray]) -> np.ndarray:
+        out = self.session.run([name], feed)[0]
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+    def embed(self, batch: Sequence[Any]) -> np.ndarray:
+        feed, mask = self._feed(batch)
+        if "embeddings" in self.outputs:
+            return self._run("embeddings", feed)
+        assert self.hidden_output is not None
+        hidden = torch.from_numpy(self._run(self.hidden_output, feed))
+        with torch.inference_mode():
+            return self.runner.numpy(pool(hidden, mask, self.runner.pooling))
+
+    def classify_logits(self, batch: Sequence[Any]) -> np.ndarray:
+        if "logits" not in self.outputs:
+            raise ValueError("this model has no sequence-classification head")
+        feed, _ = self._feed(batch)
+        return self._run("logits", feed)
+
+
+def onnx_encoder(runner: EncoderRunner, *, device: str, threads: int | None, progress: Progress,
+                 onnx_file: Path | None = None, cache_dir: Path | None = None,
+                 package_sha256: str | None = None) -> OnnxEncoder:
+    """Serve RUNNER's model with ONNX Runtime (module doc)."""
+    if device.split(":")[0] != "cpu":
+        raise ValueError(f"the onnxruntime engine runs on the CPU here (device {device}); use --engine native")
+    if onnx_file is not None:
+        session = open_session(onnx_file, threads)
+        why_not = OnnxEncoder.fits(session, needs_logits=runner.head is not None)
+        if why_not is None:
+            progress(f"load: onnxruntime serving the package's {onnx_file.name}")
+            return OnnxEncoder(runner, session, f"package {onnx_file.name}", threads)
+        progress(f"load: the package's {onnx_file.name} does not fit ({why_not}); exporting ours")
+    path, source = cached_export(runner, cache_dir, package_sha256, progress)
+    session = open_session(path, threads)
+    if source == "temporary":
+        path.unlink(missing_ok=True)  # the session holds the graph in memory
+        path.parent.rmdir()
+    progress(f"load: onnxruntime serving our exported graph ({source})")
+    return OnnxEncoder(runner, session, f"exported ({source})", threads)

@@ -1,0 +1,218 @@
+"""The decision family (R-PKG-2): decoder-only LMs (Llama / Qwen2 / Qwen3 / SmolLM layouts) that
+answer typed questions about a state from the next-token distribution restricted to the answer
+tokens. Surface `decisions` (/v1/decisions, /v1/systemone, /v1/systemone/batches).
+
+Two lanes: `text` (padded; one row per question, the whole prompt) and `shared` (packed; one row
+per shared request: the state once, then every question as a branch of it, R-SC). Published
+BF16: `--dtype auto` computes in FP32 on a CPU and BF16 on a GPU (R-DT-1).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from vllm_srun.adapters.families.base import Family, LoadedModel, LoadOptions, Progress
+from vllm_srun.adapters.families.decision_prompts import choose_template
+from vllm_srun.adapters.families.decision_rows import (
+    AskedQuestion,
+    PreparedState,
+    PromptTokens,
+    QuestionRow,
+    SharedRow,
+    prepare,
+)
+from vllm_srun.adapters.families.manifest import read_manifest
+from vllm_srun.domain.dtypes import resolve_dtype
+from vllm_srun.domain.lanes import Accounting, Lane
+from vllm_srun.domain.rows import DEFAULT_LANE
+from vllm_srun.domain.shared_context import SHARED_LANE, BreakEven, break_even_tokens, should_share
+
+DECODER_MODEL_TYPES = frozenset({"llama", "smollm", "smollm2", "qwen2", "qwen3"})
+CPU_CAP_TOKENS = 4096  # R-BAT-7: merged forwards on a CPU stay within this many counted tokens
+BRANCH_CHUNK = 64  # questions of one shared row run this many at a time (memory)
+SURFACES = frozenset({"decisions"})
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    path = Path(folder) / "config.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def package_limit(folder: Path) -> int:
+    """The package's own input limit: srun.json `max_input_tokens`, at most the model's positions."""
+    config = read_config(folder)
+    positions = int(config.get("max_position_embeddings") or 2048)
+    declared = read_manifest(folder).get("max_input_tokens")
+    return min(int(declared), positions) if declared else positions
+
+
+def _bos(folder: Path) -> str:
+    """The BOS token text when the tokenizer config says to add one (`{bos}` in templates)."""
+    path = Path(folder) / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    bos = config.get("bos_token")
+    if isinstance(bos, dict):
+        bos = bos.get("content")
+    return str(bos) if config.get("add_bos_token") and bos else ""
+
+
+class DecisionModel(LoadedModel):
+    family = "decision"
+    surfaces = SURFACES
+
+    def __init__(self, folder: Path, options: LoadOptions, progress: Progress) -> None:
+        import torch
+        from tokenizers import Tokenizer
+
+        from vllm_srun.adapters.models.decoder import DecoderLM
+
+        manifest = read_manifest(folder)
+        args = options.args
+        self.dtype = resolve_dtype(args.dtype, "decision", options.device)
+        kind = options.device.split(":")[0]
+        if self.dtype == "float16" and kind not in ("cuda", "rocm"):
+            raise ValueError(f"dtype float16 runs on GPUs only (device {options.device})")
+        self.package_limit = package_limit(folder)
+        if args.max_model_len is not None and args.max_model_len > self.package_limit:
+            raise ValueError(f"max_model_len {args.max_model_len} is above the package's limit of {self.package_limit} tokens")
+        self.max_model_len = args.max_model_len
+        self.max_input_tokens = min(self.package_limit, args.max_model_len or self.package_limit)
+        progress(f"load: reading decoder weights from {folder} ({self.dtype})")
+        device = "cuda" + options.device[4:] if kind == "rocm" else options.device
+        self.lm = DecoderLM.from_pretrained(folder, dtype=getattr(torch, self.dtype), device=device)
+        tokenizer = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+        template = choose_template(manifest.get("prompt_template"), lambda t: tokenizer.token_to_id(t) is not None)
+        self.tokens = PromptTokens(tokenizer, template, _bos(folder))
+        self.device = options.device
+        self.engine = "native"
+        self.batch_invariant = False
+        cap = CPU_CAP_TOKENS if kind == "cpu" else None
+        self.lanes = (Lane(DEFAULT_LANE, Accounting.PADDED, cap_tokens=cap), Lane(SHARED_LANE, Accounting.PACKED, cap_tokens=cap))
+        pinned = (manifest.get("shared_context") or {}).get("break_even_tokens")
+        self.enable_shared_context = True if args.enable_shared_context is None else bool(args.enable_shared_context)
+        self.break_even = BreakEven(int(pinned), "manifest") if pinned is not None else None
+
+    # ---- requests ---------------------------------------------------------------------------
+    def limit_message(self, total: int) -> str:
+        if self.max_model_len is not None and self.max_model_len < self.package_limit:
+            return f"over max_model_len={self.max_model_len}"
+        return f"over the model's limit of {self.max_input_tokens} input tokens"
+
+    def prepare(self, state: Any, questions: Sequence[AskedQuestion]) -> PreparedState:
+        return prepare(self.tokens, state, questions, self.max_input_tokens, self.limit_message)
+
+    @property
+    def cache_tag(self) -> str:
+        """What besides the weights decides an answer: the prompt template and the input limit."""
+        import hashlib
+
+        spec = json.dumps([self.tokens.template.as_dict(), self.tokens.bos, self.max_input_tokens], sort_keys=True)
+        return hashlib.sha256(spec.encode()).hexdigest()[:16]
+
+    def share(self, prepared: PreparedState) -> bool:
+        """R-SC-2: run this state once for all its questions? (pure domain decision)"""
+        threshold = self.break_even.tokens if self.break_even is not None else 0
+        lengths = [len(q.ids) for q in prepared.answerable]
+        return should_share(len(prepared.state_ids), lengths, threshold, self.enable_shared_context)
+
+    # ---- forwards (device thread) -----------------------------------------------------------
+    def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
+        if lane == SHARED_LANE:
+            return [self._shared(p) for p in payloads]
+        return self._unshared(payloads)
+
+    def _unshared(self, rows: Sequence[QuestionRow]) -> list[np.ndarray]:
+        import torch
+
+        width = max(len(r.ids) for r in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        lengths = torch.tensor([len(r.ids) for r in rows])
+        for i, r in enumerate(rows):
+            ids[i, : len(r.ids)] = torch.tensor(r.ids, dtype=torch.long)
+        logits = self.lm.logits_at(ids, positions=lengths - 1)
+        return _restricted(logits, [r.answer_ids for r in rows])
+
+    def _shared(self, row: SharedRow) -> list[np.ndarray]:
+        state = self.lm.prefix_kv(list(row.state_ids))
+        logits = self.lm.branch_logits(state, [list(q.ids) for q in row.questions], chunk=BRANCH_CHUNK)
+        return _restricted(logits, [q.answer_ids for q in row.questions])
+
+    def probe_payloads(self) -> list[QuestionRow]:
+        """Rows of mixed lengths for the batch-invariance probe (R-BAT-5)."""
+        vocab = self.lm.config.vocab_size
+        return [QuestionRow(tuple((7 * i + 3) % vocab for i in range(n)), (0, 1)) for n in (3, 7, 12, 20, 33)]
+
+    def warm_up(self) -> None:
+        """One forward of each lane, then the shared-context break-even on this backbone and device."""
+        state, questions = self._timing_case(8, 2, 4)
+        self.run(DEFAULT_LANE, [QuestionRow(state + q, (0, 1)) for q in questions])
+        self.run(SHARED_LANE, [SharedRow(state, tuple(QuestionRow(q, (0, 1)) for q in questions))])
+        if self.break_even is None and self.enable_shared_context:
+            self.break_even = self.measure_break_even()
+
+    def _timing_case(self, state_len: int, count: int, question_len: int) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+        vocab = self.lm.config.vocab_size
+        state = tuple((31 * i + 5) % vocab for i in range(state_len))
+        return state, [tuple((17 * i + 11 * j + 2) % vocab for i in range(question_len)) for j in range(count)]
+
+    def measure_break_even(self, state_len: int = 32, count: int = 4, question_len: int = 8, repeats: int = 2) -> BreakEven:
+        """Time one request both ways (best of REPEATS) and keep the shared path's overhead in tokens."""
+        state_len = max(1, min(state_len, self.max_input_tokens - question_len))
+        state, questions = self._timing_case(state_len, count, question_len)
+        unshared = [QuestionRow(state + q, (0, 1)) for q in questions]
+        shared = [SharedRow(state, tuple(QuestionRow(q, (0, 1)) for q in questions))]
+        t_unshared = min(_seconds(lambda: self.run(DEFAULT_LANE, unshared)) for _ in range(repeats))
+        t_shared = min(_seconds(lambda: self.run(SHARED_LANE, shared)) for _ in range(repeats))
+        tokens = break_even_tokens(t_unshared, count * (state_len + question_len), t_shared, state_len + count * question_len)
+        return BreakEven(tokens, "measured")
+
+    def describe(self) -> dict[str, Any]:
+        be = self.break_even
+        return {
+            "decision": {
+                "question_types": ["noul", "choice", "score"],
+                "choice_options": [2, 255],
+                "score_levels": [2, 10],
+                "prompt_template": self.tokens.template.as_dict(),
+                "package_max_input_tokens": self.package_limit,
+            },
+            "shared_context": {
+                "enabled": self.enable_shared_context,
+                "layout": "branch",
+                "break_even_tokens": be.tokens if be else None,
+                "break_even_source": be.source if be else None,
+                "lane": SHARED_LANE,
+            },
+        }
+
+
+def _seconds(fn: Any) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def _restricted(logits: Any, answer_ids: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """Per row, the softmax (FP64) over only that row's answer tokens, in the order given."""
+    import torch
+
+    out = []
+    for row, ids in zip(logits, answer_ids, strict=True):
+        picked = row[torch.as_tensor(list(ids), dtype=torch.long, device=row.device)].double()
+        out.append(torch.softmax(picked, dim=-1).cpu().numpy())
+    return out
+
+
+class DecisionFamily(Family):
+    name = "decision"
+
+    def detect(self, folder: Path) -> bool:
+        return str(read_config(folder).get("model_type", "")).lower() in DECODER_MODEL_TYPES
+
+    def load(self, folder: Path, options: LoadOptions, progress: Progress) -> LoadedModel:
+        return DecisionModel(folder, options, progress)

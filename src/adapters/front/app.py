@@ -1,0 +1,112 @@
+"""The front's HTTP app: every POST goes to the proxy (any surface path, R-REP-3); the rest is a
+litestar app with the reports: `/v1/models`, `/health`, `/health/live`, `/metrics`,
+`/api/v1/inventory`, `/openapi.json`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import msgspec
+from litestar import Litestar, Request, Response, get
+from litestar.exceptions import HTTPException
+
+from vllm_srun.adapters.front.fleet import Fleet
+from vllm_srun.adapters.front.inventory import deployment_card, health, inventory
+from vllm_srun.adapters.front.metrics import FrontMetrics
+from vllm_srun.adapters.front.proxy import Proxy
+from vllm_srun.adapters.http import schemas as s
+from vllm_srun.adapters.http.errors import RETRY_AFTER_SECONDS, status_for
+from vllm_srun.adapters.http.timing import ServerTimingMiddleware
+
+log = logging.getLogger("vllm_srun.front")
+JSON = "application/json"
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(content=msgspec.json.encode(body), status_code=status, media_type=JSON, headers=headers or {})
+
+
+@get("/v1/models")
+async def list_models(request: Request) -> Response:
+    fleet: Fleet = request.app.state.fleet
+    return _json({"object": "list", "data": [deployment_card(d) for d in fleet.deployments.values()]})
+
+
+@get("/health")
+async def front_health(request: Request) -> Response:
+    ready, body = health(request.app.state.fleet, draining=request.app.state.proxy.draining)
+    headers = {} if ready else {"retry-after": str(RETRY_AFTER_SECONDS["not_ready"])}
+    return _json(body, 200 if ready else 503, headers)
+
+
+@get("/health/live")
+async def live() -> Response:
+    return Response(content=b'{"status":"alive"}', media_type=JSON)
+
+
+@get("/api/v1/inventory")
+async def front_inventory(request: Request) -> Response:
+    proxy: Proxy = request.app.state.proxy
+    return _json(inventory(request.app.state.fleet, proxy.clock(), draining=proxy.draining))
+
+
+@get("/metrics")
+async def front_metrics(request: Request) -> Response:
+    fleet: Fleet = request.app.state.fleet
+    front: FrontMetrics = request.app.state.metrics
+    now = time.monotonic()
+    for deployment in fleet.deployments.values():
+        front.ready_replicas.set(float(deployment.ready_count()), {"deployment": deployment.name})
+        for status in deployment.pool.inventory(now):
+            labels = {"deployment": deployment.name, "replica": status.id}
+            front.in_flight.set(float(status.in_flight), labels)
+            front.outstanding.set(float(status.outstanding_bytes), labels)
+            front.replica_ready.set(1.0 if status.ready else 0.0, labels)
+    return Response(content=front.render().encode(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@get("/openapi.json")
+async def openapi() -> Response:
+    from vllm_srun.adapters.http.app import SURFACE_ROUTES  # the workers' surfaces, same schemas
+    from vllm_srun.adapters.http.openapi import openapi_document
+
+    return _json(openapi_document(SURFACE_ROUTES))
+
+
+def _on_exception(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, HTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
+        if exc.status_code >= 500:
+            code = "internal_error"
+        message = str(exc.detail or type(exc).__name__).splitlines()[0]
+    else:
+        log.exception("internal error on %s", request.url.path)
+        code, message = "internal_error", "internal error; see the front's log"
+    body = s.encoder.encode(s.ErrorResponse(s.ErrorBody(code, message)))
+    return Response(content=body, status_code=status_for(code), media_type=JSON)
+
+
+class FrontApp:
+    """ASGI: POST → the proxy; everything else (and lifespan) → the litestar app."""
+
+    def __init__(self, fleet: Fleet, proxy: Proxy, metrics: FrontMetrics) -> None:
+        self.proxy = proxy
+        self.reports = Litestar(
+            route_handlers=[list_models, front_health, live, front_inventory, front_metrics, openapi],
+            middleware=[ServerTimingMiddleware],
+            exception_handlers={Exception: _on_exception},
+            openapi_config=None,
+            debug=False,
+            logging_config=None,
+        )
+        self.reports.state.fleet = fleet
+        self.reports.state.proxy = proxy
+        self.reports.state.metrics = metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            await self.proxy(scope, receive, send)
+        else:
+            await self.reports(scope, receive, send)  # type: ignore[arg-type]

@@ -1,0 +1,79 @@
+"""The documents the front reports: inventory (R-REP-4), the deployments' cards (R-API-6) and
+health (R-API-7)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from vllm_srun.adapters.front.fleet import DEFAULT_TIMEOUT_MS, Deployment, Fleet
+
+# card fields that describe one worker, not the deployment
+_WORKER_ONLY = ("created", "device", "status", "reason", "ready", "artifact")
+
+
+def inventory(fleet: Fleet, now: float, *, draining: bool = False) -> dict[str, Any]:
+    return {
+        "draining": draining,
+        "deployments": [_deployment_inventory(d, now) for d in fleet.deployments.values()],
+    }
+
+
+def _deployment_inventory(deployment: Deployment, now: float) -> dict[str, Any]:
+    policy = deployment.pool.policy.settings
+    workers = []
+    for status in deployment.pool.inventory(now):
+        row = dataclasses.asdict(status)
+        row["state"] = status.state.value
+        row["ejected_for_s"] = round(status.ejected_for_s, 3)
+        row.update(deployment.handles[status.id].describe())
+        workers.append(row)
+    return {
+        "name": deployment.name,
+        "artifact": deployment.config.artifact,
+        "desired": len(deployment.handles),
+        "ready": deployment.ready_count(),
+        "max_in_flight_per_worker": deployment.pool.max_in_flight,
+        "timeout_ms": deployment.config.timeout_ms or DEFAULT_TIMEOUT_MS,
+        "outlier_detection": {
+            "consecutive_timeouts": policy.consecutive_timeouts,
+            "base_ejection_ms": policy.base_ejection_ms,
+            "max_ejection_ms": policy.effective_max_ejection_ms,
+            "max_ejection_percent": policy.max_ejection_percent,
+        },
+        "front_result_cache": (
+            {"entries": deployment.cache.capacity, "stored": len(deployment.cache)}
+            if deployment.cache is not None
+            else None
+        ),
+        "workers": workers,
+    }
+
+
+def deployment_card(deployment: Deployment) -> dict[str, Any]:
+    """The deployment's card: its reference replica's card under the deployment's name."""
+    ready = deployment.ready_count()
+    card: dict[str, Any] = {"object": "model", "owned_by": "vllm-srun"}
+    if deployment.reference_card is not None:
+        card.update({k: v for k, v in deployment.reference_card.items() if k not in _WORKER_ONLY})
+    card.update(
+        {
+            "id": deployment.name,
+            "artifact": deployment.config.artifact,
+            "status": "ready" if ready else "starting",
+            "ready": ready > 0,
+            "replicas": {"desired": len(deployment.handles), "ready": ready},
+        }
+    )
+    return card
+
+
+def health(fleet: Fleet, *, draining: bool) -> tuple[bool, dict[str, Any]]:
+    """200 only when every deployment has a ready replica and the front is not draining."""
+    deployments = {
+        name: {"status": "ready" if d.ready_count() else "not_ready", "ready": d.ready_count(), "desired": len(d.handles)}
+        for name, d in fleet.deployments.items()
+    }
+    ready = not draining and all(d.ready_count() > 0 for d in fleet.deployments.values())
+    status = "draining" if draining else ("ready" if ready else "not_ready")
+    return ready, {"status": status, "deployments": deployments}

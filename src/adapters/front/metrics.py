@@ -1,0 +1,81 @@
+"""The front's metrics (R-API-7, R-REP-5) and its structured event log lines.
+
+Pool events (`domain/ejection.py`) and replica lifecycle events both leave through
+`FrontEvents`: one log line each (`replica_ejected deployment=… replica=… …`) and a counter.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from vllm_srun.adapters.runtime.metrics import SECONDS_BUCKETS, Registry
+from vllm_srun.domain.ejection import (
+    EjectionWithheld,
+    PoolEvent,
+    ProbeHealth,
+    ReplicaBackedOff,
+    ReplicaEjected,
+    ReplicaReadmitted,
+)
+
+log = logging.getLogger("vllm_srun.front")
+
+# lifecycle events worth a warning rather than an info line
+_WARNINGS = {"replica_exited", "replica_failed", "replica_unhealthy", "replica_incompatible", "replica_killed"}
+
+
+class FrontMetrics:
+    def __init__(self) -> None:
+        r = self.registry = Registry()
+        self.requests = r.counter("vllm_sr_requests_total", "Requests answered by the front, by deployment and code")
+        self.errors = r.counter("vllm_sr_errors_total", "Error responses of the front by code")
+        self.request_seconds = r.histogram("vllm_sr_request_duration_seconds", "Request time at the front", SECONDS_BUCKETS)
+        self.outcomes = r.counter("vllm_sr_dispatch_outcomes_total", "Dispatched requests by replica and outcome")
+        self.in_flight = r.gauge("vllm_sr_replica_in_flight", "Requests in flight per replica")
+        self.outstanding = r.gauge("vllm_sr_replica_outstanding_bytes", "Request bytes outstanding per replica")
+        self.replica_ready = r.gauge("vllm_sr_replica_ready", "1 when the replica takes requests")
+        self.ready_replicas = r.gauge("vllm_sr_ready_replicas", "Ready replicas per deployment")
+        self.restarts = r.counter("vllm_sr_replica_restarts_total", "Worker restarts per replica")
+        self.ejections = r.counter("vllm_sr_ejections_total", "Outlier ejections per replica")
+        self.readmissions = r.counter("vllm_sr_readmissions_total", "Readmissions of ejected replicas, by reason")
+        self.withheld = r.counter("vllm_sr_ejections_withheld_total", "Ejections withheld, by reason")
+        self.backoffs = r.counter("vllm_sr_replica_backoffs_total", "Short backoffs after a failure or timeout")
+        self.cache = r.counter("vllm_sr_result_cache_total", "Front result cache lookups by outcome (hit|miss)")
+
+    def render(self) -> str:
+        return self.registry.render()
+
+
+class FrontEvents:
+    """Turns pool and lifecycle events into logs and metrics."""
+
+    def __init__(self, metrics: FrontMetrics) -> None:
+        self.metrics = metrics
+
+    def pool_event(self, deployment: str, event: PoolEvent) -> None:
+        labels = {"deployment": deployment, "replica": event.replica}
+        if isinstance(event, ReplicaEjected):
+            self.metrics.ejections.inc(labels)
+            log.warning(
+                "replica_ejected deployment=%s replica=%s seconds=%g ejections_in_a_row=%d",
+                deployment, event.replica, event.seconds, event.ejections_in_a_row,
+            )
+        elif isinstance(event, ReplicaReadmitted):
+            self.metrics.readmissions.inc({**labels, "reason": event.reason})
+            log.warning("replica_readmitted deployment=%s replica=%s reason=%s", deployment, event.replica, event.reason)
+        elif isinstance(event, EjectionWithheld):
+            self.metrics.withheld.inc({**labels, "reason": event.reason})
+            log.warning(
+                "replica_ejection_withheld deployment=%s replica=%s reason=%s", deployment, event.replica, event.reason
+            )
+        elif isinstance(event, ReplicaBackedOff):
+            self.metrics.backoffs.inc(labels)
+            log.debug("replica_backoff deployment=%s replica=%s seconds=%g", deployment, event.replica, event.seconds)
+        elif isinstance(event, ProbeHealth):
+            pass  # the fleet probes; nothing to log
+
+    def lifecycle(self, event: str, deployment: str, replica: str, detail: str) -> None:
+        if event == "replica_restarted":
+            self.metrics.restarts.inc({"deployment": deployment, "replica": replica})
+        level = logging.WARNING if event in _WARNINGS else logging.INFO
+        log.log(level, "%s deployment=%s replica=%s %s", event, deployment, replica, detail)

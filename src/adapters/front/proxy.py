@@ -1,0 +1,206 @@
+"""The front's hot path: any POST surface, proxied to one replica of a deployment (R-REP-3).
+
+Raw ASGI rather than a framework handler, because the front may add at most about a
+millisecond (`bench/front_overhead.py`). Per request:
+1. read the body (413 over `--max-request-bytes`), refuse while draining (503);
+2. pick the deployment from `model` (the only one when omitted), then the front result cache
+   (single-worker deployments);
+3. `Pool.pick` with the body's size: 429 `overloaded` / 503 `not_ready` with Retry-After;
+4. send it with the deadline `min(timeout_ms, options.deadline_ms)`, watching the client:
+   an answer → its outcome; the deadline → 504 `deadline_exceeded` (outcome `timeout`); the
+   worker gone → 502 `worker_failed` at once (outcome `failed`); the client gone → 499 logged
+   (outcome `cancelled`). Giving up on a request closes its worker connection, so the worker
+   drops its queued rows;
+5. `Pool.release` exactly once, whatever happened; its events go to logs, metrics and probes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Awaitable, Callable
+
+from vllm_srun.adapters.front import bodies
+from vllm_srun.adapters.front.fleet import Deployment, Fleet
+from vllm_srun.adapters.front.metrics import FrontMetrics
+from vllm_srun.adapters.front.responses import error_response, send_response, server_timing
+from vllm_srun.adapters.workers.http_client import WorkerResponse, WorkerUnavailable
+from vllm_srun.domain.errors import Cancelled, DeadlineExceeded, DomainError, NotReady, RequestTooLarge
+from vllm_srun.domain.replicas import Outcome
+
+log = logging.getLogger("vllm_srun.front")
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class WorkerFailed(DomainError):
+    code = "worker_failed"
+
+
+class Draining(NotReady):
+    pass
+
+
+def outcome_of(status: int) -> Outcome:
+    """What a worker's answer means for the pool."""
+    if status == 504:
+        return Outcome.TIMEOUT
+    if status in (429, 503):
+        return Outcome.REJECTED
+    if status >= 500:
+        return Outcome.FAILED
+    return Outcome.OK
+
+
+class Proxy:
+    def __init__(
+        self,
+        fleet: Fleet,
+        metrics: FrontMetrics,
+        *,
+        max_request_bytes: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.fleet = fleet
+        self.metrics = metrics
+        self.max_request_bytes = max_request_bytes
+        self.clock = clock
+        self.draining = False
+        self.active = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        start = time.perf_counter()
+        self.active += 1
+        label, code = "-", "ok"
+        extra: dict[str, str] = {}
+        try:
+            body = await self._read_body(scope, receive)
+            if self.draining:
+                raise Draining("the front is shutting down; retry on another instance")
+            doc = bodies.parse_body(body)
+            deployment = self.fleet.resolve(bodies.requested_model(doc))
+            label = deployment.name
+            parse_ms = (time.perf_counter() - start) * 1000
+            status, payload, headers, timing = await self._serve(scope["path"], doc, body, deployment, receive)
+            headers.append((b"server-timing", server_timing(parse_ms, timing, start)))
+            code = "ok" if status < 400 else f"http_{status}"
+            await send_response(send, status, payload, headers)
+        except DomainError as exc:
+            code = exc.code
+            if isinstance(exc, Cancelled):
+                log.info("499 %s: the client went away; the worker dropped its queued rows", scope["path"])
+                return
+            retry = getattr(exc, "retry_after_s", None)
+            if retry is not None:
+                extra["retry-after"] = str(retry)
+            if isinstance(exc, Draining):
+                extra["connection"] = "close"
+                extra["retry-after"] = "5"
+            await error_response(send, code, exc.message, start, extra)
+        except Exception:
+            code = "internal_error"
+            log.exception("internal error on %s", scope.get("path"))
+            await error_response(send, code, "internal error; see the front's log", start, extra)
+        finally:
+            self.active -= 1
+            self.metrics.requests.inc({"deployment": label, "code": code})
+            if code != "ok":
+                self.metrics.errors.inc({"code": code})
+            self.metrics.request_seconds.observe(time.perf_counter() - start, {"deployment": label})
+
+    async def _read_body(self, scope: dict[str, Any], receive: Receive) -> bytes:
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_request_bytes:
+                raise RequestTooLarge("request body is larger than --max-request-bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise Cancelled("the client went away")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_request_bytes:
+                raise RequestTooLarge("request body is larger than --max-request-bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _serve(
+        self, path: str, doc: dict[str, Any], body: bytes, deployment: Deployment, receive: Receive
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]], bytes | None]:
+        """(status, body, headers, the worker's Server-Timing) of one request."""
+        cache = deployment.cache
+        key = None
+        if cache is not None and cache.enabled and not bodies.wants_meta(doc):
+            key = bodies.cache_key(path, doc)
+            hit = cache.get(key)
+            self.metrics.cache.inc({"deployment": deployment.name, "outcome": "miss" if hit is None else "hit"})
+            if hit is not None:
+                return 200, hit, [(b"content-type", b"application/json")], None
+        timeout = deployment.timeout_s
+        asked = bodies.deadline_ms(doc)
+        if asked is not None:
+            timeout = min(timeout, asked / 1000.0)
+        response, worker_model = await self._dispatch(path, doc, body, deployment, timeout, receive)
+        payload = bodies.for_client(response.body, worker_model, deployment.name)
+        if key is not None and response.status == 200 and cache is not None:
+            cache.put(key, payload, weight=len(payload))
+        headers = [(b"content-type", response.headers.get(b"content-type", b"application/json"))]
+        retry = response.headers.get(b"retry-after")
+        if retry is not None:
+            headers.append((b"retry-after", retry))
+        return response.status, payload, headers, response.headers.get(b"server-timing")
+
+    async def _dispatch(
+        self, path: str, doc: dict[str, Any], body: bytes, deployment: Deployment, timeout: float,
+        receive: Receive,
+    ) -> tuple[WorkerResponse, str | None]:
+        pool = deployment.pool
+        size = len(body)
+        replica_id = pool.pick(size, self.clock())  # Overloaded / NotReady carry retry_after_s
+        handle = deployment.handles[replica_id]
+        outcome = Outcome.FAILED
+        sent_at = self.clock()
+        work = asyncio.ensure_future(
+            handle.client.request("POST", path, bodies.for_worker(doc, body, handle.worker_model, handle.attached))
+        )
+        watcher = asyncio.ensure_future(_disconnected(receive))
+        try:
+            done, _ = await asyncio.wait((work, watcher), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if work in done:
+                response = work.result()
+                outcome = outcome_of(response.status)
+                if response.status == 503:
+                    handle.probe_now()
+                return response, handle.worker_model
+            _discard(work)  # closes the worker connection: the worker drops the rows
+            if watcher in done:
+                outcome = Outcome.CANCELLED
+                raise Cancelled("the client went away")
+            outcome = Outcome.TIMEOUT
+            raise DeadlineExceeded(f"no answer within {timeout * 1000:g} ms (timeout_ms or options.deadline_ms)")
+        except WorkerUnavailable as exc:
+            outcome = Outcome.FAILED
+            raise WorkerFailed(f"replica {replica_id} failed: {exc}") from None
+        except asyncio.CancelledError:
+            outcome = Outcome.CANCELLED
+            _discard(work)
+            raise
+        finally:
+            watcher.cancel()
+            events = pool.release(replica_id, outcome, self.clock(), request_bytes=size, started_at=sent_at)
+            self.metrics.outcomes.inc({"deployment": deployment.name, "replica": replica_id, "outcome": outcome.value})
+            if events:
+                self.fleet.pool_events(deployment, events)
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _discard(task: asyncio.Future[Any]) -> None:
+    task.cancel()
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())

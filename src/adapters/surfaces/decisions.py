@@ -1,0 +1,139 @@
+"""POST /v1/decisions, /v1/systemone and /v1/systemone/batches (R-API-4/5, R-SC, R-LEN).
+
+Each question is rendered with the state into a prompt and answered from the next-token
+distribution restricted to its answer tokens: noul → P(yes); choice → one key per option
+(`probabilities` by option name, `choice` the most probable, `confidence` its probability);
+score → one level token "0".."N-1" (`score` = Σ level × P(level), `legend`, `probabilities`).
+
+A question that cannot be answered (invalid, too long) fails before any forward: in place on
+/v1/decisions and the batches route (`{type, error: {code, message}}`), and on /v1/systemone
+the whole request answers 400 `question_failed` naming the question and its code.
+`usage.input_tokens` counts the state once plus every answered question, in both layouts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from vllm_srun.adapters.families.decision_rows import AskedQuestion, PreparedQuestion, PreparedState, rows_for
+from vllm_srun.adapters.families.decision_rows import probabilities_per_question
+from vllm_srun.adapters.http import decision_schemas as ds
+from vllm_srun.adapters.runtime.model_runner import Outcome
+from vllm_srun.adapters.runtime.served import ServedModel
+from vllm_srun.adapters.surfaces.common import answer
+from vllm_srun.domain.errors import InvalidRequest, QuestionFailed, RequestTooLarge, UnsupportedSurface
+from vllm_srun.domain.rows import RowSpec
+
+NO_FORWARD = Outcome((), 0.0, 0.0, 0, 0)
+
+
+def asked(questions: dict[str, ds.Question]) -> list[AskedQuestion]:
+    out = []
+    for name, q in questions.items():
+        kind = type(q).__struct_config__.tag
+        criteria: Any = getattr(q, "criteria", None)
+        if isinstance(criteria, ds.NoulCriteria):
+            criteria = {"true": criteria.true, "false": criteria.false}
+        out.append(AskedQuestion(name, str(kind), q.instructions, criteria))
+    return out
+
+
+def _answer(q: PreparedQuestion, probs: Any) -> ds.DecisionAnswer:
+    if q.error is not None:
+        return ds.DecisionAnswer(q.kind, error=ds.QuestionErrorBody(q.error.code, q.error.message))
+    assert q.rendered is not None
+    p = [float(x) for x in probs]
+    if q.kind == "noul":
+        return ds.DecisionAnswer("noul", noul=p[0])
+    best = max(range(len(p)), key=lambda i: (p[i], -i))
+    labels = q.rendered.labels
+    by_label = dict(zip(labels, p))
+    if q.kind == "choice":
+        return ds.DecisionAnswer("choice", choice=labels[best], confidence=p[best], probabilities=by_label)
+    score = sum(i * x for i, x in enumerate(p))
+    return ds.DecisionAnswer("score", score=score, confidence=p[best], legend=q.rendered.legend, probabilities=by_label)
+
+
+def _answers(prepared: PreparedState, probs: Sequence[Any]) -> dict[str, ds.DecisionAnswer]:
+    it = iter(probs)
+    return {q.name: _answer(q, None if q.error is not None else next(it)) for q in prepared.questions}
+
+
+def _check(req: Any, states: int) -> None:
+    if getattr(req, "assets", None):
+        raise UnsupportedSurface("media assets need an image model; this model reads text only")
+    if states * len(req.questions) > ds.MAX_QUESTIONS:
+        raise RequestTooLarge(f"states × questions is {states * len(req.questions)} (at most {ds.MAX_QUESTIONS})")
+
+
+async def _run_states(served: ServedModel, model: Any, prepared: list[PreparedState], options: Any, timing: Any,
+                      disconnected: Any) -> tuple[list[dict[str, ds.DecisionAnswer]], Outcome, int]:
+    """Every state's rows in one scheduler request; answers per state, the outcome, rows run."""
+    rows: list[RowSpec] = []
+    spans = []
+    for p in prepared:
+        own = rows_for(p, model.share(p))
+        spans.append((len(rows), len(rows) + len(own)))
+        rows += own
+    outcome = await served.run(rows, options.deadline_ms, timing, disconnected) if rows else NO_FORWARD
+    answers = [_answers(p, probabilities_per_question(rows[a:b], outcome.outputs[a:b])) for p, (a, b) in zip(prepared, spans)]
+    return answers, outcome, len(rows)
+
+
+def _usage(prepared: PreparedState) -> ds.DecisionsUsage:
+    return ds.DecisionsUsage(prepared.input_tokens, 0)
+
+
+async def decisions(served: ServedModel, req: ds.DecisionsRequest, timing: Any, disconnected: Any = None) -> ds.DecisionsResponse:
+    """/v1/decisions: question errors stay in place."""
+    model = served.require_surface("decisions")
+    _check(req, 1)
+    prepared = model.prepare(req.state, asked(req.questions))
+    return await _single(served, model, req, prepared, timing, disconnected)
+
+
+async def systemone(served: ServedModel, req: ds.DecisionsRequest, timing: Any, disconnected: Any = None) -> ds.DecisionsResponse:
+    """/v1/systemone: a failed question fails the request with 400 `question_failed`."""
+    model = served.require_surface("decisions")
+    _check(req, 1)
+    prepared = model.prepare(req.state, asked(req.questions))
+    failed = [q for q in prepared.questions if q.error is not None]
+    if failed:
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        assert first.error is not None
+        raise QuestionFailed(f"question {first.name!r} failed: {first.error.code}: {first.error.message}{more}")
+    return await _single(served, model, req, prepared, timing, disconnected)
+
+
+async def _single(served: ServedModel, model: Any, req: ds.DecisionsRequest, prepared: PreparedState, timing: Any,
+                  disconnected: Any) -> ds.DecisionsResponse:
+    options = req.options or ds.DecisionsOptions()
+
+    async def compute() -> tuple[ds.DecisionsResponse, Outcome, int]:
+        answers, outcome, rows = await _run_states(served, model, [prepared], options, timing, disconnected)
+        return ds.DecisionsResponse(model=served.name, answers=answers[0], usage=_usage(prepared)), outcome, rows
+
+    return await answer(served, f"decisions:{model.cache_tag}", req, compute)
+
+
+async def systemone_batches(served: ServedModel, req: ds.DecisionsBatchRequest, timing: Any,
+                            disconnected: Any = None) -> ds.DecisionsBatchResponse:
+    """/v1/systemone/batches: many states, the same questions; question errors stay in place."""
+    model = served.require_surface("decisions")
+    _check(req, len(req.states))
+    ids = [s.id for s in req.states]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise InvalidRequest(f"states[].id must be unique ({dup!r} appears more than once)")
+    questions = asked(req.questions)
+    prepared = [model.prepare(s.state, questions) for s in req.states]
+    options = req.options or ds.DecisionsOptions()
+
+    async def compute() -> tuple[ds.DecisionsBatchResponse, Outcome, int]:
+        answers, outcome, rows = await _run_states(served, model, prepared, options, timing, disconnected)
+        results = [ds.BatchResult(i, a, _usage(p)) for i, a, p in zip(ids, answers, prepared)]
+        total = ds.DecisionsUsage(sum(r.usage.input_tokens for r in results), 0)
+        return ds.DecisionsBatchResponse(model=served.name, results=results, usage=total), outcome, rows
+
+    return await answer(served, f"systemone_batches:{model.cache_tag}", req, compute)

@@ -1,0 +1,207 @@
+"""A small keep-alive HTTP/1.1 client for talking to workers, over a Unix socket or TCP.
+
+Why not httpx: an `httpx.AsyncClient` request costs about a millisecond of CPU, the whole
+budget the front may add (R-PERF: ≤ 1 ms p50). This client writes one request and reads one
+response with two stream calls (`readuntil` for the head, `readexactly` for the body), which
+costs tens of microseconds (`bench/front_overhead.py` measures the front end to end).
+
+Semantics the front relies on:
+- A request that is cancelled (deadline, client gone) closes its connection, so the worker
+  sees the disconnect and drops the request's queued rows.
+- A worker that dies mid-request surfaces at once as `WorkerUnavailable` (the kernel resets
+  the socket); nothing waits for a timeout.
+- An idle pooled connection the worker already closed is detected, or, when the close races
+  the write, the request is retried once on a fresh connection (nothing was read, so the
+  worker never saw it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import time
+from dataclasses import dataclass
+
+IDLE_TIMEOUT_S = 15.0  # below uvicorn's 30 s keep-alive, so the worker never closes first
+MAX_IDLE = 64
+HEAD_LIMIT = 64 * 1024
+
+
+class WorkerUnavailable(ConnectionError):
+    """The worker could not be reached, or the connection broke before a full response."""
+
+
+@dataclass(slots=True)
+class WorkerResponse:
+    status: int
+    headers: dict[bytes, bytes]  # lower-case names
+    body: bytes
+
+
+class _Connection:
+    __slots__ = ("reader", "writer", "idle_since")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.idle_since = 0.0
+
+    def usable(self, now: float) -> bool:
+        return (
+            not self.writer.is_closing()
+            and not self.reader.at_eof()
+            and now - self.idle_since < IDLE_TIMEOUT_S
+        )
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WorkerClient:
+    """Requests to one worker (`uds` path, or `host`+`port` with an optional base path)."""
+
+    def __init__(
+        self,
+        *,
+        uds: str | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        base_path: str = "",
+        host_header: str = "worker",
+        tls: bool = False,
+    ) -> None:
+        if (uds is None) == (host is None):
+            raise ValueError("give either uds or host and port")
+        self.uds, self.host, self.port = uds, host, port
+        self.tls = ssl.create_default_context() if tls else None
+        self.base_path = base_path.rstrip("/")
+        self._host_header = (host_header if uds else f"{host}:{port}").encode()
+        self._idle: list[_Connection] = []
+
+    def __repr__(self) -> str:
+        return f"WorkerClient({self.uds or f'{self.host}:{self.port}'})"
+
+    async def _connect(self) -> _Connection:
+        try:
+            if self.uds is not None:
+                reader, writer = await asyncio.open_unix_connection(self.uds, limit=HEAD_LIMIT)
+            else:
+                reader, writer = await asyncio.open_connection(
+                    self.host, self.port, limit=HEAD_LIMIT, ssl=self.tls
+                )
+                sock = writer.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:
+            raise WorkerUnavailable(f"cannot connect to {self!r}: {exc.strerror or exc}") from None
+        return _Connection(reader, writer)
+
+    def _take_idle(self) -> _Connection | None:
+        now = time.monotonic()
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.usable(now):
+                return conn
+            conn.close()
+        return None
+
+    def close_idle(self) -> None:
+        """Drop every pooled connection (the worker restarted, or the front is stopping)."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    async def request(
+        self, method: str, path: str, body: bytes = b"", content_type: bytes = b"application/json"
+    ) -> WorkerResponse:
+        head = (
+            f"{method} {self.base_path}{path} HTTP/1.1\r\n".encode()
+            + b"host: " + self._host_header
+            + b"\r\ncontent-type: " + content_type
+            + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n"
+        )
+        conn = self._take_idle()
+        reused = conn is not None
+        if conn is None:
+            conn = await self._connect()
+        try:
+            try:
+                return await self._exchange(conn, head + body)
+            except _ClosedBeforeResponse:
+                if not reused:
+                    raise
+                conn.close()  # the worker closed an idle connection as we wrote: retry once
+                conn = await self._connect()
+                return await self._exchange(conn, head + body)
+        except _ClosedBeforeResponse as exc:
+            raise WorkerUnavailable(f"{self!r} closed the connection: {exc}") from None
+        except BaseException:
+            conn.close()  # cancelled or broken mid-response: never reuse it
+            raise
+
+    async def _exchange(self, conn: _Connection, data: bytes) -> WorkerResponse:
+        conn.writer.write(data)
+        try:
+            raw = await conn.reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as exc:
+            conn.close()
+            if exc.partial:
+                raise WorkerUnavailable(f"{self!r} closed the connection mid-response") from None
+            raise _ClosedBeforeResponse("no response") from None
+        except (ConnectionError, OSError) as exc:
+            conn.close()
+            raise _ClosedBeforeResponse(str(exc)) from None
+        except asyncio.LimitOverrunError:
+            conn.close()
+            raise WorkerUnavailable(f"{self!r} sent a response head over {HEAD_LIMIT} bytes") from None
+        status, headers = _parse_head(raw)
+        try:
+            if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+                body = await _read_chunked(conn.reader)
+            elif b"content-length" in headers:
+                body = await conn.reader.readexactly(int(headers[b"content-length"]))
+            else:
+                body = await conn.reader.read()
+                headers[b"connection"] = b"close"
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError):
+            conn.close()
+            raise WorkerUnavailable(f"{self!r} closed the connection mid-response") from None
+        if headers.get(b"connection", b"").lower() == b"close":
+            conn.close()
+        else:
+            conn.idle_since = time.monotonic()
+            if len(self._idle) < MAX_IDLE:
+                self._idle.append(conn)
+            else:
+                conn.close()
+        return WorkerResponse(status, headers, body)
+
+
+class _ClosedBeforeResponse(Exception):
+    """EOF or reset before any byte of a response: the worker did not take the request."""
+
+
+def _parse_head(raw: bytes) -> tuple[int, dict[bytes, bytes]]:
+    lines = raw[:-4].split(b"\r\n")
+    try:
+        status = int(lines[0].split(b" ", 2)[1])
+    except (IndexError, ValueError):
+        raise WorkerUnavailable(f"not an HTTP response: {lines[0][:80]!r}") from None
+    headers: dict[bytes, bytes] = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    parts = []
+    while True:
+        size_line = await reader.readuntil(b"\r\n")
+        size = int(size_line.split(b";", 1)[0].strip(), 16)
+        if size == 0:
+            await reader.readuntil(b"\r\n")  # no trailers expected: the final CRLF
+            return b"".join(parts)
+        parts.append(await reader.readexactly(size))
+        await reader.readexactly(2)

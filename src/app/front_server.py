@@ -1,0 +1,197 @@
+"""The composition root of `vllm-sr serve`: checks that refuse before any worker starts, then
+the fleet, the HTTP app on uvicorn, and the signals.
+
+Shutdown (R-REP, reliability.md "Graceful drain"): the first SIGTERM (or SIGINT) closes
+admission — new requests get 503 `not_ready` with `Connection: close` and /health turns
+503 — while requests in flight finish (up to `--drain-timeout`); then the workers stop
+(SIGTERM, SIGKILL after 10 s), the server closes and the process exits 0. A second signal
+kills the workers and exits at once (status 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import uvicorn
+
+from vllm_srun.adapters.config.schema import FrontConfig
+from vllm_srun.adapters.front.app import FrontApp
+from vllm_srun.adapters.front.fleet import Fleet
+from vllm_srun.adapters.front.metrics import FrontEvents, FrontMetrics
+from vllm_srun.adapters.front.proxy import Proxy
+from vllm_srun.adapters.workers.cpu_budget import managed_worker_threads
+
+log = logging.getLogger("vllm_srun.front")
+WORKER_STOP_GRACE_S = 10.0
+
+
+@dataclass
+class PreparedFront:
+    fleet: Fleet
+    proxy: Proxy
+    app: FrontApp
+    sock: socket.socket
+    socket_dir: str
+    where: str
+    log_level: str
+
+
+def _check_worker_args(fleet: Fleet) -> None:
+    """Parse every worker's command line with the worker's own parser, so a refused argument
+    stops the front before any worker starts."""
+    from vllm_srun.app.cli import build_parser
+
+    for deployment in fleet.deployments.values():
+        for supervisor in deployment.supervisors:
+            if supervisor.command is None:
+                continue
+            args = supervisor.command[3:]  # after `python -m vllm_srun.app.cli`
+            captured = io.StringIO()
+            try:
+                with contextlib.redirect_stderr(captured):
+                    build_parser().parse_args(args)
+            except SystemExit:
+                why = captured.getvalue().strip().splitlines()
+                raise ValueError(
+                    f"deployments.{deployment.name}: the worker refuses its arguments: "
+                    + (why[-1] if why else " ".join(args))
+                ) from None
+
+
+def _check_packages(config: FrontConfig) -> None:
+    """The worker's package-level refusals (e.g. `max_model_len` on an encoder), run here so
+    they stop the front before any worker starts. Attached runtimes check their own."""
+    from vllm_srun.app.preflight import engine_arg_refusal
+    from vllm_srun.domain.engine_args import EngineArgs
+
+    for name, deployment in config.deployments.items():
+        if all(replica.attached for replica in deployment.placement()):
+            continue
+        args = EngineArgs(max_model_len=deployment.max_model_len, enable_shared_context=deployment.enable_shared_context)
+        refusal = engine_arg_refusal([deployment.artifact], args, progress=lambda msg: None)
+        if refusal:
+            raise ValueError(f"deployments.{name}: {refusal}")
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"--host {host} --port {port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(False)
+    return sock
+
+
+def prepare_front(
+    config: FrontConfig,
+    *,
+    host: str,
+    port: int,
+    max_request_bytes: int,
+    log_level: str = "info",
+    env: dict[str, str] | None = None,
+) -> PreparedFront:
+    """Everything short of starting workers; raises ValueError with a one-line refusal."""
+    threads = managed_worker_threads(env)  # InvalidThreadOverride is a ValueError
+    _check_packages(config)
+    metrics = FrontMetrics()
+    socket_dir = tempfile.mkdtemp(prefix="vllm-sr-")  # mode 0700: only this user reaches the workers
+    try:
+        fleet = Fleet(
+            config, socket_dir=socket_dir, threads=threads, max_request_bytes=max_request_bytes,
+            events=FrontEvents(metrics), env=env,
+            worker_log_level="info" if log_level == "debug" else "warning",
+        )
+        _check_worker_args(fleet)
+        sock = _bind(host, port)
+    except BaseException:
+        shutil.rmtree(socket_dir, ignore_errors=True)
+        raise
+    proxy = Proxy(fleet, metrics, max_request_bytes=max_request_bytes)
+    app = FrontApp(fleet, proxy, metrics)
+    where = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return PreparedFront(fleet, proxy, app, sock, socket_dir, where, log_level)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the front drains first."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[no-untyped-def, override]
+        yield
+
+
+async def _serve(front: PreparedFront, drain_timeout_s: float) -> int:
+    loop = asyncio.get_running_loop()
+    config = uvicorn.Config(
+        front.app, http="httptools", lifespan="off", access_log=False, log_level=front.log_level,
+        timeout_keep_alive=30, timeout_graceful_shutdown=5, log_config=None,
+    )
+    server = _Server(config)
+    stop = asyncio.Event()
+    signals = 0
+
+    def on_signal(sig: signal.Signals) -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            log.warning("%s: draining (new requests get 503; %d in flight)", sig.name, front.proxy.active)
+            front.proxy.draining = True
+            stop.set()
+            return
+        log.warning("%s again: exiting now", sig.name)
+        for handle in front.fleet.all_handles():
+            if handle.process is not None:
+                handle.process.kill_now()
+        shutil.rmtree(front.socket_dir, ignore_errors=True)
+        os._exit(1)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    await front.fleet.start()
+    serving = asyncio.ensure_future(server.serve(sockets=[front.sock]))
+    names = ", ".join(f"{d.name} ({len(d.handles)} worker(s))" for d in front.fleet.deployments.values())
+    print(f"vllm-sr: serving {names} on {front.where}", file=sys.stderr, flush=True)
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({serving, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    deadline = loop.time() + drain_timeout_s
+    while front.proxy.active > 0 and loop.time() < deadline and not serving.done():
+        await asyncio.sleep(0.02)
+    if front.proxy.active:
+        log.warning("drain timeout: %d request(s) still in flight", front.proxy.active)
+    await front.fleet.stop(WORKER_STOP_GRACE_S)
+    server.should_exit = True
+    with contextlib.suppress(Exception):
+        await serving
+    return 0
+
+
+def run_front(front: PreparedFront, *, drain_timeout_s: float = 30.0) -> int:
+    logging.basicConfig(
+        level=front.log_level.upper(), stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
+        runner = asyncio.run
+    try:
+        return runner(_serve(front, drain_timeout_s))
+    finally:
+        shutil.rmtree(front.socket_dir, ignore_errors=True)

@@ -1,0 +1,101 @@
+"""Which kernels serve a forward (R-DT-3): faster kernels only where they were measured faster.
+
+An engine with a faster path (e.g. oneDNN pre-packed linears on an x86 CPU) times it against the
+reference (eager) kernels at load, on the same inputs, over a grid of forward sizes in tokens
+(rows × padded length). `plan_kernels` turns those timings into a `KernelPlan`: the fast path
+serves every forward up to the largest measured size at which it, *and every smaller measured
+size*, was at least `min_speedup` times faster than eager. Past that size, past the largest size
+measured, or from the first size where it lost, the reference kernels serve. One contiguous
+region from 0 keeps the choice monotone in the forward's size, so the kernels a row runs on
+change at most once (at `fast_up_to`), which is what the batch-invariance argument needs.
+
+Pure: timings in (medians, measured by an adapter), a plan out. No clock, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+# a fast path must win by this factor at a size to serve it: a tie is noise, not a gain
+DEFAULT_MIN_SPEEDUP = 1.03
+
+
+@dataclass(frozen=True, slots=True)
+class KernelTiming:
+    """Median seconds of the same forward (or its linear layers) on both paths at one size."""
+
+    tokens: int
+    eager_s: float
+    fast_s: float
+
+    @property
+    def speedup(self) -> float:
+        """eager ÷ fast: above 1 the fast path is faster."""
+        if self.fast_s <= 0:
+            return float("inf") if self.eager_s > 0 else 1.0
+        return self.eager_s / self.fast_s
+
+
+@dataclass(frozen=True, slots=True)
+class KernelPlan:
+    """Forwards of at most `fast_up_to` tokens take the fast path; 0 means never."""
+
+    fast_up_to: int = 0
+
+    def use_fast(self, tokens: int) -> bool:
+        return 0 < tokens <= self.fast_up_to
+
+    @property
+    def enabled(self) -> bool:
+        return self.fast_up_to > 0
+
+    def covers(self, tokens: int) -> bool:
+        """True when every forward of up to TOKENS tokens takes the fast path."""
+        return self.fast_up_to >= tokens
+
+
+def plan_kernels(timings: Iterable[KernelTiming], min_speedup: float = DEFAULT_MIN_SPEEDUP) -> KernelPlan:
+    """The largest measured size up to which the fast path won at every measured size (see the module doc)."""
+    if min_speedup <= 0:
+        raise ValueError(f"min_speedup must be > 0, got {min_speedup}")
+    fast_up_to = 0
+    for timing in sorted(timings, key=lambda t: t.tokens):
+        if timing.tokens < 1:
+            raise ValueError(f"a timing at {timing.tokens} tokens")
+        if timing.speedup < min_speedup:
+            break
+        fast_up_to = timing.tokens
+    return KernelPlan(fast_up_to)
+
+
+def timing_grid(largest: int, smallest: int = 16, factor: int = 2) -> tuple[int, ...]:
+    """Sizes to time: SMALLEST, then × FACTOR while below LARGEST, then LARGEST itself."""
+    if largest < 1 or factor < 2:
+        raise ValueError(f"need largest >= 1 and factor >= 2, got {largest}, {factor}")
+    sizes: list[int] = []
+    size = max(1, smallest)
+    while size < largest:
+        sizes.append(size)
+        size *= factor
+    sizes.append(largest)
+    return tuple(sizes)
+
+
+def bucket_rows(rows: int, exact_up_to: int = 32, steps_per_octave: int = 16) -> int:
+    """The row count a packed kernel runs for ROWS rows (the rest are zero padding): at least 2,
+    exact up to EXACT_UP_TO, then rounded up to one of STEPS_PER_OCTAVE sizes per doubling.
+
+    Kernels that build a primitive per input shape (oneDNN) then see a bounded set of shapes
+    (about 150 up to 4,096 rows with the defaults) at a padding cost under 1/STEPS_PER_OCTAVE
+    (about half that on average).
+    """
+    if rows < 1:
+        raise ValueError(f"rows must be >= 1, got {rows}")
+    if steps_per_octave < 1 or steps_per_octave & (steps_per_octave - 1):
+        raise ValueError(f"steps_per_octave must be a power of two, got {steps_per_octave}")
+    if rows <= max(2, exact_up_to):
+        return max(2, rows)
+    octave = 1 << (rows - 1).bit_length() - 1  # the power of two just below ROWS
+    step = max(1, octave // steps_per_octave)
+    return -(-rows // step) * step

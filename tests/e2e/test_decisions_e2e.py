@@ -1,0 +1,133 @@
+"""Decision models end to end (R-API-4/5, R-LEN-1): a real `vllm-srun serve` process and the
+official `typesafe-sdk` client, unmodified (it posts to /v1/systemone)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from tests.e2e.server import running_server
+
+typesafe_sdk = pytest.importorskip("typesafe_sdk")
+from typesafe_sdk import Choice, Noul, Score, TypeSafeBadRequestError, TypeSafeClient  # noqa: E402
+
+pytestmark = pytest.mark.slow
+LIMIT = 200
+
+
+@pytest.fixture(scope="module")
+def decision_server(decision_fixture) -> Iterator[str]:
+    folder = decision_fixture("llama")
+    with running_server(str(folder), "--max-model-len", str(LIMIT), "--result-cache-entries", "0") as base:
+        yield base
+
+
+@pytest.fixture()
+def client(decision_server: str) -> Iterator[TypeSafeClient]:
+    with TypeSafeClient(api_key="unused", base_url=decision_server, model="tiny-decision-llama") as c:
+        yield c
+
+
+def test_sdk_noul_choice_score(client: TypeSafeClient) -> None:
+    result = client.system_one(
+        state="I was charged twice. Please help.",
+        questions={
+            "billing": Noul(instructions="Is this about billing?"),
+            "tone": Choice(instructions="What is the tone?", criteria={"calm": None, "angry": "An upset message"}),
+            "urgency": Score(instructions="How urgent is it?", criteria=["Can wait", "This week", "Today"]),
+        },
+    )
+    assert result.model == "tiny-decision-llama"
+    assert 0 <= result.nouls["billing"].noul <= 1
+    tone = result.choices["tone"]
+    assert tone.choice in {"calm", "angry"} and set(tone.probabilities) == {"calm", "angry"}
+    assert tone.confidence == max(tone.probabilities.values())
+    urgency = result.scores["urgency"]
+    assert urgency.legend == {0: "Can wait", 1: "This week", 2: "Today"}
+    assert set(urgency.probabilities) == {0, 1, 2} and 0 <= urgency.score <= 2
+    assert result.usage.input_tokens > 0 and result.usage.output_tokens == 0
+
+
+def test_sdk_dict_questions_and_object_state(client: TypeSafeClient) -> None:
+    result = client.system_one(
+        state={"message": "I was charged twice. Please help.", "subject": "Duplicate charge"},
+        questions={
+            "spam": {"type": "noul", "criteria": {"true": "Unsolicited advertising", "false": None}},
+            "team": {"type": "choice", "criteria": {"billing team": None, "shipping team": None, "other": None}},
+        },
+    )
+    assert 0 <= result.nouls["spam"].noul <= 1
+    assert result.choices["team"].choice in {"billing team", "shipping team", "other"}
+
+
+def test_sdk_compressed_body(client: TypeSafeClient) -> None:
+    """With zstd available the client compresses bodies of 1 KiB and more (Content-Encoding: zstd)."""
+    from typesafe_sdk._core.compression import COMPRESSORS
+
+    if "zstd" not in COMPRESSORS:
+        pytest.skip("this typesafe-sdk sends plain bodies here (no zstd available)")
+    state = "charged twice " + "x" * 1500  # over 1 KiB, few tokens (max_model_len is small here)
+    result = client.system_one(state=state, questions={"billing": Noul(instructions="Is this about billing?")})
+    assert 0 <= result.nouls["billing"].noul <= 1
+
+
+def test_docs_example_runs(decision_server: str) -> None:
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "systemone_client.py"
+    done = subprocess.run([sys.executable, str(example), decision_server, "tiny-decision-llama"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "billing: P(yes) =" in done.stdout and "tone:" in done.stdout
+
+
+def test_sdk_too_long_question_is_a_400_naming_it(client: TypeSafeClient) -> None:
+    with pytest.raises(TypeSafeBadRequestError) as info:
+        client.system_one(state="a short state", questions={
+            "ok": Noul(instructions="Is this short?"), "long": Noul(instructions="is it good " * 100)})
+    error = info.value
+    assert error.status == 400 and error.body["error"]["code"] == "question_failed"
+    assert "'long'" in str(error) and "max_length_exceeded" in str(error)
+
+
+def test_decisions_keeps_the_error_in_place_and_batches(decision_server: str) -> None:
+    qs = {"ok": {"type": "noul", "instructions": "Is this short?"}, "long": {"type": "noul", "instructions": "good " * 300}}
+    r = httpx.post(f"{decision_server}/v1/decisions", json={"state": "a short state", "questions": qs}, timeout=60)
+    assert r.status_code == 200 and "server-timing" in r.headers
+    answers = r.json()["answers"]
+    assert answers["long"]["error"]["code"] == "max_length_exceeded" and 0 <= answers["ok"]["noul"] <= 1
+    r = httpx.post(f"{decision_server}/v1/systemone/batches", timeout=60, json={
+        "states": [{"id": "a", "state": "one"}, {"id": "b", "state": "two"}], "questions": qs})
+    assert [x["id"] for x in r.json()["results"]] == ["a", "b"]
+    card = httpx.get(f"{decision_server}/v1/models", timeout=10).json()["data"][0]
+    assert card["limits"]["max_input_tokens"] == LIMIT and card["engine_args"]["max_model_len"] == LIMIT
+    assert card["family"] == "decision" and card["golden"]["status"] == "matched"
+
+
+def _smollm2_available() -> bool:
+    from vllm_srun.adapters.model_store import resolve
+    from vllm_srun.domain.errors import ModelNotFound
+
+    try:
+        resolve("SmolLM2-135M-Instruct", progress=lambda _m: None)
+    except ModelNotFound:
+        return False
+    return True
+
+
+def test_sdk_against_smollm2() -> None:
+    """The real catalog decoder (converted from its GGUF), its shipped golden file matched."""
+    if not _smollm2_available():
+        pytest.skip("SmolLM2-135M-Instruct is not in the model store: `vllm-srun pull SmolLM2-135M-Instruct`")
+    with running_server("SmolLM2-135M-Instruct", ready_timeout=300) as base:
+        with TypeSafeClient(api_key="unused", base_url=base, model="SmolLM2-135M-Instruct", timeout=120) as c:
+            result = c.system_one(state="I was charged twice for my order. Please refund me.", questions={
+                "billing": Noul(instructions="Is this message about billing?"),
+                "tone": Choice(instructions="What is the tone?", criteria={"calm": None, "angry": None})})
+        card = httpx.get(f"{base}/v1/models", timeout=10).json()["data"][0]
+    assert 0 <= result.nouls["billing"].noul <= 1 and result.choices["tone"].choice in {"calm", "angry"}
+    assert card["golden"]["status"] == "matched", card["golden"]
+    assert card["dtype"] == "float32" and card["limits"]["max_input_tokens"] == 8192

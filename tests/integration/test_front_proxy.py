@@ -1,0 +1,255 @@
+"""The front in-process against fake attached workers: model rewriting, dispatch refusals (429,
+503), deadlines (504), dead workers (502), the front result cache, compatibility, outlier
+ejection, draining and the reports (R-REP-2…5, R-API-9)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from typing import Any, Awaitable, Callable
+
+import httpx
+
+from tests.fake_worker import FakeWorker
+from vllm_srun.adapters.config.loader import load_config_data
+from vllm_srun.adapters.front.app import FrontApp
+from vllm_srun.adapters.front.fleet import Fleet
+from vllm_srun.adapters.front.metrics import FrontEvents, FrontMetrics
+from vllm_srun.adapters.front.proxy import Proxy
+
+
+def config_for(deployments: dict[str, dict[str, Any]]) -> Any:
+    return load_config_data({"global": {"model_catalog": {"deployments": deployments}}})
+
+
+def attached(*workers: FakeWorker, **fields: Any) -> dict[str, Any]:
+    replicas = [{"endpoint": w.endpoint, "model": w.model} for w in workers]
+    return {"artifact": "fake-artifact", "replicas": replicas, **fields}
+
+
+async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+class Front:
+    def __init__(self, config: Any) -> None:
+        self.metrics = FrontMetrics()
+        self.fleet = Fleet(config, socket_dir="/nonexistent", threads=None, events=FrontEvents(self.metrics))
+        self.proxy = Proxy(self.fleet, self.metrics, max_request_bytes=1 << 20)
+        self.app = FrontApp(self.fleet, self.proxy, self.metrics)
+        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://front")
+
+    async def __aenter__(self) -> "Front":
+        await self.fleet.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.aclose()
+        await self.fleet.stop(grace_s=1)
+
+    async def ready(self, name: str, count: int) -> None:
+        await until(lambda: self.fleet.deployments[name].ready_count() == count)
+
+    async def post(self, body: dict[str, Any], path: str = "/v1/embeddings") -> httpx.Response:
+        return await self.client.post(path, json=body, timeout=30)
+
+
+def scenario(coro: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(coro(), 60))
+
+
+def test_model_is_rewritten_both_ways_and_any_post_path_is_proxied() -> None:
+    async def go() -> None:
+        worker = await FakeWorker(model="fake-a").start()
+        async with Front(config_for({"primary": attached(worker, result_cache_entries=0)})) as front:
+            await front.ready("primary", 1)
+            r = await front.post({"model": "primary", "input": "hi"})
+            assert r.status_code == 200 and r.json()["model"] == "primary"
+            assert worker.received[-1]["model"] == "fake-a"
+            assert "total;dur=" in r.headers["server-timing"] and "queue;dur=1.000" in r.headers["server-timing"]
+            r = await front.post({"input": "no model"}, path="/v1/systemone/batches")
+            assert r.status_code == 200 and r.json()["path"] == "/v1/systemone/batches"
+            assert worker.received[-1]["model"] == "fake-a"  # an attached runtime is always told
+            assert (await front.post({"model": "fake-artifact", "input": "alias"})).status_code == 200
+            r = await front.post({"model": "other", "input": "x"})
+            assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+            r = await front.client.post("/v1/embeddings", content=b"{nope", headers={"content-type": "application/json"})
+            assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
+            assert len(worker.received) == 3  # refusals never reach a worker
+        await worker.stop()
+
+    scenario(go)
+
+
+def test_full_replicas_answer_429_and_no_ready_replica_503() -> None:
+    async def go() -> None:
+        worker = await FakeWorker().start()
+        with socket.socket() as spare:  # a port nobody listens on
+            spare.bind(("127.0.0.1", 0))
+            dead = f"http://127.0.0.1:{spare.getsockname()[1]}"
+        config = config_for({
+            "busy": attached(worker),
+            "down": {"artifact": "x", "replicas": [{"endpoint": dead, "model": "m"}]},
+        })
+        async with Front(config) as front:
+            await front.ready("busy", 1)
+            front.fleet.deployments["busy"].pool.max_in_flight = 1
+            slow = asyncio.ensure_future(front.post({"model": "busy", "input": "slow:0.5"}))
+            await until(lambda: worker.received != [])
+            r = await front.post({"model": "busy", "input": "second"})
+            assert r.status_code == 429 and r.headers["retry-after"] == "1"
+            assert r.json()["error"]["code"] == "overloaded"
+            assert (await slow).status_code == 200
+            r = await front.post({"model": "down", "input": "x"})
+            assert r.status_code == 503 and r.json()["error"]["code"] == "not_ready" and int(r.headers["retry-after"]) >= 1
+            health = await front.client.get("/health")
+            assert health.status_code == 503 and health.json()["deployments"]["down"]["ready"] == 0
+        await worker.stop()
+
+    scenario(go)
+
+
+def test_deadlines_answer_504_and_cancel_the_worker_request() -> None:
+    async def go() -> None:
+        worker = await FakeWorker().start()
+        async with Front(config_for({"primary": attached(worker, timeout_ms=200)})) as front:
+            await front.ready("primary", 1)
+            started = time.monotonic()
+            r = await front.post({"input": "slow:5"})
+            assert r.status_code == 504 and r.json()["error"]["code"] == "deadline_exceeded"
+            assert time.monotonic() - started < 1.0
+            r = await front.post({"input": "slow:5", "options": {"deadline_ms": 50}})
+            assert r.status_code == 504
+            await until(lambda: worker.cancelled == 2)  # the worker saw both connections close
+            pool = front.fleet.deployments["primary"].pool
+            assert [replica.in_flight for replica in pool] == [0]
+            assert front.metrics.outcomes.get({"deployment": "primary", "replica": "primary/0", "outcome": "timeout"}) == 2
+        await worker.stop()
+
+    scenario(go)
+
+
+def test_a_worker_that_drops_the_connection_fails_fast_with_502() -> None:
+    async def go() -> None:
+        worker = await FakeWorker().start()
+        async with Front(config_for({"primary": attached(worker)})) as front:
+            await front.ready("primary", 1)
+            started = time.monotonic()
+            r = await front.post({"input": "die"})
+            assert r.status_code == 502 and r.json()["error"]["code"] == "worker_failed"
+            assert time.monotonic() - started < 1.0
+            r = await front.post({"input": "fail"})
+            assert r.status_code == 500
+            assert (await front.post({"input": "still fine"})).status_code == 200
+        await worker.stop()
+
+    scenario(go)
+
+
+def test_a_single_worker_deployment_caches_answers_in_the_front() -> None:
+    async def go() -> None:
+        worker = await FakeWorker().start()
+        async with Front(config_for({"primary": attached(worker)})) as front:
+            await front.ready("primary", 1)
+            first = await front.post({"input": "same", "user": "a"})
+            second = await front.post({"model": "primary", "input": "same", "user": "b"})
+            assert first.json() == second.json() and len(worker.received) == 1
+            await front.post({"input": "same", "options": {"return_meta": True}})
+            assert len(worker.received) == 2  # meta is per request: never from the cache
+            text = (await front.client.get("/metrics")).text
+            assert 'vllm_sr_result_cache_total{deployment="primary",outcome="hit"} 1' in text
+        await worker.stop()
+
+    scenario(go)
+
+
+def test_incompatible_replicas_are_never_dispatched_to() -> None:
+    async def go() -> None:
+        good = await FakeWorker(name="good").start()
+        other = await FakeWorker(name="other", card={"sha256": "different"}).start()
+        pinned = await FakeWorker(name="pinned").start()
+        config = config_for({
+            "pool": attached(good, other),
+            "strict": attached(pinned, max_num_seqs=64),
+        })
+        async with Front(config) as front:
+            await front.ready("pool", 1)
+            pool = front.fleet.deployments["pool"]
+            await until(lambda: all(r.state(0).value != "starting" for r in pool.pool))
+            states = sorted(r.state(time.monotonic()).value for r in pool.pool)
+            assert states == ["incompatible", "ready"]
+            for _ in range(6):
+                assert (await front.post({"model": "pool", "input": "x"})).json()["worker"] == "good"
+            strict = front.fleet.deployments["strict"]
+            await until(lambda: next(iter(strict.pool)).incompatible_reason is not None)
+            assert "max_num_seqs 8192 but the deployment sets 64" in (next(iter(strict.pool)).incompatible_reason or "")
+            inventory = (await front.client.get("/api/v1/inventory")).json()
+            rows = {w["id"]: w for d in inventory["deployments"] for w in d["workers"]}
+            assert rows["pool/1"]["state"] == "incompatible" and "sha256" in rows["pool/1"]["reason"]
+        for worker in (good, other, pinned):
+            await worker.stop()
+
+    scenario(go)
+
+
+def test_a_stuck_replica_is_ejected_and_logged(caplog: Any) -> None:
+    async def go() -> None:
+        healthy = await FakeWorker(name="healthy").start()
+        stuck = await FakeWorker(name="stuck").start()
+        config = config_for({"primary": attached(
+            healthy, stuck, timeout_ms=150,
+            outlier_detection={"consecutive_timeouts": 3, "base_ejection_ms": 60000},
+        )})
+        async with Front(config) as front:
+            await front.ready("primary", 2)
+            stuck.stall = True
+            record = front.fleet.deployments["primary"].pool["primary/1"]
+
+            async def client() -> list[int]:
+                codes = []
+                while not record.is_ejected(time.monotonic()):
+                    codes.append((await front.post({"input": f"x{len(codes)}"})).status_code)
+                return codes
+
+            codes = [c for group in await asyncio.gather(*(client() for _ in range(4))) for c in group]
+            assert set(codes) <= {200, 504} and 504 in codes and 200 in codes
+            assert record.ejections_total == 1
+            inventory = (await front.client.get("/api/v1/inventory")).json()
+            states = {w["id"]: w["state"] for w in inventory["deployments"][0]["workers"]}
+            assert states["primary/1"] == "ejected"
+            for _ in range(5):  # ejected: every request goes to the healthy one
+                assert (await front.post({"input": "after"})).json()["worker"] == "healthy"
+            text = (await front.client.get("/metrics")).text
+            assert 'vllm_sr_ejections_total{deployment="primary",replica="primary/1"} 1' in text
+        for worker in (healthy, stuck):
+            await worker.stop()
+
+    with caplog.at_level(logging.INFO, logger="vllm_srun.front"):
+        scenario(go)
+    assert any("replica_ejected deployment=primary replica=primary/1" in m for m in caplog.messages)
+
+
+def test_draining_refuses_new_requests_and_reports() -> None:
+    async def go() -> None:
+        worker = await FakeWorker().start()
+        async with Front(config_for({"primary": attached(worker)})) as front:
+            await front.ready("primary", 1)
+            models = (await front.client.get("/v1/models")).json()["data"]
+            assert [m["id"] for m in models] == ["primary"] and models[0]["replicas"] == {"desired": 1, "ready": 1}
+            assert models[0]["family"] == "encoder"
+            assert (await front.client.get("/health")).status_code == 200
+            assert (await front.client.get("/health/live")).status_code == 200
+            assert (await front.client.get("/openapi.json")).json()["paths"]["/v1/embeddings"]
+            assert (await front.client.get("/nowhere")).json()["error"]["code"] == "not_found"
+            front.proxy.draining = True
+            r = await front.post({"input": "late"})
+            assert r.status_code == 503 and r.headers["connection"] == "close" and r.headers["retry-after"]
+            assert (await front.client.get("/health")).json()["status"] == "draining"
+        await worker.stop()
+
+    scenario(go)

@@ -1,0 +1,119 @@
+"""The front's worker client: keep-alive reuse, a pooled connection the worker closed, chunked
+bodies, broken connections and cancellation (adapters/workers/http_client.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Awaitable, Callable
+
+import pytest
+
+from vllm_srun.adapters.workers.http_client import WorkerClient, WorkerUnavailable
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
+    return await reader.readexactly(length)
+
+
+def serve(tmp_path: Path, handler: Handler, test: Callable[[WorkerClient], Awaitable[None]]) -> None:
+    async def go() -> None:
+        path = str(tmp_path / "w.sock")
+        server = await asyncio.start_unix_server(handler, path)
+        client = WorkerClient(uds=path)
+        try:
+            await asyncio.wait_for(test(client), 10)
+        finally:
+            client.close_idle()
+            server.close()
+
+    asyncio.run(go())
+
+
+def test_keep_alive_reuses_one_connection(tmp_path: Path) -> None:
+    connections = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        try:
+            while True:
+                body = await read_request(reader)
+                writer.write(OK if body != b"chunked" else
+                             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            writer.close()
+
+    async def test(client: WorkerClient) -> None:
+        for _ in range(3):
+            response = await client.request("POST", "/v1/embeddings", b"{}")
+            assert (response.status, response.body) == (200, b"{}")
+        assert (await client.request("POST", "/x", b"chunked")).body == b"abcde"
+        assert len(connections) == 1
+
+    serve(tmp_path, handler, test)
+
+
+def test_a_pooled_connection_the_worker_closed_is_replaced(tmp_path: Path) -> None:
+    seen = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        seen.append(1)
+        writer.write(OK)
+        await writer.drain()
+        writer.close()  # no keep-alive header: the client pooled it, the worker hangs up
+
+    async def test(client: WorkerClient) -> None:
+        assert (await client.request("GET", "/health")).status == 200
+        await asyncio.sleep(0.05)
+        assert (await client.request("GET", "/health")).status == 200
+        assert len(seen) == 2
+
+    serve(tmp_path, handler, test)
+
+
+def test_a_connection_broken_mid_response_is_worker_unavailable(tmp_path: Path) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"partial")
+        await writer.drain()
+        writer.close()
+
+    async def test(client: WorkerClient) -> None:
+        with pytest.raises(WorkerUnavailable, match="mid-response"):
+            await client.request("POST", "/v1/embeddings", b"{}")
+
+    serve(tmp_path, handler, test)
+
+
+def test_a_cancelled_request_closes_its_connection(tmp_path: Path) -> None:
+    async def go() -> None:
+        hung_up = asyncio.Event()
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await read_request(reader)
+            await reader.read(1)  # b"" once the client closes
+            hung_up.set()
+
+        path = str(tmp_path / "w.sock")
+        server = await asyncio.start_unix_server(handler, path)
+        client = WorkerClient(uds=path)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(client.request("POST", "/v1/embeddings", b"{}"), 0.1)
+        await asyncio.wait_for(hung_up.wait(), 5)
+        server.close()
+
+    asyncio.run(go())
+
+
+def test_no_worker_is_worker_unavailable(tmp_path: Path) -> None:
+    async def go() -> None:
+        with pytest.raises(WorkerUnavailable, match="cannot connect"):
+            await WorkerClient(uds=str(tmp_path / "missing.sock")).request("GET", "/health")
+
+    asyncio.run(go())
