@@ -1,9 +1,15 @@
-"""Clients that go away or run out of time never cost a forward (R-API-9: 499, 504)."""
+"""Clients that go away or run out of time never cost a forward (R-API-9: 499, 504).
+
+A large request keeps the device busy (`--max-num-seqs 1`: one row per forward), so the victim's
+row is still queued when its deadline passes or its client leaves; the rows counter then shows
+that only the large request's rows ever reached the device.
+"""
 
 from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 
 import httpx
@@ -13,29 +19,43 @@ from tests.e2e.server import running_server
 from tests.e2e.test_embeddings_e2e import _metric
 
 pytestmark = pytest.mark.slow
+HOG_ROWS = 24
 
 
 @pytest.fixture(scope="module")
-def slow_window_server(minilm_dir) -> str:  # type: ignore[no-untyped-def]
-    # a long batch window keeps rows queued long enough to leave or expire before any forward
-    with running_server("--batch-window-ms", "1500") as base:
+def one_row_server(minilm_dir) -> str:  # type: ignore[no-untyped-def]
+    with running_server("--max-num-seqs", "1", "--result-cache-entries", "0") as base:
         yield base
 
 
-def test_deadline_exceeded_drops_the_rows(slow_window_server: str) -> None:
-    base = slow_window_server
-    before = _metric(httpx.get(f"{base}/metrics").text, "vllm_srun_forwards_total")
+def _rows(base: str) -> float:
+    return _metric(httpx.get(f"{base}/metrics").text, "vllm_srun_rows_total")
+
+
+def _hog(base: str) -> threading.Thread:
+    body = {"input": [f"{i} " + "a long sentence about nothing in particular " * 25 for i in range(HOG_ROWS)]}
+    t = threading.Thread(target=lambda: httpx.post(f"{base}/v1/embeddings", json=body, timeout=120), daemon=True)
+    t.start()
+    time.sleep(0.3)  # the hog is queued and running
+    return t
+
+
+def test_deadline_exceeded_drops_the_rows(one_row_server: str) -> None:
+    base = one_row_server
+    before = _rows(base)
+    hog = _hog(base)
     r = httpx.post(f"{base}/v1/embeddings", json={"input": "late", "options": {"deadline_ms": 50}}, timeout=10)
     assert r.status_code == 504 and r.json()["error"]["code"] == "deadline_exceeded"
-    time.sleep(1.7)  # past the window: nothing left to run
-    after = _metric(httpx.get(f"{base}/metrics").text, "vllm_srun_forwards_total")
-    assert after == before
+    hog.join(120)
+    assert _rows(base) - before == HOG_ROWS  # the late row never ran
 
 
-def test_client_that_goes_away_costs_no_forward(slow_window_server: str) -> None:
-    base = slow_window_server
+def test_client_that_goes_away_costs_no_forward(one_row_server: str) -> None:
+    base = one_row_server
     host, port = base.removeprefix("http://").split(":")
-    before = _metric(httpx.get(f"{base}/metrics").text, "vllm_srun_forwards_total")
+    before = _rows(base)
+    cancelled_before = _metric(httpx.get(f"{base}/metrics").text, "vllm_srun_cancelled_requests_total")
+    hog = _hog(base)
     body = json.dumps({"input": "gone"}).encode()
     with socket.create_connection((host, int(port))) as s:
         s.sendall(
@@ -43,10 +63,9 @@ def test_client_that_goes_away_costs_no_forward(slow_window_server: str) -> None
             + f"content-length: {len(body)}\r\n\r\n".encode()
             + body
         )
-        time.sleep(0.2)  # queued, inside the window
-    time.sleep(2.0)
+        time.sleep(0.2)  # queued behind the hog
+    hog.join(120)
     text = httpx.get(f"{base}/metrics").text
-    assert _metric(text, "vllm_srun_forwards_total") == before
-    assert _metric(text, "vllm_srun_cancelled_requests_total") >= 1
-    # and the server still answers
+    assert _metric(text, "vllm_srun_rows_total") - before == HOG_ROWS
+    assert _metric(text, "vllm_srun_cancelled_requests_total") == cancelled_before + 1
     assert httpx.post(f"{base}/v1/embeddings", json={"input": "still here"}, timeout=10).status_code == 200
