@@ -15,10 +15,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import NoReturn
 
-from vllm_srun.app.cli import OneLineParser, _non_negative_int, _port, _positive_int, _window_ms
+from vllm_srun.app.cli import (
+    OneLineParser,
+    _non_negative_int,
+    _port,
+    _positive_int,
+    _window_ms,
+)
 
 PROG = "vllm-sr"
 DEFAULT_PORT = 8000
@@ -66,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="start the workers and serve the deployments over HTTP")
     _add_config_flags(serve)
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=_port, default=DEFAULT_PORT)
+    serve.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"(default {DEFAULT_PORT}; workers use Unix sockets)")
     serve.add_argument("--max-request-bytes", type=_positive_int, default=8 * 1024 * 1024)
     serve.add_argument("--drain-timeout", type=float, default=30.0, metavar="S",
                        help="on SIGTERM, how long in-flight requests may take before workers stop")

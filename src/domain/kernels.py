@@ -7,7 +7,10 @@ serves every forward up to the largest measured size at which it, *and every sma
 size*, was at least `min_speedup` times faster than eager. Past that size, past the largest size
 measured, or from the first size where it lost, the reference kernels serve. One contiguous
 region from 0 keeps the choice monotone in the forward's size, so the kernels a row runs on
-change at most once (at `fast_up_to`), which is what the batch-invariance argument needs.
+change at most once (at `fast_up_to`), which is what the batch-invariance argument needs: a
+batch-invariant model's merged forwards stay within 512 padded tokens (R-BAT-5), so a fast path
+that is itself batch-invariant keeps the model exact only if it serves every forward up to 512.
+Where the timings up to 512 are a tie, the plan gives exactness the benefit (`exact_tokens`).
 
 Pure: timings in (medians, measured by an adapter), a plan out. No clock, no torch.
 """
@@ -19,6 +22,8 @@ from typing import Iterable
 
 # a fast path must win by this factor at a size to serve it: a tie is noise, not a gain
 DEFAULT_MIN_SPEEDUP = 1.03
+# ... and within this factor it is a tie: not measurably slower (timings on a shared CPU move by more)
+DEFAULT_TIE = 0.97
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,17 +60,33 @@ class KernelPlan:
         return self.fast_up_to >= tokens
 
 
-def plan_kernels(timings: Iterable[KernelTiming], min_speedup: float = DEFAULT_MIN_SPEEDUP) -> KernelPlan:
-    """The largest measured size up to which the fast path won at every measured size (see the module doc)."""
-    if min_speedup <= 0:
-        raise ValueError(f"min_speedup must be > 0, got {min_speedup}")
+def _prefix(timings: list[KernelTiming], min_speedup: float) -> int:
     fast_up_to = 0
-    for timing in sorted(timings, key=lambda t: t.tokens):
-        if timing.tokens < 1:
-            raise ValueError(f"a timing at {timing.tokens} tokens")
+    for timing in timings:
         if timing.speedup < min_speedup:
             break
         fast_up_to = timing.tokens
+    return fast_up_to
+
+
+def plan_kernels(timings: Iterable[KernelTiming], min_speedup: float = DEFAULT_MIN_SPEEDUP, *,
+                 exact_tokens: int | None = None, tie: float = DEFAULT_TIE) -> KernelPlan:
+    """The largest measured size up to which the fast path won at every measured size (module doc).
+
+    EXACT_TOKENS (R-BAT-5's 512): when the fast path won at the small sizes and was *not measurably
+    slower* (speedup >= TIE) at every size measured up to EXACT_TOKENS, it serves every forward up
+    to EXACT_TOKENS, so a model whose fast path is batch-invariant can be served as such; speed
+    alone still decides past EXACT_TOKENS.
+    """
+    if min_speedup <= 0 or tie <= 0:
+        raise ValueError(f"min_speedup and tie must be > 0, got {min_speedup}, {tie}")
+    ordered = sorted(timings, key=lambda t: t.tokens)
+    if any(t.tokens < 1 for t in ordered):
+        raise ValueError("a timing below 1 token")
+    fast_up_to = _prefix(ordered, min_speedup)
+    if fast_up_to and exact_tokens is not None and fast_up_to < exact_tokens:
+        if _prefix(ordered, min(tie, min_speedup)) >= exact_tokens:
+            fast_up_to = exact_tokens
     return KernelPlan(fast_up_to)
 
 
@@ -82,20 +103,21 @@ def timing_grid(largest: int, smallest: int = 16, factor: int = 2) -> tuple[int,
     return tuple(sizes)
 
 
-def bucket_rows(rows: int, exact_up_to: int = 32, steps_per_octave: int = 16) -> int:
+def bucket_rows(rows: int, exact_up_to: int = 16, steps_per_octave: int = 16, align: int = 8) -> int:
     """The row count a packed kernel runs for ROWS rows (the rest are zero padding): at least 2,
-    exact up to EXACT_UP_TO, then rounded up to one of STEPS_PER_OCTAVE sizes per doubling.
+    exact up to EXACT_UP_TO, then rounded up to a multiple of ALIGN and to one of
+    STEPS_PER_OCTAVE sizes per doubling.
 
     Kernels that build a primitive per input shape (oneDNN) then see a bounded set of shapes
-    (about 150 up to 4,096 rows with the defaults) at a padding cost under 1/STEPS_PER_OCTAVE
-    (about half that on average).
+    (about 110 up to 4,096 rows with the defaults), each a multiple of ALIGN (no ragged row
+    blocks), at a padding cost under 1/STEPS_PER_OCTAVE (about half that on average).
     """
     if rows < 1:
         raise ValueError(f"rows must be >= 1, got {rows}")
-    if steps_per_octave < 1 or steps_per_octave & (steps_per_octave - 1):
-        raise ValueError(f"steps_per_octave must be a power of two, got {steps_per_octave}")
+    if steps_per_octave < 1 or align < 1:
+        raise ValueError(f"steps_per_octave and align must be >= 1, got {steps_per_octave}, {align}")
     if rows <= max(2, exact_up_to):
         return max(2, rows)
     octave = 1 << (rows - 1).bit_length() - 1  # the power of two just below ROWS
-    step = max(1, octave // steps_per_octave)
+    step = max(align, octave // steps_per_octave)
     return -(-rows // step) * step

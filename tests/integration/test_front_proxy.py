@@ -8,7 +8,8 @@ import asyncio
 import logging
 import socket
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx
 
@@ -44,7 +45,7 @@ class Front:
         self.app = FrontApp(self.fleet, self.proxy, self.metrics)
         self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://front")
 
-    async def __aenter__(self) -> "Front":
+    async def __aenter__(self) -> Front:
         await self.fleet.start()
         return self
 

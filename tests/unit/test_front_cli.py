@@ -178,7 +178,7 @@ def test_a_migration_that_would_change_meaning_is_refused(tmp_path: Path, capsys
 
 # ---- docs ------------------------------------------------------------------------------------------
 def test_the_config_example_in_the_docs_loads_and_shows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    blocks = re.findall(r"```yaml\n(.*?)```", DOCS.read_text(), flags=re.S)
+    blocks = re.findall(r"```yaml\n(.*?)```", DOCS.read_text(), flags=re.DOTALL)
     assert blocks, "docs/front.md has a yaml example"
     for index, block in enumerate(blocks):
         config = load_config_text(block, source=f"docs/front.md[{index}]")

@@ -4,8 +4,8 @@ bodies, broken connections and cancellation (adapters/workers/http_client.py).""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import pytest
 

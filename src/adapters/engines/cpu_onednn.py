@@ -10,9 +10,9 @@ on each run of equal-length rows without padding or a mask, and `pooled` pools e
 own tokens, so a row's numbers do not depend on the rows it shares a forward with: the packed
 linears give every row of their input the same bits whatever the row count (measured on this
 CPU, oneDNN 3.x; a lone row is padded to two rows, the one case where oneDNN picks another
-kernel). Row counts are padded with zero rows up to a bucket (`domain.kernels.bucket_rows`):
-oneDNN builds a primitive per input shape (about 1 ms each, measured), so serving sees a bounded
-set of shapes. Whether a model ends up batch-invariant is still decided by the load-time probe.
+kernel). The token rows of a forward are padded once with zero rows up to a bucket
+(`domain.kernels.bucket_rows`): oneDNN builds a primitive per input shape (about 1 ms each,
+measured here), so serving sees a bounded set of shapes. Whether a model ends up batch-invariant is still decided by the load-time probe.
 
 `onednn_unsupported(device, dtype)` says why the path cannot run here (None when it can).
 """
@@ -83,17 +83,19 @@ class PackedLinear:
 
                 self.after = ACTIVATIONS[activation]
 
+    def rows(self, x: torch.Tensor) -> torch.Tensor:
+        """[M, in] → [M, out] for M already a bucket size (`bucket_rows`), at least 2."""
+        y = torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, self.attr, [], self.algorithm)
+        return y if self.after is None else self.after(y)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """Any [..., in]: the rows are padded to their bucket here (the head's few rows)."""
         flat = x.reshape(-1, x.shape[-1])
         rows = flat.shape[0]
         padded = bucket_rows(rows)
-        if padded != rows:  # zero rows up to the bucket: a bounded set of shapes for oneDNN
-            flat = torch.cat([flat, flat.new_zeros(padded - rows, flat.shape[1])])
-        y = torch.ops.mkldnn._linear_pointwise(flat, self.weight, self.bias, self.attr, [], self.algorithm)
         if padded != rows:
-            y = y[:rows]
-        y = y.view(*x.shape[:-1], self.out_features)
-        return y if self.after is None else self.after(y)
+            flat = torch.cat([flat, flat.new_zeros(padded - rows, flat.shape[1])])
+        return self.rows(flat)[:rows].view(*x.shape[:-1], self.out_features)
 
 
 class PackedLayer:
@@ -144,16 +146,39 @@ class PackedEncoder:
         self.fused_activation = act in FUSED_ACTIVATIONS
 
     def hidden(self, ids: torch.Tensor, lengths: Sequence[int], types: torch.Tensor | None) -> torch.Tensor:
-        """Last hidden state [B, T, H]; positions past a row's length hold no meaningful values."""
+        """Last hidden state [B, T, H]; positions past a row's length hold no meaningful values.
+
+        The B·T token rows run as one flat [M, H] buffer padded once with zero rows to M =
+        `bucket_rows(B·T)`; the padding rows go through the linears and norms (row by row, so
+        they touch no real row) and are never attended to."""
         runs = length_runs(lengths)
-        x = self.encoder.embeddings(ids, types)
+        b, t = ids.shape
+        h = self.encoder.config.hidden_size
+        real, padded = b * t, bucket_rows(b * t)
+        x = self.encoder.embeddings(ids, types).reshape(real, h)
+        if padded != real:
+            x = torch.cat([x, x.new_zeros(padded - real, h)])
         for layer, packed in zip(self.encoder.layers, self.layers):
-            b, t, h = x.shape
-            q, k, v = packed.qkv(x).view(b, t, 3, layer.heads, h // layer.heads).permute(2, 0, 3, 1, 4)
-            a = _attention(q, k, v, runs).transpose(1, 2).reshape(b, t, h)
-            x = layer.attn_norm(packed.attn_out(a) + x)
-            x = layer.ffn_norm(packed.ffn_out(packed.ffn_in(x)) + x)
-        return x
+            q, k, v = packed.qkv.rows(x)[:real].view(b, t, 3, layer.heads, h // layer.heads).permute(2, 0, 3, 1, 4)
+            a = x.new_zeros(padded, h) if padded != real else x.new_empty(padded, h)
+            a[:real].view(b, t, layer.heads, h // layer.heads).copy_(_attention(q, k, v, runs).transpose(1, 2))
+            x = layer.attn_norm(packed.attn_out.rows(a) + x)
+            x = layer.ffn_norm(packed.ffn_out.rows(packed.ffn_in.rows(x)) + x)
+        return x[:real].view(b, t, h)
+
+    def warm(self, up_to_rows: int) -> None:
+        """Build oneDNN's primitives for every bucket of token rows up to UP_TO_ROWS (and the
+        head's few rows), so short forwards never pay that (about 1 ms per linear shape) in serving."""
+        sizes = sorted({bucket_rows(n) for n in range(1, max(2, up_to_rows) + 1)})
+        layer = self.layers[0]
+        hidden = self.encoder.config.hidden_size
+        with torch.inference_mode():
+            for rows in sizes:
+                x = torch.zeros(rows, hidden)
+                layer.qkv.rows(x), layer.attn_out.rows(x), layer.ffn_out.rows(layer.ffn_in.rows(x))
+            if self.pooler is not None and self.classifier is not None:
+                for rows in sizes[:8]:
+                    self.classifier.rows(torch.tanh(self.pooler.rows(torch.zeros(rows, hidden))))
 
     @staticmethod
     def pooled(hidden: torch.Tensor, lengths: Sequence[int], cfg: PoolingConfig) -> torch.Tensor:

@@ -17,7 +17,7 @@ ENGINES = ("auto", "native", "onnxruntime")
 
 @dataclass(frozen=True)
 class Engines:
-    cache_dir: Path | None = None  # where exported graphs are kept (None: not cached)
+    cache_dir: Path | None = None  # where exported graphs and kernel timings are kept (None: not cached)
 
     def encoder(self, runner: Any, options: Any, progress: Any, *, onnx_file: Path | None = None,
                 largest_forward_tokens: int = 4096) -> Any:
@@ -31,7 +31,8 @@ class Engines:
             raise ValueError(f"unknown engine {options.engine!r} (known: {', '.join(ENGINES)})")
         from vllm_srun.adapters.engines.native import native_encoder
 
-        return native_encoder(runner, options.device, progress, largest_forward_tokens=largest_forward_tokens)
+        return native_encoder(runner, options.device, progress, largest_forward_tokens=largest_forward_tokens,
+                              cache_dir=self.cache_dir)
 
 
 def default_engines() -> Engines:

@@ -1,13 +1,15 @@
 """The native (torch) engine for encoders, with the oneDNN fast path where it is measured to help.
 
 `native_encoder(runner, device, progress)` decides, once at load on the device thread:
-1. gate: `VLLM_SRUN_ONEDNN=0` turns the fast path off (A/B); otherwise it needs an x86 CPU,
-   oneDNN and FP32 weights (`cpu_onednn.onednn_unsupported`);
+1. gate: `VLLM_SRUN_ONEDNN=0` turns the fast path off (A/B; `=1` puts every forward on it,
+   skipping step 3); otherwise it needs an x86 CPU, oneDNN and FP32 weights
+   (`cpu_onednn.onednn_unsupported`);
 2. numerics: the packed forward must give the eager forward's answers (pooled embeddings,
    logits) on a ragged probe batch within `NUMERICS_TOL` (relative to the answers' size);
-3. speed: one layer's linears timed on both paths over a grid of row counts (interleaved,
-   fastest of several runs), turned into a `KernelPlan` by `domain.kernels.plan_kernels`: the packed copies
-   serve forwards up to the largest size where they won at every size measured, eager the rest.
+3. speed: one layer's linears timed on both paths over a grid of row counts (`onednn_timing`,
+   cached per machine), turned into a `KernelPlan` by `domain.kernels.plan_kernels`: the packed
+   copies serve forwards up to the largest size where they were not slower at every size
+   measured (and won at the small ones), eager the rest.
 The card reports the outcome as `kernels: {linear: onednn_packed|eager, reason, ...}`. The
 readiness check and the probe run after this, through `embed`/`classify_logits`: the path that serves.
 """
@@ -16,22 +18,24 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
-import time
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
+from vllm_srun.adapters.engines.onednn_timing import measure
 from vllm_srun.adapters.models.encoder_runner import EncoderRunner
 from vllm_srun.adapters.models.pooling import pool
-from vllm_srun.domain.kernels import (DEFAULT_MIN_SPEEDUP, KernelPlan, KernelTiming, bucket_rows, plan_kernels,
-                                      timing_grid)
+from vllm_srun.domain.kernels import KernelPlan, plan_kernels
+from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
 
 log = logging.getLogger("vllm_srun.engines.native")
 ENV = "VLLM_SRUN_ONEDNN"
 NUMERICS_TOL = 1e-5
+FORCED_UP_TO = 1 << 30  # VLLM_SRUN_ONEDNN=1: every forward on the packed copies
+WARM_UP_TO = 64  # oneDNN primitives built at load for forwards of up to this many token rows
 Progress = Callable[[str], None]
 
 
@@ -111,60 +115,25 @@ def numerics_gap(runner: EncoderRunner, packed: PackedEncoder) -> float:
     return max(gaps)
 
 
-def time_linears(runner: EncoderRunner, packed: PackedEncoder, sizes: Sequence[int],
-                 clock: Callable[[], float] = time.perf_counter) -> list[KernelTiming]:
-    """Seconds of one layer's linears (+ activation) at each row count, eager vs packed,
-    interleaved (ABBA), the fastest of several runs each: on a shared machine other processes
-    only ever add time, so the minimum is the steadiest estimate of what a kernel costs.
-    Stops after the first size where the packed copies do not win (the plan ends there)."""
-    layer, fast = runner.encoder.layers[0], packed.layers[0]
-    hidden, inner = layer.qkv.in_features, layer.ffn_out.in_features
-    gen = torch.Generator().manual_seed(0)
-
-    def eager(x: torch.Tensor, f: torch.Tensor) -> None:
-        layer.qkv(x), layer.attn_out(x), layer.act(layer.ffn_in(x)), layer.ffn_out(f)
-
-    def packed_run(x: torch.Tensor, f: torch.Tensor) -> None:
-        fast.qkv(x), fast.attn_out(x), fast.ffn_in(x), fast.ffn_out(f)
-
-    out: list[KernelTiming] = []
-    with torch.inference_mode():
-        for rows in sizes:
-            x, f = torch.randn(rows, hidden, generator=gen), torch.randn(rows, inner, generator=gen)
-            eager(x, f), packed_run(x, f)  # warm both (oneDNN builds its primitive for this shape)
-            reps = max(3, min(15, 8192 // rows))
-            times: dict[int, list[float]] = {0: [], 1: []}
-            for rep in range(reps):
-                for which in ((0, 1) if rep % 2 == 0 else (1, 0)):
-                    start = clock()
-                    (eager if which == 0 else packed_run)(x, f)
-                    times[which].append(clock() - start)
-            timing = KernelTiming(rows, min(times[0]), min(times[1]))
-            out.append(timing)
-            if timing.speedup < DEFAULT_MIN_SPEEDUP:  # the plan stops here: larger sizes cannot count
-                break
-    return out
-
-
-def timed_sizes(largest: int) -> list[int]:
-    """Row counts to time: the doubling grid, each moved to the middle of its bucket's padding
-    (a power of two plus about 1/32) so the timing pays the padding an average forward pays."""
-    sizes = []
-    for size in timing_grid(largest):
-        mid = size + size // 32 + 1
-        sizes.append(mid if bucket_rows(mid) != mid and mid <= largest else size)
-    return sizes
-
-
 def _eager(runner: EncoderRunner, reason: str, progress: Progress) -> NativeEncoder:
     progress(f"load: linear kernels eager ({reason})")
     return NativeEncoder(runner, kernels={"linear": "eager", "reason": reason})
 
 
+def _mode(env: Mapping[str, str]) -> str:
+    value = env.get(ENV, "").strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return "off"
+    if value in ("1", "on", "true", "yes", "force"):
+        return "force"
+    return "auto"
+
+
 def native_encoder(runner: EncoderRunner, device: str, progress: Progress, *, largest_forward_tokens: int = 4096,
-                   env: Mapping[str, str] = os.environ) -> NativeEncoder:
+                   cache_dir: Path | None = None, env: Mapping[str, str] = os.environ) -> NativeEncoder:
     """The native engine for RUNNER, with the oneDNN fast path where it is safe and faster (module doc)."""
-    if env.get(ENV, "").strip().lower() in ("0", "off", "false", "no"):
+    mode = _mode(env)
+    if mode == "off":
         return _eager(runner, f"turned off ({ENV}={env[ENV]})", progress)
     dtype = next(runner.encoder.parameters()).dtype
     unsupported = onednn_unsupported(device, dtype)
@@ -178,17 +147,25 @@ def native_encoder(runner: EncoderRunner, device: str, progress: Progress, *, la
         return _eager(runner, f"packing failed: {exc}"[:200], progress)
     if not gap <= NUMERICS_TOL:
         return _eager(runner, f"packed answers differ from eager by {gap:.1e} (> {NUMERICS_TOL:g})", progress)
-    timings = time_linears(runner, packed, timed_sizes(largest_forward_tokens))
-    plan = plan_kernels(timings)
+    kernels: dict[str, Any] = {"linear": "onednn_packed", "fused_activation": packed.fused_activation,
+                               "numerics_gap": float(f"{gap:.1e}")}
+    if mode == "force":
+        plan = KernelPlan(FORCED_UP_TO)
+        kernels.update(packed_up_to_tokens=None, reason=f"every forward ({ENV}={env[ENV]}); answers within "
+                                                        f"{NUMERICS_TOL:g} of eager")
+        progress(f"load: linear kernels oneDNN packed for every forward ({ENV}={env[ENV]})")
+        packed.warm(WARM_UP_TO)
+        return NativeEncoder(runner, packed, plan, kernels)
+    timings, source = measure(runner, packed, largest_forward_tokens, cache_dir, progress)
+    plan = plan_kernels(timings, exact_tokens=BATCH_INVARIANT_TOKENS)
     speedups = [[t.tokens, round(t.speedup, 2)] for t in timings]
     if not plan.enabled:
-        kernels = {"linear": "eager", "reason": "the packed copies were not faster at any measured size",
-                   "speedups": speedups}
         progress(f"load: linear kernels eager (packed not faster: {speedups})")
-        return NativeEncoder(runner, kernels=kernels)
-    kernels = {"linear": "onednn_packed", "fused_activation": packed.fused_activation,
-               "packed_up_to_tokens": plan.fast_up_to, "numerics_gap": float(f"{gap:.1e}"),
-               "reason": f"answers within {NUMERICS_TOL:g} of eager and faster up to {plan.fast_up_to} tokens "
-                         f"(eager beyond)", "speedups": speedups}
-    progress(f"load: linear kernels oneDNN packed up to {plan.fast_up_to} tokens (speedups {speedups})")
+        return NativeEncoder(runner, kernels={"linear": "eager", "reason": "the packed copies were not faster "
+                                              "at the smallest measured size", "speedups": speedups, "timings": source})
+    kernels.update(packed_up_to_tokens=plan.fast_up_to, speedups=speedups, timings=source,
+                   reason=f"answers within {NUMERICS_TOL:g} of eager; not slower up to {plan.fast_up_to} "
+                          f"tokens (eager beyond)")
+    progress(f"load: linear kernels oneDNN packed up to {plan.fast_up_to} tokens ({source} speedups {speedups})")
+    packed.warm(min(plan.fast_up_to, WARM_UP_TO))
     return NativeEncoder(runner, packed, plan, kernels)

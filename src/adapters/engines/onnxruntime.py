@@ -125,4 +125,4 @@ def onnx_encoder(runner: EncoderRunner, *, device: str, threads: int | None, pro
         path.unlink(missing_ok=True)  # the session holds the graph in memory
         path.parent.rmdir()
     progress(f"load: onnxruntime serving our exported graph ({source})")
-    return OnnxEncoder(runner, session, f"exported ({source})", threads)
+    return OnnxEncoder(runner, session, {"cached": "exported (cached)"}.get(source, "exported"), threads)

@@ -114,15 +114,16 @@ class EncoderModel(LoadedModel):
                 out[i] = row
         return out
 
-    def probe_payloads(self) -> list[Any]:
-        """Rows of mixed lengths (within 512 padded tokens together) for the batch-invariance probe.
-
-        No rows (no probe: `approximate`) when the forward changes kernels below 512 padded tokens
-        (the oneDNN fast path measured faster only for smaller forwards): probe batches this small
-        could not show what merged forwards of up to 512 tokens would do."""
+    @property
+    def known_batch_variant(self) -> bool:
+        """The forward changes kernels below 512 padded tokens (the oneDNN fast path measured not
+        slower only for smaller forwards): the probe's small batches could not show what merged
+        forwards of up to 512 tokens do, so the model is `approximate` without probing."""
         switch = getattr(self.forward, "kernel_switch_tokens", None)
-        if switch is not None and switch < BATCH_INVARIANT_TOKENS:
-            return []
+        return switch is not None and switch < BATCH_INVARIANT_TOKENS
+
+    def probe_payloads(self) -> list[Any]:
+        """Rows of mixed lengths (within 512 padded tokens together) for the batch-invariance probe."""
         words = "the quick brown fox jumps over a lazy dog while seven small birds sing".split()
         lengths = [1, 4, 9, 17, 30, 52]
         texts = [" ".join(words[i % len(words)] for i in range(n)) for n in lengths]

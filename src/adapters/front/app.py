@@ -69,7 +69,9 @@ async def front_metrics(request: Request) -> Response:
 
 @get("/openapi.json")
 async def openapi() -> Response:
-    from vllm_srun.adapters.http.app import SURFACE_ROUTES  # the workers' surfaces, same schemas
+    from vllm_srun.adapters.http.app import (
+        SURFACE_ROUTES,  # the workers' surfaces, same schemas
+    )
     from vllm_srun.adapters.http.openapi import openapi_document
 
     return _json(openapi_document(SURFACE_ROUTES))

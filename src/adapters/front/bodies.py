@@ -16,6 +16,7 @@ from vllm_srun.domain.errors import InvalidRequest
 
 _decode = msgspec.json.decode
 _encode = msgspec.json.encode
+_top_level = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 # fields that never change an answer (as in the worker's result cache)
 _IGNORED_FIELDS = ("model", "user")
@@ -67,17 +68,22 @@ def for_worker(doc: dict[str, Any], body: bytes, worker_model: str | None, must_
 
 
 def for_client(payload: bytes, worker_model: str | None, logical: str) -> bytes:
-    """The worker's answer with its top-level `model` renamed to the deployment's name."""
+    """The worker's answer with its top-level `model` renamed to the deployment's name.
+
+    Only the top level is parsed (`Raw` values): nested data such as embeddings is copied
+    byte for byte, never re-formatted, and costs a few microseconds instead of tens.
+    """
     if worker_model is None or worker_model == logical or b'"model"' not in payload:
         return payload
     try:
-        doc = _decode(payload)
-    except msgspec.DecodeError:
+        top = _top_level.decode(payload)
+        named = top.get("model")
+        if named is None or _decode(named) != worker_model:
+            return payload
+    except (msgspec.DecodeError, msgspec.ValidationError):
         return payload
-    if isinstance(doc, dict) and doc.get("model") == worker_model:
-        doc["model"] = logical
-        return _encode(doc)
-    return payload
+    top["model"] = msgspec.Raw(_encode(logical))
+    return _encode(top)
 
 
 def cache_key(path: str, doc: dict[str, Any]) -> bytes:

@@ -9,15 +9,27 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
-from vllm_srun.adapters.config.schema import DeploymentConfig, FrontConfig, ReplicaConfig
+from vllm_srun.adapters.config.schema import (
+    DeploymentConfig,
+    FrontConfig,
+    ReplicaConfig,
+)
 from vllm_srun.adapters.front.metrics import FrontEvents
-from vllm_srun.adapters.runtime.result_cache import DEFAULT_RESULT_CACHE_BYTES, DEFAULT_RESULT_CACHE_ENTRIES
-from vllm_srun.adapters.workers.command import is_cpu_device, worker_args, worker_command
+from vllm_srun.adapters.runtime.result_cache import (
+    DEFAULT_RESULT_CACHE_BYTES,
+    DEFAULT_RESULT_CACHE_ENTRIES,
+)
+from vllm_srun.adapters.workers.command import (
+    is_cpu_device,
+    worker_args,
+    worker_command,
+)
 from vllm_srun.adapters.workers.http_client import WorkerClient
 from vllm_srun.adapters.workers.replica import ReplicaHandle
 from vllm_srun.adapters.workers.supervisor import ReplicaSupervisor

@@ -19,14 +19,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from vllm_srun.adapters.front import bodies
 from vllm_srun.adapters.front.fleet import Deployment, Fleet
 from vllm_srun.adapters.front.metrics import FrontMetrics
-from vllm_srun.adapters.front.responses import error_response, send_response, server_timing
+from vllm_srun.adapters.front.responses import (
+    error_response,
+    send_response,
+    server_timing,
+)
 from vllm_srun.adapters.workers.http_client import WorkerResponse, WorkerUnavailable
-from vllm_srun.domain.errors import Cancelled, DeadlineExceeded, DomainError, NotReady, RequestTooLarge
+from vllm_srun.domain.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    DomainError,
+    NotReady,
+    RequestTooLarge,
+)
 from vllm_srun.domain.replicas import Outcome
 
 log = logging.getLogger("vllm_srun.front")

@@ -4,7 +4,8 @@ error table (`adapters/http/errors.py`), each with Server-Timing (R-API-9)."""
 from __future__ import annotations
 
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from vllm_srun.adapters.http import schemas as s
 from vllm_srun.adapters.http.errors import RETRY_AFTER_SECONDS, status_for

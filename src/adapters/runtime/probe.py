@@ -36,7 +36,11 @@ def batch_invariant(run: RunBatch, lane: str, rows: Sequence[Any]) -> bool:
 
 
 def probe_model(model: Any) -> bool | None:
-    """Probe a loaded model with its family's probe rows; None when the family offers none."""
+    """Probe a loaded model with its family's probe rows; None when the family offers none.
+    False without a probe for a model that says it cannot be invariant (`known_batch_variant`,
+    e.g. a forward that changes kernels inside the 512 padded tokens of R-BAT-5's forwards)."""
+    if getattr(model, "known_batch_variant", False):
+        return False
     make_rows = getattr(model, "probe_payloads", None)
     if make_rows is None:
         return None

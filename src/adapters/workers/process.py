@@ -20,17 +20,21 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
 KEPT_LINES = 8
 
 
+try:  # resolved here, not in the child: between fork and exec nothing may take a lock
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+except (OSError, AttributeError):  # pragma: no cover
+    _PRCTL = None
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
 class _LineRelay(asyncio.Protocol):
@@ -97,7 +101,7 @@ class WorkerProcess:
             stderr=subprocess.STDOUT,
             env=self.env,
             start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=_die_with_parent if _PRCTL is not None else None,  # noqa: PLW1509
         )
         self.started_at = time.monotonic()
         self.exited = loop.create_future()
@@ -146,7 +150,7 @@ class WorkerProcess:
             self.send(signal.SIGTERM)
             try:
                 await asyncio.wait_for(asyncio.shield(self.exited), grace_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self.send(signal.SIGKILL)
                 await self.exited
         return self.exited.result()

@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import msgspec
 
@@ -75,6 +76,12 @@ class ReplicaSupervisor:
     # ---- control -------------------------------------------------------------------------
     def start(self) -> None:
         self._task = asyncio.ensure_future(self.run())
+        self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("supervisor of %s stopped", self.handle.id, exc_info=task.exception())
+            self.handle.record.mark_failed(f"supervisor error: {task.exception()!r}")
 
     async def stop(self, grace_s: float = 10.0) -> None:
         self._stopping = True
@@ -86,7 +93,7 @@ class ReplicaSupervisor:
         if self._task is not None:
             try:
                 await asyncio.wait_for(self._task, PROBE_TIMEOUT_S + 1)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError):
                 self._task.cancel()
         self.handle.client.close_idle()
 
@@ -99,13 +106,18 @@ class ReplicaSupervisor:
                 return
             process = handle.process = WorkerProcess(handle.id, self.command, env=self.env)
             self._ready_once = False
-            await process.start()
-            self.on_event("replica_started", handle, f"pid={process.pid}")
-            code = await self._watch(process.exited)
-            if self._stopping or code is None:
-                return
+            try:
+                await process.start()
+            except OSError as exc:  # e.g. the interpreter vanished: retried like a crash
+                code, reason = -1, f"cannot start the worker: {exc}"
+                process.started_at = self.clock()
+            else:
+                self.on_event("replica_started", handle, f"pid={process.pid}")
+                watched = await self._watch(process.exited)
+                if self._stopping or watched is None:
+                    return
+                code, reason = watched, process.describe_exit(watched)
             handle.client.close_idle()
-            reason = process.describe_exit(code)
             if code == REFUSED_STATUS and not self._ready_once:
                 record.mark_failed(f"{reason} (not restarted: the worker refused its arguments)")
                 self.on_event("replica_failed", handle, record.failed_reason or reason)
@@ -115,7 +127,7 @@ class ReplicaSupervisor:
             self.on_event("replica_exited", handle, record.failed_reason or reason)
             try:
                 await asyncio.wait_for(self._stopped.wait(), delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             if self._stopping:
                 return
@@ -153,7 +165,7 @@ class ReplicaSupervisor:
             response = await asyncio.wait_for(
                 handle.client.request("GET", "/health"), PROBE_TIMEOUT_S
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._probe_failed(f"no answer within {PROBE_TIMEOUT_S:g} s")
             return
         except WorkerUnavailable as exc:
@@ -201,7 +213,11 @@ class ReplicaSupervisor:
         self._unresponsive_since = None
         if record.ready and record.failed_reason is None:
             return  # serving (or known incompatible) already
-        problem = await self._check_card()
+        try:
+            problem = await self._check_card()
+        except _NoCard as exc:
+            handle.last_probe_error = str(exc)
+            return
         record.mark_ready()
         self._ready_once = True
         if problem is not None:
@@ -214,12 +230,16 @@ class ReplicaSupervisor:
         self.on_event("replica_ready", handle, f"model={handle.worker_model}")
 
     async def _check_card(self) -> str | None:
+        """Why the replica's card does not fit the deployment, or None; raises _NoCard when
+        the card cannot be read now (the next probe tries again)."""
         handle = self.handle
         try:
             response = await asyncio.wait_for(handle.client.request("GET", "/v1/models"), PROBE_TIMEOUT_S)
-            cards = msgspec.json.decode(response.body).get("data", [])
-        except (asyncio.TimeoutError, WorkerUnavailable, msgspec.DecodeError, AttributeError) as exc:
-            return f"cannot read its card from /v1/models: {exc or type(exc).__name__}"
+            cards = msgspec.json.decode(response.body).get("data") if response.status == 200 else None
+        except (TimeoutError, WorkerUnavailable, msgspec.DecodeError, AttributeError) as exc:
+            raise _NoCard(f"cannot read its card from /v1/models: {exc or type(exc).__name__}") from None
+        if not isinstance(cards, list):
+            raise _NoCard(f"/v1/models answered {response.status} without a list of cards")
         card = pick_card(cards, handle.placement.model)
         if card is None:
             wanted = handle.placement.model or "exactly one model"
@@ -228,6 +248,10 @@ class ReplicaSupervisor:
         handle.worker_model = handle.placement.model or card.get("id")
         reference = self.deployment.reference_card
         return card_problem(card, self.deployment.config, None if reference is card else reference)
+
+
+class _NoCard(Exception):
+    """The card could not be read this time."""
 
 
 def _health_reason(body: bytes) -> tuple[str | None, str | None]:
