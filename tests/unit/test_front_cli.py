@@ -193,3 +193,13 @@ def test_a_package_level_refusal_stops_the_front_before_any_worker(encoder_fixtu
     fixture = encoder_fixture("embed")
     line = refusal(["serve", str(fixture), "--platform", "cpu", "--max-model-len", "64", "--port", "0"], capsys)
     assert "deployments.primary: --max-model-len applies to decision models only" in line
+
+
+@pytest.mark.parametrize(
+    "ids, devices",
+    [("0", ["rocm:0", "rocm:0"]), ("0,1", ["rocm:0", "rocm:1"])],
+)
+def test_the_seed_placement_examples(ids: str, devices: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # `vllm-sr serve vllm-sr/d3-edge -e --platform rocm -dp 2 --device-ids …` (seeds/004)
+    doc = primary(shown(["vllm-sr/d3-edge", "-e", "--platform", "rocm", "-dp", "2", "--device-ids", ids], capsys))
+    assert doc["replicas"] == [{"device": device} for device in devices]
