@@ -17,7 +17,6 @@ class EngineArgs:
     dtype: str = "auto"
     enable_shared_context: bool | None = None  # None: the family's default
     max_model_len: int | None = None
-    result_cache_entries: int = 0
 
     def problems(self) -> list[str]:
         """One line per out-of-range value (R-ARG-2)."""
@@ -32,8 +31,6 @@ class EngineArgs:
             out.append(f"dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
         if self.max_model_len is not None and self.max_model_len < 1:
             out.append(f"max_model_len must be >= 1 (got {self.max_model_len})")
-        if self.result_cache_entries < 0:
-            out.append(f"result_cache_entries must be >= 0 (got {self.result_cache_entries})")
         return out
 
 

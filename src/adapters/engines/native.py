@@ -28,6 +28,10 @@ from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsuppor
 from vllm_srun.adapters.engines.onednn_timing import measure
 from vllm_srun.adapters.models.encoder_runner import EncoderRunner
 from vllm_srun.adapters.models.pooling import pool
+from vllm_srun.adapters.models.unpadded import LayerLinears, PackedRows, eager_linears, hidden_states
+from vllm_srun.adapters.models.unpadded import classify as unpadded_classify
+from vllm_srun.adapters.models.unpadded import pooled as unpadded_pooled
+from vllm_srun.domain.lanes import Accounting
 from vllm_srun.domain.kernels import KernelPlan, plan_kernels
 from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
 
@@ -50,6 +54,10 @@ class NativeEncoder:
         self.packed = packed if plan.enabled else None
         self.plan = plan if packed is not None else KernelPlan()
         self.kernels = kernels or {"linear": "eager", "reason": "reference kernels"}
+        self._eager_linears = eager_linears(runner.encoder)
+        self._packed_linears = (
+            [LayerLinears(l.qkv, l.attn_out, l.ffn_in, l.ffn_out) for l in self.packed.layers] if self.packed is not None else []
+        )
 
     @property
     def kernel_switch_tokens(self) -> int | None:
@@ -58,31 +66,33 @@ class NativeEncoder:
     def describe(self) -> dict[str, Any]:
         return {"kernels": dict(self.kernels)}
 
-    def _fast(self, ids: torch.Tensor, mask: torch.Tensor | None) -> tuple[PackedEncoder, list[int]] | None:
-        if self.packed is None or not self.plan.use_fast(ids.numel()):
-            return None
-        b, t = ids.shape
-        lengths = [t] * b if mask is None else mask.sum(dim=1).tolist()
-        return self.packed, lengths
+    # rows run back to back without padding (models/unpadded.py): the planner counts packed tokens
+    accounting = Accounting.PACKED
+
+    def _linears(self, tokens: int) -> list[LayerLinears]:
+        if self.packed is not None and self.plan.use_fast(tokens):
+            return self._packed_linears
+        return self._eager_linears
+
+    def _hidden(self, batch: Sequence[Any]) -> tuple[torch.Tensor, PackedRows]:
+        rows = PackedRows.build(batch)
+        tokens = int(rows.ids.shape[0])
+        return hidden_states(self.runner.encoder, rows, self._linears(tokens)), rows
 
     def embed(self, batch: Sequence[Any]) -> np.ndarray:
         with torch.inference_mode():
-            ids, mask, types = self.runner.tensors(batch)
-            fast = self._fast(ids, mask)
-            if fast is None:
-                return self.runner.embed(batch)
-            packed, lengths = fast
-            hidden = packed.hidden(ids, lengths, types)
-            return self.runner.numpy(packed.pooled(hidden, lengths, self.runner.pooling))
+            hidden, rows = self._hidden(batch)
+            return self.runner.numpy(unpadded_pooled(hidden, rows, self.runner.pooling))
 
     def classify_logits(self, batch: Sequence[Any]) -> np.ndarray:
+        runner = self.runner
+        if runner.head is None:
+            raise ValueError("this model has no sequence-classification head")
         with torch.inference_mode():
-            ids, mask, types = self.runner.tensors(batch)
-            fast = self._fast(ids, mask)
-            if fast is None or fast[0].classifier is None:
-                return self.runner.classify_logits(batch)
-            packed, lengths = fast
-            return self.runner.numpy(packed.logits(packed.hidden(ids, lengths, types)))
+            hidden, rows = self._hidden(batch)
+            fast = self.packed is not None and self.plan.use_fast(int(rows.ids.shape[0]))
+            head = self.packed.logits if fast else runner.head
+            return runner.numpy(unpadded_classify(hidden, rows, head))
 
 
 def _probe_batch(runner: EncoderRunner) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -163,9 +173,11 @@ def native_encoder(runner: EncoderRunner, device: str, progress: Progress, *, la
         progress(f"load: linear kernels eager (packed not faster: {speedups})")
         return NativeEncoder(runner, kernels={"linear": "eager", "reason": "the packed copies were not faster "
                                               "at the smallest measured size", "speedups": speedups, "timings": source})
+    faster = plan_kernels(timings).fast_up_to
+    tie = f"; a tie from {faster} to {plan.fast_up_to}, kept for batch invariance" if faster < plan.fast_up_to else ""
     kernels.update(packed_up_to_tokens=plan.fast_up_to, speedups=speedups, timings=source,
-                   reason=f"answers within {NUMERICS_TOL:g} of eager; not slower up to {plan.fast_up_to} "
-                          f"tokens (eager beyond)")
+                   reason=f"answers within {NUMERICS_TOL:g} of eager; faster up to {faster} tokens{tie}; "
+                          f"eager beyond {plan.fast_up_to}")
     progress(f"load: linear kernels oneDNN packed up to {plan.fast_up_to} tokens ({source} speedups {speedups})")
     packed.warm(min(plan.fast_up_to, WARM_UP_TO))
     return NativeEncoder(runner, packed, plan, kernels)

@@ -65,10 +65,10 @@ class EncoderModel(LoadedModel):
         self.dtype = resolve_dtype(options.args.dtype, "encoder", options.device)
         if self.dtype == "float16" and options.device.split(":")[0] not in ("cuda", "rocm"):
             raise ValueError(f"dtype float16 runs on GPUs only (device {options.device})")
-        progress(f"load: reading weights from {folder} ({self.dtype})")
-        self.runner = EncoderRunner.from_folder(folder, dtype=getattr(torch, self.dtype))
         if options.engine == "onnxruntime" and self.dtype != auto_dtype("encoder", options.device):
             raise ValueError(f"the onnxruntime engine runs only dtype auto (asked: {options.args.dtype})")
+        progress(f"load: reading weights from {folder} ({self.dtype})")
+        self.runner = EncoderRunner.from_folder(folder, dtype=getattr(torch, self.dtype))
         # the engine's forward (native torch, + oneDNN fast path where measured; or ONNX Runtime)
         self.forward: EncoderForward = self.runner  # type: ignore[assignment]
         if options.engines is not None:
@@ -91,7 +91,9 @@ class EncoderModel(LoadedModel):
         self.multi_label = bool(manifest.get("multi_label", cfg.problem_type == "multi_label_classification"))
         self.surfaces = _surfaces(manifest, cfg.num_labels if self.runner.has_classifier else None)
         cap = CPU_CAP_TOKENS if options.device == "cpu" else None
-        self.lanes = (Lane(DEFAULT_LANE, Accounting.PADDED, cap_tokens=cap),)
+        # the native engine lays rows back to back (packed); ONNX Runtime runs padded batches
+        accounting = getattr(self.forward, "accounting", Accounting.PADDED)
+        self.lanes = (Lane(DEFAULT_LANE, accounting, cap_tokens=cap),)
 
     def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[Any]:
         return self.tokenizer.encode(list(texts), max_length=self.max_input_tokens, truncate=truncate)

@@ -1,0 +1,122 @@
+"""The encoder forward without padding (the *packed* accounting of R-BAT-2 on a CPU).
+
+A padded forward computes rows × longest row tokens; on a CPU every padded token costs as much
+as a real one in the linear layers, which are most of the work. Here the rows of a forward are
+laid back to back as one [N, H] matrix of real tokens only: embeddings, the Q/K/V, output and
+feed-forward linears and the norms run on N = Σ lengths rows. Only attention needs the rows
+apart: rows are grouped into runs of equal length (sorted once per forward) and each run
+attends over its own tokens with no mask and no padding. Pooling and the classification head
+read each row's own tokens; answers come back in the caller's row order.
+
+Rows are independent except through the shapes of the linear layers' matrix products, so a
+forward's answers equal each row run alone up to rounding (`tests/integration/test_unpadded.py`).
+The linears are passed in (`LayerLinears`), so the same forward runs on eager `nn.Linear`s or on
+pre-packed oneDNN copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from vllm_srun.adapters.models.bert import BertEncoder, SequenceClassificationHead
+from vllm_srun.adapters.models.pooling import PoolingConfig, pool
+from vllm_srun.adapters.models.tokenization import Encoded
+
+Linear = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True, slots=True)
+class LayerLinears:
+    qkv: Linear
+    attn_out: Linear
+    ffn_in_act: Linear  # the first feed-forward linear with its activation applied
+    ffn_out: Linear
+
+
+def eager_linears(encoder: BertEncoder) -> list[LayerLinears]:
+    return [
+        LayerLinears(layer.qkv, layer.attn_out, lambda x, layer=layer: layer.act(layer.ffn_in(x)), layer.ffn_out)
+        for layer in encoder.layers
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class PackedRows:
+    """A forward's rows sorted longest first and laid back to back."""
+
+    order: list[int]  # sorted position → caller's row index
+    runs: list[tuple[int, int, int, int]]  # (first row, end row, length, first token) of equal-length rows
+    ids: torch.Tensor  # [N]
+    positions: torch.Tensor  # [N]
+    types: torch.Tensor | None  # [N], None when every type id is 0
+    starts: torch.Tensor  # [B] first token of each sorted row
+
+    @classmethod
+    def build(cls, batch: Sequence[Encoded]) -> PackedRows:
+        if not batch:
+            raise ValueError("empty batch")
+        order = sorted(range(len(batch)), key=lambda i: -len(batch[i].ids))
+        rows = [batch[i] for i in order]
+        lengths = [len(r.ids) for r in rows]
+        runs, token, start = [], 0, 0
+        for i in range(1, len(rows) + 1):
+            if i == len(rows) or lengths[i] != lengths[start]:
+                runs.append((start, i, lengths[start], token))
+                token += (i - start) * lengths[start]
+                start = i
+        ids = torch.tensor([t for r in rows for t in r.ids])
+        positions = torch.cat([torch.arange(n) for n in lengths]) if len(runs) > 1 else torch.arange(lengths[0]).repeat(len(rows))
+        types = None
+        if any(any(r.type_ids) for r in rows):
+            types = torch.tensor([t for r in rows for t in r.type_ids])
+        starts = torch.tensor([0, *lengths[:-1]]).cumsum(0)
+        return cls(order, runs, ids, positions, types, starts)
+
+    def unsort(self, sorted_rows: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(sorted_rows)
+        out[torch.tensor(self.order)] = sorted_rows
+        return out
+
+
+def hidden_states(encoder: BertEncoder, packed: PackedRows, linears: Sequence[LayerLinears]) -> torch.Tensor:
+    """The last hidden state of every real token, [N, H], rows in sorted order."""
+    emb = encoder.embeddings
+    x = emb.word_embeddings(packed.ids) + emb.position_embeddings.weight[emb.offset + packed.positions]
+    if packed.types is None:
+        x = x + emb.token_type_embeddings.weight[0]
+    else:
+        x = x + emb.token_type_embeddings(packed.types)
+    x = emb.LayerNorm(x)
+    n_tokens, h = x.shape
+    for layer, lin in zip(encoder.layers, linears):
+        heads = layer.heads
+        qkv = lin.qkv(x)
+        attended = qkv.new_empty(n_tokens, h)
+        for first, end, length, token in packed.runs:
+            rows = end - first
+            span = qkv[token : token + rows * length].view(rows, length, 3, heads, h // heads).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(span[0], span[1], span[2])
+            attended[token : token + rows * length] = a.transpose(1, 2).reshape(rows * length, h)
+        x = layer.attn_norm(lin.attn_out(attended) + x)
+        x = layer.ffn_norm(lin.ffn_out(lin.ffn_in_act(x)) + x)
+    return x
+
+
+def pooled(hidden: torch.Tensor, packed: PackedRows, cfg: PoolingConfig) -> torch.Tensor:
+    """Each row pooled over its own tokens, [B, D] in the caller's order."""
+    h = hidden.shape[1]
+    parts = []
+    for first, end, length, token in packed.runs:
+        rows = end - first
+        parts.append(pool(hidden[token : token + rows * length].view(rows, length, h), None, cfg))
+    return packed.unsort(torch.cat(parts))
+
+
+def classify(hidden: torch.Tensor, packed: PackedRows, head: SequenceClassificationHead) -> torch.Tensor:
+    """Logits from each row's first ([CLS]) token, [B, labels] in the caller's order."""
+    cls = hidden[packed.starts]
+    return packed.unsort(head(cls[:, None, :]))
