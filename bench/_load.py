@@ -116,10 +116,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(*args: str, timeout: float = 180) -> Iterator[str]:
+def process(module: str, *args: str, timeout: float = 180) -> Iterator[tuple[str, int]]:
+    """Start `python -m MODULE serve ARGS --port P`, wait for /health 200: (base URL, pid)."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vllm_srun.app.cli", "serve", *args, "--port", str(port), "--log-level", "warning"],
+        [sys.executable, "-m", module, "serve", *args, "--port", str(port), "--log-level", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
@@ -127,7 +128,7 @@ def server(*args: str, timeout: float = 180) -> Iterator[str]:
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}")
+                raise RuntimeError(f"{module} exited with {proc.returncode}")
             try:
                 with urllib.request.urlopen(f"{base}/health", timeout=2) as r:
                     if r.status == 200:
@@ -135,12 +136,19 @@ def server(*args: str, timeout: float = 180) -> Iterator[str]:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError("server did not become ready")
+                raise RuntimeError(f"{module} did not become ready")
             time.sleep(0.2)
-        yield base
+        yield base, proc.pid
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGTERM)  # a front stops its own workers
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@contextmanager
+def server(*args: str, timeout: float = 180) -> Iterator[str]:
+    """A `vllm-srun serve ARGS` worker on a free port."""
+    with process("vllm_srun.app.cli", *args, timeout=timeout) as (base, _pid):
+        yield base

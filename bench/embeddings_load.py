@@ -120,7 +120,7 @@ def main() -> None:
         run_load(base, [body] * 20, 1)
         lone = run_load(base, [body] * 200, 1)
     budget = forward_ms + args.window_ms + 1.5
-    print(f"\n## lone request")
+    print("\n## lone request")
     print(f"one-row forward (in-process) {forward_ms:.2f} ms; lone request p50 {lone.pct(0.5):.2f} ms; "
           f"budget forward + window + 1.5 ms = {budget:.2f} ms; overhead {lone.pct(0.5) - forward_ms - args.window_ms:.2f} ms")
 

@@ -17,19 +17,13 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import signal
 import statistics
-import subprocess
 import sys
-import time
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _load import LoadResult, embeddings_body, free_port, run_load
+from _load import LoadResult, embeddings_body, process, run_load
 
 WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "model", "request", "route", "billing", "account", "refund", "invoice", "password", "reset", "shipping", "order", "delivery", "late", "question", "answer", "price", "plan", "upgrade"]
 
@@ -38,38 +32,6 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of one process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@contextmanager
-def process(module: str, *args: str, timeout: float = 180) -> Iterator[tuple[str, int]]:
-    """Start `python -m MODULE serve ARGS --port P`, wait for /health 200: (base URL, pid)."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", module, "serve", *args, "--port", str(port), "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{module} exited with {proc.returncode}")
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{module} did not become ready")
-            time.sleep(0.2)
-        yield base, proc.pid
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the front stops its own worker
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def texts(n: int, seed: int) -> list[bytes]:

@@ -4,7 +4,7 @@ For every shape of a grid (rows × tokens, every row full length), times on the 
   eager   our BertEncoder as the reference kernels run it (F.linear, SDPA),
   packed  the same forward on oneDNN pre-packed copies (fused GELU, bucketed rows),
 and prints their medians over interleaved repetitions (eager, packed, packed, eager, ...) and
-the ratio eager ÷ packed. `served` is the path the load-time plan picks for that shape (the
+the median of the pairs' ratios eager ÷ packed. `served` is the path the load-time plan picks for that shape (the
 same plan a server computes: timings of one layer's linears, `domain.kernels.plan_kernels`),
 and `served×` the ratio that path gives (1.00 where it keeps eager). Targets: packed ≥ 1.5× on
 one-row forwards of ≤ 32 tokens; served× ≥ 1 everywhere (within the noise of a shared machine).
@@ -28,21 +28,22 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
-def interleaved(fns: list, seconds: float, min_reps: int = 3, max_reps: int = 41) -> list[float]:
-    """Median seconds of each function, run in alternating order until SECONDS are spent."""
-    for fn in fns:
-        fn()  # warm (oneDNN builds its primitive for the shape)
-    times: list[list[float]] = [[] for _ in fns]
+def interleaved(eager, packed, seconds: float, min_reps: int = 5, max_reps: int = 61) -> tuple[float, float, float]:
+    """(median eager s, median packed s, median of the pairs' eager/packed ratios): the two run
+    back to back, in alternating order, until SECONDS are spent. A pair shares the machine's
+    load of the moment, so its ratio is steadier than a ratio of medians on a shared CPU."""
+    eager(), packed()  # warm (oneDNN builds its primitive for the shape)
+    pairs: list[tuple[float, float]] = []
     start = time.perf_counter()
-    rep = 0
-    while rep < max_reps and (rep < min_reps or time.perf_counter() - start < seconds):
-        order = range(len(fns)) if rep % 2 == 0 else reversed(range(len(fns)))
-        for i in order:
+    while len(pairs) < max_reps and (len(pairs) < min_reps or time.perf_counter() - start < seconds):
+        t = {}
+        for name, fn in ((("e", eager), ("p", packed)) if len(pairs) % 2 == 0 else (("p", packed), ("e", eager))):
             t0 = time.perf_counter()
-            fns[i]()
-            times[i].append(time.perf_counter() - t0)
-        rep += 1
-    return [statistics.median(t) for t in times]
+            fn()
+            t[name] = time.perf_counter() - t0
+        pairs.append((t["e"], t["p"]))
+    return (statistics.median(e for e, _ in pairs), statistics.median(p for _, p in pairs),
+            statistics.median(e / p for e, p in pairs))
 
 
 def main() -> None:
@@ -78,7 +79,8 @@ def main() -> None:
     print(f"# oneDNN fast path: all-MiniLM-L6-v2, {threads} thread(s), {cpu_model()}, torch {torch.__version__}")
     print(f"# plan ({source} timings): packed up to {plan.fast_up_to} tokens; layer-linear speedups "
           + " ".join(f"{t.tokens}:{t.speedup:.2f}" for t in timings))
-    print(f"# medians of interleaved repetitions, about {args.seconds:g} s per shape\n")
+    print(f"# medians of interleaved repetitions (at least 5 pairs, about {args.seconds:g} s per shape); "
+          "packed× = median of the pairs' eager/packed\n")
     print(f"{'rows':>4} {'tokens':>6} {'eager ms':>9} {'packed ms':>9} {'packed×':>8} {'served':>7} {'served×':>8}")
     gen = torch.Generator().manual_seed(0)
     worst, short_one_row = float("inf"), []
@@ -87,9 +89,8 @@ def main() -> None:
             for tokens in args.tokens:
                 ids = torch.randint(1000, runner.config.vocab_size, (rows, tokens), generator=gen)
                 lengths = [tokens] * rows
-                eager_s, packed_s = interleaved([lambda: runner.encoder(ids, None, None),
-                                                 lambda: packed.hidden(ids, lengths, None)], args.seconds)
-                ratio = eager_s / packed_s
+                eager_s, packed_s, ratio = interleaved(lambda: runner.encoder(ids, None, None),
+                                                       lambda: packed.hidden(ids, lengths, None), args.seconds)
                 fast = plan.use_fast(rows * tokens)
                 served = ratio if fast else 1.0
                 worst = min(worst, served)

@@ -82,7 +82,7 @@ def simulate(
     pending = sorted(trace, key=lambda r: r.arrival)
     arrivals: dict[int, float] = {}
     report = SimulationReport(requests=len(pending), rows=sum(len(r.rows) for r in pending), forwards=0, makespan_s=0.0)
-    now, i, busy_until = 0.0, 0, 0.0
+    now, i, busy_until, start = 0.0, 0, 0.0, 0.0
     in_flight = None
     while i < len(pending) or in_flight is not None or scheduler.pending_requests:
         if in_flight is not None and busy_until <= now:

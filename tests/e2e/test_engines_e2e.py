@@ -5,7 +5,6 @@ bfloat16` before any load is in test_encoder_e2e.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Iterator
 
 import httpx
