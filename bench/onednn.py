@@ -1,12 +1,14 @@
 """oneDNN fast path benchmark (R-DT-3 b): MiniLM encoder forwards, eager vs pre-packed linears.
 
-For every shape of a grid (rows × tokens, every row full length), times on the same inputs:
-  eager   our BertEncoder as the reference kernels run it (F.linear, SDPA),
-  packed  the same forward on oneDNN pre-packed copies (fused GELU, bucketed rows),
+For every shape of a grid (rows × tokens, every row full length), times on the same inputs the
+serving forward of the native engine (rows back to back, attention per run, mean pooling):
+  eager   on the reference linears (F.linear, then GELU),
+  packed  on the oneDNN pre-packed copies (fused GELU, bucketed row counts),
 and prints their medians over interleaved repetitions (eager, packed, packed, eager, ...) and
-the median of the pairs' ratios eager ÷ packed. `served` is the path the load-time plan picks for that shape (the
-same plan a server computes: timings of one layer's linears, `domain.kernels.plan_kernels`),
-and `served×` the ratio that path gives (1.00 where it keeps eager). Targets: packed ≥ 1.5× on
+the median of the pairs' ratios eager ÷ packed. `served` is the path the load-time plan picks
+for that shape (the plan a server computes: timings of one layer's linears,
+`domain.kernels.plan_kernels`), and `served×` the ratio that path gives (1.00 where it keeps
+eager). Targets: packed ≥ 1.5× on
 one-row forwards of ≤ 32 tokens; served× ≥ 1 everywhere (within the noise of a shared machine).
 
     python bench/onednn.py [--threads N] [--rows 1,2,4,8,16,32,64] [--tokens 8,16,32,64,128,256]
@@ -56,14 +58,15 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
-
     from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
     from vllm_srun.adapters.engines.factory import default_engines
+    from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
     from vllm_srun.adapters.engines.onednn_timing import cpu_model, measure
     from vllm_srun.adapters.model_store import resolve
     from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+    from vllm_srun.adapters.models.tokenization import Encoded
     from vllm_srun.app.cli import default_threads
-    from vllm_srun.domain.kernels import plan_kernels
+    from vllm_srun.domain.kernels import KernelPlan, plan_kernels
     from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
 
     threads = args.threads or default_threads()
@@ -82,15 +85,18 @@ def main() -> None:
     print(f"# medians of interleaved repetitions (at least 5 pairs, about {args.seconds:g} s per shape); "
           "packed× = median of the pairs' eager/packed\n")
     print(f"{'rows':>4} {'tokens':>6} {'eager ms':>9} {'packed ms':>9} {'packed×':>8} {'served':>7} {'served×':>8}")
+    # the serving forward (rows back to back, pooled) on eager linears vs on the packed copies
+    eager_engine = NativeEncoder(runner)
+    packed_engine = NativeEncoder(runner, packed, KernelPlan(FORCED_UP_TO))
     gen = torch.Generator().manual_seed(0)
     worst, short_one_row = float("inf"), []
     with torch.inference_mode():
         for rows in args.rows:
             for tokens in args.tokens:
-                ids = torch.randint(1000, runner.config.vocab_size, (rows, tokens), generator=gen)
-                lengths = [tokens] * rows
-                eager_s, packed_s, ratio = interleaved(lambda: runner.encoder(ids, None, None),
-                                                       lambda: packed.hidden(ids, lengths, None), args.seconds)
+                ids = torch.randint(1000, runner.config.vocab_size, (rows, tokens), generator=gen).tolist()
+                batch = [Encoded(row, [0] * tokens, False, tokens) for row in ids]
+                eager_s, packed_s, ratio = interleaved(lambda batch=batch: eager_engine.embed(batch),
+                                                       lambda batch=batch: packed_engine.embed(batch), args.seconds)
                 fast = plan.use_fast(rows * tokens)
                 served = ratio if fast else 1.0
                 worst = min(worst, served)

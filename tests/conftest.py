@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Engine caches (exported ONNX graphs, oneDNN kernel timings) of this session, servers it
+    starts included: timings measured while the suite loads the machine stay out of the user's store."""
+    from vllm_srun.adapters.engines.factory import CACHE_ENV
+
+    path = tmp_path_factory.mktemp("engine-cache")
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = before
 
 
 @pytest.fixture(scope="session")

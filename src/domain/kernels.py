@@ -17,8 +17,8 @@ Pure: timings in (medians, measured by an adapter), a plan out. No clock, no tor
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 # a fast path must win by this factor at a size to serve it: a tie is noise, not a gain
 DEFAULT_MIN_SPEEDUP = 1.03
@@ -84,9 +84,9 @@ def plan_kernels(timings: Iterable[KernelTiming], min_speedup: float = DEFAULT_M
     if any(t.tokens < 1 for t in ordered):
         raise ValueError("a timing below 1 token")
     fast_up_to = _prefix(ordered, min_speedup)
-    if fast_up_to and exact_tokens is not None and fast_up_to < exact_tokens:
-        if _prefix(ordered, min(tie, min_speedup)) >= exact_tokens:
-            fast_up_to = exact_tokens
+    if (exact_tokens is not None and 0 < fast_up_to < exact_tokens
+            and _prefix(ordered, min(tie, min_speedup)) >= exact_tokens):
+        fast_up_to = exact_tokens
     return KernelPlan(fast_up_to)
 
 

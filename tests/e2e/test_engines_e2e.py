@@ -5,25 +5,26 @@ bfloat16` before any load is in test_encoder_e2e.py."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
-
-from tests.e2e.server import running_server
 from vllm_srun.adapters.models.encoder_runner import EncoderRunner
 from vllm_srun.adapters.models.tokenization import TextTokenizer
+
+from tests.e2e.server import running_server
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def onnx_server(encoder_fixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    store = tmp_path_factory.mktemp("store")  # the export cache lives in the model store
+def onnx_server(encoder_fixture, engine_cache: Path) -> Iterator[str]:  # type: ignore[no-untyped-def]
     folders = [str(encoder_fixture(v)) for v in ("embed", "classify", "rerank")]
-    with running_server(*folders, "--engine", "onnxruntime", env={"VLLM_SRUN_MODELS": str(store)}) as base:
+    with running_server(*folders, "--engine", "onnxruntime") as base:
         yield base
+    assert len(list((engine_cache / "onnx").glob("*.onnx"))) >= 3  # the server cached its exports there
 
 
 def test_onnxruntime_server_answers_every_surface(onnx_server: str, encoder_fixture) -> None:  # type: ignore[no-untyped-def]

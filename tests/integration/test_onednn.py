@@ -9,14 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from tests.integration.serving import serving
 from vllm_srun.adapters.engines import native, onednn_timing
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import NativeEncoder, native_encoder
 from vllm_srun.adapters.models.encoder_runner import EncoderRunner
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
+from vllm_srun.adapters.models.unpadded import PackedRows, hidden_states
 from vllm_srun.domain.kernels import KernelPlan, KernelTiming
+
+from tests.integration.serving import serving
 
 pytestmark = pytest.mark.skipif(onednn_unsupported("cpu", torch.float32) is not None,
                                 reason="no oneDNN fast path on this machine")
@@ -45,12 +46,15 @@ def test_packed_forward_within_1e5_of_eager_on_minilm(minilm, lengths: list[int]
     batch = _rows(lengths, seed=len(lengths))
     got, want = forced.embed(batch), runner.embed(batch)
     assert got.shape == want.shape and np.abs(got - want).max() <= 1e-5
-    with torch.inference_mode():  # the hidden states too, on every real token
+    with torch.inference_mode():  # the hidden states too, on every real token (rows sorted longest first)
         ids, mask, _ = runner.tensors(batch)
-        hidden = forced.packed.hidden(ids, [len(r.ids) for r in batch], None)
+        rows = PackedRows.build(batch)
+        hidden = hidden_states(runner.encoder, rows, forced._linears(int(rows.ids.shape[0])))
         eager = runner.encoder(ids, mask, None)
-        for i, n in enumerate(lengths):
-            assert (hidden[i, :n] - eager[i, :n]).abs().max().item() <= 1e-4 * max(1.0, eager[i, :n].abs().max().item())
+        for j, (i, start) in enumerate(zip(rows.order, rows.starts.tolist())):
+            n = lengths[i]
+            gap = (hidden[start:start + n] - eager[i, :n]).abs().max().item()
+            assert gap <= 1e-4 * max(1.0, eager[i, :n].abs().max().item()), (j, gap)
 
 
 def test_packed_forward_is_batch_invariant_on_minilm(minilm) -> None:  # type: ignore[no-untyped-def]
@@ -155,3 +159,24 @@ def test_served_card_reports_kernels_and_the_probe_finds_packed_forwards_exact(
             numerics = "exact" if rt.models["tiny-embed"].runner.scheduler.batch_invariant else "approximate"
         r = client.post("/v1/embeddings", json={"model": "tiny-embed", "input": ["a b", "c"], "options": {"return_meta": True}})
         assert r.status_code == 200 and r.json()["meta"]["numerics"] == numerics
+
+
+def test_a_fast_path_ending_below_512_tokens_is_approximate_without_a_probe(encoder_fixture, monkeypatch,
+                                                                            tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Merged forwards of an exact model reach 512 padded tokens: a forward that changes kernels
+    before that cannot be batch-invariant, whatever the probe's small batches would show."""
+    from vllm_srun.adapters.engines.factory import Engines
+    from vllm_srun.adapters.families.base import LoadOptions
+    from vllm_srun.adapters.families.encoder import EncoderFamily
+    from vllm_srun.adapters.runtime.probe import probe_model
+
+    fake = [KernelTiming(n, 1.0, 1.0 / s) for n, s in ((17, 1.8), (34, 1.5), (67, 0.8))]
+    monkeypatch.setattr(onednn_timing, "time_linears", lambda *a, **k: fake)
+    monkeypatch.delenv(native.ENV, raising=False)
+    options = LoadOptions(engines=Engines(cache_dir=tmp_path))
+    model = EncoderFamily().load(encoder_fixture("embed"), options, lambda _m: None)
+    assert model.forward.kernel_switch_tokens == 34 and model.known_batch_variant
+    assert probe_model(model) is False
+    monkeypatch.setenv(native.ENV, "1")  # every forward packed: the probe decides (and finds it exact)
+    model = EncoderFamily().load(encoder_fixture("embed"), options, lambda _m: None)
+    assert not model.known_batch_variant and probe_model(model) is True

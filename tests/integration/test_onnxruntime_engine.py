@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from tests.integration.serving import serving
 from vllm_srun.adapters.engines.factory import Engines
 from vllm_srun.adapters.engines.onnx_export import export_encoder
 from vllm_srun.adapters.families.base import LoadOptions
 from vllm_srun.adapters.models.encoder_runner import EncoderRunner
 from vllm_srun.adapters.models.tokenization import TextTokenizer
 from vllm_srun.domain.engine_args import EngineArgs
+
+from tests.integration.serving import serving
 
 TOL = 1e-4
 TEXTS = ["this movie is great fun", "bad", "the plot was boring and the acting was terrible " * 3, "a b c d e f g",
@@ -109,6 +109,8 @@ def test_only_cpu_and_fp32(encoder_fixture, tmp_path: Path) -> None:  # type: ig
         Engines(cache_dir=tmp_path).encoder(runner, LoadOptions(engine="onnxruntime", device="cuda:0"), lambda _m: None)
     with pytest.raises(ValueError, match="FP32"):
         export_encoder(EncoderRunner.from_folder(encoder_fixture("embed"), dtype=torch.bfloat16), tmp_path / "x.onnx")
+    with pytest.raises(ValueError, match="unknown engine"):
+        Engines(cache_dir=tmp_path).encoder(runner, LoadOptions(engine="tensorrt"), lambda _m: None)
 
 
 def test_server_with_the_onnxruntime_engine_answers_every_surface(encoder_fixture) -> None:  # type: ignore[no-untyped-def]

@@ -6,8 +6,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from vllm_srun.domain.kernels import KernelPlan, KernelTiming, bucket_rows, plan_kernels, timing_grid
+from vllm_srun.domain.kernels import (
+    KernelPlan,
+    KernelTiming,
+    bucket_rows,
+    plan_kernels,
+    timing_grid,
+)
 
 
 def curve(*speedups: float, start: int = 16) -> list[KernelTiming]:

@@ -5,14 +5,14 @@ weight reordered once into oneDNN's blocked layout (`torch.ops.mkldnn._reorder_l
 and runs it with `torch.ops.mkldnn._linear_pointwise`, the block's activation fused where oneDNN
 has it (exact GELU → `gelu`/`none`, tanh GELU → `gelu`/`tanh`, ReLU, SiLU).
 
-`PackedEncoder.hidden(ids, lengths, types)` is the encoder forward on those copies. Attention runs
-on each run of equal-length rows without padding or a mask, and `pooled` pools each run on its
-own tokens, so a row's numbers do not depend on the rows it shares a forward with: the packed
-linears give every row of their input the same bits whatever the row count (measured on this
-CPU, oneDNN 3.x; a lone row is padded to two rows, the one case where oneDNN picks another
-kernel). The token rows of a forward are padded once with zero rows up to a bucket
-(`domain.kernels.bucket_rows`): oneDNN builds a primitive per input shape (about 1 ms each,
-measured here), so serving sees a bounded set of shapes. Whether a model ends up batch-invariant is still decided by the load-time probe.
+The serving forward (`models/unpadded.py`: rows back to back, attention per run of equal-length
+rows, no mask) runs on these copies through `PackedEncoder.layers` (and `logits` for the head).
+The packed linears give every row of their input the same bits whatever the row count (measured
+here, oneDNN 3.x: eager `F.linear` does not), so such forwards are batch-invariant; whether a
+model ends up `exact` is still decided by the load-time probe. `PackedLinear` pads its rows with
+zero rows up to a bucket (`domain.kernels.bucket_rows`, at least 2: a lone row is the one case
+where oneDNN picks another kernel): oneDNN builds a primitive per input shape (about 1 ms each,
+measured here), so serving sees a bounded set of shapes, built for short forwards at load (`warm`).
 
 `onednn_unsupported(device, dtype)` says why the path cannot run here (None when it can).
 """
@@ -20,14 +20,11 @@ measured here), so serving sees a bounded set of shapes. Whether a model ends up
 from __future__ import annotations
 
 import platform
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
 from vllm_srun.adapters.models.bert import BertEncoder, SequenceClassificationHead
-from vllm_srun.adapters.models.pooling import PoolingConfig, pool
 from vllm_srun.domain.kernels import bucket_rows
 
 # the batch-size hint the weights are reordered for; any value >= 2 gave the same blocked kernel
@@ -68,7 +65,7 @@ def onednn_unsupported(device: str, dtype: torch.dtype) -> str | None:
 class PackedLinear:
     """One linear layer (+ an optional fused activation) on a pre-packed weight copy."""
 
-    __slots__ = ("weight", "bias", "attr", "algorithm", "after", "out_features")
+    __slots__ = ("after", "algorithm", "attr", "bias", "out_features", "weight")
 
     def __init__(self, linear: nn.Linear, activation: str | None = None) -> None:
         self.weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), PACK_HINT)
@@ -99,7 +96,7 @@ class PackedLinear:
 
 
 class PackedLayer:
-    __slots__ = ("qkv", "attn_out", "ffn_in", "ffn_out")
+    __slots__ = ("attn_out", "ffn_in", "ffn_out", "qkv")
 
     def __init__(self, layer: nn.Module, activation: str) -> None:
         self.qkv = PackedLinear(layer.qkv)
@@ -108,34 +105,9 @@ class PackedLayer:
         self.ffn_out = PackedLinear(layer.ffn_out)
 
 
-Runs = list[tuple[int, int, int]]  # (first row, end row, length) of consecutive equal-length rows
-
-
-def length_runs(lengths: Sequence[int]) -> Runs:
-    """Consecutive rows of equal length, in order (the planner sends padded rows longest first)."""
-    runs: Runs = []
-    start = 0
-    for i in range(1, len(lengths) + 1):
-        if i == len(lengths) or lengths[i] != lengths[start]:
-            runs.append((start, i, int(lengths[start])))
-            start = i
-    return runs
-
-
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, runs: Runs) -> torch.Tensor:
-    """Each run of equal-length rows attends over its own tokens only: no mask, no padding."""
-    t = q.shape[2]
-    if len(runs) == 1 and runs[0][2] == t:
-        return F.scaled_dot_product_attention(q, k, v)
-    out = q.new_zeros(q.shape)
-    for start, end, n in runs:
-        out[start:end, :, :n] = F.scaled_dot_product_attention(q[start:end, :, :n], k[start:end, :, :n],
-                                                               v[start:end, :, :n])
-    return out
-
-
 class PackedEncoder:
-    """The encoder (and head) forward on pre-packed copies; shares every other tensor with the eager model."""
+    """Pre-packed copies of an encoder's (and its head's) linear layers; every other tensor (embeddings,
+    norms) is the eager model's own."""
 
     def __init__(self, encoder: BertEncoder, head: SequenceClassificationHead | None) -> None:
         act = encoder.config.hidden_act
@@ -144,27 +116,6 @@ class PackedEncoder:
         self.pooler = PackedLinear(head.pooler.dense) if head is not None else None
         self.classifier = PackedLinear(head.classifier) if head is not None else None
         self.fused_activation = act in FUSED_ACTIVATIONS
-
-    def hidden(self, ids: torch.Tensor, lengths: Sequence[int], types: torch.Tensor | None) -> torch.Tensor:
-        """Last hidden state [B, T, H]; positions past a row's length hold no meaningful values.
-
-        The B·T token rows run as one flat [M, H] buffer padded once with zero rows to M =
-        `bucket_rows(B·T)`; the padding rows go through the linears and norms (row by row, so
-        they touch no real row) and are never attended to."""
-        runs = length_runs(lengths)
-        b, t = ids.shape
-        h = self.encoder.config.hidden_size
-        real, padded = b * t, bucket_rows(b * t)
-        x = self.encoder.embeddings(ids, types).reshape(real, h)
-        if padded != real:
-            x = torch.cat([x, x.new_zeros(padded - real, h)])
-        for layer, packed in zip(self.encoder.layers, self.layers):
-            q, k, v = packed.qkv.rows(x)[:real].view(b, t, 3, layer.heads, h // layer.heads).permute(2, 0, 3, 1, 4)
-            a = x.new_zeros(padded, h) if padded != real else x.new_empty(padded, h)
-            a[:real].view(b, t, layer.heads, h // layer.heads).copy_(_attention(q, k, v, runs).transpose(1, 2))
-            x = layer.attn_norm(packed.attn_out.rows(a) + x)
-            x = layer.ffn_norm(packed.ffn_out.rows(packed.ffn_in.rows(x)) + x)
-        return x[:real].view(b, t, h)
 
     def warm(self, up_to_rows: int) -> None:
         """Build oneDNN's primitives for every bucket of token rows up to UP_TO_ROWS (and the
@@ -179,13 +130,6 @@ class PackedEncoder:
             if self.pooler is not None and self.classifier is not None:
                 for rows in sizes[:8]:
                     self.classifier.rows(torch.tanh(self.pooler.rows(torch.zeros(rows, hidden))))
-
-    @staticmethod
-    def pooled(hidden: torch.Tensor, lengths: Sequence[int], cfg: PoolingConfig) -> torch.Tensor:
-        runs = length_runs(lengths)
-        if len(runs) == 1:
-            return pool(hidden[:, : runs[0][2]], None, cfg)
-        return torch.cat([pool(hidden[start:end, :n], None, cfg) for start, end, n in runs])
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         assert self.pooler is not None and self.classifier is not None

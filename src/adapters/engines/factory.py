@@ -35,8 +35,15 @@ class Engines:
                               cache_dir=self.cache_dir)
 
 
+CACHE_ENV = "VLLM_SRUN_ENGINE_CACHE"
+
+
 def default_engines() -> Engines:
-    """Exported graphs cached in the model store (`<store>/.engines`)."""
+    """Exported graphs and kernel timings cached in the model store (`<store>/.engines`), or
+    where `VLLM_SRUN_ENGINE_CACHE` says (the test suite keeps its own, so timings measured
+    while tests load the machine never reach a user's store)."""
+    import os
+
     from vllm_srun.adapters.model_store import store_root
 
-    return Engines(cache_dir=store_root() / ".engines")
+    return Engines(cache_dir=Path(os.environ.get(CACHE_ENV) or store_root() / ".engines"))

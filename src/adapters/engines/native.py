@@ -18,21 +18,27 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
-
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.onednn_timing import measure
 from vllm_srun.adapters.models.encoder_runner import EncoderRunner
 from vllm_srun.adapters.models.pooling import pool
-from vllm_srun.adapters.models.unpadded import LayerLinears, PackedRows, eager_linears, hidden_states
+from vllm_srun.adapters.models.tokenization import Encoded
+from vllm_srun.adapters.models.unpadded import (
+    LayerLinears,
+    PackedRows,
+    eager_linears,
+    hidden_states,
+)
 from vllm_srun.adapters.models.unpadded import classify as unpadded_classify
 from vllm_srun.adapters.models.unpadded import pooled as unpadded_pooled
-from vllm_srun.domain.lanes import Accounting
 from vllm_srun.domain.kernels import KernelPlan, plan_kernels
+from vllm_srun.domain.lanes import Accounting
 from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
 
 log = logging.getLogger("vllm_srun.engines.native")
@@ -49,7 +55,8 @@ class NativeEncoder:
     engine = "native"
 
     def __init__(self, runner: EncoderRunner, packed: PackedEncoder | None = None,
-                 plan: KernelPlan = KernelPlan(), kernels: dict[str, Any] | None = None) -> None:
+                 plan: KernelPlan | None = None, kernels: dict[str, Any] | None = None) -> None:
+        plan = plan or KernelPlan()
         self.runner = runner
         self.packed = packed if plan.enabled else None
         self.plan = plan if packed is not None else KernelPlan()
@@ -108,16 +115,18 @@ def _probe_batch(runner: EncoderRunner) -> tuple[torch.Tensor, torch.Tensor, lis
 
 
 def numerics_gap(runner: EncoderRunner, packed: PackedEncoder) -> float:
-    """Largest |packed − eager| over the served answers of a probe batch, relative to their size."""
+    """Largest |packed − eager| over the answers of a probe batch, relative to their size: the
+    serving forward on the packed copies (`NativeEncoder` with every forward on them) against
+    the reference (the padded eager forward)."""
     ids, mask, lengths = _probe_batch(runner)
+    batch = [Encoded(ids[i, :n].tolist(), [0] * n, False, n) for i, n in enumerate(lengths)]
+    serving = NativeEncoder(runner, packed, KernelPlan(FORCED_UP_TO))
     gaps = []
     with torch.inference_mode():
         eager_hidden = runner.encoder(ids, mask, None)
-        fast_hidden = packed.hidden(ids, lengths, None)
-        pairs = [(runner.numpy(packed.pooled(fast_hidden, lengths, runner.pooling)),
-                  runner.numpy(pool(eager_hidden, mask, runner.pooling)))]
+        pairs = [(serving.embed(batch), runner.numpy(pool(eager_hidden, mask, runner.pooling)))]
         if runner.head is not None and packed.classifier is not None:
-            pairs.append((runner.numpy(packed.logits(fast_hidden)), runner.numpy(runner.head(eager_hidden))))
+            pairs.append((serving.classify_logits(batch), runner.numpy(runner.head(eager_hidden))))
     for got, want in pairs:
         if not np.isfinite(got).all():
             return float("inf")

@@ -15,17 +15,17 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
-
 from vllm_srun.adapters.engines.cpu_onednn import PACK_HINT, PackedEncoder
 from vllm_srun.adapters.models.encoder_runner import EncoderRunner
 from vllm_srun.domain.kernels import DEFAULT_TIE, KernelTiming, bucket_rows, timing_grid
 
-FORMAT = 2
+FORMAT = 3
 # the largest forward timed at load (tokens): past it the packed copies were measured no faster
 # (0.88-0.92x at 2,560-4,096 tokens on a 2-core AVX2 EPYC, docs research), so eager serves them
 TIMED_UP_TO = 2048
@@ -47,8 +47,8 @@ def timed_sizes(largest: int) -> list[int]:
 def time_linears(runner: EncoderRunner, packed: PackedEncoder, sizes: Sequence[int],
                  clock: Callable[[], float] = time.perf_counter) -> list[KernelTiming]:
     """One layer's linears (+ activation) for each count of token rows, eager on the rows vs
-    packed on the rows padded to their bucket (as `PackedEncoder.hidden` runs them), in
-    back-to-back pairs (ABBA). The speedup is the median of the pairs' ratios: other processes on
+    packed on the same rows (`PackedLinear` pads them to their bucket, as the serving forward
+    runs them), in back-to-back pairs (ABBA). The speedup is the median of the pairs' ratios: other processes on
     a shared CPU come and go, and a pair sees the same load, so its ratio stays fair while the
     times themselves swing. A size that looks lost is timed again and judged on both samples.
     Stops after the first size where the packed copies are measurably slower (the plan ends there).
@@ -61,15 +61,15 @@ def time_linears(runner: EncoderRunner, packed: PackedEncoder, sizes: Sequence[i
         layer.qkv(x), layer.attn_out(x), layer.act(layer.ffn_in(x)), layer.ffn_out(f)
 
     def packed_run(x: torch.Tensor, f: torch.Tensor) -> None:
-        fast.qkv.rows(x), fast.attn_out.rows(x), fast.ffn_in.rows(x), fast.ffn_out.rows(f)
+        fast.qkv(x), fast.attn_out(x), fast.ffn_in(x), fast.ffn_out(f)
 
-    def pairs(x: torch.Tensor, f: torch.Tensor, xp: torch.Tensor, fp: torch.Tensor, reps: int) -> list[tuple[float, float]]:
+    def pairs(x: torch.Tensor, f: torch.Tensor, reps: int) -> list[tuple[float, float]]:
         out = []
         for rep in range(reps):
             t = {}
             for which in ((0, 1) if rep % 2 == 0 else (1, 0)):
                 start = clock()
-                eager(x, f) if which == 0 else packed_run(xp, fp)
+                eager(x, f) if which == 0 else packed_run(x, f)
                 t[which] = clock() - start
             out.append((t[0], t[1]))
         return out
@@ -77,15 +77,13 @@ def time_linears(runner: EncoderRunner, packed: PackedEncoder, sizes: Sequence[i
     out: list[KernelTiming] = []
     with torch.inference_mode():
         for rows in sizes:
-            padded = bucket_rows(rows)
-            xp, fp = torch.randn(padded, hidden, generator=gen), torch.randn(padded, inner, generator=gen)
-            x, f = xp[:rows], fp[:rows]
-            eager(x, f), packed_run(xp, fp)  # warm both (oneDNN builds its primitive for this shape)
+            x, f = torch.randn(rows, hidden, generator=gen), torch.randn(rows, inner, generator=gen)
+            eager(x, f), packed_run(x, f)  # warm both (oneDNN builds its primitive for this shape)
             reps = max(3, min(9, 2048 // rows))  # about 1 s in all for MiniLM on 2 quiet cores
-            sample = pairs(x, f, xp, fp, reps)
+            sample = pairs(x, f, reps)
             timing = _timing(rows, sample)
             if timing.speedup < DEFAULT_TIE:  # a loss ends the plan: make sure it is one
-                timing = _timing(rows, sample + pairs(x, f, xp, fp, reps))
+                timing = _timing(rows, sample + pairs(x, f, reps))
             out.append(timing)
             if timing.speedup < DEFAULT_TIE:
                 break

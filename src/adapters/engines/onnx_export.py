@@ -15,12 +15,11 @@ from __future__ import annotations
 import os
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
-
 from vllm_srun.adapters.models.bert import BertEncoder, SequenceClassificationHead
 from vllm_srun.adapters.models.encoder_runner import EncoderRunner
 from vllm_srun.adapters.models.pooling import PoolingConfig, pool

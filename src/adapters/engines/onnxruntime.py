@@ -13,12 +13,12 @@ state [batch, tokens, hidden], which is pooled here with the package's pooling.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
-
 from vllm_srun.adapters.engines.onnx_export import INPUTS, cached_export
 from vllm_srun.adapters.models.encoder_runner import EncoderRunner
 from vllm_srun.adapters.models.pooling import pool
