@@ -17,6 +17,7 @@ from vllm_srun.adapters.front.inventory import deployment_card, health, inventor
 from vllm_srun.adapters.front.metrics import FrontMetrics
 from vllm_srun.adapters.front.proxy import Proxy
 from vllm_srun.adapters.http import schemas as s
+from vllm_srun.adapters.http.app import live  # the same liveness answer as a worker's
 from vllm_srun.adapters.http.errors import RETRY_AFTER_SECONDS, status_for
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
 
@@ -39,11 +40,6 @@ async def front_health(request: Request) -> Response:
     ready, body = health(request.app.state.fleet, draining=request.app.state.proxy.draining)
     headers = {} if ready else {"retry-after": str(RETRY_AFTER_SECONDS["not_ready"])}
     return _json(body, 200 if ready else 503, headers)
-
-
-@get("/health/live")
-async def live() -> Response:
-    return Response(content=b'{"status":"alive"}', media_type=JSON)
 
 
 @get("/api/v1/inventory")
