@@ -101,14 +101,20 @@ class Scheduler:
         )
 
     def window_state(self, now: float) -> WindowState:
-        oldest = self._requests[self._queue[0].request_id].arrival if self._queue else None
-        return self.window.state(now=now, oldest_arrival=oldest, busy=self.busy, full=bool(self._queue) and self._full())
+        return self.window.state(
+            now=now, oldest_arrival=self._oldest_arrival(), busy=self.busy, full=bool(self._queue) and self._full()
+        )
+
+    def _oldest_arrival(self) -> float | None:
+        """Arrival of the oldest queued row's request (the queue is in arrival order)."""
+        return self._requests[self._queue[0].request_id].arrival if self._queue else None
 
     def wake_at(self) -> float | None:
         """When the open window closes (None: nothing waits on the clock)."""
         if self.busy or self._plan or not self._queue:
             return None
-        return self.window.closes_at(self._requests[self._queue[0].request_id].arrival)
+        oldest = self._oldest_arrival()
+        return None if oldest is None else self.window.closes_at(oldest)
 
     def next_forward(self, now: float) -> ForwardBatch | None:
         """The next forward to run now, or None (busy, nothing queued, or window open)."""

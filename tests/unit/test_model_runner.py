@@ -104,9 +104,9 @@ def test_cancelled_request_never_reaches_the_device() -> None:
     assert ran == ["first", "after"]
 
 
-def test_lone_request_pays_the_window_and_no_more() -> None:
+def _lone_request_seconds(*, window_ms: float, invariant: bool = False) -> float:
     async def main() -> float:
-        runner, device = make(FakeEngine().run, window_ms=20)
+        runner, device = make(FakeEngine().run, window_ms=window_ms, invariant=invariant)
         runner.start()
         t0 = time.perf_counter()
         await runner.submit([RowSpec(3, "x")])
@@ -115,19 +115,13 @@ def test_lone_request_pays_the_window_and_no_more() -> None:
         device.shutdown()
         return elapsed
 
-    elapsed = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_lone_request_pays_the_window_and_no_more() -> None:
+    elapsed = _lone_request_seconds(window_ms=20)
     assert 0.019 <= elapsed < 0.5
 
 
 def test_batch_invariant_model_skips_the_window() -> None:
-    async def main() -> float:
-        runner, device = make(FakeEngine().run, window_ms=500, invariant=True)
-        runner.start()
-        t0 = time.perf_counter()
-        await runner.submit([RowSpec(3, "x")])
-        elapsed = time.perf_counter() - t0
-        await runner.stop()
-        device.shutdown()
-        return elapsed
-
-    assert asyncio.run(main()) < 0.4
+    assert _lone_request_seconds(window_ms=500, invariant=True) < 0.4
