@@ -63,7 +63,7 @@ def main() -> None:
     from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
     from vllm_srun.adapters.engines.onednn_timing import cpu_model, measure
     from vllm_srun.adapters.model_store import resolve
-    from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+    from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import Encoded
     from vllm_srun.app.cli import default_threads
     from vllm_srun.domain.kernels import KernelPlan, plan_kernels
@@ -74,7 +74,7 @@ def main() -> None:
     unsupported = onednn_unsupported("cpu", torch.float32)
     if unsupported:
         sys.exit(f"no oneDNN fast path here: {unsupported}")
-    runner = EncoderRunner.from_folder(resolve("all-MiniLM-L6-v2"))
+    runner = ReferenceEncoder.from_folder(resolve("all-MiniLM-L6-v2"))
     packed = PackedEncoder(runner.encoder, runner.head)
     cache = None if args.fresh_plan else default_engines().cache_dir
     timings, source = measure(runner, packed, 4096, cache, lambda msg: None)

@@ -11,7 +11,7 @@ import sys
 from typing import NoReturn, Sequence
 
 from vllm_srun.adapters.catalog import CATALOG, DEFAULT_MODEL
-from vllm_srun.adapters.runtime.result_cache import DEFAULT_RESULT_CACHE_ENTRIES
+from vllm_srun.adapters.serving.result_cache import DEFAULT_RESULT_CACHE_ENTRIES
 from vllm_srun.domain.dtypes import dtype_refusal, needs_bf16_warning
 from vllm_srun.domain.engine_args import DTYPES, EngineArgs
 
@@ -142,7 +142,7 @@ def serve(ns: argparse.Namespace) -> int:
     if refusal:
         refuse(refusal)
     if ns.dtype == "bfloat16" and device == "cpu":
-        from vllm_srun.adapters.runtime.cpu_features import cpu_has_native_bf16
+        from vllm_srun.adapters.devices.cpu_features import cpu_has_native_bf16
 
         if needs_bf16_warning(ns.dtype, device, cpu_has_native_bf16()):
             print(f"{PROG}: warning: --dtype bfloat16 on a CPU without native BF16 (no avx512_bf16/amx_bf16): "

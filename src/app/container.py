@@ -9,7 +9,7 @@ from dependency_injector import containers, providers
 
 from vllm_srun.adapters.engines.factory import default_engines
 from vllm_srun.adapters.http.app import create_app
-from vllm_srun.adapters.runtime.runtime import Runtime
+from vllm_srun.adapters.serving.runtime import Runtime
 
 
 class WorkerContainer(containers.DeclarativeContainer):

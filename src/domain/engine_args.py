@@ -35,7 +35,7 @@ class EngineArgs:
 
 
 @dataclass(frozen=True, slots=True)
-class ResolvedLimits:
+class BatchingLimits:
     max_num_seqs: int
     max_num_batched_tokens: int
     seqs_source: str  # set | class
@@ -43,9 +43,9 @@ class ResolvedLimits:
     memory_class: str
 
 
-def resolve_limits(args: EngineArgs, device_kind: str, memory_bytes: int | None) -> ResolvedLimits:
+def resolve_limits(args: EngineArgs, device_kind: str, memory_bytes: int | None) -> BatchingLimits:
     limits = class_limits(device_kind, memory_bytes)
-    return ResolvedLimits(
+    return BatchingLimits(
         max_num_seqs=args.max_num_seqs if args.max_num_seqs is not None else limits.max_num_seqs,
         max_num_batched_tokens=(
             args.max_num_batched_tokens if args.max_num_batched_tokens is not None else limits.max_num_batched_tokens

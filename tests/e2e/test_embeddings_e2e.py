@@ -48,10 +48,10 @@ def test_openai_client_embeddings(minilm_server: str, minilm_dir) -> None:
     # the published sentence-transformers example pair
     assert float(a[0] @ a[1]) == pytest.approx(0.755, abs=0.01)
     # the reference: our in-process encoder, one sentence at a time
-    from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+    from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import TextTokenizer
 
-    runner = EncoderRunner.from_folder(minilm_dir)
+    runner = ReferenceEncoder.from_folder(minilm_dir)
     tok = TextTokenizer.from_folder(minilm_dir)
     ref = np.stack([runner.embed(tok.encode([s], max_length=256))[0] for s in SENTENCES])
     assert np.abs(a - ref).max() < 1e-5

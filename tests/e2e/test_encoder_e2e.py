@@ -40,10 +40,10 @@ def server(reranker: Path, encoder_fixture) -> Iterator[str]:  # type: ignore[no
 
 
 def _reference_scores(folder: Path) -> np.ndarray:
-    from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+    from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import TextTokenizer
 
-    runner, tok = EncoderRunner.from_folder(folder), TextTokenizer.from_folder(folder)
+    runner, tok = ReferenceEncoder.from_folder(folder), TextTokenizer.from_folder(folder)
     logits = np.concatenate([runner.classify_logits(tok.encode_pairs([(QUERY, d)])) for d in DOCS])[:, 0]
     return 1 / (1 + np.exp(-logits.astype(np.float64)))
 

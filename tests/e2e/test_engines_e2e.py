@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import TextTokenizer
 
 from tests.e2e.server import running_server
@@ -36,7 +36,7 @@ def test_onnxruntime_server_answers_every_surface(onnx_server: str, encoder_fixt
     r = httpx.post(f"{onnx_server}/v1/embeddings", json={"model": "tiny-embed", "input": texts})
     assert r.status_code == 200
     folder = encoder_fixture("embed")
-    want = EncoderRunner.from_folder(folder).embed(TextTokenizer.from_folder(folder).encode(texts))
+    want = ReferenceEncoder.from_folder(folder).embed(TextTokenizer.from_folder(folder).encode(texts))
     assert np.abs(np.array([d["embedding"] for d in r.json()["data"]]) - want).max() <= 1e-4
 
     r = httpx.post(f"{onnx_server}/v1/classify", json={"model": "tiny-classify", "input": ["great fun", "bad plot"]})
@@ -46,7 +46,7 @@ def test_onnxruntime_server_answers_every_surface(onnx_server: str, encoder_fixt
     r = httpx.post(f"{onnx_server}/v1/rerank", json={"model": "tiny-rerank", "query": query, "documents": docs})
     assert r.status_code == 200
     folder = encoder_fixture("rerank")
-    logits = EncoderRunner.from_folder(folder).classify_logits(TextTokenizer.from_folder(folder).encode_pairs(
+    logits = ReferenceEncoder.from_folder(folder).classify_logits(TextTokenizer.from_folder(folder).encode_pairs(
         [(query, d) for d in docs]))[:, 0]
     for res in r.json()["results"]:
         assert abs(res["relevance_score"] - 1 / (1 + np.exp(-float(logits[res["index"]])))) <= 1e-4

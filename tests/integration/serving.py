@@ -10,7 +10,7 @@ from typing import Any, Iterator
 from litestar.testing import TestClient
 
 from vllm_srun.adapters.http.app import create_app
-from vllm_srun.adapters.runtime.runtime import Runtime
+from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.domain.engine_args import EngineArgs
 
 

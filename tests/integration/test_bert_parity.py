@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vllm_srun.adapters.models.bert import BertConfig, BertEncoder, load_bert
-from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 from vllm_srun.adapters.models.weights import WeightsError
 
@@ -72,7 +72,7 @@ SENTENCES = _sentences()
 
 @pytest.fixture(scope="module")
 def minilm(minilm_dir: Path):
-    runner = EncoderRunner.from_folder(minilm_dir)
+    runner = ReferenceEncoder.from_folder(minilm_dir)
     tok = TextTokenizer.from_folder(minilm_dir)
     ref = transformers.AutoModel.from_pretrained(minilm_dir, attn_implementation="eager").eval()
     return runner, tok, ref
@@ -157,7 +157,7 @@ def _reference_logits(model, encoded: list[Encoded]) -> np.ndarray:
 def test_tiny_bert_classifier_matches_transformers(tiny_classifier_factory, num_labels, hidden_act) -> None:
     folder = tiny_classifier_factory(num_labels, hidden_act=hidden_act)
     ref = transformers.BertForSequenceClassification.from_pretrained(folder, attn_implementation="eager").eval()
-    runner = EncoderRunner.from_folder(folder)
+    runner = ReferenceEncoder.from_folder(folder)
     tok = TextTokenizer.from_folder(folder)
     assert runner.has_classifier and runner.pooling.modes == ("cls",)  # no ST files: cls default
     assert runner.labels == [f"label_{chr(97 + i)}" for i in range(num_labels)]
@@ -174,7 +174,7 @@ def test_tiny_bert_classifier_matches_transformers(tiny_classifier_factory, num_
 def test_tiny_roberta_classifier_matches_transformers(tiny_classifier_factory) -> None:
     folder = tiny_classifier_factory(2, model_type="roberta")
     ref = transformers.RobertaForSequenceClassification.from_pretrained(folder, attn_implementation="eager").eval()
-    runner = EncoderRunner.from_folder(folder)
+    runner = ReferenceEncoder.from_folder(folder)
     assert runner.config.position_offset == 1 and runner.config.max_tokens == 129
     encoded = TextTokenizer.from_folder(folder).encode(TEXTS[:5])  # ASCII only: no [UNK] (id 1)
     want = _reference_logits(ref, encoded)

@@ -88,10 +88,10 @@ def test_255_options_and_10_levels_are_answered(api) -> None:
 
 def test_all_questions_failed_costs_no_forward(api) -> None:
     client, served = api
-    before = served.runner.forwards
+    before = served.scheduler_loop.forwards
     r = post(client, "/v1/decisions", {"state": STATE, "questions": {"b": {"type": "box"}}})
     assert r.status_code == 200 and r.json()["usage"]["input_tokens"] == 0
-    assert served.runner.forwards == before
+    assert served.scheduler_loop.forwards == before
 
 
 @pytest.mark.parametrize("body, status, code", [
@@ -133,9 +133,9 @@ def test_result_cache_answers_a_repeat_without_a_forward(api) -> None:
     client, served = api
     body = {"state": "a fresh state for the cache", "questions": {"n": NOUL}, "options": {"return_meta": True}}
     first = post(client, "/v1/decisions", body).json()
-    before = served.runner.forwards
+    before = served.scheduler_loop.forwards
     second = post(client, "/v1/systemone", body).json()
-    assert second["meta"]["cache_hit"] is True and served.runner.forwards == before
+    assert second["meta"]["cache_hit"] is True and served.scheduler_loop.forwards == before
     assert second["answers"] == first["answers"]
 
 

@@ -57,7 +57,7 @@ def test_unset_limit_is_null_and_the_package_limit_applies(decision_fixture) -> 
 
 def test_too_long_question_fails_in_place_and_siblings_are_answered(limited) -> None:
     client, served = limited
-    forwards = served.runner.forwards
+    forwards = served.scheduler_loop.forwards
     body = {"state": "the movie", "questions": {"short": SHORT, "long": LONG, "other": {**SHORT, "instructions": "fun"}},
             "options": {"return_meta": True}}
     r = client.post("/v1/decisions", json=body)
@@ -68,18 +68,18 @@ def test_too_long_question_fails_in_place_and_siblings_are_answered(limited) -> 
     assert "max_model_len=160" in answers["long"]["error"]["message"]
     assert 0 <= answers["short"]["noul"] <= 1 and 0 <= answers["other"]["noul"] <= 1
     assert r.json()["meta"]["rows"] in (1, 2)  # the too-long question took no row
-    assert served.runner.forwards == forwards + 1
+    assert served.scheduler_loop.forwards == forwards + 1
 
 
 def test_systemone_answers_400_question_failed_naming_it(limited) -> None:
     client, served = limited
-    forwards = served.runner.forwards
+    forwards = served.scheduler_loop.forwards
     r = client.post("/v1/systemone", json={"state": "the movie", "questions": {"short": SHORT, "long": LONG}})
     assert r.status_code == 400
     error = r.json()["error"]
     assert error["code"] == "question_failed"
     assert "'long'" in error["message"] and "max_length_exceeded" in error["message"]
-    assert served.runner.forwards == forwards  # refused before any forward
+    assert served.scheduler_loop.forwards == forwards  # refused before any forward
 
 
 def test_prompt_exactly_at_the_limit_is_read(limited) -> None:

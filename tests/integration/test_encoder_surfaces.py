@@ -210,7 +210,7 @@ def test_meta_numerics_and_cards(served) -> None:  # type: ignore[no-untyped-def
         card = cards[f"tiny-{variant}"]
         assert card["ready"] and card["dtype"] == "float32" and card["family"] == "encoder"
         assert card["golden"]["status"] == "matched" and card["golden"]["checked"] == card["golden"]["matched"] == 2
-        scheduler = runtime.models[card["id"]].runner.scheduler
+        scheduler = runtime.models[card["id"]].scheduler_loop.scheduler
         assert card["numerics"] == ("exact" if scheduler.batch_invariant else "approximate")
     assert cards["tiny-classify"]["classify"] == {"labels": ["negative", "neutral", "positive"], "multi_label": False}
     assert cards["tiny-rerank"]["surfaces"] == ["rerank"] and cards["tiny-embed"]["surfaces"] == ["embeddings"]

@@ -12,7 +12,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from tests.integration.serving import serving
-from vllm_srun.adapters.runtime import golden
+from vllm_srun.adapters.readiness import golden
 from vllm_srun.domain.engine_args import EngineArgs
 
 

@@ -12,7 +12,7 @@ import torch
 from vllm_srun.adapters.engines import native, onednn_timing
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import NativeEncoder, native_encoder
-from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 from vllm_srun.adapters.models.unpadded import PackedRows, hidden_states
 from vllm_srun.domain.kernels import KernelPlan, KernelTiming
@@ -24,8 +24,8 @@ pytestmark = pytest.mark.skipif(onednn_unsupported("cpu", torch.float32) is not 
 
 
 @pytest.fixture(scope="module")
-def minilm(minilm_dir: Path) -> tuple[EncoderRunner, NativeEncoder, TextTokenizer]:
-    runner = EncoderRunner.from_folder(minilm_dir)
+def minilm(minilm_dir: Path) -> tuple[ReferenceEncoder, NativeEncoder, TextTokenizer]:
+    runner = ReferenceEncoder.from_folder(minilm_dir)
     forced = NativeEncoder(runner, PackedEncoder(runner.encoder, runner.head), KernelPlan(1 << 30))
     return runner, forced, TextTokenizer.from_folder(minilm_dir)
 
@@ -75,7 +75,7 @@ def test_packed_forward_is_batch_invariant_on_minilm(minilm) -> None:  # type: i
 
 def test_packed_classifier_head_is_batch_invariant(encoder_fixture) -> None:  # type: ignore[no-untyped-def]
     folder = encoder_fixture("classify")
-    runner = EncoderRunner.from_folder(folder)
+    runner = ReferenceEncoder.from_folder(folder)
     forced = NativeEncoder(runner, PackedEncoder(runner.encoder, runner.head), KernelPlan(1 << 30))
     rows = TextTokenizer.from_folder(folder).encode(["great fun movie", "bad", "the plot was boring and bad", "ok"])
     alone = [forced.classify_logits([r])[0] for r in rows]
@@ -97,7 +97,7 @@ def test_gates_fall_back_to_eager_with_a_reason(minilm, monkeypatch) -> None:  #
 
 
 def test_bfloat16_weights_keep_eager(encoder_fixture) -> None:  # type: ignore[no-untyped-def]
-    runner = EncoderRunner.from_folder(encoder_fixture("embed"), dtype=torch.bfloat16)
+    runner = ReferenceEncoder.from_folder(encoder_fixture("embed"), dtype=torch.bfloat16)
     kernels = native_encoder(runner, "cpu", lambda _m: None, env={}).describe()["kernels"]
     assert kernels["linear"] == "eager" and "bfloat16" in kernels["reason"]
 
@@ -153,10 +153,10 @@ def test_served_card_reports_kernels_and_the_probe_finds_packed_forwards_exact(
         for card in client.get("/v1/models").json()["data"]:
             assert card["ready"] and card["engine"] == "native" and card["kernels"]["linear"] == linear
             assert card["golden"]["status"] == "matched"  # the readiness check ran the path that serves
-            probed = "exact" if rt.models[card["id"]].runner.scheduler.batch_invariant else "approximate"
+            probed = "exact" if rt.models[card["id"]].scheduler_loop.scheduler.batch_invariant else "approximate"
             assert card["numerics"] == probed and numerics in (None, probed)
         if numerics is None:
-            numerics = "exact" if rt.models["tiny-embed"].runner.scheduler.batch_invariant else "approximate"
+            numerics = "exact" if rt.models["tiny-embed"].scheduler_loop.scheduler.batch_invariant else "approximate"
         r = client.post("/v1/embeddings", json={"model": "tiny-embed", "input": ["a b", "c"], "options": {"return_meta": True}})
         assert r.status_code == 200 and r.json()["meta"]["numerics"] == numerics
 
@@ -168,7 +168,7 @@ def test_a_fast_path_ending_below_512_tokens_is_approximate_without_a_probe(enco
     from vllm_srun.adapters.engines.factory import Engines
     from vllm_srun.adapters.families.base import LoadOptions
     from vllm_srun.adapters.families.encoder import EncoderFamily
-    from vllm_srun.adapters.runtime.probe import probe_model
+    from vllm_srun.adapters.readiness.probe import probe_model
 
     fake = [KernelTiming(n, 1.0, 1.0 / s) for n, s in ((17, 1.8), (34, 1.5), (67, 0.8))]
     monkeypatch.setattr(onednn_timing, "time_linears", lambda *a, **k: fake)

@@ -14,7 +14,7 @@ import torch
 from vllm_srun.adapters.engines.factory import Engines
 from vllm_srun.adapters.engines.onnx_export import export_encoder
 from vllm_srun.adapters.families.base import LoadOptions
-from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import TextTokenizer
 from vllm_srun.domain.engine_args import EngineArgs
 
@@ -32,13 +32,13 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("engines")
 
 
-def _engine(runner: EncoderRunner, cache: Path, key: str | None, **kw):  # type: ignore[no-untyped-def]
+def _engine(runner: ReferenceEncoder, cache: Path, key: str | None, **kw):  # type: ignore[no-untyped-def]
     options = LoadOptions(engine="onnxruntime", threads=2, package_sha256=key)
     return Engines(cache_dir=cache).encoder(runner, options, lambda _m: None, **kw)
 
 
 def test_embeddings_match_native_on_minilm(minilm_dir: Path, cache: Path) -> None:
-    runner, tok = EncoderRunner.from_folder(minilm_dir), TextTokenizer.from_folder(minilm_dir)
+    runner, tok = ReferenceEncoder.from_folder(minilm_dir), TextTokenizer.from_folder(minilm_dir)
     ort = _engine(runner, cache, "minilm-test")
     assert ort.engine == "onnxruntime" and ort.kernel_switch_tokens is None
     for batch in (TEXTS, TEXTS[:1], [TEXTS[2]] * 3, ["word " * 250]):
@@ -59,7 +59,7 @@ def _transformers_logits(folder: Path, rows) -> np.ndarray:  # type: ignore[no-u
 @pytest.mark.parametrize("variant", ["classify", "multilabel", "rerank"])
 def test_logits_match_native_and_transformers(encoder_fixture, cache: Path, variant: str) -> None:  # type: ignore[no-untyped-def]
     folder = encoder_fixture(variant)
-    runner, tok = EncoderRunner.from_folder(folder), TextTokenizer.from_folder(folder)
+    runner, tok = ReferenceEncoder.from_folder(folder), TextTokenizer.from_folder(folder)
     ort = _engine(runner, cache, f"fixture-{variant}")
     rows = tok.encode_pairs(PAIRS) if variant == "rerank" else tok.encode(TEXTS, max_length=128, truncate=True)
     got = ort.classify_logits(rows)
@@ -69,7 +69,7 @@ def test_logits_match_native_and_transformers(encoder_fixture, cache: Path, vari
 
 
 def test_the_export_is_cached_by_package_hash(encoder_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    runner = EncoderRunner.from_folder(encoder_fixture("embed"))
+    runner = ReferenceEncoder.from_folder(encoder_fixture("embed"))
     first = _engine(runner, tmp_path, "f" * 64)
     second = _engine(runner, tmp_path, "f" * 64)
     assert first.describe()["kernels"]["graph"] == "exported"
@@ -83,7 +83,7 @@ def test_the_export_is_cached_by_package_hash(encoder_fixture, tmp_path: Path) -
 def test_a_package_graph_is_used_when_it_fits(encoder_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     folder = tmp_path / "pkg"
     shutil.copytree(encoder_fixture("embed"), folder)
-    runner, tok = EncoderRunner.from_folder(folder), TextTokenizer.from_folder(folder)
+    runner, tok = ReferenceEncoder.from_folder(folder), TextTokenizer.from_folder(folder)
     # a graph that returns the last hidden state, as third-party exports do: pooled with the package's pooling
     ids = torch.ones(2, 5, dtype=torch.long)
     with warnings.catch_warnings():
@@ -98,17 +98,17 @@ def test_a_package_graph_is_used_when_it_fits(encoder_fixture, tmp_path: Path) -
     rows = tok.encode(TEXTS, max_length=128, truncate=True)
     assert np.abs(ort.embed(rows) - runner.embed(rows)).max() <= TOL
     # a classifier needs logits: a graph without them is set aside for our export
-    clf = EncoderRunner.from_folder(encoder_fixture("classify"))
+    clf = ReferenceEncoder.from_folder(encoder_fixture("classify"))
     fallback = _engine(clf, tmp_path / "cache", "clf", onnx_file=folder / "model.onnx")
     assert fallback.describe()["kernels"]["graph"] == "exported"
 
 
 def test_only_cpu_and_fp32(encoder_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    runner = EncoderRunner.from_folder(encoder_fixture("embed"))
+    runner = ReferenceEncoder.from_folder(encoder_fixture("embed"))
     with pytest.raises(ValueError, match="CPU"):
         Engines(cache_dir=tmp_path).encoder(runner, LoadOptions(engine="onnxruntime", device="cuda:0"), lambda _m: None)
     with pytest.raises(ValueError, match="FP32"):
-        export_encoder(EncoderRunner.from_folder(encoder_fixture("embed"), dtype=torch.bfloat16), tmp_path / "x.onnx")
+        export_encoder(ReferenceEncoder.from_folder(encoder_fixture("embed"), dtype=torch.bfloat16), tmp_path / "x.onnx")
     with pytest.raises(ValueError, match="unknown engine"):
         Engines(cache_dir=tmp_path).encoder(runner, LoadOptions(engine="tensorrt"), lambda _m: None)
 
@@ -124,14 +124,14 @@ def test_server_with_the_onnxruntime_engine_answers_every_surface(encoder_fixtur
         r = client.post("/v1/embeddings", json={"model": "tiny-embed", "input": ["a cat", "the dog"],
                                                 "options": {"return_meta": True}})
         assert r.status_code == 200 and r.json()["meta"]["engine"] == "onnxruntime" and len(r.json()["data"]) == 2
-        runner = EncoderRunner.from_folder(folders[0])
+        runner = ReferenceEncoder.from_folder(folders[0])
         want = runner.embed(TextTokenizer.from_folder(folders[0]).encode(["a cat", "the dog"]))
         assert np.abs(np.array([d["embedding"] for d in r.json()["data"]]) - want).max() <= TOL
         r = client.post("/v1/classify", json={"model": "tiny-classify", "input": TEXTS[:3]})
         assert r.status_code == 200 and len(r.json()["results"]) == 3
         r = client.post("/v1/rerank", json={"model": "tiny-rerank", "query": "capital", "documents": ["paris", "cat", "sea"]})
         assert r.status_code == 200 and len(r.json()["results"]) == 3
-        assert rt.models["tiny-embed"].runner is not None
+        assert rt.models["tiny-embed"].scheduler_loop is not None
     # a dtype other than auto never reaches ONNX Runtime (the CLI refuses it first; a load says why)
     with serving([(folders[1], EngineArgs(dtype="bfloat16"))], engine="onnxruntime") as (client, _):
         card = client.get("/v1/models").json()["data"][0]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.serving import serving
-from vllm_srun.adapters.runtime import probe, runtime
+from vllm_srun.adapters.readiness import probe
+from vllm_srun.adapters.serving import runtime
 
 
 @pytest.mark.parametrize("invariant", [True, False])
@@ -20,7 +21,7 @@ def test_probe_result_reaches_scheduler_card_and_meta(monkeypatch, encoder_fixtu
     monkeypatch.setattr(runtime, "probe_model", fake_probe)
     with serving([folder]) as (client, rt):
         served = rt.models["tiny-embed"]
-        scheduler = served.runner.scheduler
+        scheduler = served.scheduler_loop.scheduler
         numerics = "exact" if invariant else "approximate"
         assert seen == [True] and scheduler.batch_invariant is invariant
         assert scheduler.window.window_s == (0.0 if invariant else 0.002)

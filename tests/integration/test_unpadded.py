@@ -7,7 +7,7 @@ import random
 import numpy as np
 import torch
 
-from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import TextTokenizer
 from vllm_srun.adapters.models.unpadded import PackedRows, classify, eager_linears, hidden_states, pooled
 
@@ -20,7 +20,7 @@ def _texts(n: int, seed: int) -> list[str]:
 
 
 def test_embeddings_equal_padded_forward_in_any_order(minilm_dir) -> None:  # type: ignore[no-untyped-def]
-    runner = EncoderRunner.from_folder(minilm_dir)
+    runner = ReferenceEncoder.from_folder(minilm_dir)
     tok = TextTokenizer.from_folder(minilm_dir)
     batch = tok.encode(_texts(23, 1), max_length=256)
     assert len({len(e.ids) for e in batch}) > 5  # ragged
@@ -37,7 +37,7 @@ def test_embeddings_equal_padded_forward_in_any_order(minilm_dir) -> None:  # ty
 
 def test_classifier_logits_equal_padded_forward(encoder_fixture) -> None:  # type: ignore[no-untyped-def]
     folder = encoder_fixture("classify")
-    runner = EncoderRunner.from_folder(folder)
+    runner = ReferenceEncoder.from_folder(folder)
     tok = TextTokenizer.from_folder(folder)
     batch = tok.encode_pairs([(a, b) for a, b in zip(_texts(9, 2), _texts(9, 3))], max_length=128, truncate=True)
     with torch.inference_mode():

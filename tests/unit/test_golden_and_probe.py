@@ -7,8 +7,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from tests.fakes import FakeEngine
-from vllm_srun.adapters.runtime.golden import compare, pick_reference, project
-from vllm_srun.adapters.runtime.probe import batch_invariant, probe_batches
+from vllm_srun.adapters.readiness.golden import compare, pick_reference, project
+from vllm_srun.adapters.readiness.probe import batch_invariant, probe_batches
 
 
 def test_compare_floats_within_tolerance_everything_else_exactly() -> None:

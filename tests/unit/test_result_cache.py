@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_srun.adapters.http import encoder_schemas as es
-from vllm_srun.adapters.http.schemas import EmbeddingsOptions, EmbeddingsRequest
-from vllm_srun.adapters.runtime.result_cache import ResultCache, canonical_request
+from vllm_srun.adapters.schemas.embeddings import EmbeddingsOptions, EmbeddingsRequest
+from vllm_srun.adapters.serving.result_cache import ResultCache, canonical_request
 from vllm_srun.domain.cache import LruCache
+from vllm_srun.adapters.schemas.encoder import RerankResponse, RerankResult, Usage
 
 ops = st.lists(st.tuples(st.sampled_from(["get", "put"]), st.integers(0, 9), st.integers(0, 40)), max_size=80)
 
@@ -67,7 +67,7 @@ def test_result_cache_round_trips_answers_and_can_be_off() -> None:
         def inc(self, labels: dict) -> None:  # type: ignore[type-arg]
             counted.append(labels)
 
-    answer = es.RerankResponse(model="m", results=[es.RerankResult(1, 0.75)], usage=es.Usage(3, 3), id="x")
+    answer = RerankResponse(model="m", results=[RerankResult(1, 0.75)], usage=Usage(3, 3), id="x")
     cache = ResultCache(4, Counter())
     assert cache.get("k", "m") is None
     assert cache.put("k", answer)

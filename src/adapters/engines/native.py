@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.onednn_timing import measure
-from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.pooling import pool
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import (
@@ -54,7 +54,7 @@ class NativeEncoder:
 
     engine = "native"
 
-    def __init__(self, runner: EncoderRunner, packed: PackedEncoder | None = None,
+    def __init__(self, runner: ReferenceEncoder, packed: PackedEncoder | None = None,
                  plan: KernelPlan | None = None, kernels: dict[str, Any] | None = None) -> None:
         plan = plan or KernelPlan()
         self.runner = runner
@@ -102,7 +102,7 @@ class NativeEncoder:
             return runner.numpy(unpadded_classify(hidden, rows, head))
 
 
-def _probe_batch(runner: EncoderRunner) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+def _probe_batch(runner: ReferenceEncoder) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """A ragged batch of pseudo-random ids (longest first), deterministic, within the model's positions."""
     gen = torch.Generator().manual_seed(1234)
     top = max(2, min(runner.config.max_tokens, 64))
@@ -114,7 +114,7 @@ def _probe_batch(runner: EncoderRunner) -> tuple[torch.Tensor, torch.Tensor, lis
     return ids, mask, lengths
 
 
-def numerics_gap(runner: EncoderRunner, packed: PackedEncoder) -> float:
+def numerics_gap(runner: ReferenceEncoder, packed: PackedEncoder) -> float:
     """Largest |packed − eager| over the answers of a probe batch, relative to their size: the
     serving forward on the packed copies (`NativeEncoder` with every forward on them) against
     the reference (the padded eager forward)."""
@@ -134,7 +134,7 @@ def numerics_gap(runner: EncoderRunner, packed: PackedEncoder) -> float:
     return max(gaps)
 
 
-def _eager(runner: EncoderRunner, reason: str, progress: Progress) -> NativeEncoder:
+def _eager(runner: ReferenceEncoder, reason: str, progress: Progress) -> NativeEncoder:
     progress(f"load: linear kernels eager ({reason})")
     return NativeEncoder(runner, kernels={"linear": "eager", "reason": reason})
 
@@ -148,7 +148,7 @@ def _mode(env: Mapping[str, str]) -> str:
     return "auto"
 
 
-def native_encoder(runner: EncoderRunner, device: str, progress: Progress, *, largest_forward_tokens: int = 4096,
+def native_encoder(runner: ReferenceEncoder, device: str, progress: Progress, *, largest_forward_tokens: int = 4096,
                    cache_dir: Path | None = None, env: Mapping[str, str] = os.environ) -> NativeEncoder:
     """The native engine for RUNNER, with the oneDNN fast path where it is safe and faster (module doc)."""
     mode = _mode(env)

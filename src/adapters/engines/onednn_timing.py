@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 from vllm_srun.adapters.engines.cpu_onednn import PACK_HINT, PackedEncoder
-from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.domain.kernels import DEFAULT_TIE, KernelTiming, bucket_rows, timing_grid
 
 FORMAT = 3
@@ -44,7 +44,7 @@ def timed_sizes(largest: int) -> list[int]:
     return sizes
 
 
-def time_linears(runner: EncoderRunner, packed: PackedEncoder, sizes: Sequence[int],
+def time_linears(runner: ReferenceEncoder, packed: PackedEncoder, sizes: Sequence[int],
                  clock: Callable[[], float] = time.perf_counter) -> list[KernelTiming]:
     """One layer's linears (+ activation) for each count of token rows, eager on the rows vs
     packed on the same rows (`PackedLinear` pads them to their bucket, as the serving forward
@@ -109,7 +109,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def timing_key(runner: EncoderRunner, sizes: Sequence[int]) -> dict[str, Any]:
+def timing_key(runner: ReferenceEncoder, sizes: Sequence[int]) -> dict[str, Any]:
     """What the timings depend on: machine, threads, kernels' versions, layer shapes, grid."""
     layer = runner.encoder.layers[0]
     return {"format": FORMAT, "cpu": cpu_model(), "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
@@ -143,7 +143,7 @@ def _write(path: Path, key: dict[str, Any], timings: list[KernelTiming]) -> None
         pass  # a read-only cache only costs the next start another measurement
 
 
-def measure(runner: EncoderRunner, packed: PackedEncoder, largest: int, cache_dir: Path | None,
+def measure(runner: ReferenceEncoder, packed: PackedEncoder, largest: int, cache_dir: Path | None,
             progress: Progress) -> tuple[list[KernelTiming], str]:
     """(timings, `cached` or `measured`) for RUNNER's layer shapes on this machine."""
     sizes = timed_sizes(largest)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from vllm_srun.adapters.models.bert import BertEncoder, SequenceClassificationHead
-from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.pooling import PoolingConfig, pool
 
 EXPORT_VERSION = 1  # bump when the graph's inputs, outputs or maths change
@@ -48,11 +48,11 @@ class ServingGraph(nn.Module):
         return embeddings, self.head(hidden)
 
 
-def output_names(runner: EncoderRunner) -> list[str]:
+def output_names(runner: ReferenceEncoder) -> list[str]:
     return ["embeddings", "logits"] if runner.head is not None else ["embeddings"]
 
 
-def export_encoder(runner: EncoderRunner, path: Path) -> Path:
+def export_encoder(runner: ReferenceEncoder, path: Path) -> Path:
     """Write RUNNER's serving graph to PATH (FP32, CPU)."""
     if runner.device.type != "cpu" or next(runner.encoder.parameters()).dtype != torch.float32:
         raise ValueError("the ONNX export runs from the FP32 CPU model (dtype auto)")
@@ -71,12 +71,12 @@ def export_encoder(runner: EncoderRunner, path: Path) -> Path:
     return path
 
 
-def _tag(runner: EncoderRunner) -> str:
+def _tag(runner: ReferenceEncoder) -> str:
     head = "head" if runner.head is not None else "nohead"
     return f"v{EXPORT_VERSION}-opset{OPSET}-torch{torch.__version__.split('+')[0]}-{head}-{runner.pooling.mode}"
 
 
-def cached_export(runner: EncoderRunner, cache_dir: Path | None, key: str | None,
+def cached_export(runner: ReferenceEncoder, cache_dir: Path | None, key: str | None,
                   progress: Progress) -> tuple[Path, str]:
     """(path of RUNNER's exported graph, where it came from: `cached`, `exported` (now in the
     cache) or `temporary` (the caller may delete it once loaded)); exports when missing."""

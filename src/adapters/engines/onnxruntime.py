@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 from vllm_srun.adapters.engines.onnx_export import INPUTS, cached_export
-from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.pooling import pool
 
 Progress = Callable[[str], None]
@@ -49,7 +49,7 @@ class OnnxEncoder:
     engine = "onnxruntime"
     kernel_switch_tokens: int | None = None  # one set of kernels at every size
 
-    def __init__(self, runner: EncoderRunner, session: Any, graph: str, threads: int | None) -> None:
+    def __init__(self, runner: ReferenceEncoder, session: Any, graph: str, threads: int | None) -> None:
         self.runner = runner
         self.session = session
         self.graph = graph
@@ -106,7 +106,7 @@ class OnnxEncoder:
         return self._run("logits", feed)
 
 
-def onnx_encoder(runner: EncoderRunner, *, device: str, threads: int | None, progress: Progress,
+def onnx_encoder(runner: ReferenceEncoder, *, device: str, threads: int | None, progress: Progress,
                  onnx_file: Path | None = None, cache_dir: Path | None = None,
                  package_sha256: str | None = None) -> OnnxEncoder:
     """Serve RUNNER's model with ONNX Runtime (module doc)."""

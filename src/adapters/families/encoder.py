@@ -57,7 +57,7 @@ class EncoderModel(LoadedModel):
     def __init__(self, folder: Path, options: LoadOptions, progress: Progress) -> None:
         import torch
 
-        from vllm_srun.adapters.models.encoder_runner import EncoderRunner
+        from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
         from vllm_srun.adapters.models.tokenization import TextTokenizer
 
         self.folder = folder
@@ -68,7 +68,7 @@ class EncoderModel(LoadedModel):
         if options.engine == "onnxruntime" and self.dtype != auto_dtype("encoder", options.device):
             raise ValueError(f"the onnxruntime engine runs only dtype auto (asked: {options.args.dtype})")
         progress(f"load: reading weights from {folder} ({self.dtype})")
-        self.runner = EncoderRunner.from_folder(folder, dtype=getattr(torch, self.dtype))
+        self.runner = ReferenceEncoder.from_folder(folder, dtype=getattr(torch, self.dtype))
         # the engine's forward (native torch, + oneDNN fast path where measured; or ONNX Runtime)
         self.forward: EncoderForward = self.runner  # type: ignore[assignment]
         if options.engines is not None:

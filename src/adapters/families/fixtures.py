@@ -50,7 +50,7 @@ def write_fixture(out: Path, family: str, variant: str | None = None, seed: int 
     out.mkdir(parents=True, exist_ok=True)
     requests = writer.write(out, variant, seed)
     if golden:
-        from vllm_srun.adapters.runtime.golden_record import record_golden
+        from vllm_srun.adapters.readiness.golden_record import record_golden
 
         record_golden(out, requests, progress=progress)
     return out

@@ -16,10 +16,11 @@ from vllm_srun.adapters.front.fleet import Fleet
 from vllm_srun.adapters.front.inventory import deployment_card, health, inventory
 from vllm_srun.adapters.front.metrics import FrontMetrics
 from vllm_srun.adapters.front.proxy import Proxy
-from vllm_srun.adapters.http import schemas as s
 from vllm_srun.adapters.http.app import live  # the same liveness answer as a worker's
 from vllm_srun.adapters.http.errors import RETRY_AFTER_SECONDS, status_for
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
+from vllm_srun.adapters.http.errors import ErrorBody, ErrorResponse
+from vllm_srun.adapters.schemas.common import json_encoder
 
 log = logging.getLogger("vllm_srun.front")
 JSON = "application/json"
@@ -82,7 +83,7 @@ def _on_exception(request: Request, exc: Exception) -> Response:
     else:
         log.exception("internal error on %s", request.url.path)
         code, message = "internal_error", "internal error; see the front's log"
-    body = s.encoder.encode(s.ErrorResponse(s.ErrorBody(code, message)))
+    body = json_encoder.encode(ErrorResponse(ErrorBody(code, message)))
     return Response(content=body, status_code=status_for(code), media_type=JSON)
 
 

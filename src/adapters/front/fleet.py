@@ -21,7 +21,7 @@ from vllm_srun.adapters.config.schema import (
     ReplicaConfig,
 )
 from vllm_srun.adapters.front.metrics import FrontEvents
-from vllm_srun.adapters.runtime.result_cache import (
+from vllm_srun.adapters.serving.result_cache import (
     DEFAULT_RESULT_CACHE_BYTES,
     DEFAULT_RESULT_CACHE_ENTRIES,
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from vllm_srun.adapters.runtime.metrics import SECONDS_BUCKETS, Registry
+from vllm_srun.adapters.serving.metrics import SECONDS_BUCKETS, Registry
 from vllm_srun.domain.ejection import (
     EjectionWithheld,
     PoolEvent,

@@ -7,8 +7,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from vllm_srun.adapters.http import schemas as s
 from vllm_srun.adapters.http.errors import RETRY_AFTER_SECONDS, status_for
+from vllm_srun.adapters.http.errors import ErrorBody, ErrorResponse
+from vllm_srun.adapters.schemas.common import json_encoder
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 JSON = b"application/json"
@@ -21,7 +22,7 @@ async def send_response(send: Send, status: int, body: bytes, headers: list[tupl
 
 
 async def error_response(send: Send, code: str, message: str, start: float, extra: dict[str, str]) -> None:
-    body = s.encoder.encode(s.ErrorResponse(s.ErrorBody(code, message)))
+    body = json_encoder.encode(ErrorResponse(ErrorBody(code, message)))
     headers = [(b"content-type", JSON)]
     if code in RETRY_AFTER_SECONDS and "retry-after" not in extra:
         extra = {**extra, "retry-after": str(RETRY_AFTER_SECONDS[code])}

@@ -15,20 +15,22 @@ import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.exceptions import HTTPException
 
-from vllm_srun.adapters.http import encoder_schemas as es
-from vllm_srun.adapters.http import schemas as s
 from vllm_srun.adapters.http.errors import RETRY_AFTER_SECONDS, decode_error_message, status_for
 from vllm_srun.adapters.http.openapi import openapi_document
 from vllm_srun.adapters.http.timing import SCOPE_KEY, ServerTimingMiddleware, Timing
-from vllm_srun.adapters.runtime.runtime import Runtime
-from vllm_srun.adapters.runtime.served import ServedModel
-from vllm_srun.adapters.http import decision_schemas as ds
+from vllm_srun.adapters.serving.runtime import Runtime
+from vllm_srun.adapters.serving.served import ServedModel
 from vllm_srun.adapters.http.content_encoding import decode_body
 from vllm_srun.adapters.surfaces import decisions as decision_surfaces
 from vllm_srun.adapters.surfaces.classify import classify as classify_surface
 from vllm_srun.adapters.surfaces.embeddings import embeddings as embeddings_surface
 from vllm_srun.adapters.surfaces.rerank import rerank as rerank_surface
 from vllm_srun.domain.errors import DomainError, InvalidRequest
+from vllm_srun.adapters.http.errors import ErrorBody, ErrorResponse
+from vllm_srun.adapters.schemas.common import json_encoder
+from vllm_srun.adapters.schemas.decisions import DecisionsBatchRequest, DecisionsBatchResponse, DecisionsRequest, DecisionsResponse, batch_decoder, decisions_decoder
+from vllm_srun.adapters.schemas.embeddings import EmbeddingsRequest, EmbeddingsResponse, embeddings_decoder
+from vllm_srun.adapters.schemas.encoder import ClassifyRequest, ClassifyResponse, RerankRequest, RerankResponse, classify_decoder, rerank_decoder
 
 log = logging.getLogger("vllm_srun.http")
 JSON = "application/json"
@@ -49,16 +51,16 @@ class SurfaceRoute:
 
 
 SURFACE_ROUTES: list[SurfaceRoute] = [
-    SurfaceRoute("/v1/embeddings", "embeddings", s.embeddings_decoder, embeddings_surface, s.EmbeddingsRequest, s.EmbeddingsResponse),
-    SurfaceRoute("/v1/classify", "classify", es.classify_decoder, classify_surface, es.ClassifyRequest, es.ClassifyResponse),
+    SurfaceRoute("/v1/embeddings", "embeddings", embeddings_decoder, embeddings_surface, EmbeddingsRequest, EmbeddingsResponse),
+    SurfaceRoute("/v1/classify", "classify", classify_decoder, classify_surface, ClassifyRequest, ClassifyResponse),
     # Jina and the Cohere v1 client post to /v1/rerank, the Cohere v2 client (ClientV2) to /v2/rerank
-    SurfaceRoute("/v1/rerank", "rerank", es.rerank_decoder, rerank_surface, es.RerankRequest, es.RerankResponse),
-    SurfaceRoute("/v2/rerank", "rerank", es.rerank_decoder, rerank_surface, es.RerankRequest, es.RerankResponse),
+    SurfaceRoute("/v1/rerank", "rerank", rerank_decoder, rerank_surface, RerankRequest, RerankResponse),
+    SurfaceRoute("/v2/rerank", "rerank", rerank_decoder, rerank_surface, RerankRequest, RerankResponse),
     # decision models (R-API-4): /v1/systemone is the path the typesafe-sdk client posts to
-    SurfaceRoute("/v1/decisions", "decisions", ds.decisions_decoder, decision_surfaces.decisions, ds.DecisionsRequest, ds.DecisionsResponse),
-    SurfaceRoute("/v1/systemone", "systemone", ds.decisions_decoder, decision_surfaces.systemone, ds.DecisionsRequest, ds.DecisionsResponse),
-    SurfaceRoute("/v1/systemone/batches", "systemone_batches", ds.batch_decoder, decision_surfaces.systemone_batches,
-                 ds.DecisionsBatchRequest, ds.DecisionsBatchResponse),
+    SurfaceRoute("/v1/decisions", "decisions", decisions_decoder, decision_surfaces.decisions, DecisionsRequest, DecisionsResponse),
+    SurfaceRoute("/v1/systemone", "systemone", decisions_decoder, decision_surfaces.systemone, DecisionsRequest, DecisionsResponse),
+    SurfaceRoute("/v1/systemone/batches", "systemone_batches", batch_decoder, decision_surfaces.systemone_batches,
+                 DecisionsBatchRequest, DecisionsBatchResponse),
 ]
 
 
@@ -70,7 +72,7 @@ def _error(code: str, message: str) -> Response:
     headers = {}
     if code in RETRY_AFTER_SECONDS:
         headers["retry-after"] = str(RETRY_AFTER_SECONDS[code])
-    body = s.encoder.encode(s.ErrorResponse(s.ErrorBody(code, message)))
+    body = json_encoder.encode(ErrorResponse(ErrorBody(code, message)))
     return Response(content=body, status_code=status_for(code), media_type=JSON, headers=headers)
 
 
@@ -100,7 +102,7 @@ def _surface_handler(route: SurfaceRoute):  # type: ignore[no-untyped-def]
             model_label = served.name
             timing.parse_ms = (time.perf_counter() - timing.start) * 1000
             result = await route.handler(served, req, timing, lambda: _wait_disconnect(request.receive))
-            return Response(content=s.encoder.encode(result), media_type=JSON)
+            return Response(content=json_encoder.encode(result), media_type=JSON)
         except DomainError as exc:
             code = exc.code
             if code == "client_closed_request":

@@ -5,6 +5,8 @@ Every error body is `{"error": {"code", "message"}}`; never a stack trace.
 
 from __future__ import annotations
 
+from msgspec import Struct
+
 STATUS_BY_CODE: dict[str, int] = {
     "invalid_request": 400,
     "max_length_exceeded": 400,
@@ -33,3 +35,12 @@ def decode_error_message(exc: Exception) -> str:
     """A one-line message for a msgspec decode/validation error."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:300]
+
+
+class ErrorBody(Struct):
+    code: str
+    message: str
+
+
+class ErrorResponse(Struct):
+    error: ErrorBody

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 import msgspec
+from vllm_srun.adapters.http.errors import ErrorResponse
 
-from vllm_srun.adapters.http import schemas as s
 
 REF = "#/components/schemas/{name}"
 
@@ -25,7 +25,7 @@ def _error_responses() -> dict[str, Any]:
 
 def openapi_document(routes: Iterable[Any]) -> dict[str, Any]:
     routes = list(routes)
-    types = [s.ErrorResponse] + [t for r in routes for t in (r.request_type, r.response_type)]
+    types = [ErrorResponse] + [t for r in routes for t in (r.request_type, r.response_type)]
     (_, components) = msgspec.json.schema_components(types, ref_template=REF)
     paths: dict[str, Any] = {}
     seen: set[str] = set()

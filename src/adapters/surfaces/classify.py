@@ -15,18 +15,18 @@ from typing import Any
 import numpy as np
 
 from vllm_srun.adapters.families.encoder import LogitsRow
-from vllm_srun.adapters.http import encoder_schemas as es
-from vllm_srun.adapters.http.schemas import MAX_INPUTS
-from vllm_srun.adapters.runtime.served import ServedModel
+from vllm_srun.adapters.schemas.common import MAX_INPUTS
+from vllm_srun.adapters.serving.served import ServedModel
 from vllm_srun.adapters.surfaces.common import answer
-from vllm_srun.adapters.surfaces.windows import Item, encode_items, overflow_mode, split_windows
+from vllm_srun.adapters.surfaces.overflow import Item, encode_items, overflow_mode, split_overflow_windows
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
 from vllm_srun.domain.rows import RowSpec
+from vllm_srun.adapters.schemas.encoder import ClassifyOptions, ClassifyRequest, ClassifyResponse, ClassifyResult, InputInfo, Usage, WindowOptions, WindowSpan
 
 DEFAULT_THRESHOLD = 0.5
 
 
-def _items(req: es.ClassifyRequest) -> list[Item]:
+def _items(req: ClassifyRequest) -> list[Item]:
     raw = [req.input] if isinstance(req.input, str) else req.input
     if len(raw) > MAX_INPUTS:
         raise RequestTooLarge(f"too many inputs: {len(raw)} (at most {MAX_INPUTS})")
@@ -50,17 +50,17 @@ def _label(p: np.ndarray, labels: list[str], multi_label: bool, threshold: float
     return [labels[j] for j in order if p[j] >= threshold]
 
 
-async def classify(served: ServedModel, req: es.ClassifyRequest, timing: Any, disconnected: Any = None) -> es.ClassifyResponse:
+async def classify(served: ServedModel, req: ClassifyRequest, timing: Any, disconnected: Any = None) -> ClassifyResponse:
     model = served.require_surface("classify")
     items = _items(req)
-    options = req.options or es.ClassifyOptions()
+    options = req.options or ClassifyOptions()
     mode = overflow_mode(options)
     if options.threshold is not None and not model.multi_label:
         raise InvalidRequest("options.threshold applies to multi-label heads; this model's head is single-label (softmax)")
     threshold = DEFAULT_THRESHOLD if options.threshold is None else options.threshold
     if mode == "window":
-        window = options.window or es.WindowOptions(tokens=model.max_input_tokens)
-        split = split_windows(model, items, window.tokens, window.overlap)
+        window = options.window or WindowOptions(tokens=model.max_input_tokens)
+        split = split_overflow_windows(model, items, window.tokens, window.overlap)
         groups = [[w.encoded for w in s.windows] for s in split]
         full = [s.n_tokens for s in split]
     else:
@@ -68,7 +68,7 @@ async def classify(served: ServedModel, req: es.ClassifyRequest, timing: Any, di
         groups = [[e] for e in encoded]
         full = [e.n_tokens for e in encoded]
 
-    async def compute() -> tuple[es.ClassifyResponse, Any, int]:
+    async def compute() -> tuple[ClassifyResponse, Any, int]:
         rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups for e in group]
         outcome = await served.run(rows, options.deadline_ms, timing, disconnected)
         probs = probabilities(np.stack(outcome.outputs), model.multi_label)
@@ -79,12 +79,12 @@ async def classify(served: ServedModel, req: es.ClassifyRequest, timing: Any, di
             reduced = part.max(axis=0)
             spans = None
             if mode == "window":
-                spans = [es.WindowSpan(w.start, w.end, len(w.encoded.ids), p.tolist()) for w, p in zip(split[i].windows, part)]
-            info = es.InputInfo(tokens=full[i], truncated=any(e.truncated for e in group), windows=spans)
-            results.append(es.ClassifyResult(i, _label(reduced, model.labels, model.multi_label, threshold), reduced.tolist(), info))
+                spans = [WindowSpan(w.start, w.end, len(w.encoded.ids), p.tolist()) for w, p in zip(split[i].windows, part)]
+            info = InputInfo(tokens=full[i], truncated=any(e.truncated for e in group), windows=spans)
+            results.append(ClassifyResult(i, _label(reduced, model.labels, model.multi_label, threshold), reduced.tolist(), info))
         tokens = sum(r.tokens for r in rows)
-        response = es.ClassifyResponse(model=served.name, labels=list(model.labels), results=results,
-                                       usage=es.Usage(tokens, tokens), multi_label=model.multi_label)
+        response = ClassifyResponse(model=served.name, labels=list(model.labels), results=results,
+                                       usage=Usage(tokens, tokens), multi_label=model.multi_label)
         return response, outcome, len(rows)
 
     return await answer(served, "classify", req, compute)

@@ -6,18 +6,18 @@ from typing import Any, Awaitable, Callable
 
 import msgspec
 
-from vllm_srun.adapters.http.schemas import Meta_
-from vllm_srun.adapters.runtime.model_runner import Outcome
-from vllm_srun.adapters.runtime.served import GOLDEN_CHECK, ServedModel
+from vllm_srun.adapters.schemas.common import ResponseMeta
+from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
+from vllm_srun.adapters.serving.served import GOLDEN_CHECK, ServedModel
 
 # compute() → (the answer without meta, the forward's outcome, rows it took)
-Compute = Callable[[], Awaitable[tuple[msgspec.Struct, Outcome, int]]]
+Compute = Callable[[], Awaitable[tuple[msgspec.Struct, ForwardStats, int]]]
 
 
-def hit_meta(served: ServedModel) -> Meta_:
+def hit_meta(served: ServedModel) -> ResponseMeta:
     model = served.model
     assert model is not None
-    return Meta_(numerics=model.numerics, dtype=model.dtype, device=model.device, engine=model.engine,
+    return ResponseMeta(numerics=model.numerics, dtype=model.dtype, device=model.device, engine=model.engine,
                  queue_ms=0.0, forward_ms=0.0, forwards=0, rows=0, padded_tokens=0, cache_hit=True)
 
 

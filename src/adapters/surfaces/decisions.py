@@ -17,44 +17,44 @@ from typing import Any, Sequence
 
 from vllm_srun.adapters.families.decision_rows import AskedQuestion, PreparedQuestion, PreparedState, rows_for
 from vllm_srun.adapters.families.decision_rows import probabilities_per_question
-from vllm_srun.adapters.http import decision_schemas as ds
-from vllm_srun.adapters.runtime.model_runner import Outcome
-from vllm_srun.adapters.runtime.served import ServedModel
+from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
+from vllm_srun.adapters.serving.served import ServedModel
 from vllm_srun.adapters.surfaces.common import answer
 from vllm_srun.domain.errors import InvalidRequest, QuestionFailed, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
+from vllm_srun.adapters.schemas.decisions import BatchResult, DecisionAnswer, DecisionsBatchRequest, DecisionsBatchResponse, DecisionsOptions, DecisionsRequest, DecisionsResponse, DecisionsUsage, MAX_QUESTIONS, NoulCriteria, Question, QuestionErrorBody
 
-NO_FORWARD = Outcome((), 0.0, 0.0, 0, 0)
+NO_FORWARD = ForwardStats((), 0.0, 0.0, 0, 0)
 
 
-def asked(questions: dict[str, ds.Question]) -> list[AskedQuestion]:
+def asked(questions: dict[str, Question]) -> list[AskedQuestion]:
     out = []
     for name, q in questions.items():
         kind = type(q).__struct_config__.tag
         criteria: Any = getattr(q, "criteria", None)
-        if isinstance(criteria, ds.NoulCriteria):
+        if isinstance(criteria, NoulCriteria):
             criteria = {"true": criteria.true, "false": criteria.false}
         out.append(AskedQuestion(name, str(kind), q.instructions, criteria))
     return out
 
 
-def _answer(q: PreparedQuestion, probs: Any) -> ds.DecisionAnswer:
+def _answer(q: PreparedQuestion, probs: Any) -> DecisionAnswer:
     if q.error is not None:
-        return ds.DecisionAnswer(q.kind, error=ds.QuestionErrorBody(q.error.code, q.error.message))
+        return DecisionAnswer(q.kind, error=QuestionErrorBody(q.error.code, q.error.message))
     assert q.rendered is not None
     p = [float(x) for x in probs]
     if q.kind == "noul":
-        return ds.DecisionAnswer("noul", noul=p[0])
+        return DecisionAnswer("noul", noul=p[0])
     best = max(range(len(p)), key=lambda i: (p[i], -i))
     labels = q.rendered.labels
     by_label = dict(zip(labels, p))
     if q.kind == "choice":
-        return ds.DecisionAnswer("choice", choice=labels[best], confidence=p[best], probabilities=by_label)
+        return DecisionAnswer("choice", choice=labels[best], confidence=p[best], probabilities=by_label)
     score = sum(i * x for i, x in enumerate(p))
-    return ds.DecisionAnswer("score", score=score, confidence=p[best], legend=q.rendered.legend, probabilities=by_label)
+    return DecisionAnswer("score", score=score, confidence=p[best], legend=q.rendered.legend, probabilities=by_label)
 
 
-def _answers(prepared: PreparedState, probs: Sequence[Any]) -> dict[str, ds.DecisionAnswer]:
+def _answers(prepared: PreparedState, probs: Sequence[Any]) -> dict[str, DecisionAnswer]:
     it = iter(probs)
     return {q.name: _answer(q, None if q.error is not None else next(it)) for q in prepared.questions}
 
@@ -62,12 +62,12 @@ def _answers(prepared: PreparedState, probs: Sequence[Any]) -> dict[str, ds.Deci
 def _check(req: Any, states: int) -> None:
     if getattr(req, "assets", None):
         raise UnsupportedSurface("media assets need an image model; this model reads text only")
-    if states * len(req.questions) > ds.MAX_QUESTIONS:
-        raise RequestTooLarge(f"states × questions is {states * len(req.questions)} (at most {ds.MAX_QUESTIONS})")
+    if states * len(req.questions) > MAX_QUESTIONS:
+        raise RequestTooLarge(f"states × questions is {states * len(req.questions)} (at most {MAX_QUESTIONS})")
 
 
 async def _run_states(served: ServedModel, model: Any, prepared: list[PreparedState], options: Any, timing: Any,
-                      disconnected: Any) -> tuple[list[dict[str, ds.DecisionAnswer]], Outcome, int]:
+                      disconnected: Any) -> tuple[list[dict[str, DecisionAnswer]], ForwardStats, int]:
     """Every state's rows in one scheduler request; answers per state, the outcome, rows run."""
     rows: list[RowSpec] = []
     spans = []
@@ -80,11 +80,11 @@ async def _run_states(served: ServedModel, model: Any, prepared: list[PreparedSt
     return answers, outcome, len(rows)
 
 
-def _usage(prepared: PreparedState) -> ds.DecisionsUsage:
-    return ds.DecisionsUsage(prepared.input_tokens, 0)
+def _usage(prepared: PreparedState) -> DecisionsUsage:
+    return DecisionsUsage(prepared.input_tokens, 0)
 
 
-async def decisions(served: ServedModel, req: ds.DecisionsRequest, timing: Any, disconnected: Any = None) -> ds.DecisionsResponse:
+async def decisions(served: ServedModel, req: DecisionsRequest, timing: Any, disconnected: Any = None) -> DecisionsResponse:
     """/v1/decisions: question errors stay in place."""
     model = served.require_surface("decisions")
     _check(req, 1)
@@ -92,7 +92,7 @@ async def decisions(served: ServedModel, req: ds.DecisionsRequest, timing: Any, 
     return await _single(served, model, req, prepared, timing, disconnected)
 
 
-async def systemone(served: ServedModel, req: ds.DecisionsRequest, timing: Any, disconnected: Any = None) -> ds.DecisionsResponse:
+async def systemone(served: ServedModel, req: DecisionsRequest, timing: Any, disconnected: Any = None) -> DecisionsResponse:
     """/v1/systemone: a failed question fails the request with 400 `question_failed`."""
     model = served.require_surface("decisions")
     _check(req, 1)
@@ -106,19 +106,19 @@ async def systemone(served: ServedModel, req: ds.DecisionsRequest, timing: Any, 
     return await _single(served, model, req, prepared, timing, disconnected)
 
 
-async def _single(served: ServedModel, model: Any, req: ds.DecisionsRequest, prepared: PreparedState, timing: Any,
-                  disconnected: Any) -> ds.DecisionsResponse:
-    options = req.options or ds.DecisionsOptions()
+async def _single(served: ServedModel, model: Any, req: DecisionsRequest, prepared: PreparedState, timing: Any,
+                  disconnected: Any) -> DecisionsResponse:
+    options = req.options or DecisionsOptions()
 
-    async def compute() -> tuple[ds.DecisionsResponse, Outcome, int]:
+    async def compute() -> tuple[DecisionsResponse, ForwardStats, int]:
         answers, outcome, rows = await _run_states(served, model, [prepared], options, timing, disconnected)
-        return ds.DecisionsResponse(model=served.name, answers=answers[0], usage=_usage(prepared)), outcome, rows
+        return DecisionsResponse(model=served.name, answers=answers[0], usage=_usage(prepared)), outcome, rows
 
     return await answer(served, f"decisions:{model.cache_tag}", req, compute)
 
 
-async def systemone_batches(served: ServedModel, req: ds.DecisionsBatchRequest, timing: Any,
-                            disconnected: Any = None) -> ds.DecisionsBatchResponse:
+async def systemone_batches(served: ServedModel, req: DecisionsBatchRequest, timing: Any,
+                            disconnected: Any = None) -> DecisionsBatchResponse:
     """/v1/systemone/batches: many states, the same questions; question errors stay in place."""
     model = served.require_surface("decisions")
     _check(req, len(req.states))
@@ -128,12 +128,12 @@ async def systemone_batches(served: ServedModel, req: ds.DecisionsBatchRequest, 
         raise InvalidRequest(f"states[].id must be unique ({dup!r} appears more than once)")
     questions = asked(req.questions)
     prepared = [model.prepare(s.state, questions) for s in req.states]
-    options = req.options or ds.DecisionsOptions()
+    options = req.options or DecisionsOptions()
 
-    async def compute() -> tuple[ds.DecisionsBatchResponse, Outcome, int]:
+    async def compute() -> tuple[DecisionsBatchResponse, ForwardStats, int]:
         answers, outcome, rows = await _run_states(served, model, prepared, options, timing, disconnected)
-        results = [ds.BatchResult(i, a, _usage(p)) for i, a, p in zip(ids, answers, prepared)]
-        total = ds.DecisionsUsage(sum(r.usage.input_tokens for r in results), 0)
-        return ds.DecisionsBatchResponse(model=served.name, results=results, usage=total), outcome, rows
+        results = [BatchResult(i, a, _usage(p)) for i, a, p in zip(ids, answers, prepared)]
+        total = DecisionsUsage(sum(r.usage.input_tokens for r in results), 0)
+        return DecisionsBatchResponse(model=served.name, results=results, usage=total), outcome, rows
 
     return await answer(served, f"systemone_batches:{model.cache_tag}", req, compute)

@@ -7,32 +7,33 @@ from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.http import schemas as s
-from vllm_srun.adapters.runtime.served import ServedModel
+from vllm_srun.adapters.serving.served import ServedModel
 from vllm_srun.adapters.surfaces.common import answer
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
+from vllm_srun.adapters.schemas.common import MAX_INPUTS
+from vllm_srun.adapters.schemas.embeddings import Embedding, EmbeddingsOptions, EmbeddingsRequest, EmbeddingsResponse, EmbeddingsUsage, TextInput
 
 
-def _texts(req: s.EmbeddingsRequest) -> list[str]:
+def _texts(req: EmbeddingsRequest) -> list[str]:
     items = [req.input] if isinstance(req.input, str) else req.input
-    if len(items) > s.MAX_INPUTS:
-        raise RequestTooLarge(f"too many inputs: {len(items)} (at most {s.MAX_INPUTS})")
+    if len(items) > MAX_INPUTS:
+        raise RequestTooLarge(f"too many inputs: {len(items)} (at most {MAX_INPUTS})")
     texts: list[str] = []
     for i, item in enumerate(items):
         if isinstance(item, str):
             texts.append(item)
-        elif isinstance(item, s.TextInput):
+        elif isinstance(item, TextInput):
             texts.append(item.text)
         else:
             raise UnsupportedSurface(f"input[{i}] is {type(item).__name__}: this model reads text only")
     return texts
 
 
-async def embeddings(served: ServedModel, req: s.EmbeddingsRequest, timing: Any, disconnected: Any = None) -> s.EmbeddingsResponse:
+async def embeddings(served: ServedModel, req: EmbeddingsRequest, timing: Any, disconnected: Any = None) -> EmbeddingsResponse:
     model = served.require_surface("embeddings")
     texts = _texts(req)
-    options = req.options or s.EmbeddingsOptions()
+    options = req.options or EmbeddingsOptions()
     if req.dimensions is not None and req.dimensions > model.dimensions:
         raise InvalidRequest(f"dimensions {req.dimensions} is larger than the model's {model.dimensions}")
     encoded = model.tokenize(texts, truncate=options.overflow == "truncate")
@@ -44,14 +45,14 @@ async def embeddings(served: ServedModel, req: s.EmbeddingsRequest, timing: Any,
             )
     rows = [RowSpec(len(enc.ids), enc) for enc in encoded]
 
-    async def compute() -> tuple[s.EmbeddingsResponse, Any, int]:
+    async def compute() -> tuple[EmbeddingsResponse, Any, int]:
         outcome = await served.run(rows, options.deadline_ms, timing, disconnected)
         return _response(served, model, req, encoded, outcome), outcome, len(rows)
 
     return await answer(served, "embeddings", req, compute)
 
 
-def _response(served: ServedModel, model: Any, req: s.EmbeddingsRequest, encoded: list[Any], outcome: Any) -> s.EmbeddingsResponse:
+def _response(served: ServedModel, model: Any, req: EmbeddingsRequest, encoded: list[Any], outcome: Any) -> EmbeddingsResponse:
     vectors = np.stack(outcome.outputs).astype(np.float32, copy=False)
     if req.dimensions is not None and req.dimensions < vectors.shape[1]:
         vectors = vectors[:, : req.dimensions]
@@ -59,10 +60,10 @@ def _response(served: ServedModel, model: Any, req: s.EmbeddingsRequest, encoded
             vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     if req.encoding_format == "base64":
         data = [
-            s.Embedding(i, base64.b64encode(np.ascontiguousarray(v, dtype="<f4").tobytes()).decode("ascii"))
+            Embedding(i, base64.b64encode(np.ascontiguousarray(v, dtype="<f4").tobytes()).decode("ascii"))
             for i, v in enumerate(vectors)
         ]
     else:
-        data = [s.Embedding(i, v.tolist()) for i, v in enumerate(vectors)]
+        data = [Embedding(i, v.tolist()) for i, v in enumerate(vectors)]
     tokens = sum(len(enc.ids) for enc in encoded)
-    return s.EmbeddingsResponse(data=data, model=served.name, usage=s.EmbeddingsUsage(tokens, tokens))
+    return EmbeddingsResponse(data=data, model=served.name, usage=EmbeddingsUsage(tokens, tokens))

@@ -16,13 +16,13 @@ import msgspec
 import numpy as np
 
 from vllm_srun.adapters.families.encoder import LogitsRow
-from vllm_srun.adapters.http import encoder_schemas as es
-from vllm_srun.adapters.http.schemas import MAX_INPUTS
-from vllm_srun.adapters.runtime.served import ServedModel
+from vllm_srun.adapters.schemas.common import MAX_INPUTS
+from vllm_srun.adapters.serving.served import ServedModel
 from vllm_srun.adapters.surfaces.common import answer
-from vllm_srun.adapters.surfaces.windows import encode_items, overflow_mode, split_windows
+from vllm_srun.adapters.surfaces.overflow import encode_items, overflow_mode, split_overflow_windows
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
 from vllm_srun.domain.rows import RowSpec
+from vllm_srun.adapters.schemas.encoder import RerankOptions, RerankRequest, RerankResponse, RerankResult, Usage, WindowOptions
 
 
 def _text(doc: str | dict[str, Any], rank_fields: list[str] | None, i: int) -> str:
@@ -43,12 +43,12 @@ def _cut(model: Any, text: str, max_tokens: int) -> str:
     return text if len(enc.ids) <= max_tokens else text[: enc.offsets[max_tokens - 1][1]]
 
 
-async def rerank(served: ServedModel, req: es.RerankRequest, timing: Any, disconnected: Any = None) -> es.RerankResponse:
+async def rerank(served: ServedModel, req: RerankRequest, timing: Any, disconnected: Any = None) -> RerankResponse:
     model = served.require_surface("rerank")
     if len(req.documents) > MAX_INPUTS:
         raise RequestTooLarge(f"too many documents: {len(req.documents)} (at most {MAX_INPUTS})")
     texts = [_text(d, req.rank_fields, i) for i, d in enumerate(req.documents)]
-    options = req.options or es.RerankOptions()
+    options = req.options or RerankOptions()
     mode = overflow_mode(options)
     if req.max_tokens_per_doc is not None:
         texts = [_cut(model, t, req.max_tokens_per_doc) for t in texts]
@@ -56,12 +56,12 @@ async def rerank(served: ServedModel, req: es.RerankRequest, timing: Any, discon
             mode = "truncate"  # the client asked for cut documents
     pairs = [(req.query, t) for t in texts]
     if mode == "window":
-        window = options.window or es.WindowOptions(tokens=model.max_input_tokens)
-        groups = [[w.encoded for w in s.windows] for s in split_windows(model, pairs, window.tokens, window.overlap)]
+        window = options.window or WindowOptions(tokens=model.max_input_tokens)
+        groups = [[w.encoded for w in s.windows] for s in split_overflow_windows(model, pairs, window.tokens, window.overlap)]
     else:
         groups = [[e] for e in encode_items(model, pairs, truncate=mode == "truncate")]
 
-    async def compute() -> tuple[es.RerankResponse, Any, int]:
+    async def compute() -> tuple[RerankResponse, Any, int]:
         rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups for e in group]
         outcome = await served.run(rows, options.deadline_ms, timing, disconnected)
         logits = np.stack(outcome.outputs).astype(np.float64)[:, 0]
@@ -71,9 +71,9 @@ async def rerank(served: ServedModel, req: es.RerankRequest, timing: Any, discon
             best.append(float(scores[at: at + len(group)].max()))
             at += len(group)
         order = sorted(range(len(best)), key=lambda i: (-best[i], i))
-        results = [es.RerankResult(i, best[i]) for i in order]
+        results = [RerankResult(i, best[i]) for i in order]
         tokens = sum(r.tokens for r in rows)
-        return es.RerankResponse(model=served.name, results=results, usage=es.Usage(tokens, tokens)), outcome, len(rows)
+        return RerankResponse(model=served.name, results=results, usage=Usage(tokens, tokens)), outcome, len(rows)
 
     response = await answer(served, "rerank", req, compute)
     results = response.results[: req.top_n] if req.top_n is not None else response.results

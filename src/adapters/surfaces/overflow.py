@@ -19,15 +19,15 @@ MAX_WINDOW_ROWS = 8192  # windows of one request, all inputs together
 
 
 @dataclass(frozen=True, slots=True)
-class Window:
+class OverflowWindow:
     encoded: Encoded
     start: int  # character span of the windowed text that this window covers
     end: int
 
 
 @dataclass(frozen=True, slots=True)
-class Windowed:
-    windows: list[Window]
+class WindowedInput:
+    windows: list[OverflowWindow]
     n_tokens: int  # the whole input's length, special tokens included
 
 
@@ -82,12 +82,12 @@ def _windowing_tokenizer(model: Any, length: int, overlap: int, pair: bool) -> t
     return cache[key]
 
 
-def split_windows(model: Any, items: Sequence[Item], tokens: int, overlap: int) -> list[Windowed]:
+def split_overflow_windows(model: Any, items: Sequence[Item], tokens: int, overlap: int) -> list[WindowedInput]:
     """Every input as one or more windows of at most TOKENS tokens."""
     if tokens > model.max_input_tokens:
         raise InvalidRequest(f"options.window.tokens {tokens} is over the model's limit of {model.max_input_tokens}")
     raw = model.tokenizer.tokenizer
-    out: list[Windowed] = []
+    out: list[WindowedInput] = []
     rows = 0
     for i, item in enumerate(items):
         pair = not isinstance(item, str)
@@ -106,10 +106,10 @@ def split_windows(model: Any, items: Sequence[Item], tokens: int, overlap: int) 
             spans = [off for off, seq, special in zip(enc.offsets, enc.sequence_ids, enc.special_tokens_mask)
                      if not special and seq == (1 if pair else 0)]
             start, end = (spans[0][0], spans[-1][1]) if spans else (0, 0)
-            windows.append(Window(Encoded(enc.ids, enc.type_ids, False, len(enc.ids)), start, end))
+            windows.append(OverflowWindow(Encoded(enc.ids, enc.type_ids, False, len(enc.ids)), start, end))
         rows += len(windows)
         if rows > MAX_WINDOW_ROWS:
             raise RequestTooLarge(f"the request makes more than {MAX_WINDOW_ROWS} windows")
         whole = raw.encode(*item) if pair else raw.encode(item)
-        out.append(Windowed(windows, len(whole.ids)))
+        out.append(WindowedInput(windows, len(whole.ids)))
     return out

@@ -11,14 +11,14 @@ from typing import Any, Callable
 
 import msgspec
 
-from vllm_srun.adapters.runtime import golden
+from vllm_srun.adapters.readiness import golden
 from vllm_srun.domain.dtypes import device_class
 from vllm_srun.domain.engine_args import EngineArgs
 
 
 async def _answers(folder: Path, requests: list[dict[str, Any]], device: str, dtype: str,
                    engine: str) -> tuple[list[Any], dict[str, Any]]:
-    from vllm_srun.adapters.runtime.runtime import Runtime
+    from vllm_srun.adapters.serving.runtime import Runtime
 
     runtime = Runtime([(str(folder), EngineArgs(batch_window_ms=0.0, dtype=dtype))], device=device, engine=engine,
                       progress=lambda _msg: None, result_cache_entries=0, check_golden=False)
@@ -67,7 +67,7 @@ MINILM_REQUESTS: list[dict[str, Any]] = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m vllm_srun.adapters.runtime.golden_record MODEL OUT [--requests FILE] [--dtype D]
+    """python -m vllm_srun.adapters.readiness.golden_record MODEL OUT [--requests FILE] [--dtype D]
 
     How `families/golden/all-MiniLM-L6-v2.json` was made: MODEL all-MiniLM-L6-v2 with the default
     requests (MINILM_REQUESTS). Re-recording an existing OUT keeps its requests unless given.

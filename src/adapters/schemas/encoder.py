@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 from msgspec import Meta, Struct
 
-from vllm_srun.adapters.http.schemas import CommonOptions, Meta_, Strict
+from vllm_srun.adapters.schemas.common import CommonOptions, ResponseMeta, Strict
 
 Overflow = Literal["reject", "truncate", "window"]
 
@@ -70,7 +70,7 @@ class ClassifyResponse(Struct, omit_defaults=True):
     usage: Usage
     multi_label: bool
     object: str = "classification"
-    meta: Meta_ | None = None
+    meta: ResponseMeta | None = None
 
 
 class RerankOptions(CommonOptions):
@@ -104,7 +104,7 @@ class RerankResponse(Struct, omit_defaults=True):
     results: list[RerankResult]
     usage: Usage
     id: str = ""
-    meta: Meta_ | None = None
+    meta: ResponseMeta | None = None
 
 
 classify_decoder = msgspec.json.Decoder(ClassifyRequest)

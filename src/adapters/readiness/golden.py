@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from vllm_srun.adapters.runtime.served import GOLDEN_CHECK, ServedModel
+from vllm_srun.adapters.serving.served import GOLDEN_CHECK, ServedModel
 from vllm_srun.domain.dtypes import device_class
 
 GOLDEN_FILE = "golden.json"

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Union
 import msgspec
 from msgspec import Meta, Struct
 
-from vllm_srun.adapters.http.schemas import CommonOptions, Meta_, Strict
+from vllm_srun.adapters.schemas.common import CommonOptions, ResponseMeta, Strict
 
 MAX_QUESTIONS = 1024  # per request; states × questions for a batch
 Content = Union[str, dict[str, Any], list[Any]]
@@ -101,7 +101,7 @@ class DecisionsResponse(Struct, omit_defaults=True):
     model: str
     answers: dict[str, DecisionAnswer]
     usage: DecisionsUsage
-    meta: Meta_ | None = None
+    meta: ResponseMeta | None = None
 
 
 class BatchResult(Struct):
@@ -114,7 +114,7 @@ class DecisionsBatchResponse(Struct, omit_defaults=True):
     model: str
     results: list[BatchResult]
     usage: DecisionsUsage
-    meta: Meta_ | None = None
+    meta: ResponseMeta | None = None
 
 
 decisions_decoder = msgspec.json.Decoder(DecisionsRequest)

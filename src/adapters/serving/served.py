@@ -1,4 +1,4 @@
-"""One served model: its package, status, scheduler/runner and card (R-API-6)."""
+"""One served model: its package, status, scheduler loop and card (R-API-6)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
 
 from vllm_srun.adapters.families.base import LoadedModel
-from vllm_srun.adapters.runtime.model_runner import ModelRunner, Outcome
-from vllm_srun.domain.engine_args import EngineArgs, ResolvedLimits
+from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop, ForwardStats
+from vllm_srun.domain.engine_args import EngineArgs, BatchingLimits
 from vllm_srun.domain.errors import Cancelled, DeadlineExceeded, NotReady, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
 
@@ -44,8 +44,8 @@ class ServedModel:
     reason: str | None = None
     folder: Path | None = None
     model: LoadedModel | None = None
-    runner: ModelRunner | None = None
-    limits: ResolvedLimits | None = None
+    scheduler_loop: SchedulerLoop | None = None
+    limits: BatchingLimits | None = None
     sha256: str | None = None
     golden: dict[str, Any] = field(default_factory=lambda: {"status": "pending", "checked": 0, "matched": 0, "reason": None})
     extra_card: dict[str, Any] = field(default_factory=dict)
@@ -69,9 +69,9 @@ class ServedModel:
         deadline_ms: float | None,
         timing: Any,
         disconnected: Callable[[], Awaitable[Any]] | None = None,
-    ) -> Outcome:
-        assert self.runner is not None
-        work = asyncio.ensure_future(self.runner.submit(rows))
+    ) -> ForwardStats:
+        assert self.scheduler_loop is not None
+        work = asyncio.ensure_future(self.scheduler_loop.submit(rows))
         waits: set[asyncio.Future] = {work}
         watcher = asyncio.ensure_future(disconnected()) if disconnected is not None else None
         if watcher is not None:
@@ -97,12 +97,12 @@ class ServedModel:
             timing.forward_ms = outcome.forward_s * 1000
         return outcome
 
-    def meta(self, outcome: Outcome, rows: int) -> Any:
-        from vllm_srun.adapters.http.schemas import Meta_
+    def meta(self, outcome: ForwardStats, rows: int) -> Any:
+        from vllm_srun.adapters.schemas.common import ResponseMeta
 
         model = self.model
         assert model is not None
-        return Meta_(
+        return ResponseMeta(
             numerics=model.numerics,
             dtype=model.dtype,
             device=model.device,

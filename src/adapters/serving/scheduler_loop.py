@@ -18,9 +18,9 @@ from vllm_srun.domain.planning import ForwardBatch
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.rows import RowSpec
 from vllm_srun.domain.scheduler import Scheduler
-from vllm_srun.adapters.runtime.device_thread import DeviceThread
+from vllm_srun.adapters.serving.device_thread import DeviceThread
 
-log = logging.getLogger("vllm_srun.runner")
+log = logging.getLogger("vllm_srun.scheduler_loop")
 
 
 class MonotonicClock:
@@ -29,7 +29,7 @@ class MonotonicClock:
 
 
 @dataclass(slots=True)
-class Outcome:
+class ForwardStats:
     outputs: tuple[Any, ...]
     queue_s: float
     forward_s: float
@@ -50,7 +50,7 @@ class _Waiter:
 ForwardObserver = Callable[[ForwardBatch, float, bool], None]
 
 
-class ModelRunner:
+class SchedulerLoop:
     def __init__(
         self,
         scheduler: Scheduler,
@@ -83,7 +83,7 @@ class ModelRunner:
                 pass
             self._task = None
 
-    async def submit(self, rows: Sequence[RowSpec]) -> Outcome:
+    async def submit(self, rows: Sequence[RowSpec]) -> ForwardStats:
         now = self._clock.now()
         rid = self.scheduler.submit(rows, now)
         waiter = _Waiter(asyncio.get_running_loop().create_future(), now)
@@ -96,7 +96,7 @@ class ModelRunner:
             self._waiters.pop(rid, None)
             raise
         queue_s = (waiter.first_forward or now) - waiter.arrival
-        return Outcome(outputs, queue_s, waiter.forward_s, waiter.forwards, waiter.padded_tokens)
+        return ForwardStats(outputs, queue_s, waiter.forward_s, waiter.forwards, waiter.padded_tokens)
 
     async def _drive(self) -> None:
         while True:

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from tests.fakes import FakeEngine
-from vllm_srun.adapters.runtime.device_thread import DeviceThread
-from vllm_srun.adapters.runtime.model_runner import ModelRunner
+from vllm_srun.adapters.serving.device_thread import DeviceThread
+from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
 from vllm_srun.domain.errors import ForwardFailed
 from vllm_srun.domain.lanes import Lane
 from vllm_srun.domain.planning import Budget
@@ -21,7 +21,7 @@ from vllm_srun.domain.scheduler import Scheduler
 def make(engine, *, window_ms: float = 2.0, seqs: int = 64, invariant: bool = False):  # type: ignore[no-untyped-def]
     scheduler = Scheduler([Lane("text")], Budget(seqs, 4096), window_s=window_ms / 1000, batch_invariant=invariant)
     device = DeviceThread()
-    return ModelRunner(scheduler, engine, device), device
+    return SchedulerLoop(scheduler, engine, device), device
 
 
 def test_concurrent_requests_merge_and_answer_in_order() -> None:

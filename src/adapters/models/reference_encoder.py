@@ -1,6 +1,6 @@
 """The device-side forward of the encoder family: one padded batch of tokenized rows in, numpy out.
 
-`EncoderRunner.from_folder(folder)` loads the encoder (and its classification head when the
+`ReferenceEncoder.from_folder(folder)` loads the encoder (and its classification head when the
 checkpoint has one) and the sentence-transformers pooling. `embed(batch)` → float32 [B, D]
 (pooled, normalized when configured); `classify_logits(batch)` → float32 [B, num_labels].
 
@@ -22,7 +22,7 @@ from vllm_srun.adapters.models.pooling import PoolingConfig, load_pooling_config
 from vllm_srun.adapters.models.tokenization import Encoded
 
 
-class EncoderRunner:
+class ReferenceEncoder:
     def __init__(self, encoder: BertEncoder, head: SequenceClassificationHead | None,
                  pooling: PoolingConfig, device: torch.device | str = "cpu") -> None:
         self.encoder = encoder
@@ -34,7 +34,7 @@ class EncoderRunner:
 
     @classmethod
     def from_folder(cls, folder: Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
-                    pooling: PoolingConfig | None = None) -> EncoderRunner:
+                    pooling: PoolingConfig | None = None) -> ReferenceEncoder:
         """Load FOLDER. Pooling defaults to the folder's sentence-transformers config, else cls for a
         model with a classification head and mean for a bare encoder."""
         encoder, head = load_bert(folder, dtype)

@@ -12,13 +12,13 @@ from typing import Callable
 from vllm_srun.adapters import model_store
 from vllm_srun.adapters.families.base import EngineFactory, LoadOptions
 from vllm_srun.adapters.families.registry import family_for
-from vllm_srun.adapters.runtime import golden
-from vllm_srun.adapters.runtime.device_thread import DeviceThread
-from vllm_srun.adapters.runtime.metrics import RuntimeMetrics
-from vllm_srun.adapters.runtime.model_runner import ModelRunner
-from vllm_srun.adapters.runtime.probe import probe_model
-from vllm_srun.adapters.runtime.result_cache import DEFAULT_RESULT_CACHE_ENTRIES, ResultCache
-from vllm_srun.adapters.runtime.served import ServedModel, weights_sha256
+from vllm_srun.adapters.readiness import golden
+from vllm_srun.adapters.serving.device_thread import DeviceThread
+from vllm_srun.adapters.serving.metrics import RuntimeMetrics
+from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
+from vllm_srun.adapters.readiness.probe import probe_model
+from vllm_srun.adapters.serving.result_cache import DEFAULT_RESULT_CACHE_ENTRIES, ResultCache
+from vllm_srun.adapters.serving.served import ServedModel, weights_sha256
 from vllm_srun.domain.engine_args import EngineArgs, resolve_limits
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound
 from vllm_srun.domain.planning import Budget, ForwardBatch
@@ -124,7 +124,7 @@ class Runtime:
         if invariant is not None:
             model.batch_invariant = invariant
         assert self._loop is not None
-        asyncio.run_coroutine_threadsafe(self._attach_runner(served), self._loop).result()
+        asyncio.run_coroutine_threadsafe(self._attach_scheduler_loop(served), self._loop).result()
         if self.check_golden and not self._golden_check(served, folder):
             return
         served.status = "ready"
@@ -144,7 +144,7 @@ class Runtime:
             return False
         return True
 
-    async def _attach_runner(self, served: ServedModel) -> None:
+    async def _attach_scheduler_loop(self, served: ServedModel) -> None:
         model = served.model
         limits = served.limits
         assert model is not None and limits is not None
@@ -165,14 +165,14 @@ class Runtime:
             if batch.tokens:
                 self.metrics.batch_fill.observe(sum(r.tokens for r in batch.rows) / batch.tokens, labels)
 
-        served.runner = ModelRunner(scheduler, model.run, self.device, on_forward=observe)
-        served.runner.start()
+        served.scheduler_loop = SchedulerLoop(scheduler, model.run, self.device, on_forward=observe)
+        served.scheduler_loop.start()
         self.metrics.queue_depth.set_function(lambda: float(scheduler.queued_rows), {"model": served.name})
 
     async def stop(self) -> None:
         for served in self.models.values():
-            if served.runner is not None:
-                await served.runner.stop()
+            if served.scheduler_loop is not None:
+                await served.scheduler_loop.stop()
         self.device.shutdown()
 
     # ---- health ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Wire schemas (msgspec Structs). Decoders are built once; unknown fields are refused."""
+"""Wire schema of `POST /v1/embeddings` (R-API-1), OpenAI-compatible."""
 
 from __future__ import annotations
 
@@ -7,17 +7,7 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 from msgspec import Meta, Struct
 
-MAX_INPUTS = 2048
-PositiveMs = Annotated[float, Meta(gt=0)]
-
-
-class Strict(Struct, forbid_unknown_fields=True, omit_defaults=False):
-    pass
-
-
-class CommonOptions(Strict):
-    return_meta: bool = False
-    deadline_ms: PositiveMs | None = None
+from vllm_srun.adapters.schemas.common import CommonOptions, ResponseMeta, Strict
 
 
 class EmbeddingsOptions(CommonOptions):
@@ -59,35 +49,12 @@ class EmbeddingsUsage(Struct):
     total_tokens: int
 
 
-class Meta_(Struct, omit_defaults=True):
-    numerics: str
-    dtype: str
-    device: str
-    engine: str
-    queue_ms: float
-    forward_ms: float
-    forwards: int
-    rows: int
-    padded_tokens: int
-    cache_hit: bool = False
-
-
 class EmbeddingsResponse(Struct, omit_defaults=True):
     data: list[Embedding]
     model: str
     usage: EmbeddingsUsage
     object: str = "list"
-    meta: Meta_ | None = None
-
-
-class ErrorBody(Struct):
-    code: str
-    message: str
-
-
-class ErrorResponse(Struct):
-    error: ErrorBody
+    meta: ResponseMeta | None = None
 
 
 embeddings_decoder = msgspec.json.Decoder(EmbeddingsRequest)
-encoder = msgspec.json.Encoder()

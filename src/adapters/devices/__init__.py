@@ -1,0 +1,1 @@
+"""Device adapters behind the `Device` contract (CPU, CUDA, ROCm, MPS)."""
