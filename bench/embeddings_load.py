@@ -39,11 +39,11 @@ def make_texts(shape: str, n: int, seed: int = 0) -> list[str]:
 
 def offline_ceiling(texts: list[str], batch: int = 32) -> float:
     """Texts per second of a sorted-batch encode of the same texts with our model (in-process)."""
-    from vllm_srun.adapters.model_store import resolve
+    from vllm_srun.adapters.model_store import LocalModelStore
     from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import TextTokenizer
 
-    folder = resolve("all-MiniLM-L6-v2")
+    folder = LocalModelStore.from_env().resolve("all-MiniLM-L6-v2")
     runner = ReferenceEncoder.from_folder(folder)
     tok = TextTokenizer.from_folder(folder)
     runner.embed(tok.encode(texts[:8], max_length=256, truncate=True))  # warm-up
@@ -55,11 +55,11 @@ def offline_ceiling(texts: list[str], batch: int = 32) -> float:
 
 
 def one_row_forward_ms(text: str, repeats: int = 50) -> float:
-    from vllm_srun.adapters.model_store import resolve
+    from vllm_srun.adapters.model_store import LocalModelStore
     from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import TextTokenizer
 
-    folder = resolve("all-MiniLM-L6-v2")
+    folder = LocalModelStore.from_env().resolve("all-MiniLM-L6-v2")
     runner = ReferenceEncoder.from_folder(folder)
     enc = TextTokenizer.from_folder(folder).encode([text], max_length=256)
     for _ in range(5):

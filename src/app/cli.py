@@ -6,13 +6,12 @@ Every refusal is one line on stderr and a non-zero exit, before any model loads 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from typing import NoReturn, Sequence
 
 from vllm_srun.adapters.catalog import CATALOG, DEFAULT_MODEL
 from vllm_srun.adapters.serving.result_cache import DEFAULT_RESULT_CACHE_ENTRIES
-from vllm_srun.domain.dtypes import dtype_refusal, needs_bf16_warning
+from vllm_srun.domain.dtypes import dtype_refusal
 from vllm_srun.domain.engine_args import DTYPES, EngineArgs
 
 PROG = "vllm-srun"
@@ -129,24 +128,10 @@ def default_threads() -> int:
 def serve(ns: argparse.Namespace) -> int:
     if ns.max_num_batched_tokens is not None and ns.max_num_batched_tokens < 8:
         refuse(f"--max-num-batched-tokens must be >= 8, got {ns.max_num_batched_tokens}")
-    if ns.device != "cpu" and ns.device != "auto":
-        import torch
-
-        kind = ns.device.split(":")[0]
-        if kind in ("cuda", "rocm") and not torch.cuda.is_available():
-            refuse(f"--device {ns.device}: no GPU is visible to this process")
-        if kind == "mps" and not torch.backends.mps.is_available():
-            refuse("--device mps: MPS is not available on this machine")
     device = "cpu" if ns.device == "auto" else ns.device
     refusal = dtype_refusal(ns.dtype, device, ns.engine)
     if refusal:
         refuse(refusal)
-    if ns.dtype == "bfloat16" and device == "cpu":
-        from vllm_srun.adapters.devices.cpu_features import cpu_has_native_bf16
-
-        if needs_bf16_warning(ns.dtype, device, cpu_has_native_bf16()):
-            print(f"{PROG}: warning: --dtype bfloat16 on a CPU without native BF16 (no avx512_bf16/amx_bf16): "
-                  "allowed, but emulated and slow", file=sys.stderr, flush=True)
     args = EngineArgs(
         max_num_seqs=ns.max_num_seqs,
         max_num_batched_tokens=ns.max_num_batched_tokens,
@@ -158,46 +143,33 @@ def serve(ns: argparse.Namespace) -> int:
     problems = args.problems()
     if problems:
         refuse(problems[0])
-    models = ns.models or [DEFAULT_MODEL]
-    from vllm_srun.app.preflight import engine_arg_refusal
+    from vllm_srun.app.container import worker_container
+    from vllm_srun.app.server import check_worker, run_worker
 
-    refusal = engine_arg_refusal(models, args, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
-    if refusal:
-        refuse(refusal)
-    logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-    def progress(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    from vllm_srun.app.container import WorkerContainer
-    from vllm_srun.app.server import run_server
-
-    container = WorkerContainer()
-    container.config.from_dict(
-        {
-            "models": [(m, args) for m in models],
-            "device": device,
-            "engine": ns.engine,
-            "threads": ns.threads or default_threads(),
-            "progress": progress,
-            "max_request_bytes": ns.max_request_bytes,
-            "result_cache_entries": ns.result_cache_entries,
-        }
+    container = worker_container(
+        [(m, args) for m in ns.models or [DEFAULT_MODEL]], device=device, engine=ns.engine,
+        threads=ns.threads or default_threads(), progress=_progress, max_request_bytes=ns.max_request_bytes,
+        result_cache_entries=ns.result_cache_entries,
     )
-    runtime = container.runtime()
-    app = container.app()
-    where = f"unix:{ns.uds}" if ns.uds else f"http://{ns.host}:{ns.port}"
-    progress(f"serve: {', '.join(runtime.models)} on {where} (device {device})")
-    run_server(app, host=ns.host, port=ns.port, uds=ns.uds, log_level=ns.log_level)
+    try:
+        for warning in check_worker(container, args):
+            print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
+    except ValueError as exc:
+        refuse(str(exc))
+    run_worker(container, host=ns.host, port=ns.port, uds=ns.uds, log_level=ns.log_level)
     return 0
 
 
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
 def pull(ns: argparse.Namespace) -> int:
-    from vllm_srun.adapters.model_store import pull as pull_model
+    from vllm_srun.app.container import WorkerContainer
     from vllm_srun.domain.errors import DomainError
 
     try:
-        folder = pull_model(ns.name)
+        folder = WorkerContainer().store().pull(ns.name, _progress)
     except DomainError as exc:
         refuse(exc.message)
     print(folder)
@@ -205,18 +177,19 @@ def pull(ns: argparse.Namespace) -> int:
 
 
 def fixture(ns: argparse.Namespace) -> int:
-    from vllm_srun.adapters.families.fixtures import FIXTURE_WRITERS
+    from vllm_srun.app.container import WorkerContainer
+    from vllm_srun.app.fixtures import fixture_families, write_fixture
 
-    writer = FIXTURE_WRITERS.get(ns.family)
-    if writer is None:
-        refuse(f"--family {ns.family}: no fixture writer (known: {', '.join(sorted(FIXTURE_WRITERS))})")
-    if ns.variant is not None and ns.variant not in writer.variants:
-        refuse(f"--variant {ns.variant}: {ns.family} fixtures come in {', '.join(writer.variants)}")
-    from vllm_srun.adapters.families.fixtures import write_fixture
-
+    families = WorkerContainer().families()
+    known = fixture_families(families)
+    if ns.family not in known:
+        refuse(f"--family {ns.family}: no fixture writer (known: {', '.join(known)})")
+    variants = families.get(ns.family).fixture_variants
+    if ns.variant is not None and ns.variant not in variants:
+        refuse(f"--variant {ns.variant}: {ns.family} fixtures come in {', '.join(variants)}")
     try:
-        out = write_fixture(ns.out, ns.family, ns.variant, ns.seed, golden=not ns.no_golden,
-                            progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+        out = write_fixture(ns.out, ns.family, ns.variant, ns.seed, golden=not ns.no_golden, progress=_progress,
+                            families=families)
     except ValueError as exc:
         refuse(str(exc))
     print(out)

@@ -1,37 +1,137 @@
-"""The composition root (dependency-injector): settings in, runtime and HTTP app out.
+"""The composition root (dependency-injector): every adapter the worker and the front use is
+declared here, and nothing else builds one.
 
-Tests build the same container and override providers with fakes.
+`WorkerContainer` wires `vllm-srun serve` (and every in-process runtime: the golden recorder,
+the fixture writer, the tests); `FrontContainer` wires `vllm-sr serve`. The CLIs parse their
+flags into the container's config and call it. Tests override providers with fakes, e.g.
+`container.store.override(providers.Object(FakeStore(...)))` or `container.families.override(...)`.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+from typing import Any
+
 from dependency_injector import containers, providers
 
-from vllm_srun.adapters.engines.factory import default_engines
+from vllm_srun.adapters.clock import MonotonicClock
+from vllm_srun.adapters.contracts import Progress, quiet
+from vllm_srun.adapters.devices.torch_devices import open_device
+from vllm_srun.adapters.engines.registry import EngineRegistry
+from vllm_srun.adapters.families.registry import FamilyRegistry
+from vllm_srun.adapters.front.app import FrontApp
+from vllm_srun.adapters.front.fleet import Fleet
+from vllm_srun.adapters.front.metrics import FrontEvents, FrontMetrics
+from vllm_srun.adapters.front.proxy import Proxy
 from vllm_srun.adapters.http.app import create_app
+from vllm_srun.adapters.model_store import LocalModelStore
+from vllm_srun.adapters.readiness.golden import LoadTimeChecks
+from vllm_srun.adapters.serving.device_thread import DeviceThread
+from vllm_srun.adapters.serving.metrics import RuntimeMetrics
+from vllm_srun.adapters.serving.result_cache import DEFAULT_RESULT_CACHE_ENTRIES, ResultCache
 from vllm_srun.adapters.serving.runtime import Runtime
+from vllm_srun.domain.engine_args import EngineArgs
+
+DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
 
 
 class WorkerContainer(containers.DeclarativeContainer):
+    """`vllm-srun serve`: store, plugins, device, device thread, metrics, cache, readiness checks,
+    the runtime and its HTTP app."""
+
     config = providers.Configuration()
 
-    # which engines exist (native torch + oneDNN fast path, ONNX Runtime); families get it through
-    # LoadOptions and never import an engine module
-    engines = providers.Singleton(default_engines)
+    clock = providers.Singleton(MonotonicClock)
+    store = providers.Singleton(LocalModelStore.from_env)
+    families = providers.Singleton(FamilyRegistry)
+    engines = providers.Singleton(EngineRegistry)
+    device = providers.Singleton(open_device, config.device)
+    device_thread = providers.Singleton(DeviceThread)
+    metrics = providers.Singleton(RuntimeMetrics)
+    result_cache = providers.Singleton(ResultCache, config.result_cache_entries, metrics.provided.cache)
+    readiness = providers.Singleton(LoadTimeChecks, check_golden=config.check_golden)
 
     runtime = providers.Singleton(
         Runtime,
         models=config.models,
-        device=config.device,
+        store=store,
+        families=families,
+        engines=engines,
+        device=device,
+        device_thread=device_thread,
+        metrics=metrics,
+        result_cache=result_cache,
+        clock=clock,
+        readiness=readiness,
         engine=config.engine,
         threads=config.threads,
         progress=config.progress,
-        result_cache_entries=config.result_cache_entries,
-        engines=engines,
     )
 
-    app = providers.Singleton(
-        create_app,
-        runtime=runtime,
+    app = providers.Singleton(create_app, runtime=runtime, max_request_bytes=config.max_request_bytes)
+
+
+def worker_container(
+    models: Sequence[tuple[str, EngineArgs]],
+    *,
+    device: str = "cpu",
+    engine: str = "auto",
+    threads: int | None = None,
+    progress: Progress = quiet,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    result_cache_entries: int = DEFAULT_RESULT_CACHE_ENTRIES,
+    check_golden: bool = True,
+) -> WorkerContainer:
+    """A worker container with every setting given (defaults: the CLI's)."""
+    container = WorkerContainer()
+    container.config.from_dict({
+        "models": list(models),
+        "device": device,
+        "engine": engine,
+        "threads": threads,
+        "progress": progress,
+        "max_request_bytes": max_request_bytes,
+        "result_cache_entries": result_cache_entries,
+        "check_golden": check_golden,
+    })
+    return container
+
+
+class FrontContainer(containers.DeclarativeContainer):
+    """`vllm-sr serve`: metrics and events, the fleet (workers, pools), the proxy and the app."""
+
+    config = providers.Configuration()
+
+    clock = providers.Object(time.monotonic)
+    store = providers.Singleton(LocalModelStore.from_env)
+    families = providers.Singleton(FamilyRegistry)
+    metrics = providers.Singleton(FrontMetrics)
+    events = providers.Singleton(FrontEvents, metrics)
+    fleet = providers.Singleton(
+        Fleet,
+        config.front_config,
+        socket_dir=config.socket_dir,
+        threads=config.threads,
         max_request_bytes=config.max_request_bytes,
+        events=events,
+        worker_log_level=config.worker_log_level,
+        env=config.env,
+        clock=clock,
     )
+    proxy = providers.Singleton(Proxy, fleet, metrics, max_request_bytes=config.max_request_bytes, clock=clock)
+    app = providers.Singleton(FrontApp, fleet, proxy, metrics)
+
+
+def front_container(front_config: Any, *, socket_dir: str, threads: int | None, max_request_bytes: int,
+                    worker_log_level: str = "warning", env: dict[str, str] | None = None) -> FrontContainer:
+    container = FrontContainer()
+    container.config.from_dict({
+        "front_config": front_config,
+        "socket_dir": socket_dir,
+        "threads": threads,
+        "max_request_bytes": max_request_bytes,
+        "worker_log_level": worker_log_level,
+        "env": env,
+    })
+    return container

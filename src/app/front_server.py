@@ -25,11 +25,12 @@ from dataclasses import dataclass
 import uvicorn
 
 from vllm_srun.adapters.config.schema import FrontConfig
+from vllm_srun.adapters.contracts import quiet
 from vllm_srun.adapters.front.app import FrontApp
 from vllm_srun.adapters.front.fleet import Fleet
-from vllm_srun.adapters.front.metrics import FrontEvents, FrontMetrics
 from vllm_srun.adapters.front.proxy import Proxy
 from vllm_srun.adapters.workers.cpu_budget import managed_worker_threads
+from vllm_srun.app.container import FrontContainer, front_container
 
 log = logging.getLogger("vllm_srun.front")
 WORKER_STOP_GRACE_S = 10.0
@@ -68,7 +69,7 @@ def _check_worker_args(fleet: Fleet) -> None:
                 ) from None
 
 
-def _check_packages(config: FrontConfig) -> None:
+def _check_packages(config: FrontConfig, container: FrontContainer) -> None:
     """The worker's package-level refusals (e.g. `max_model_len` on an encoder), run here so
     they stop the front before any worker starts. Attached runtimes check their own."""
     from vllm_srun.app.preflight import engine_arg_refusal
@@ -78,7 +79,7 @@ def _check_packages(config: FrontConfig) -> None:
         if all(replica.attached for replica in deployment.placement()):
             continue
         args = EngineArgs(max_model_len=deployment.max_model_len, enable_shared_context=deployment.enable_shared_context)
-        refusal = engine_arg_refusal([deployment.artifact], args, progress=lambda msg: None)
+        refusal = engine_arg_refusal([deployment.artifact], args, container.store(), container.families(), quiet)
         if refusal:
             raise ValueError(f"deployments.{name}: {refusal}")
 
@@ -107,22 +108,19 @@ def prepare_front(
 ) -> PreparedFront:
     """Everything short of starting workers; raises ValueError with a one-line refusal."""
     threads = managed_worker_threads(env)  # InvalidThreadOverride is a ValueError
-    _check_packages(config)
-    metrics = FrontMetrics()
     socket_dir = tempfile.mkdtemp(prefix="vllm-sr-")  # mode 0700: only this user reaches the workers
+    container = front_container(config, socket_dir=socket_dir, threads=threads, max_request_bytes=max_request_bytes,
+                                worker_log_level="info" if log_level == "debug" else "warning", env=env)
     try:
-        fleet = Fleet(
-            config, socket_dir=socket_dir, threads=threads, max_request_bytes=max_request_bytes,
-            events=FrontEvents(metrics), env=env,
-            worker_log_level="info" if log_level == "debug" else "warning",
-        )
+        _check_packages(config, container)
+        fleet = container.fleet()
         _check_worker_args(fleet)
         sock = _bind(host, port)
     except BaseException:
         shutil.rmtree(socket_dir, ignore_errors=True)
         raise
-    proxy = Proxy(fleet, metrics, max_request_bytes=max_request_bytes)
-    app = FrontApp(fleet, proxy, metrics)
+    proxy = container.proxy()
+    app = container.app()
     where = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     return PreparedFront(fleet, proxy, app, sock, socket_dir, where, log_level)
 

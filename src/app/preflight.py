@@ -1,48 +1,46 @@
 """Refusals that need to look at the packages, before any model loads (R-ARG-2, R-LEN-1, R-SC-2).
 
-`--max-model-len` applies to decision models only and may not exceed a package's own limit;
-`--enable-shared-context` / `--no-enable-shared-context` apply to decision models only (encoders
-have no shared-context path). Each check reads `config.json` / `srun.json`, never the weights.
-A model that cannot be resolved is left to the load, which reports it in the card.
+Family-specific engine args (`--max-model-len`, `--enable-shared-context` /
+`--no-enable-shared-context`) apply only to packages whose family takes them (decision models),
+and `--max-model-len` may not exceed a package's own limit. Each check asks the package's family
+to describe it (`Family.describe`: config and manifest, never the weights). A model that cannot
+be resolved is left to the load, which reports it in the card.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Sequence
 
+from vllm_srun.adapters.contracts import ModelStore, PackageInfo, Progress
+from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.errors import DomainError
 
-DECISION = "decision"
 
-
-def _family_and_limit(artifact: str, progress: Callable[[str], None]) -> tuple[str, int | None] | None:
-    from vllm_srun.adapters import model_store
-    from vllm_srun.adapters.families.decision import package_limit
-    from vllm_srun.adapters.families.registry import family_for
-    from vllm_srun.domain.errors import DomainError
-
+def describe(artifact: str, store: ModelStore, families: FamilyRegistry, progress: Progress) -> PackageInfo | None:
     try:
-        folder = model_store.resolve(artifact, progress=progress)
-        family = family_for(folder).name
+        folder = store.resolve(artifact, progress)
+        return families.family_for(folder).describe(folder)
     except (DomainError, OSError, ValueError):
         return None
-    return family, (package_limit(folder) if family == DECISION else None)
 
 
-def engine_arg_refusal(models: Sequence[str], args: EngineArgs, progress: Callable[[str], None]) -> str | None:
+def engine_arg_refusal(models: Sequence[str], args: EngineArgs, store: ModelStore, families: FamilyRegistry,
+                       progress: Progress) -> str | None:
     """One line saying why these engine args cannot serve these models, or None."""
     if args.max_model_len is None and args.enable_shared_context is None:
         return None
     for artifact in models:
-        found = _family_and_limit(artifact, progress)
-        if found is None:
+        info = describe(artifact, store, families, progress)
+        if info is None:
             continue
-        family, limit = found
-        if family != DECISION:
-            if args.max_model_len is not None:
-                return f"--max-model-len applies to decision models only; {artifact} is a {family} model"
+        if args.max_model_len is not None:
+            if "max_model_len" not in info.engine_args:
+                return f"--max-model-len applies to decision models only; {artifact} is a {info.family} model"
+            limit = info.max_input_tokens
+            if limit is not None and args.max_model_len > limit:
+                return f"--max-model-len {args.max_model_len} is above the limit of {artifact} ({limit} input tokens)"
+        if args.enable_shared_context is not None and "enable_shared_context" not in info.engine_args:
             flag = "--enable-shared-context" if args.enable_shared_context else "--no-enable-shared-context"
-            return f"{flag} applies to decision models only; {artifact} is a {family} model (no shared-context path)"
-        if args.max_model_len is not None and limit is not None and args.max_model_len > limit:
-            return f"--max-model-len {args.max_model_len} is above the limit of {artifact} ({limit} input tokens)"
+            return f"{flag} applies to decision models only; {artifact} is a {info.family} model (no shared-context path)"
     return None

@@ -1,13 +1,51 @@
-"""Run an ASGI app on uvicorn (uvloop + httptools), over TCP or a Unix socket."""
+"""Start a worker from its container: the refusals that need the container's adapters, then the
+runtime's HTTP app on uvicorn (uvloop + httptools), over TCP or a Unix socket."""
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
+from typing import Any
 
 import uvicorn
 
+from vllm_srun.app.container import WorkerContainer
+from vllm_srun.app.preflight import engine_arg_refusal
+from vllm_srun.domain.dtypes import needs_bf16_warning
+from vllm_srun.domain.engine_args import EngineArgs
 
-def run_server(app, *, host: str = "127.0.0.1", port: int = 8100, uds: str | None = None, log_level: str = "info") -> None:  # type: ignore[no-untyped-def]
+
+def check_worker(container: WorkerContainer, args: EngineArgs) -> list[str]:
+    """Refuse (ValueError, one line) what cannot run before anything loads: a device that is not
+    here, an engine that is not installed, engine args the packages do not take (R-ARG-2).
+    Returns warnings (e.g. bfloat16 on a CPU without native BF16, R-DT-2)."""
+    families = container.families()  # PluginConflict is a ValueError
+    engines = container.engines()
+    device = container.device()  # DeviceUnavailable is a ValueError
+    engines.resolve_name(container.config.engine())  # EngineRefused is a ValueError
+    refusal = engine_arg_refusal([artifact for artifact, _ in container.config.models()], args, container.store(),
+                                 families, container.config.progress())
+    if refusal:
+        raise ValueError(refusal)
+    warnings = []
+    if needs_bf16_warning(args.dtype, device.name, "bfloat16" in device.native_dtypes):
+        warnings.append("--dtype bfloat16 on a CPU without native BF16 (no avx512_bf16/amx_bf16): "
+                        "allowed, but emulated and slow")
+    return warnings
+
+
+def run_worker(container: WorkerContainer, *, host: str, port: int, uds: str | None, log_level: str) -> None:
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    runtime = container.runtime()
+    app = container.app()
+    where = f"unix:{uds}" if uds else f"http://{host}:{port}"
+    print(f"serve: {', '.join(runtime.models)} on {where} (device {runtime.device.name})", file=sys.stderr, flush=True)
+    run_server(app, host=host, port=port, uds=uds, log_level=log_level)
+
+
+def run_server(app: Any, *, host: str = "127.0.0.1", port: int = 8100, uds: str | None = None,
+               log_level: str = "info") -> None:
     if uds and os.path.exists(uds):
         os.unlink(uds)
     config = uvicorn.Config(

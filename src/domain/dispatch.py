@@ -146,13 +146,9 @@ class Pool:
 
     def _refusal(self, now: float) -> Overloaded | NotReady:
         seconds = retry_after_seconds(self._replicas.values(), self.max_in_flight)
-        error: Overloaded | NotReady
         if any(replica.up for replica in self._replicas.values()):
-            error = Overloaded(f"every ready replica has {self.max_in_flight} requests in flight")
-        else:
-            error = NotReady("no replica of this deployment is ready")
-        error.retry_after_s = seconds  # type: ignore[attr-defined]
-        return error
+            return Overloaded(f"every ready replica has {self.max_in_flight} requests in flight", seconds)
+        return NotReady("no replica of this deployment is ready", seconds)
 
 
 def retry_after_seconds(replicas: Iterable[Replica], max_in_flight: int) -> int:

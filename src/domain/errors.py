@@ -28,12 +28,24 @@ class UnsupportedSurface(DomainError):
     code = "unsupported_surface"
 
 
-class Overloaded(DomainError):
+class RetryLater(DomainError):
+    """An error the client should retry: it says after how many seconds (`Retry-After`)."""
+
+    default_retry_after_s = 1
+
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = self.default_retry_after_s if retry_after_s is None else retry_after_s
+
+
+class Overloaded(RetryLater):
     code = "overloaded"
+    default_retry_after_s = 1
 
 
-class NotReady(DomainError):
+class NotReady(RetryLater):
     code = "not_ready"
+    default_retry_after_s = 5
 
 
 class DeadlineExceeded(DomainError):

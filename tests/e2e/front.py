@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from tests.stores import subprocess_env
+
 from tests.e2e.server import free_port
 
 
@@ -60,7 +62,7 @@ def running_front(*args: str, env: dict[str, str] | None = None, ready_timeout: 
     with log_path.open("w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "vllm_srun.app.front_cli", "serve", *args, "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT, env=subprocess_env(env), start_new_session=True,
         )
     front = FrontProcess(proc, f"http://127.0.0.1:{port}", log_path)
     try:

@@ -14,6 +14,8 @@ from typing import Iterator
 
 import httpx
 
+from tests.stores import subprocess_env
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -30,7 +32,7 @@ def running_server(*args: str, ready_timeout: float = 180.0, env: dict | None = 
         [sys.executable, "-m", "vllm_srun.app.cli", "serve", *args, "--port", str(port), "--log-level", "warning"],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
+        env=subprocess_env(env),
         start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"

@@ -108,11 +108,11 @@ def test_decisions_keeps_the_error_in_place_and_batches(decision_server: str) ->
 
 
 def _smollm2_available() -> bool:
-    from vllm_srun.adapters.model_store import resolve
+    from tests.stores import test_store
     from vllm_srun.domain.errors import ModelNotFound
 
     try:
-        resolve("SmolLM2-135M-Instruct", progress=lambda _m: None)
+        test_store().resolve("SmolLM2-135M-Instruct", progress=lambda _m: None)
     except ModelNotFound:
         return False
     return True

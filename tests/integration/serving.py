@@ -7,19 +7,31 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from dependency_injector import containers, providers
 from litestar.testing import TestClient
 
-from vllm_srun.adapters.http.app import create_app
+from tests.stores import test_store
 from vllm_srun.adapters.serving.runtime import Runtime
+from vllm_srun.app.container import WorkerContainer, worker_container
 from vllm_srun.domain.engine_args import EngineArgs
 
 
-@contextmanager
-def serving(models: list[Path | tuple[Path, EngineArgs]], **runtime: Any) -> Iterator[tuple[TestClient, Runtime]]:
-    """Yield (client, runtime) once every model finished loading (ready or failed)."""
+def container_for(models: list[Path | tuple[Path, EngineArgs]], **settings: Any) -> WorkerContainer:
+    """The worker container of these packages, with the test session's store."""
     pairs = [m if isinstance(m, tuple) else (m, EngineArgs()) for m in models]
-    rt = Runtime([(str(f), a) for f, a in pairs], progress=lambda _msg: None, **runtime)
-    with TestClient(create_app(rt), timeout=60) as client:
+    container = worker_container([(str(f), a) for f, a in pairs], **settings)
+    container.store.override(providers.Object(test_store()))
+    return container
+
+
+@contextmanager
+def serving(models: list[Path | tuple[Path, EngineArgs]] | WorkerContainer,
+            **settings: Any) -> Iterator[tuple[TestClient, Runtime]]:
+    """Yield (client, runtime) once every model finished loading (ready or failed). MODELS is a
+    list of packages (a container is built for them) or a container tests have overridden."""
+    container = models if isinstance(models, containers.Container) else container_for(models, **settings)
+    rt = container.runtime()
+    with TestClient(container.app(), timeout=60) as client:
         deadline = time.monotonic() + 120
         while not rt.loaded.is_set():
             assert time.monotonic() < deadline, "models did not load in 120 s"

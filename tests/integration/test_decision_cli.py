@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.stores import test_store
+from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.app.cli import main
 from vllm_srun.app.preflight import engine_arg_refusal
 from vllm_srun.domain.engine_args import EngineArgs
@@ -47,12 +49,15 @@ def test_max_model_len_must_be_positive(capsys) -> None:
 def test_valid_decision_arguments_pass(decision_fixture) -> None:
     folder = str(decision_fixture("llama"))
     quiet = lambda _m: None  # noqa: E731
-    assert engine_arg_refusal([folder], EngineArgs(max_model_len=1024, enable_shared_context=False), quiet) is None
-    assert engine_arg_refusal(["not-a-model-anywhere"], EngineArgs(max_model_len=8), quiet) is None  # the load reports it
+    store, families = test_store(), FamilyRegistry()
+    args = EngineArgs(max_model_len=1024, enable_shared_context=False)
+    assert engine_arg_refusal([folder], args, store, families, quiet) is None
+    # a model that cannot be resolved is left to the load, which reports it
+    assert engine_arg_refusal(["not-a-model-anywhere"], EngineArgs(max_model_len=8), store, families, quiet) is None
 
 
 def test_fixture_is_deterministic_by_seed(tmp_path: Path) -> None:
-    from vllm_srun.adapters.families.fixtures import write_fixture
+    from vllm_srun.app.fixtures import write_fixture
 
     a = write_fixture(tmp_path / "a", "decision", "qwen3", 3, golden=False)
     b = write_fixture(tmp_path / "b", "decision", "qwen3", 3, golden=False)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from vllm_srun.adapters.families import fixtures
-from vllm_srun.adapters.families.fixtures import register_fixture_writer, write_fixture
-from vllm_srun.adapters.families.registry import family_for
+from vllm_srun.adapters.contracts import Family, LoadContext, LoadedModel, PackageInfo
+from vllm_srun.adapters.families.registry import FamilyRegistry
+from vllm_srun.adapters.plugins import PluginInfo
+from vllm_srun.app.fixtures import write_fixture
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -40,7 +41,7 @@ def test_layout_and_manifest(tmp_path: Path, variant: str, surfaces: list[str], 
     config = json.loads((out / "config.json").read_text())
     manifest = json.loads((out / "srun.json").read_text())
     assert manifest["family"] == "encoder" and manifest["surfaces"] == surfaces and manifest["dtype"] == "float32"
-    assert manifest["max_input_tokens"] == 128 and family_for(out).name == "encoder"
+    assert manifest["max_input_tokens"] == 128 and FamilyRegistry().family_for(out).name == "encoder"
     assert (out / "tokenizer.json").exists() and (out / "model.safetensors").exists()
     assert config.get("num_labels") == labels
     assert (config.get("problem_type") == "multi_label_classification") is (variant == "multilabel")
@@ -55,13 +56,26 @@ def test_refusals_and_other_families(tmp_path: Path) -> None:
         with pytest.raises(ValueError):
             write_fixture(tmp_path / args[0], args[1], args[2], 0, golden=False)
 
-    def write_toy(out: Path, variant: str | None, seed: int) -> list[dict]:  # type: ignore[type-arg]
-        (out / "toy.txt").write_text(f"{variant}-{seed}")
-        return []
+    class Toy(Family):
+        """A family of another distribution that writes its own fixtures."""
 
-    register_fixture_writer("toy", write_toy, ("only",))
-    try:
-        out = write_fixture(tmp_path / "toy", "toy", "only", 5, golden=False)
-        assert (out / "toy.txt").read_text() == "only-5"
-    finally:
-        fixtures.FIXTURE_WRITERS.pop("toy")
+        name = "toy"
+        fixture_variants = ("only",)
+
+        def detect(self, folder: Path) -> bool:
+            return False
+
+        def describe(self, folder: Path) -> PackageInfo:
+            return PackageInfo("toy", frozenset())
+
+        def load(self, folder: Path, context: LoadContext) -> LoadedModel:
+            raise ValueError("toy packages are not served")
+
+        def write_fixture(self, out: Path, variant: str | None, seed: int) -> list[dict]:  # type: ignore[type-arg]
+            (out / "toy.txt").write_text(f"{variant}-{seed}")
+            return []
+
+    families = FamilyRegistry(families={"toy": (PluginInfo("vllm_srun.families", "toy", "toy-dist", "1.0"), Toy())})
+    out = write_fixture(tmp_path / "toy", "toy", "only", 5, golden=False, families=families)
+    assert (out / "toy.txt").read_text() == "only-5"
+    assert families.names() == ["decision", "encoder", "toy"] or sorted(families.names()) == ["decision", "encoder", "toy"]

@@ -62,8 +62,8 @@ def test_another_dtype_is_unverified_but_serves(checked) -> None:  # type: ignor
     assert "bfloat16" in served.golden["reason"]
     card = next(c for c in client.get("/v1/models").json()["data"] if c["id"] == "bf16")
     assert card["dtype"] == "bfloat16" and card["engine_args"]["dtype"] == "bfloat16"
-    assert next(p for p in served.model.runner.encoder.parameters()).dtype.is_floating_point
-    assert str(next(served.model.runner.encoder.parameters()).dtype) == "torch.bfloat16"
+    assert next(p for p in served.model.reference.encoder.parameters()).dtype.is_floating_point
+    assert str(next(served.model.reference.encoder.parameters()).dtype) == "torch.bfloat16"
     r = client.post("/v1/classify", json={"model": "bf16", "input": "hello", "options": {"return_meta": True}})
     assert r.status_code == 200 and r.json()["meta"]["dtype"] == "bfloat16"
 

@@ -165,18 +165,21 @@ def test_a_fast_path_ending_below_512_tokens_is_approximate_without_a_probe(enco
                                                                             tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Merged forwards of an exact model reach 512 padded tokens: a forward that changes kernels
     before that cannot be batch-invariant, whatever the probe's small batches would show."""
-    from vllm_srun.adapters.engines.factory import Engines
-    from vllm_srun.adapters.families.base import LoadOptions
+    from vllm_srun.adapters.contracts import LoadContext
+    from vllm_srun.adapters.devices.torch_devices import CpuDevice
+    from vllm_srun.adapters.engines.registry import EngineRegistry
     from vllm_srun.adapters.families.encoder import EncoderFamily
     from vllm_srun.adapters.readiness.probe import probe_model
+    from vllm_srun.domain.engine_args import EngineArgs
 
     fake = [KernelTiming(n, 1.0, 1.0 / s) for n, s in ((17, 1.8), (34, 1.5), (67, 0.8))]
     monkeypatch.setattr(onednn_timing, "time_linears", lambda *a, **k: fake)
     monkeypatch.delenv(native.ENV, raising=False)
-    options = LoadOptions(engines=Engines(cache_dir=tmp_path))
-    model = EncoderFamily().load(encoder_fixture("embed"), options, lambda _m: None)
-    assert model.forward.kernel_switch_tokens == 34 and model.known_batch_variant
-    assert probe_model(model) is False
+    context = LoadContext(device=CpuDevice(), args=EngineArgs(), engines=EngineRegistry(), cache_dir=tmp_path)
+    model = EncoderFamily().load(encoder_fixture("embed"), context)
+    assert model.engine.kernel_switch_tokens == 34
+    assert probe_model(model) is False  # without probing: the fast path ends below 512 tokens
     monkeypatch.setenv(native.ENV, "1")  # every forward packed: the probe decides (and finds it exact)
-    model = EncoderFamily().load(encoder_fixture("embed"), options, lambda _m: None)
-    assert not model.known_batch_variant and probe_model(model) is True
+    model = EncoderFamily().load(encoder_fixture("embed"), context)
+    assert model.engine.kernel_switch_tokens is not None and model.engine.kernel_switch_tokens >= 512
+    assert probe_model(model) is True

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from vllm_srun.adapters.engines.factory import Engines
+from vllm_srun.adapters.contracts import EngineRequest, quiet
+from vllm_srun.adapters.devices.torch_devices import CpuDevice, TorchGpuDevice
 from vllm_srun.adapters.engines.onnx_export import export_encoder
-from vllm_srun.adapters.families.base import LoadOptions
+from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import TextTokenizer
 from vllm_srun.domain.engine_args import EngineArgs
@@ -32,15 +33,16 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("engines")
 
 
-def _engine(runner: ReferenceEncoder, cache: Path, key: str | None, **kw):  # type: ignore[no-untyped-def]
-    options = LoadOptions(engine="onnxruntime", threads=2, package_sha256=key)
-    return Engines(cache_dir=cache).encoder(runner, options, lambda _m: None, **kw)
+def _engine(runner: ReferenceEncoder, cache: Path, key: str | None, onnx_file: Path | None = None):  # type: ignore[no-untyped-def]
+    request = EngineRequest("encoder", runner, CpuDevice(), threads=2, package_sha256=key, package_graph=onnx_file,
+                            cache_dir=cache)
+    return EngineRegistry().build("onnxruntime", request, quiet)
 
 
 def test_embeddings_match_native_on_minilm(minilm_dir: Path, cache: Path) -> None:
     runner, tok = ReferenceEncoder.from_folder(minilm_dir), TextTokenizer.from_folder(minilm_dir)
     ort = _engine(runner, cache, "minilm-test")
-    assert ort.engine == "onnxruntime" and ort.kernel_switch_tokens is None
+    assert ort.name == "onnxruntime" and ort.kernel_switch_tokens is None
     for batch in (TEXTS, TEXTS[:1], [TEXTS[2]] * 3, ["word " * 250]):
         rows = tok.encode(batch, max_length=256, truncate=True)
         got, want = ort.embed(rows), runner.embed(rows)
@@ -106,11 +108,14 @@ def test_a_package_graph_is_used_when_it_fits(encoder_fixture, tmp_path: Path) -
 def test_only_cpu_and_fp32(encoder_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     runner = ReferenceEncoder.from_folder(encoder_fixture("embed"))
     with pytest.raises(ValueError, match="CPU"):
-        Engines(cache_dir=tmp_path).encoder(runner, LoadOptions(engine="onnxruntime", device="cuda:0"), lambda _m: None)
+        request = EngineRequest("encoder", runner, TorchGpuDevice("cuda", 0), cache_dir=tmp_path)
+        EngineRegistry().build("onnxruntime", request, quiet)
     with pytest.raises(ValueError, match="FP32"):
         export_encoder(ReferenceEncoder.from_folder(encoder_fixture("embed"), dtype=torch.bfloat16), tmp_path / "x.onnx")
     with pytest.raises(ValueError, match="unknown engine"):
-        Engines(cache_dir=tmp_path).encoder(runner, LoadOptions(engine="tensorrt"), lambda _m: None)
+        EngineRegistry().build("tensorrt", EngineRequest("encoder", runner, CpuDevice(), cache_dir=tmp_path), quiet)
+    with pytest.raises(ValueError, match="encoder models only"):
+        EngineRegistry().build("onnxruntime", EngineRequest("decoder", runner, CpuDevice(), cache_dir=tmp_path), quiet)
 
 
 def test_server_with_the_onnxruntime_engine_answers_every_surface(encoder_fixture) -> None:  # type: ignore[no-untyped-def]

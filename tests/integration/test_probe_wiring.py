@@ -1,29 +1,43 @@
-"""R-BAT-5 wiring: what the load-time probe finds decides the scheduler's mode and `numerics`."""
+"""R-BAT-5 wiring: what the load-time probe finds decides the scheduler's mode and `numerics`.
+
+The probe is one of the container's providers: the test overrides it with one that runs the real
+probe (to show the family offers probe rows) and then reports the answer the test wants."""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from tests.integration.serving import serving
-from vllm_srun.adapters.readiness import probe
-from vllm_srun.adapters.serving import runtime
+import pytest
+from dependency_injector import providers
+
+from tests.integration.serving import container_for, serving
+from vllm_srun.adapters.contracts import LoadedModel
+from vllm_srun.adapters.readiness.golden import LoadTimeChecks
+from vllm_srun.adapters.readiness.probe import probe_model
+
+
+class ForcedProbe(LoadTimeChecks):
+    def __init__(self, answer: bool) -> None:
+        super().__init__(check_golden=True)
+        self.answer = answer
+        self.seen: list[bool] = []
+
+    def probe(self, model: LoadedModel) -> bool | None:
+        self.seen.append(probe_model(model) is not None)  # the real probe runs on the family's rows
+        return self.answer
 
 
 @pytest.mark.parametrize("invariant", [True, False])
-def test_probe_result_reaches_scheduler_card_and_meta(monkeypatch, encoder_fixture, invariant: bool) -> None:  # type: ignore[no-untyped-def]
-    folder = encoder_fixture("embed")  # written (and its golden recorded) before the probe is faked
-    seen: list[bool] = []
-
-    def fake_probe(model):  # type: ignore[no-untyped-def]
-        seen.append(probe.probe_model(model) is not None)  # the real probe runs on the family's rows
-        return invariant
-
-    monkeypatch.setattr(runtime, "probe_model", fake_probe)
-    with serving([folder]) as (client, rt):
+def test_probe_result_reaches_scheduler_card_and_meta(encoder_fixture: Any, invariant: bool) -> None:
+    container = container_for([encoder_fixture("embed")])
+    checks = ForcedProbe(invariant)
+    container.readiness.override(providers.Object(checks))
+    with serving(container) as (client, rt):
         served = rt.models["tiny-embed"]
+        assert served.scheduler_loop is not None
         scheduler = served.scheduler_loop.scheduler
         numerics = "exact" if invariant else "approximate"
-        assert seen == [True] and scheduler.batch_invariant is invariant
+        assert checks.seen == [True] and scheduler.batch_invariant is invariant
         assert scheduler.window.window_s == (0.0 if invariant else 0.002)
         assert client.get("/v1/models").json()["data"][0]["numerics"] == numerics
         meta = client.post("/v1/embeddings", json={"input": "x", "options": {"return_meta": True}}).json()["meta"]

@@ -52,7 +52,7 @@ Progress = Callable[[str], None]
 class NativeEncoder:
     """Our torch encoder; forwards the plan sends to the fast path run on the packed copies."""
 
-    engine = "native"
+    name = "native"
 
     def __init__(self, runner: ReferenceEncoder, packed: PackedEncoder | None = None,
                  plan: KernelPlan | None = None, kernels: dict[str, Any] | None = None) -> None:

@@ -3,8 +3,8 @@
 `onnx_encoder(runner, ...)` serves the model the encoder family loaded with ONNX Runtime's CPU
 execution provider: the package's own graph when the family passes one that gives what the model
 serves, else our exported graph (`onnx_export.cached_export`, cached by the package's sha256).
-Rows are batched exactly as for the native engine (same lanes, same padded accounting): the
-runner turns tokenized rows into padded ids, and one `session.run` is one forward.
+Rows are planned in the same lane as on the native engine, but counted padded (one session.run
+on right-padded ids is one forward; the native engine counts packed tokens).
 Session threads follow the worker's `--threads` (intra-op), with one inter-op thread.
 
 A package graph may return pooled `embeddings`/`logits` (our export's names) or a last hidden
@@ -22,6 +22,7 @@ import torch
 from vllm_srun.adapters.engines.onnx_export import INPUTS, cached_export
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.pooling import pool
+from vllm_srun.domain.lanes import Accounting
 
 Progress = Callable[[str], None]
 NUMPY_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
@@ -46,7 +47,8 @@ def open_session(path: Path, threads: int | None) -> Any:
 
 
 class OnnxEncoder:
-    engine = "onnxruntime"
+    name = "onnxruntime"
+    accounting = Accounting.PADDED  # one session.run on right-padded rows
     kernel_switch_tokens: int | None = None  # one set of kernels at every size
 
     def __init__(self, runner: ReferenceEncoder, session: Any, graph: str, threads: int | None) -> None:

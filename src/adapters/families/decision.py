@@ -16,7 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from vllm_srun.adapters.families.base import Family, LoadedModel, LoadOptions, Progress
+from vllm_srun.adapters.contracts import Family, as_decoder_engine, LoadContext, LoadedModel, PackageInfo
+from vllm_srun.adapters.families.decision_fixture import VARIANTS, write_decision_fixture
 from vllm_srun.adapters.families.decision_prompts import choose_template
 from vllm_srun.adapters.families.decision_rows import (
     AskedQuestion,
@@ -65,37 +66,39 @@ class DecisionModel(LoadedModel):
     family = "decision"
     surfaces = SURFACES
 
-    def __init__(self, folder: Path, options: LoadOptions, progress: Progress) -> None:
+    def __init__(self, folder: Path, context: LoadContext) -> None:
         import torch
         from tokenizers import Tokenizer
 
         from vllm_srun.adapters.models.decoder import DecoderLM
 
         manifest = read_manifest(folder)
-        args = options.args
-        self.dtype = resolve_dtype(args.dtype, "decision", options.device)
-        kind = options.device.split(":")[0]
-        if self.dtype == "float16" and kind not in ("cuda", "rocm"):
-            raise ValueError(f"dtype float16 runs on GPUs only (device {options.device})")
+        args = context.args
+        device = context.device
+        self.device = device
+        self.dtype = resolve_dtype(args.dtype, "decision", device.name)
+        if self.dtype == "float16" and device.kind not in ("cuda", "rocm"):
+            raise ValueError(f"dtype float16 runs on GPUs only (device {device.name})")
         self.package_limit = package_limit(folder)
         if args.max_model_len is not None and args.max_model_len > self.package_limit:
             raise ValueError(f"max_model_len {args.max_model_len} is above the package's limit of {self.package_limit} tokens")
         self.max_model_len = args.max_model_len
         self.max_input_tokens = min(self.package_limit, args.max_model_len or self.package_limit)
-        progress(f"load: reading decoder weights from {folder} ({self.dtype})")
-        device = "cuda" + options.device[4:] if kind == "rocm" else options.device
-        self.lm = DecoderLM.from_pretrained(folder, dtype=getattr(torch, self.dtype), device=device)
+        context.progress(f"load: reading decoder weights of {folder.name} ({self.dtype})")
+        lm = DecoderLM.from_pretrained(folder, dtype=getattr(torch, self.dtype), device=device.torch_device)
+        self.decoder = as_decoder_engine(context.build_engine("decoder", lm))
+        self.engine = self.decoder
         tokenizer = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
         template = choose_template(manifest.get("prompt_template"), lambda t: tokenizer.token_to_id(t) is not None)
         self.tokens = PromptTokens(tokenizer, template, _bos(folder))
-        self.device = options.device
-        self.engine = "native"
-        self.batch_invariant = False
-        cap = CPU_CAP_TOKENS if kind == "cpu" else None
+        cap = CPU_CAP_TOKENS if device.kind == "cpu" else None
         self.lanes = (Lane(DEFAULT_LANE, Accounting.PADDED, cap_tokens=cap), Lane(SHARED_LANE, Accounting.PACKED, cap_tokens=cap))
         pinned = (manifest.get("shared_context") or {}).get("break_even_tokens")
         self.enable_shared_context = True if args.enable_shared_context is None else bool(args.enable_shared_context)
         self.break_even = BreakEven(int(pinned), "manifest") if pinned is not None else None
+        self.cache_tag = self._cache_tag()
+        golden = Path(folder) / "golden.json"
+        self.golden_file = golden if golden.is_file() else None
 
     # ---- requests ---------------------------------------------------------------------------
     def limit_message(self, total: int) -> str:
@@ -106,8 +109,7 @@ class DecisionModel(LoadedModel):
     def prepare(self, state: Any, questions: Sequence[AskedQuestion]) -> PreparedState:
         return prepare(self.tokens, state, questions, self.max_input_tokens, self.limit_message)
 
-    @property
-    def cache_tag(self) -> str:
+    def _cache_tag(self) -> str:
         """What besides the weights decides an answer: the prompt template and the input limit."""
         import hashlib
 
@@ -134,17 +136,17 @@ class DecisionModel(LoadedModel):
         lengths = torch.tensor([len(r.ids) for r in rows])
         for i, r in enumerate(rows):
             ids[i, : len(r.ids)] = torch.tensor(r.ids, dtype=torch.long)
-        logits = self.lm.logits_at(ids, positions=lengths - 1)
+        logits = self.decoder.logits_at(ids, lengths - 1)
         return _restricted(logits, [r.answer_ids for r in rows])
 
     def _shared(self, row: SharedRow) -> list[np.ndarray]:
-        state = self.lm.prefix_kv(list(row.state_ids))
-        logits = self.lm.branch_logits(state, [list(q.ids) for q in row.questions], chunk=BRANCH_CHUNK)
+        state = self.decoder.prefix_kv(row.state_ids)
+        logits = self.decoder.branch_logits(state, [q.ids for q in row.questions], chunk=BRANCH_CHUNK)
         return _restricted(logits, [q.answer_ids for q in row.questions])
 
     def probe_payloads(self) -> list[QuestionRow]:
         """Rows of mixed lengths for the batch-invariance probe (R-BAT-5)."""
-        vocab = self.lm.config.vocab_size
+        vocab = self.decoder.vocab_size
         return [QuestionRow(tuple((7 * i + 3) % vocab for i in range(n)), (0, 1)) for n in (3, 7, 12, 20, 33)]
 
     def warm_up(self) -> None:
@@ -156,7 +158,7 @@ class DecisionModel(LoadedModel):
             self.break_even = self.measure_break_even()
 
     def _timing_case(self, state_len: int, count: int, question_len: int) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
-        vocab = self.lm.config.vocab_size
+        vocab = self.decoder.vocab_size
         state = tuple((31 * i + 5) % vocab for i in range(state_len))
         return state, [tuple((17 * i + 11 * j + 2) % vocab for i in range(question_len)) for j in range(count)]
 
@@ -171,9 +173,9 @@ class DecisionModel(LoadedModel):
         tokens = break_even_tokens(t_unshared, count * (state_len + question_len), t_shared, state_len + count * question_len)
         return BreakEven(tokens, "measured")
 
-    def describe(self) -> dict[str, Any]:
+    def card_section(self) -> dict[str, Any]:
         be = self.break_even
-        return {
+        return {**self.decoder.describe(),
             "decision": {
                 "question_types": ["noul", "choice", "score"],
                 "choice_options": [2, 255],
@@ -210,9 +212,17 @@ def _restricted(logits: Any, answer_ids: Sequence[Sequence[int]]) -> list[np.nda
 
 class DecisionFamily(Family):
     name = "decision"
+    fixture_variants = VARIANTS
 
     def detect(self, folder: Path) -> bool:
         return str(read_config(folder).get("model_type", "")).lower() in DECODER_MODEL_TYPES
 
-    def load(self, folder: Path, options: LoadOptions, progress: Progress) -> LoadedModel:
-        return DecisionModel(folder, options, progress)
+    def describe(self, folder: Path) -> PackageInfo:
+        return PackageInfo(self.name, SURFACES, package_limit(folder),
+                           engine_args=frozenset({"max_model_len", "enable_shared_context"}))
+
+    def load(self, folder: Path, context: LoadContext) -> LoadedModel:
+        return DecisionModel(folder, context)
+
+    def write_fixture(self, out: Path, variant: str | None, seed: int) -> list[dict[str, Any]]:
+        return write_decision_fixture(out, variant, seed)

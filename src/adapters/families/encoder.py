@@ -1,5 +1,6 @@
 """The encoder family (R-PKG-2): BERT-style encoders serving embeddings (and, with a head,
-classify / rerank). Rows are tokenized texts; one lane, padded accounting."""
+classify / rerank). Rows are tokenized texts; one lane, counted as the engine's forwards are
+(packed on the native engine, padded on ONNX Runtime)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from vllm_srun.adapters.families.base import EncoderForward, Family, LoadedModel, LoadOptions, Progress
+from vllm_srun.adapters.contracts import Family, as_encoder_engine, LoadContext, LoadedModel, PackageInfo
+from vllm_srun.adapters.families.encoder_fixture import VARIANTS, write_encoder_fixture
 from vllm_srun.adapters.families.manifest import read_manifest
+from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.domain.dtypes import auto_dtype, resolve_dtype
-from vllm_srun.domain.lanes import Accounting, Lane
-from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
+from vllm_srun.domain.lanes import Lane
 from vllm_srun.domain.rows import DEFAULT_LANE
 
 ENCODER_MODEL_TYPES = frozenset({"bert"})
@@ -22,13 +24,23 @@ ENCODER_MODEL_TYPES = frozenset({"bert"})
 CPU_CAP_TOKENS = 4096
 
 SURFACES = frozenset({"embeddings", "classify", "rerank"})
+GOLDEN_FILE = "golden.json"
 
 
 @dataclass(frozen=True, slots=True)
 class LogitsRow:
     """A row answered by the classification head (classify, rerank), not by pooling."""
 
-    encoded: Any
+    encoded: Encoded
+
+
+def _head_labels(config: dict[str, Any]) -> int | None:
+    """The classification head's label count from config.json; None for a bare encoder."""
+    architectures = config.get("architectures") or []
+    if not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+        return None
+    id2label = config.get("id2label") or {}
+    return len(id2label) if id2label else int(config.get("num_labels", 2))
 
 
 def _surfaces(manifest: dict[str, Any], num_labels: int | None) -> frozenset[str]:
@@ -54,52 +66,44 @@ def read_config(folder: Path) -> dict[str, Any]:
 class EncoderModel(LoadedModel):
     family = "encoder"
 
-    def __init__(self, folder: Path, options: LoadOptions, progress: Progress) -> None:
+    def __init__(self, folder: Path, context: LoadContext) -> None:
         import torch
 
         from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
         from vllm_srun.adapters.models.tokenization import TextTokenizer
 
-        self.folder = folder
         manifest = read_manifest(folder)
-        self.dtype = resolve_dtype(options.args.dtype, "encoder", options.device)
-        if self.dtype == "float16" and options.device.split(":")[0] not in ("cuda", "rocm"):
-            raise ValueError(f"dtype float16 runs on GPUs only (device {options.device})")
-        if options.engine == "onnxruntime" and self.dtype != auto_dtype("encoder", options.device):
-            raise ValueError(f"the onnxruntime engine runs only dtype auto (asked: {options.args.dtype})")
-        progress(f"load: reading weights from {folder} ({self.dtype})")
-        self.runner = ReferenceEncoder.from_folder(folder, dtype=getattr(torch, self.dtype))
-        # the engine's forward (native torch, + oneDNN fast path where measured; or ONNX Runtime)
-        self.forward: EncoderForward = self.runner  # type: ignore[assignment]
-        if options.engines is not None:
-            onnx_file = folder / "model.onnx"
-            self.forward = options.engines.encoder(
-                self.runner, options, progress, onnx_file=onnx_file if onnx_file.is_file() else None,
-                largest_forward_tokens=CPU_CAP_TOKENS)
-        elif options.engine == "onnxruntime":
-            raise ValueError("the onnxruntime engine was asked for, but no engine factory was given")
+        device = context.device
+        self.device = device
+        self.dtype = resolve_dtype(context.args.dtype, "encoder", device.name)
+        if self.dtype == "float16" and device.kind not in ("cuda", "rocm"):
+            raise ValueError(f"dtype float16 runs on GPUs only (device {device.name})")
+        if context.engine == "onnxruntime" and self.dtype != auto_dtype("encoder", device.name):
+            raise ValueError(f"the onnxruntime engine runs only dtype auto (asked: {context.args.dtype})")
+        context.progress(f"load: reading weights of {folder.name} ({self.dtype})")
+        self.reference = ReferenceEncoder.from_folder(folder, dtype=getattr(torch, self.dtype))
+        graph = folder / "model.onnx"
+        self.forward = as_encoder_engine(context.build_engine(
+            "encoder", self.reference, package_graph=graph if graph.is_file() else None,
+            largest_forward_tokens=CPU_CAP_TOKENS))
+        self.engine = self.forward
         self.tokenizer = TextTokenizer.from_folder(folder)
-        self.pooling = self.runner.pooling
-        cfg = self.runner.config
+        self.pooling = self.reference.pooling
+        cfg = self.reference.config
         limit = min(self.pooling.max_seq_length or cfg.max_tokens, cfg.max_tokens)
         self.max_input_tokens = min(int(manifest.get("max_input_tokens") or limit), limit)
-        self.dimensions = self.runner.dimensions
-        self.device = options.device
-        self.engine = getattr(self.forward, "engine", "native")
-        self.batch_invariant = False
-        self.labels = list(self.runner.labels) if self.runner.has_classifier else []
+        self.dimensions = self.reference.dimensions
+        self.normalized = self.pooling.normalize
+        self.labels = list(self.reference.labels) if self.reference.has_classifier else []
         self.multi_label = bool(manifest.get("multi_label", cfg.problem_type == "multi_label_classification"))
-        self.surfaces = _surfaces(manifest, cfg.num_labels if self.runner.has_classifier else None)
-        cap = CPU_CAP_TOKENS if options.device == "cpu" else None
-        # the native engine lays rows back to back (packed); ONNX Runtime runs padded batches
-        accounting = getattr(self.forward, "accounting", Accounting.PADDED)
-        self.lanes = (Lane(DEFAULT_LANE, accounting, cap_tokens=cap),)
+        self.surfaces = _surfaces(manifest, cfg.num_labels if self.reference.has_classifier else None)
+        cap = CPU_CAP_TOKENS if device.kind == "cpu" else None
+        self.lanes = (Lane(DEFAULT_LANE, self.forward.accounting, cap_tokens=cap),)
+        golden = folder / GOLDEN_FILE
+        self.golden_file = golden if golden.is_file() else None
 
-    def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[Any]:
+    def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[Encoded]:
         return self.tokenizer.encode(list(texts), max_length=self.max_input_tokens, truncate=truncate)
-
-    def tokenize_pairs(self, pairs: Sequence[tuple[str, str]], *, truncate: bool) -> list[Any]:
-        return self.tokenizer.encode_pairs(list(pairs), max_length=self.max_input_tokens, truncate=truncate)
 
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
         heads = [i for i, p in enumerate(payloads) if isinstance(p, LogitsRow)]
@@ -116,14 +120,6 @@ class EncoderModel(LoadedModel):
                 out[i] = row
         return out
 
-    @property
-    def known_batch_variant(self) -> bool:
-        """The forward changes kernels below 512 padded tokens (the oneDNN fast path measured not
-        slower only for smaller forwards): the probe's small batches could not show what merged
-        forwards of up to 512 tokens do, so the model is `approximate` without probing."""
-        switch = getattr(self.forward, "kernel_switch_tokens", None)
-        return switch is not None and switch < BATCH_INVARIANT_TOKENS
-
     def probe_payloads(self) -> list[Any]:
         """Rows of mixed lengths (within 512 padded tokens together) for the batch-invariance probe."""
         words = "the quick brown fox jumps over a lazy dog while seven small birds sing".split()
@@ -135,8 +131,8 @@ class EncoderModel(LoadedModel):
             return rows
         return [LogitsRow(r) for r in rows]
 
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.forward.describe()) if hasattr(self.forward, "describe") else {}
+    def card_section(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.forward.describe())
         if "embeddings" in self.surfaces:
             out["embedding"] = {
                 "dimensions": self.dimensions,
@@ -152,9 +148,19 @@ class EncoderModel(LoadedModel):
 
 class EncoderFamily(Family):
     name = "encoder"
+    fixture_variants = VARIANTS
 
     def detect(self, folder: Path) -> bool:
         return read_config(folder).get("model_type") in ENCODER_MODEL_TYPES
 
-    def load(self, folder: Path, options: LoadOptions, progress: Progress) -> LoadedModel:
-        return EncoderModel(folder, options, progress)
+    def describe(self, folder: Path) -> PackageInfo:
+        manifest = read_manifest(folder)
+        declared = manifest.get("max_input_tokens")
+        return PackageInfo(self.name, _surfaces(manifest, _head_labels(read_config(folder))),
+                           int(declared) if declared else None)
+
+    def load(self, folder: Path, context: LoadContext) -> LoadedModel:
+        return EncoderModel(folder, context)
+
+    def write_fixture(self, out: Path, variant: str | None, seed: int) -> list[dict[str, Any]]:
+        return write_encoder_fixture(out, variant, seed)

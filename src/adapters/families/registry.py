@@ -1,31 +1,48 @@
-"""Which family serves a package: the manifest (`srun.json`) names it, else each family detects."""
+"""Which family serves a package: the manifest (`srun.json`) names it, else each family detects.
+
+Families are plugins (group `vllm_srun.families`, `adapters/plugins.py`); the built-in encoder
+and decision families register through this package's own entry points.
+"""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterable
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
-from vllm_srun.adapters.families.base import Family
-from vllm_srun.adapters.families.decision import DecisionFamily
-from vllm_srun.adapters.families.encoder import EncoderFamily
+from vllm_srun.adapters.contracts import Family
+from vllm_srun.adapters.families.manifest import read_manifest
+from vllm_srun.adapters.plugins import FAMILIES_GROUP, PluginInfo, PluginRegistry
 from vllm_srun.domain.errors import InvalidRequest
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (EncoderFamily(), DecisionFamily())}
 
+class FamilyRegistry:
+    def __init__(self, entries: Iterable[EntryPoint] | None = None,
+                 families: dict[str, tuple[PluginInfo, Family]] | None = None) -> None:
+        self.plugins: PluginRegistry[Family] = PluginRegistry(FAMILIES_GROUP, entries, families)
 
-def register(family: Family) -> None:
-    FAMILIES[family.name] = family
+    def names(self) -> list[str]:
+        return self.plugins.names()
 
+    def get(self, name: str) -> Family:
+        return self.plugins.get(name)
 
-def family_for(folder: Path) -> Family:
-    manifest = folder / "srun.json"
-    if manifest.exists():
-        name = json.loads(manifest.read_text()).get("family")
-        if name in FAMILIES:
-            return FAMILIES[name]
+    def info(self, name: str) -> PluginInfo:
+        return self.plugins.info(name)
+
+    def family_for(self, folder: Path) -> Family:
+        """The family named by the package's manifest, else the first that detects it."""
+        try:
+            name = read_manifest(folder).get("family")
+        except ValueError as exc:
+            raise InvalidRequest(f"{Path(folder).name}: {exc}") from None
         if name:
-            raise InvalidRequest(f"{folder}: srun.json names unknown family {name!r}")
-    for family in FAMILIES.values():
-        if family.detect(folder):
-            return family
-    raise InvalidRequest(f"{folder}: no model family recognises this package (config.json model_type?)")
+            if name in self.plugins:
+                return self.plugins.get(name)
+            raise InvalidRequest(
+                f"{Path(folder).name}: srun.json names unknown family {name!r} (installed: {', '.join(self.names())})"
+            )
+        for _, family in self.plugins:
+            if family.detect(folder):
+                return family
+        raise InvalidRequest(f"{Path(folder).name}: no model family recognises this package (config.json model_type?)")

@@ -10,17 +10,16 @@ from typing import Any
 
 import msgspec
 from litestar import Litestar, Request, Response, get
-from litestar.exceptions import HTTPException
 
 from vllm_srun.adapters.front.fleet import Fleet
 from vllm_srun.adapters.front.inventory import deployment_card, health, inventory
 from vllm_srun.adapters.front.metrics import FrontMetrics
 from vllm_srun.adapters.front.proxy import Proxy
-from vllm_srun.adapters.http.app import live  # the same liveness answer as a worker's
-from vllm_srun.adapters.http.errors import RETRY_AFTER_SECONDS, status_for
+from vllm_srun.adapters.http.liveness import live  # the same liveness answer as a worker's
+from vllm_srun.adapters.http.errors import exception_handlers
+from vllm_srun.domain.errors import NotReady
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
-from vllm_srun.adapters.http.errors import ErrorBody, ErrorResponse
-from vllm_srun.adapters.schemas.common import json_encoder
+from vllm_srun.adapters.http.openapi import openapi_document
 
 log = logging.getLogger("vllm_srun.front")
 JSON = "application/json"
@@ -39,7 +38,7 @@ async def list_models(request: Request) -> Response:
 @get("/health")
 async def front_health(request: Request) -> Response:
     ready, body = health(request.app.state.fleet, draining=request.app.state.proxy.draining)
-    headers = {} if ready else {"retry-after": str(RETRY_AFTER_SECONDS["not_ready"])}
+    headers = {} if ready else {"retry-after": str(NotReady.default_retry_after_s)}
     return _json(body, 200 if ready else 503, headers)
 
 
@@ -66,25 +65,7 @@ async def front_metrics(request: Request) -> Response:
 
 @get("/openapi.json")
 async def openapi() -> Response:
-    from vllm_srun.adapters.http.app import (
-        SURFACE_ROUTES,  # the workers' surfaces, same schemas
-    )
-    from vllm_srun.adapters.http.openapi import openapi_document
-
-    return _json(openapi_document(SURFACE_ROUTES))
-
-
-def _on_exception(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, HTTPException):
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
-        if exc.status_code >= 500:
-            code = "internal_error"
-        message = str(exc.detail or type(exc).__name__).splitlines()[0]
-    else:
-        log.exception("internal error on %s", request.url.path)
-        code, message = "internal_error", "internal error; see the front's log"
-    body = json_encoder.encode(ErrorResponse(ErrorBody(code, message)))
-    return Response(content=body, status_code=status_for(code), media_type=JSON)
+    return _json(openapi_document())  # the workers' surfaces, same schemas
 
 
 class FrontApp:
@@ -95,7 +76,7 @@ class FrontApp:
         self.reports = Litestar(
             route_handlers=[list_models, front_health, live, front_inventory, front_metrics, openapi],
             middleware=[ServerTimingMiddleware],
-            exception_handlers={Exception: _on_exception},
+            exception_handlers=exception_handlers(),  # type: ignore[arg-type]  # litestar's handler type is invariant in the exception
             openapi_config=None,
             debug=False,
             logging_config=None,

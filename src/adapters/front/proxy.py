@@ -25,11 +25,8 @@ from typing import Any
 from vllm_srun.adapters.front import bodies
 from vllm_srun.adapters.front.fleet import Deployment, Fleet
 from vllm_srun.adapters.front.metrics import FrontMetrics
-from vllm_srun.adapters.front.responses import (
-    error_response,
-    send_response,
-    server_timing,
-)
+from vllm_srun.adapters.cancellation import race, wait_disconnect
+from vllm_srun.adapters.front.responses import send_error, send_response, server_timing
 from vllm_srun.adapters.workers.http_client import WorkerResponse, WorkerUnavailable
 from vllm_srun.domain.errors import (
     Cancelled,
@@ -50,7 +47,7 @@ class WorkerFailed(DomainError):
 
 
 class Draining(NotReady):
-    pass
+    """The front is shutting down (SIGTERM): 503 with `Connection: close`."""
 
 
 def outcome_of(status: int) -> Outcome:
@@ -84,7 +81,6 @@ class Proxy:
         start = time.perf_counter()
         self.active += 1
         label, code = "-", "ok"
-        extra: dict[str, str] = {}
         try:
             body = await self._read_body(scope, receive)
             if self.draining:
@@ -102,17 +98,11 @@ class Proxy:
             if isinstance(exc, Cancelled):
                 log.info("499 %s: the client went away; the worker dropped its queued rows", scope["path"])
                 return
-            retry = getattr(exc, "retry_after_s", None)
-            if retry is not None:
-                extra["retry-after"] = str(retry)
-            if isinstance(exc, Draining):
-                extra["connection"] = "close"
-                extra["retry-after"] = "5"
-            await error_response(send, code, exc.message, start, extra)
-        except Exception:
+            await send_error(send, exc, start, {"connection": "close"} if isinstance(exc, Draining) else None)
+        except Exception as exc:
             code = "internal_error"
             log.exception("internal error on %s", scope.get("path"))
-            await error_response(send, code, "internal error; see the front's log", start, extra)
+            await send_error(send, exc, start)
         finally:
             self.active -= 1
             self.metrics.requests.inc({"deployment": label, "code": code})
@@ -174,44 +164,32 @@ class Proxy:
         handle = deployment.handles[replica_id]
         outcome = Outcome.FAILED
         sent_at = self.clock()
-        work = asyncio.ensure_future(
-            handle.client.request("POST", path, bodies.for_worker(doc, body, handle.worker_model, handle.attached))
-        )
-        watcher = asyncio.ensure_future(_disconnected(receive))
+        payload = bodies.for_worker(doc, body, handle.worker_model, handle.attached)
         try:
-            done, _ = await asyncio.wait((work, watcher), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            if work in done:
-                response = work.result()
-                outcome = outcome_of(response.status)
-                if response.status == 503:
-                    handle.probe_now()
-                return response, handle.worker_model
-            _discard(work)  # closes the worker connection: the worker drops the rows
-            if watcher in done:
-                outcome = Outcome.CANCELLED
-                raise Cancelled("the client went away")
+            response = await race(
+                lambda: handle.client.request("POST", path, payload),
+                deadline_s=timeout,
+                disconnected=lambda: wait_disconnect(receive),
+                deadline_message=f"no answer within {timeout * 1000:g} ms (timeout_ms or options.deadline_ms)",
+            )
+            outcome = outcome_of(response.status)
+            if response.status == 503:
+                handle.probe_now()
+            return response, handle.worker_model
+        except DeadlineExceeded:  # the worker connection was closed: the worker drops the rows
             outcome = Outcome.TIMEOUT
-            raise DeadlineExceeded(f"no answer within {timeout * 1000:g} ms (timeout_ms or options.deadline_ms)")
+            raise
+        except Cancelled:
+            outcome = Outcome.CANCELLED
+            raise
         except WorkerUnavailable as exc:
             outcome = Outcome.FAILED
             raise WorkerFailed(f"replica {replica_id} failed: {exc}") from None
         except asyncio.CancelledError:
             outcome = Outcome.CANCELLED
-            _discard(work)
             raise
         finally:
-            watcher.cancel()
             events = pool.release(replica_id, outcome, self.clock(), request_bytes=size, started_at=sent_at)
             self.metrics.outcomes.inc({"deployment": deployment.name, "replica": replica_id, "outcome": outcome.value})
             if events:
                 self.fleet.pool_events(deployment, events)
-
-
-async def _disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-def _discard(task: asyncio.Future[Any]) -> None:
-    task.cancel()
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())

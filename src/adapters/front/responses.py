@@ -1,4 +1,4 @@
-"""Responses the front writes itself over raw ASGI: proxied answers and errors from the one
+"""Responses the front writes itself over raw ASGI: proxied answers, and errors from the one
 error table (`adapters/http/errors.py`), each with Server-Timing (R-API-9)."""
 
 from __future__ import annotations
@@ -7,9 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from vllm_srun.adapters.http.errors import RETRY_AFTER_SECONDS, status_for
-from vllm_srun.adapters.http.errors import ErrorBody, ErrorResponse
-from vllm_srun.adapters.schemas.common import json_encoder
+from vllm_srun.adapters.http.errors import error_parts
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 JSON = b"application/json"
@@ -21,14 +19,14 @@ async def send_response(send: Send, status: int, body: bytes, headers: list[tupl
     await send({"type": "http.response.body", "body": body})
 
 
-async def error_response(send: Send, code: str, message: str, start: float, extra: dict[str, str]) -> None:
-    body = json_encoder.encode(ErrorResponse(ErrorBody(code, message)))
+async def send_error(send: Send, exc: BaseException, start: float, extra: dict[str, str] | None = None) -> None:
+    """The answer to EXC (status, body and Retry-After from the table), plus EXTRA headers."""
+    status, body, table_headers = error_parts(exc)
+    merged = {**table_headers, **(extra or {})}
     headers = [(b"content-type", JSON)]
-    if code in RETRY_AFTER_SECONDS and "retry-after" not in extra:
-        extra = {**extra, "retry-after": str(RETRY_AFTER_SECONDS[code])}
-    headers += [(name.encode(), value.encode()) for name, value in extra.items()]
+    headers += [(name.encode(), value.encode()) for name, value in merged.items()]
     headers.append((b"server-timing", server_timing(0.0, None, start)))
-    await send_response(send, status_for(code), body, headers)
+    await send_response(send, status, body, headers)
 
 
 def server_timing(parse_ms: float, worker: bytes | None, start: float) -> bytes:

@@ -1,11 +1,30 @@
-"""The one error table (R-API-9): domain error codes → HTTP status, plus Retry-After where due.
+"""The one error table (R-API-9): exception → `{"error": {"code", "message"}}`, HTTP status and
+headers, for the worker's app and the front alike.
 
-Every error body is `{"error": {"code", "message"}}`; never a stack trace.
+- a `DomainError` carries its code and message; `RetryLater` errors (overloaded, not ready)
+  carry the seconds that go into `Retry-After`;
+- a framework `HTTPException` (unknown route, method, body over the limit) maps by status;
+- anything else is a 500 `internal_error` whose body never holds a stack trace (it is logged).
+
+`error_parts(exc)` is the mapping; `exception_handlers()` plugs it into litestar (keyed by
+exception type) and the front's raw-ASGI proxy sends the same parts itself.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException
 from msgspec import Struct
+
+from vllm_srun.adapters.schemas.common import json_encoder
+from vllm_srun.domain.errors import DomainError, NotReady, Overloaded, RetryLater
+
+log = logging.getLogger("vllm_srun.http")
+JSON = "application/json"
 
 STATUS_BY_CODE: dict[str, int] = {
     "invalid_request": 400,
@@ -23,8 +42,19 @@ STATUS_BY_CODE: dict[str, int] = {
     "not_ready": 503,
     "deadline_exceeded": 504,
 }
+CODE_BY_HTTP_STATUS: dict[int, str] = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large",
+                                       503: "not_ready"}
+INTERNAL_MESSAGE = "internal error; see the server log"
+RETRY_LATER: dict[str, type[RetryLater]] = {cls.code: cls for cls in (Overloaded, NotReady)}
 
-RETRY_AFTER_SECONDS: dict[str, int] = {"overloaded": 1, "not_ready": 5}
+
+class ErrorBody(Struct):
+    code: str
+    message: str
+
+
+class ErrorResponse(Struct):
+    error: ErrorBody
 
 
 def status_for(code: str) -> int:
@@ -37,10 +67,52 @@ def decode_error_message(exc: Exception) -> str:
     return text[:300]
 
 
-class ErrorBody(Struct):
-    code: str
-    message: str
+def code_of(exc: BaseException) -> str:
+    """The error code an exception answers with."""
+    if isinstance(exc, DomainError):
+        return exc.code
+    if isinstance(exc, HTTPException):
+        status = exc.status_code
+        return CODE_BY_HTTP_STATUS.get(status, "invalid_request" if 400 <= status < 500 else "internal_error")
+    return "internal_error"
 
 
-class ErrorResponse(Struct):
-    error: ErrorBody
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, DomainError):
+        return exc.message
+    if isinstance(exc, HTTPException):
+        if exc.status_code == 413:
+            return "request body is larger than --max-request-bytes"
+        return str(exc.detail or type(exc).__name__).splitlines()[0]
+    return INTERNAL_MESSAGE
+
+
+def error_body(code: str, message: str) -> bytes:
+    return json_encoder.encode(ErrorResponse(ErrorBody(code, message)))
+
+
+def error_parts(exc: BaseException) -> tuple[int, bytes, dict[str, str]]:
+    """(status, JSON body, headers) of the answer to EXC."""
+    code = code_of(exc)
+    headers: dict[str, str] = {}
+    if isinstance(exc, RetryLater):
+        headers["retry-after"] = str(exc.retry_after_s)
+    elif code in RETRY_LATER:  # e.g. a framework 503
+        headers["retry-after"] = str(RETRY_LATER[code].default_retry_after_s)
+    return status_for(code), error_body(code, _message(exc)), headers
+
+
+def error_response(exc: BaseException) -> Response[bytes]:
+    status, body, headers = error_parts(exc)
+    return Response(content=body, status_code=status, media_type=JSON, headers=headers)
+
+
+def _handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+    if code_of(exc) == "internal_error" and not isinstance(exc, DomainError):
+        log.error("internal error on %s", request.url.path, exc_info=exc)
+    return error_response(exc)
+
+
+def exception_handlers() -> dict[type[Exception], Callable[[Request[Any, Any, Any], Exception], Response[bytes]]]:
+    """litestar's `exception_handlers`, keyed by exception type."""
+    return {DomainError: _handle, HTTPException: _handle, Exception: _handle}

@@ -6,6 +6,7 @@ from typing import Any, Iterable
 
 import msgspec
 from vllm_srun.adapters.http.errors import ErrorResponse
+from vllm_srun.adapters.schemas.routes import SURFACE_SCHEMAS, SurfaceSchema
 
 
 REF = "#/components/schemas/{name}"
@@ -23,7 +24,7 @@ def _error_responses() -> dict[str, Any]:
     return out
 
 
-def openapi_document(routes: Iterable[Any]) -> dict[str, Any]:
+def openapi_document(routes: Iterable[SurfaceSchema] = SURFACE_SCHEMAS) -> dict[str, Any]:
     routes = list(routes)
     types = [ErrorResponse] + [t for r in routes for t in (r.request_type, r.response_type)]
     (_, components) = msgspec.json.schema_components(types, ref_template=REF)

@@ -43,6 +43,7 @@ class TextTokenizer:
         self._cutter = Tokenizer.from_str(tokenizer.to_str())
         self._cutter_length: int | None = None
         self._cut_lock = threading.Lock()
+        self._windowers: dict[tuple[int, int, bool], tuple[Tokenizer, threading.Lock]] = {}
 
     @classmethod
     def from_folder(cls, folder: Path) -> TextTokenizer:
@@ -81,6 +82,21 @@ class TextTokenizer:
             for i, e in zip(long_rows, cut):
                 out[i] = Encoded(e.ids, e.type_ids, True, out[i].n_tokens)
         return out
+
+    def windowing(self, length: int, overlap: int, pair: bool) -> tuple[Tokenizer, threading.Lock]:
+        """A copy that cuts inputs into overflow windows of LENGTH tokens sharing OVERLAP (a pair
+        keeps its first text whole and slides over the second), with the lock that guards it.
+        The 16 most recent settings are kept."""
+        key = (length, overlap, pair)
+        found = self._windowers.get(key)
+        if found is None:
+            if len(self._windowers) >= 16:
+                self._windowers.pop(next(iter(self._windowers)))
+            tok = Tokenizer.from_str(self.tokenizer.to_str())
+            tok.no_padding()
+            tok.enable_truncation(length, stride=overlap, strategy="only_second" if pair else "longest_first")
+            found = self._windowers[key] = (tok, threading.Lock())
+        return found
 
     def _cut(self, inputs: list, max_length: int) -> list:
         with self._cut_lock:

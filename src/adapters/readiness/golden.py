@@ -18,7 +18,10 @@ from typing import Any
 
 import msgspec
 
+from vllm_srun.adapters.contracts import LoadedModel
+from vllm_srun.adapters.readiness.probe import probe_model
 from vllm_srun.adapters.serving.served import GOLDEN_CHECK, ServedModel
+from vllm_srun.adapters.surfaces.registry import SURFACE_ROUTES
 from vllm_srun.domain.dtypes import device_class
 
 GOLDEN_FILE = "golden.json"
@@ -35,9 +38,10 @@ def shipped_golden(name: str) -> Path | None:
     return path if name in CATALOG and path.exists() else None
 
 
-def find_golden(folder: Path, artifact: str | None = None) -> Path | None:
-    """The package's golden file, else the shipped one of a catalog model (by folder or name)."""
-    own = Path(folder) / GOLDEN_FILE
+def find_golden(folder: Path, artifact: str | None = None, own: Path | None = None) -> Path | None:
+    """The package's golden file (OWN, as its family found it, else FOLDER's), else the shipped
+    one of a catalog model (by folder or name)."""
+    own = own or Path(folder) / GOLDEN_FILE
     if own.exists():
         return own
     for name in (Path(folder).name, artifact):
@@ -94,8 +98,6 @@ def pick_reference(golden: dict[str, Any], device: str, dtype: str) -> dict[str,
 
 
 def surface_table() -> dict[str, tuple[Any, Any]]:
-    from vllm_srun.adapters.http.app import SURFACE_ROUTES
-
     return {r.surface: (r.decoder, r.handler) for r in SURFACE_ROUTES}
 
 
@@ -153,3 +155,20 @@ async def check(served: ServedModel, path: Path | None, device: str) -> dict[str
             return _status("failed", n, matched, f"request {i} ({requests[i]['surface']}) does not match the reference: {diff}"[:400])
         matched += 1
     return _status("matched", n, matched, None, reference={"device": ref.get("device"), "dtype": dtype}, tolerance=tol)
+
+
+class LoadTimeChecks:
+    """The `ReadinessChecks` the runtime runs at load: the batch-invariance probe (R-BAT-5) and,
+    unless turned off (recording a golden file), the golden check (R-GOLD-1)."""
+
+    def __init__(self, check_golden: bool = True) -> None:
+        self.check_golden = check_golden
+
+    def probe(self, model: LoadedModel) -> bool | None:
+        return probe_model(model)
+
+    async def golden(self, served: ServedModel) -> dict[str, Any]:
+        if not self.check_golden:
+            return _status("unverified", reason="the golden check is turned off")
+        assert served.model is not None and served.folder is not None
+        return await check(served, find_golden(served.folder, served.artifact, served.model.golden_file), served.device)

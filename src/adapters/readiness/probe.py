@@ -9,6 +9,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from vllm_srun.adapters.contracts import LoadedModel
+from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
+
 RunBatch = Callable[[str, Sequence[Any]], Sequence[Any]]
 
 
@@ -35,16 +38,16 @@ def batch_invariant(run: RunBatch, lane: str, rows: Sequence[Any]) -> bool:
     return True
 
 
-def probe_model(model: Any) -> bool | None:
+def probe_model(model: LoadedModel) -> bool | None:
     """Probe a loaded model with its family's probe rows; None when the family offers none.
-    False without a probe for a model that says it cannot be invariant (`known_batch_variant`,
-    e.g. a forward that changes kernels inside the 512 padded tokens of R-BAT-5's forwards)."""
-    if getattr(model, "known_batch_variant", False):
+
+    False without a probe when the model's engine changes kernels below R-BAT-5's 512 counted
+    tokens (e.g. the oneDNN fast path measured not slower only for smaller forwards): the probe's
+    small batches could not show what merged forwards of up to 512 tokens do."""
+    switch = model.engine.kernel_switch_tokens
+    if switch is not None and switch < BATCH_INVARIANT_TOKENS:
         return False
-    make_rows = getattr(model, "probe_payloads", None)
-    if make_rows is None:
-        return None
-    rows = make_rows()
+    rows = model.probe_payloads()
     if len(rows) < 2:
         return None
     return batch_invariant(model.run, model.lanes[0].name, rows)

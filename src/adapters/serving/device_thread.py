@@ -1,26 +1,26 @@
 """The device thread: every forward of a process runs here, off the event loop (one OpenMP team
-on a CPU; on a GPU, one lock per device serialises launches)."""
+on a CPU; on a GPU, one lock per device serialises launches).
+
+It knows nothing of torch: an engine that runs on torch sets its thread count when it is built,
+which happens on this thread (`Family.load` runs here), so the count applies to every forward.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class DeviceThread:
-    def __init__(self, name: str = "srun-device", threads: int | None = None) -> None:
-        self._threads = threads
+    def __init__(self, name: str = "srun-device") -> None:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name, initializer=self._init)
         self.ident: int | None = None
 
     def _init(self) -> None:
         self.ident = threading.get_ident()
-        if self._threads:
-            import torch
-
-            torch.set_num_threads(self._threads)
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()

@@ -29,14 +29,12 @@ def canonical_request(req: msgspec.Struct) -> bytes:
     body = msgspec.to_builtins(req)
     for name in _IGNORED:
         body.pop(name, None)
-    body.pop("options", None)
-    options = getattr(req, "options", None)
+    options = body.pop("options", None)
     if options is not None:  # only the options that differ from their defaults
-        defaults = type(options)()
-        changed = {f: getattr(options, f) for f in options.__struct_fields__
-                   if f not in _IGNORED_OPTIONS and getattr(options, f) != getattr(defaults, f)}
+        defaults = msgspec.to_builtins(type(msgspec.structs.asdict(req)["options"])())
+        changed = {f: v for f, v in options.items() if f not in _IGNORED_OPTIONS and v != defaults.get(f)}
         if changed:
-            body["options"] = msgspec.to_builtins(changed)
+            body["options"] = changed
     return msgspec.json.encode(body, order="sorted")
 
 

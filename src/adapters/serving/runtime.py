@@ -1,4 +1,11 @@
-"""The worker runtime: the served models, the device thread, loading and health."""
+"""The worker runtime: the served models, loading, and health.
+
+It builds nothing it depends on: the composition root (`app/container.py`) hands it the model
+store, the family and engine plugins, the device, the device thread, metrics, the result cache,
+the clock and the load-time readiness checks. Loading runs on a background thread: resolve the
+package, pick its family, load it on the device thread, check its surfaces' contracts, warm it
+up, probe batch invariance (R-BAT-5), start its scheduler loop, run the golden check (R-GOLD-1).
+"""
 
 from __future__ import annotations
 
@@ -6,26 +13,38 @@ import asyncio
 import gc
 import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Callable
+from typing import Any, Protocol
 
-from vllm_srun.adapters import model_store
-from vllm_srun.adapters.families.base import EngineFactory, LoadOptions
-from vllm_srun.adapters.families.registry import family_for
-from vllm_srun.adapters.readiness import golden
+from vllm_srun.adapters.contracts import Device, LoadContext, LoadedModel, ModelStore, Progress, quiet
+from vllm_srun.adapters.contracts import surface_contract_problems
+from vllm_srun.adapters.engines.registry import EngineRegistry
+from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
+from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
-from vllm_srun.adapters.readiness.probe import probe_model
-from vllm_srun.adapters.serving.result_cache import DEFAULT_RESULT_CACHE_ENTRIES, ResultCache
 from vllm_srun.adapters.serving.served import ServedModel, weights_sha256
 from vllm_srun.domain.engine_args import EngineArgs, resolve_limits
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound
 from vllm_srun.domain.planning import Budget, ForwardBatch
+from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.scheduler import Scheduler
 
 log = logging.getLogger("vllm_srun.runtime")
-Progress = Callable[[str], None]
+
+
+class ReadinessChecks(Protocol):
+    """The load-time checks (`adapters/readiness`): the probe and the golden check."""
+
+    def probe(self, model: LoadedModel) -> bool | None:
+        """R-BAT-5 on the device thread: batch-invariant? None: the family offers no probe."""
+        ...
+
+    async def golden(self, served: ServedModel) -> dict[str, Any]:
+        """R-GOLD-1 on the event loop: the card's `golden` entry (status `failed` is final)."""
+        ...
 
 
 def served_name(artifact: str) -> str:
@@ -36,36 +55,39 @@ def served_name(artifact: str) -> str:
 class Runtime:
     def __init__(
         self,
-        models: list[tuple[str, EngineArgs]],
+        models: Sequence[tuple[str, EngineArgs]],
         *,
-        device: str = "cpu",
+        store: ModelStore,
+        families: FamilyRegistry,
+        engines: EngineRegistry,
+        device: Device,
+        device_thread: DeviceThread,
+        metrics: RuntimeMetrics,
+        result_cache: ResultCache,
+        clock: Clock,
+        readiness: ReadinessChecks,
         engine: str = "auto",
         threads: int | None = None,
-        progress: Progress | None = None,
-        result_cache_entries: int | None = None,
-        check_golden: bool = True,
-        engines: EngineFactory | None = None,
+        progress: Progress = quiet,
     ) -> None:
-        self.device_name = device
-        self.engine = engine
-        if engines is None:  # the composition root passes its own; tests and tools get the default
-            from vllm_srun.adapters.engines.factory import default_engines
-
-            engines = default_engines()
+        self.store = store
+        self.families = families
         self.engines = engines
+        self.device = device
+        self.device_thread = device_thread
+        self.metrics = metrics
+        self.result_cache = result_cache  # one per worker (R-PERF-3)
+        self.clock = clock
+        self.readiness = readiness
+        self.engine = engine
         self.threads = threads
-        self.metrics = RuntimeMetrics()
-        self.device = DeviceThread(threads=threads)
-        self.progress = progress or (lambda msg: log.info("%s", msg))
-        entries = DEFAULT_RESULT_CACHE_ENTRIES if result_cache_entries is None else result_cache_entries
-        self.result_cache = ResultCache(entries, self.metrics.cache)  # one per worker (R-PERF-3)
-        self.check_golden = check_golden
+        self.progress = progress
         self.models: dict[str, ServedModel] = {}
         for artifact, args in models:
             name = served_name(artifact)
             if name in self.models:
                 raise InvalidRequest(f"model {name!r} is given twice")
-            self.models[name] = ServedModel(name=name, artifact=artifact, args=args, device=device, cache=self.result_cache)
+            self.models[name] = ServedModel(name=name, artifact=artifact, args=args, device=device.name, cache=result_cache)
         self.loaded = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -106,36 +128,40 @@ class Runtime:
     def _load(self, served: ServedModel) -> None:
         served.status = "loading"
         self.progress(f"load: resolving {served.artifact}")
-        folder = model_store.resolve(served.artifact, progress=self.progress)
+        folder = self.store.resolve(served.artifact, self.progress)
         served.folder = folder
-        family = family_for(folder)
+        family = self.families.family_for(folder)
         served.sha256 = weights_sha256(folder)  # before the load: engines key their caches by it
-        options = LoadOptions(device=self.device_name, engine=self.engine, args=served.args, threads=self.threads,
-                              engines=self.engines, package_sha256=served.sha256)
-        model = self.device.call(family.load, folder, options, self.progress)
+        context = LoadContext(device=self.device, args=served.args, engines=self.engines, engine=self.engine,
+                              threads=self.threads, package_sha256=served.sha256, cache_dir=self.store.engine_cache,
+                              progress=self.progress)
+        model = self.device_thread.call(family.load, folder, context)
+        problems = surface_contract_problems(model)
+        if problems:
+            raise ValueError(f"the {family.name} family's model {'; '.join(problems)}")
         served.model = model
-        served.limits = resolve_limits(served.args, self.device_name.split(":")[0], None)
+        served.plugins = [self.families.info(family.name).card()]
+        if model.engine.name in self.engines.names():
+            served.plugins.append(self.engines.info(model.engine.name).card())
+        served.limits = resolve_limits(served.args, self.device.kind, self.device.memory_total())
         served.status = "warming"
-        warm = getattr(model, "warm_up", None)
-        if warm is not None:
-            self.progress(f"load: warming {served.name}")
-            self.device.call(warm)
-        invariant = self.device.call(probe_model, model)  # R-BAT-5, before the scheduler exists
+        self.progress(f"load: warming {served.name}")
+        self.device_thread.call(model.warm_up)
+        invariant = self.device_thread.call(self.readiness.probe, model)  # R-BAT-5, before the scheduler exists
         if invariant is not None:
             model.batch_invariant = invariant
         assert self._loop is not None
-        asyncio.run_coroutine_threadsafe(self._attach_scheduler_loop(served), self._loop).result()
-        if self.check_golden and not self._golden_check(served, folder):
+        asyncio.run_coroutine_threadsafe(self._start_scheduler_loop(served), self._loop).result()
+        if not self._golden_check(served):
             return
         served.status = "ready"
         self.progress(f"load: {served.name} ready ({model.family}, {', '.join(sorted(model.surfaces))})")
 
-    def _golden_check(self, served: ServedModel, folder: Path) -> bool:
+    def _golden_check(self, served: ServedModel) -> bool:
         """R-GOLD-1: the recorded requests, twice, through the serving path. False: failed (final)."""
         assert self._loop is not None
         self.progress(f"load: golden check of {served.name}")
-        path = golden.find_golden(folder, served.artifact)
-        served.golden = asyncio.run_coroutine_threadsafe(golden.check(served, path, self.device_name), self._loop).result()
+        served.golden = asyncio.run_coroutine_threadsafe(self.readiness.golden(served), self._loop).result()
         status, reason = served.golden["status"], served.golden["reason"]
         self.progress(f"load: {served.name} golden {status}" + (f" ({reason})" if reason else ""))
         if status == "failed":
@@ -144,7 +170,7 @@ class Runtime:
             return False
         return True
 
-    async def _attach_scheduler_loop(self, served: ServedModel) -> None:
+    async def _start_scheduler_loop(self, served: ServedModel) -> None:
         model = served.model
         limits = served.limits
         assert model is not None and limits is not None
@@ -165,7 +191,7 @@ class Runtime:
             if batch.tokens:
                 self.metrics.batch_fill.observe(sum(r.tokens for r in batch.rows) / batch.tokens, labels)
 
-        served.scheduler_loop = SchedulerLoop(scheduler, model.run, self.device, on_forward=observe)
+        served.scheduler_loop = SchedulerLoop(scheduler, model.run, self.device_thread, clock=self.clock, on_forward=observe)
         served.scheduler_loop.start()
         self.metrics.queue_depth.set_function(lambda: float(scheduler.queued_rows), {"model": served.name})
 
@@ -173,10 +199,10 @@ class Runtime:
         for served in self.models.values():
             if served.scheduler_loop is not None:
                 await served.scheduler_loop.stop()
-        self.device.shutdown()
+        self.device_thread.shutdown()
 
     # ---- health ---------------------------------------------------------------------------
-    def health(self) -> tuple[bool, dict]:
+    def health(self) -> tuple[bool, dict[str, Any]]:
         statuses = {name: {"status": s.status, "reason": s.reason} for name, s in self.models.items()}
         ready = all(s.ready for s in self.models.values())
         if ready:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from vllm_srun.adapters.clock import MonotonicClock
 from vllm_srun.domain.errors import ForwardFailed
 from vllm_srun.domain.planning import ForwardBatch
 from vllm_srun.domain.ports import Clock
@@ -21,11 +21,6 @@ from vllm_srun.domain.scheduler import Scheduler
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 
 log = logging.getLogger("vllm_srun.scheduler_loop")
-
-
-class MonotonicClock:
-    def now(self) -> float:
-        return time.monotonic()
 
 
 @dataclass(slots=True)

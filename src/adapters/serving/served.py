@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
-from vllm_srun.adapters.families.base import LoadedModel
-from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop, ForwardStats
-from vllm_srun.domain.engine_args import EngineArgs, BatchingLimits
-from vllm_srun.domain.errors import Cancelled, DeadlineExceeded, NotReady, UnsupportedSurface
+from vllm_srun.adapters.cancellation import race
+from vllm_srun.adapters.contracts import LoadedModel
+from vllm_srun.adapters.schemas.common import MAX_INPUTS, ResponseMeta
+from vllm_srun.adapters.request_timing import RequestTiming
+from vllm_srun.adapters.serving.result_cache import ResultCache
+from vllm_srun.adapters.serving.scheduler_loop import ForwardStats, SchedulerLoop
+from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs
+from vllm_srun.domain.errors import NotReady, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
-
 
 # set while the readiness (golden) check runs a model's recorded requests through its surfaces:
 # the model may answer while `warming`, and the result cache is bypassed (R-GOLD-1)
 GOLDEN_CHECK: ContextVar[bool] = ContextVar("srun_golden_check", default=False)
+
+Disconnected = Callable[[], Awaitable[object]]
 
 
 def weights_sha256(folder: Path) -> str:
@@ -34,12 +39,17 @@ def weights_sha256(folder: Path) -> str:
     return digest.hexdigest()
 
 
+def _pending_golden() -> dict[str, Any]:
+    return {"status": "pending", "checked": 0, "matched": 0, "reason": None}
+
+
 @dataclass
 class ServedModel:
     name: str
     artifact: str
     args: EngineArgs
     device: str
+    cache: ResultCache | None = None  # the worker's result cache (R-PERF-3), shared by its models
     status: str = "starting"  # starting | loading | warming | ready | failed
     reason: str | None = None
     folder: Path | None = None
@@ -47,15 +57,15 @@ class ServedModel:
     scheduler_loop: SchedulerLoop | None = None
     limits: BatchingLimits | None = None
     sha256: str | None = None
-    golden: dict[str, Any] = field(default_factory=lambda: {"status": "pending", "checked": 0, "matched": 0, "reason": None})
-    extra_card: dict[str, Any] = field(default_factory=dict)
-    cache: Any = None  # the worker's ResultCache (R-PERF-3), shared by its models
+    golden: dict[str, Any] = field(default_factory=_pending_golden)
+    plugins: list[dict[str, str]] = field(default_factory=list)  # the family and engine plugins in use
 
     @property
     def ready(self) -> bool:
         return self.status == "ready"
 
-    def require_surface(self, surface: str) -> Any:
+    def require_surface(self, surface: str) -> LoadedModel:
+        """The model, when it is ready (or under its golden check) and lists SURFACE."""
         checking = self.status == "warming" and GOLDEN_CHECK.get()
         if self.model is None or not (self.ready or checking):
             raise NotReady(f"model {self.name!r} is {self.status}" + (f": {self.reason}" if self.reason else ""))
@@ -63,55 +73,40 @@ class ServedModel:
             raise UnsupportedSurface(f"model {self.name!r} does not serve {surface} (it serves {', '.join(sorted(self.model.surfaces))})")
         return self.model
 
-    async def run(
-        self,
-        rows: Sequence[RowSpec],
-        deadline_ms: float | None,
-        timing: Any,
-        disconnected: Callable[[], Awaitable[Any]] | None = None,
-    ) -> ForwardStats:
-        assert self.scheduler_loop is not None
-        work = asyncio.ensure_future(self.scheduler_loop.submit(rows))
-        waits: set[asyncio.Future] = {work}
-        watcher = asyncio.ensure_future(disconnected()) if disconnected is not None else None
-        if watcher is not None:
-            waits.add(watcher)
-        timeout = deadline_ms / 1000 if deadline_ms is not None else None
-        try:
-            done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if watcher is not None:
-                watcher.cancel()
-        if work not in done:
-            work.cancel()  # drops its rows that have not reached the device
-            try:
-                await work
-            except (asyncio.CancelledError, Exception):
-                pass
-            if watcher is not None and watcher in done:
-                raise Cancelled("the client went away")
-            raise DeadlineExceeded(f"no answer within options.deadline_ms={deadline_ms:g}")
-        outcome = work.result()
+    async def run(self, rows: Sequence[RowSpec], deadline_ms: float | None, timing: RequestTiming | None,
+                  disconnected: Disconnected | None = None) -> ForwardStats:
+        """The rows' outputs once the request's last row ran; drops them on deadline or disconnect."""
+        loop = self.scheduler_loop
+        assert loop is not None
+        stats = await race(
+            lambda: loop.submit(rows),
+            deadline_s=deadline_ms / 1000 if deadline_ms is not None else None,
+            disconnected=disconnected,
+            deadline_message=f"no answer within options.deadline_ms={deadline_ms:g}" if deadline_ms else "",
+        )
         if timing is not None:
-            timing.queue_ms = outcome.queue_s * 1000
-            timing.forward_ms = outcome.forward_s * 1000
-        return outcome
+            timing.queue_ms = stats.queue_s * 1000
+            timing.forward_ms = stats.forward_s * 1000
+        return stats
 
-    def meta(self, outcome: ForwardStats, rows: int) -> Any:
-        from vllm_srun.adapters.schemas.common import ResponseMeta
-
+    def meta(self, stats: ForwardStats | None, rows: int) -> ResponseMeta:
+        """`meta` of an answer (R-API-8); no stats: answered from the result cache."""
         model = self.model
         assert model is not None
+        if stats is None:
+            return ResponseMeta(numerics=model.numerics, dtype=model.dtype, device=model.device.name,
+                                engine=model.engine.name, queue_ms=0.0, forward_ms=0.0, forwards=0, rows=0,
+                                padded_tokens=0, cache_hit=True)
         return ResponseMeta(
             numerics=model.numerics,
             dtype=model.dtype,
-            device=model.device,
-            engine=model.engine,
-            queue_ms=round(outcome.queue_s * 1000, 3),
-            forward_ms=round(outcome.forward_s * 1000, 3),
-            forwards=outcome.forwards,
+            device=model.device.name,
+            engine=model.engine.name,
+            queue_ms=round(stats.queue_s * 1000, 3),
+            forward_ms=round(stats.forward_s * 1000, 3),
+            forwards=stats.forwards,
             rows=rows,
-            padded_tokens=outcome.padded_tokens,
+            padded_tokens=stats.padded_tokens,
         )
 
     def card(self) -> dict[str, Any]:
@@ -128,7 +123,7 @@ class ServedModel:
             "sha256": self.sha256,
             "dtype": model.dtype if model else self.args.dtype,
             "device": self.device,
-            "engine": model.engine if model else None,
+            "engine": model.engine.name if model else None,
             "numerics": model.numerics if model else None,
             "engine_args": {
                 "max_num_seqs": limits.max_num_seqs if limits else self.args.max_num_seqs,
@@ -138,21 +133,21 @@ class ServedModel:
                 "batch_window_ms": self.args.batch_window_ms,
                 "dtype": self.args.dtype,
                 # the value in force: a decision model's (family default on), False for families without the path
-                "enable_shared_context": getattr(model, "enable_shared_context", False) if model else self.args.enable_shared_context,
+                "enable_shared_context": model.enable_shared_context if model else self.args.enable_shared_context,
                 "max_model_len": self.args.max_model_len,
             },
-            "limits": {"max_input_tokens": model.max_input_tokens if model else None, "max_inputs": 2048},
+            "limits": {"max_input_tokens": model.max_input_tokens if model else None, "max_inputs": MAX_INPUTS},
             "caps": [
                 {"lane": lane.name, "accounting": lane.accounting.value, "cap_tokens": lane.cap_tokens, "cap_seconds": lane.cap_seconds}
                 for lane in (model.lanes if model else ())
             ],
             "golden": dict(self.golden),
+            "plugins": list(self.plugins),
             "status": self.status,
             "reason": self.reason,
             "ready": self.ready,
             "created": int(time.time()),
         }
         if model is not None:
-            card.update(model.describe())
-        card.update(self.extra_card)
+            card.update(model.card_section())
         return card

@@ -10,18 +10,28 @@ overlap}`); window probabilities are reduced by max per label.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from vllm_srun.adapters.contracts import TextClassifier
 from vllm_srun.adapters.families.encoder import LogitsRow
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
-from vllm_srun.adapters.serving.served import ServedModel
+from vllm_srun.adapters.schemas.encoder import (
+    ClassifyOptions,
+    ClassifyRequest,
+    ClassifyResponse,
+    ClassifyResult,
+    InputInfo,
+    Usage,
+    WindowOptions,
+    WindowSpan,
+)
+from vllm_srun.adapters.request_timing import RequestTiming
+from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
+from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.common import answer
 from vllm_srun.adapters.surfaces.overflow import Item, encode_items, overflow_mode, split_overflow_windows
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
 from vllm_srun.domain.rows import RowSpec
-from vllm_srun.adapters.schemas.encoder import ClassifyOptions, ClassifyRequest, ClassifyResponse, ClassifyResult, InputInfo, Usage, WindowOptions, WindowSpan
 
 DEFAULT_THRESHOLD = 0.5
 
@@ -50,8 +60,10 @@ def _label(p: np.ndarray, labels: list[str], multi_label: bool, threshold: float
     return [labels[j] for j in order if p[j] >= threshold]
 
 
-async def classify(served: ServedModel, req: ClassifyRequest, timing: Any, disconnected: Any = None) -> ClassifyResponse:
+async def classify(served: ServedModel, req: ClassifyRequest, timing: RequestTiming | None,
+                   disconnected: Disconnected | None = None) -> ClassifyResponse:
     model = served.require_surface("classify")
+    assert isinstance(model, TextClassifier)  # checked when the model loaded
     items = _items(req)
     options = req.options or ClassifyOptions()
     mode = overflow_mode(options)
@@ -68,10 +80,10 @@ async def classify(served: ServedModel, req: ClassifyRequest, timing: Any, disco
         groups = [[e] for e in encoded]
         full = [e.n_tokens for e in encoded]
 
-    async def compute() -> tuple[ClassifyResponse, Any, int]:
+    async def compute() -> tuple[ClassifyResponse, ForwardStats, int]:
         rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups for e in group]
-        outcome = await served.run(rows, options.deadline_ms, timing, disconnected)
-        probs = probabilities(np.stack(outcome.outputs), model.multi_label)
+        stats = await served.run(rows, options.deadline_ms, timing, disconnected)
+        probs = probabilities(np.stack(stats.outputs), model.multi_label)
         results, at = [], 0
         for i, group in enumerate(groups):
             part = probs[at: at + len(group)]
@@ -85,6 +97,6 @@ async def classify(served: ServedModel, req: ClassifyRequest, timing: Any, disco
         tokens = sum(r.tokens for r in rows)
         response = ClassifyResponse(model=served.name, labels=list(model.labels), results=results,
                                        usage=Usage(tokens, tokens), multi_label=model.multi_label)
-        return response, outcome, len(rows)
+        return response, stats, len(rows)
 
-    return await answer(served, "classify", req, compute)
+    return await answer(served, "classify", req, options, compute)

@@ -17,12 +17,14 @@ from typing import Any, Sequence
 
 from vllm_srun.adapters.families.decision_rows import AskedQuestion, PreparedQuestion, PreparedState, rows_for
 from vllm_srun.adapters.families.decision_rows import probabilities_per_question
+from vllm_srun.adapters.contracts import QuestionAnswerer
+from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
-from vllm_srun.adapters.serving.served import ServedModel
+from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.common import answer
 from vllm_srun.domain.errors import InvalidRequest, QuestionFailed, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
-from vllm_srun.adapters.schemas.decisions import BatchResult, DecisionAnswer, DecisionsBatchRequest, DecisionsBatchResponse, DecisionsOptions, DecisionsRequest, DecisionsResponse, DecisionsUsage, MAX_QUESTIONS, NoulCriteria, Question, QuestionErrorBody
+from vllm_srun.adapters.schemas.decisions import BatchResult, BoxQuestion, DecisionAnswer, DecisionsBatchRequest, DecisionsBatchResponse, DecisionsOptions, DecisionsRequest, DecisionsResponse, DecisionsUsage, MAX_QUESTIONS, NoulCriteria, Question, QuestionErrorBody
 
 NO_FORWARD = ForwardStats((), 0.0, 0.0, 0, 0)
 
@@ -31,7 +33,7 @@ def asked(questions: dict[str, Question]) -> list[AskedQuestion]:
     out = []
     for name, q in questions.items():
         kind = type(q).__struct_config__.tag
-        criteria: Any = getattr(q, "criteria", None)
+        criteria: Any = None if isinstance(q, BoxQuestion) else q.criteria
         if isinstance(criteria, NoulCriteria):
             criteria = {"true": criteria.true, "false": criteria.false}
         out.append(AskedQuestion(name, str(kind), q.instructions, criteria))
@@ -59,42 +61,50 @@ def _answers(prepared: PreparedState, probs: Sequence[Any]) -> dict[str, Decisio
     return {q.name: _answer(q, None if q.error is not None else next(it)) for q in prepared.questions}
 
 
-def _check(req: Any, states: int) -> None:
-    if getattr(req, "assets", None):
+def _check(req: DecisionsRequest | DecisionsBatchRequest, states: int) -> None:
+    if isinstance(req, DecisionsRequest) and req.assets:
         raise UnsupportedSurface("media assets need an image model; this model reads text only")
     if states * len(req.questions) > MAX_QUESTIONS:
         raise RequestTooLarge(f"states × questions is {states * len(req.questions)} (at most {MAX_QUESTIONS})")
 
 
-async def _run_states(served: ServedModel, model: Any, prepared: list[PreparedState], options: Any, timing: Any,
-                      disconnected: Any) -> tuple[list[dict[str, DecisionAnswer]], ForwardStats, int]:
-    """Every state's rows in one scheduler request; answers per state, the outcome, rows run."""
+async def _run_states(served: ServedModel, model: QuestionAnswerer, prepared: list[PreparedState], options: DecisionsOptions,
+                      timing: RequestTiming | None, disconnected: Disconnected | None) -> tuple[list[dict[str, DecisionAnswer]], ForwardStats, int]:
+    """Every state's rows in one scheduler request; answers per state, the stats, rows run."""
     rows: list[RowSpec] = []
     spans = []
     for p in prepared:
         own = rows_for(p, model.share(p))
         spans.append((len(rows), len(rows) + len(own)))
         rows += own
-    outcome = await served.run(rows, options.deadline_ms, timing, disconnected) if rows else NO_FORWARD
-    answers = [_answers(p, probabilities_per_question(rows[a:b], outcome.outputs[a:b])) for p, (a, b) in zip(prepared, spans)]
-    return answers, outcome, len(rows)
+    stats = await served.run(rows, options.deadline_ms, timing, disconnected) if rows else NO_FORWARD
+    answers = [_answers(p, probabilities_per_question(rows[a:b], stats.outputs[a:b])) for p, (a, b) in zip(prepared, spans)]
+    return answers, stats, len(rows)
 
 
 def _usage(prepared: PreparedState) -> DecisionsUsage:
     return DecisionsUsage(prepared.input_tokens, 0)
 
 
-async def decisions(served: ServedModel, req: DecisionsRequest, timing: Any, disconnected: Any = None) -> DecisionsResponse:
-    """/v1/decisions: question errors stay in place."""
+def answerer(served: ServedModel) -> QuestionAnswerer:
     model = served.require_surface("decisions")
+    assert isinstance(model, QuestionAnswerer)  # checked when the model loaded
+    return model
+
+
+async def decisions(served: ServedModel, req: DecisionsRequest, timing: RequestTiming | None,
+                    disconnected: Disconnected | None = None) -> DecisionsResponse:
+    """/v1/decisions: question errors stay in place."""
+    model = answerer(served)
     _check(req, 1)
     prepared = model.prepare(req.state, asked(req.questions))
     return await _single(served, model, req, prepared, timing, disconnected)
 
 
-async def systemone(served: ServedModel, req: DecisionsRequest, timing: Any, disconnected: Any = None) -> DecisionsResponse:
+async def systemone(served: ServedModel, req: DecisionsRequest, timing: RequestTiming | None,
+                    disconnected: Disconnected | None = None) -> DecisionsResponse:
     """/v1/systemone: a failed question fails the request with 400 `question_failed`."""
-    model = served.require_surface("decisions")
+    model = answerer(served)
     _check(req, 1)
     prepared = model.prepare(req.state, asked(req.questions))
     failed = [q for q in prepared.questions if q.error is not None]
@@ -106,21 +116,21 @@ async def systemone(served: ServedModel, req: DecisionsRequest, timing: Any, dis
     return await _single(served, model, req, prepared, timing, disconnected)
 
 
-async def _single(served: ServedModel, model: Any, req: DecisionsRequest, prepared: PreparedState, timing: Any,
-                  disconnected: Any) -> DecisionsResponse:
+async def _single(served: ServedModel, model: QuestionAnswerer, req: DecisionsRequest, prepared: PreparedState,
+                  timing: RequestTiming | None, disconnected: Disconnected | None) -> DecisionsResponse:
     options = req.options or DecisionsOptions()
 
     async def compute() -> tuple[DecisionsResponse, ForwardStats, int]:
-        answers, outcome, rows = await _run_states(served, model, [prepared], options, timing, disconnected)
-        return DecisionsResponse(model=served.name, answers=answers[0], usage=_usage(prepared)), outcome, rows
+        answers, stats, rows = await _run_states(served, model, [prepared], options, timing, disconnected)
+        return DecisionsResponse(model=served.name, answers=answers[0], usage=_usage(prepared)), stats, rows
 
-    return await answer(served, f"decisions:{model.cache_tag}", req, compute)
+    return await answer(served, f"decisions:{model.cache_tag}", req, options, compute)
 
 
-async def systemone_batches(served: ServedModel, req: DecisionsBatchRequest, timing: Any,
-                            disconnected: Any = None) -> DecisionsBatchResponse:
+async def systemone_batches(served: ServedModel, req: DecisionsBatchRequest, timing: RequestTiming | None,
+                            disconnected: Disconnected | None = None) -> DecisionsBatchResponse:
     """/v1/systemone/batches: many states, the same questions; question errors stay in place."""
-    model = served.require_surface("decisions")
+    model = answerer(served)
     _check(req, len(req.states))
     ids = [s.id for s in req.states]
     if len(set(ids)) != len(ids):
@@ -131,9 +141,9 @@ async def systemone_batches(served: ServedModel, req: DecisionsBatchRequest, tim
     options = req.options or DecisionsOptions()
 
     async def compute() -> tuple[DecisionsBatchResponse, ForwardStats, int]:
-        answers, outcome, rows = await _run_states(served, model, prepared, options, timing, disconnected)
+        answers, stats, rows = await _run_states(served, model, prepared, options, timing, disconnected)
         results = [BatchResult(i, a, _usage(p)) for i, a, p in zip(ids, answers, prepared)]
         total = DecisionsUsage(sum(r.usage.input_tokens for r in results), 0)
-        return DecisionsBatchResponse(model=served.name, results=results, usage=total), outcome, rows
+        return DecisionsBatchResponse(model=served.name, results=results, usage=total), stats, rows
 
-    return await answer(served, f"systemone_batches:{model.cache_tag}", req, compute)
+    return await answer(served, f"systemone_batches:{model.cache_tag}", req, options, compute)

@@ -1,18 +1,31 @@
-"""POST /v1/embeddings (R-API-1): inputs → rows → vectors, OpenAI-compatible."""
+"""POST /v1/embeddings (R-API-1): inputs → rows → vectors, OpenAI-compatible.
+
+What it needs of a model is the `TextEmbedder` contract (`adapters/contracts.py`).
+"""
 
 from __future__ import annotations
 
 import base64
-from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.serving.served import ServedModel
+from vllm_srun.adapters.contracts import TextEmbedder
+from vllm_srun.adapters.models.tokenization import Encoded
+from vllm_srun.adapters.schemas.common import MAX_INPUTS
+from vllm_srun.adapters.schemas.embeddings import (
+    Embedding,
+    EmbeddingsOptions,
+    EmbeddingsRequest,
+    EmbeddingsResponse,
+    EmbeddingsUsage,
+    TextInput,
+)
+from vllm_srun.adapters.request_timing import RequestTiming
+from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
+from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.common import answer
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
-from vllm_srun.adapters.schemas.common import MAX_INPUTS
-from vllm_srun.adapters.schemas.embeddings import Embedding, EmbeddingsOptions, EmbeddingsRequest, EmbeddingsResponse, EmbeddingsUsage, TextInput
 
 
 def _texts(req: EmbeddingsRequest) -> list[str]:
@@ -30,8 +43,15 @@ def _texts(req: EmbeddingsRequest) -> list[str]:
     return texts
 
 
-async def embeddings(served: ServedModel, req: EmbeddingsRequest, timing: Any, disconnected: Any = None) -> EmbeddingsResponse:
+def embedder(served: ServedModel) -> TextEmbedder:
     model = served.require_surface("embeddings")
+    assert isinstance(model, TextEmbedder)  # checked when the model loaded
+    return model
+
+
+async def embeddings(served: ServedModel, req: EmbeddingsRequest, timing: RequestTiming | None,
+                     disconnected: Disconnected | None = None) -> EmbeddingsResponse:
+    model = embedder(served)
     texts = _texts(req)
     options = req.options or EmbeddingsOptions()
     if req.dimensions is not None and req.dimensions > model.dimensions:
@@ -45,18 +65,19 @@ async def embeddings(served: ServedModel, req: EmbeddingsRequest, timing: Any, d
             )
     rows = [RowSpec(len(enc.ids), enc) for enc in encoded]
 
-    async def compute() -> tuple[EmbeddingsResponse, Any, int]:
-        outcome = await served.run(rows, options.deadline_ms, timing, disconnected)
-        return _response(served, model, req, encoded, outcome), outcome, len(rows)
+    async def compute() -> tuple[EmbeddingsResponse, ForwardStats, int]:
+        stats = await served.run(rows, options.deadline_ms, timing, disconnected)
+        return _response(served, model, req, encoded, stats), stats, len(rows)
 
-    return await answer(served, "embeddings", req, compute)
+    return await answer(served, "embeddings", req, options, compute)
 
 
-def _response(served: ServedModel, model: Any, req: EmbeddingsRequest, encoded: list[Any], outcome: Any) -> EmbeddingsResponse:
-    vectors = np.stack(outcome.outputs).astype(np.float32, copy=False)
+def _response(served: ServedModel, model: TextEmbedder, req: EmbeddingsRequest, encoded: list[Encoded],
+              stats: ForwardStats) -> EmbeddingsResponse:
+    vectors = np.stack(stats.outputs).astype(np.float32, copy=False)
     if req.dimensions is not None and req.dimensions < vectors.shape[1]:
         vectors = vectors[:, : req.dimensions]
-        if model.pooling.normalize:
+        if model.normalized:
             vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     if req.encoding_format == "base64":
         data = [

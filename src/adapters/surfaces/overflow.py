@@ -7,9 +7,12 @@ in every window and slides over its `text_pair` (the document). Each window is o
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from collections.abc import Sequence
+from typing import Union
+
+from vllm_srun.adapters.contracts import PairScorer
+from vllm_srun.adapters.schemas.encoder import ClassifyOptions, RerankOptions
 
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
@@ -31,10 +34,9 @@ class WindowedInput:
     n_tokens: int  # the whole input's length, special tokens included
 
 
-def overflow_mode(options: Any) -> str:
+def overflow_mode(options: ClassifyOptions | RerankOptions) -> str:
     """The request's overflow mode; `window` settings imply (and need) `overflow: window`."""
-    mode = getattr(options, "overflow", None)
-    window = getattr(options, "window", None)
+    mode, window = options.overflow, options.window
     if mode is None:
         return "window" if window is not None else "reject"
     if window is not None and mode != "window":
@@ -42,7 +44,7 @@ def overflow_mode(options: Any) -> str:
     return mode
 
 
-def encode_items(model: Any, items: Sequence[Item], *, truncate: bool, max_length: int | None = None) -> list[Encoded]:
+def encode_items(model: PairScorer, items: Sequence[Item], *, truncate: bool, max_length: int | None = None) -> list[Encoded]:
     """One row per input (texts and pairs may mix); over-long inputs are rejected unless TRUNCATE."""
     limit = min(max_length or model.max_input_tokens, model.max_input_tokens)
     out: list[Encoded | None] = [None] * len(items)
@@ -67,22 +69,7 @@ def encode_items(model: Any, items: Sequence[Item], *, truncate: bool, max_lengt
     return out  # type: ignore[return-value]
 
 
-def _windowing_tokenizer(model: Any, length: int, overlap: int, pair: bool) -> tuple[Any, threading.Lock]:
-    from tokenizers import Tokenizer
-
-    cache = model.__dict__.setdefault("_srun_windowers", {})
-    key = (length, overlap, pair)
-    if key not in cache:
-        if len(cache) >= 16:
-            cache.pop(next(iter(cache)))
-        tok = Tokenizer.from_str(model.tokenizer.tokenizer.to_str())
-        tok.no_padding()
-        tok.enable_truncation(length, stride=overlap, strategy="only_second" if pair else "longest_first")
-        cache[key] = (tok, threading.Lock())
-    return cache[key]
-
-
-def split_overflow_windows(model: Any, items: Sequence[Item], tokens: int, overlap: int) -> list[WindowedInput]:
+def split_overflow_windows(model: PairScorer, items: Sequence[Item], tokens: int, overlap: int) -> list[WindowedInput]:
     """Every input as one or more windows of at most TOKENS tokens."""
     if tokens > model.max_input_tokens:
         raise InvalidRequest(f"options.window.tokens {tokens} is over the model's limit of {model.max_input_tokens}")
@@ -98,7 +85,7 @@ def split_overflow_windows(model: Any, items: Sequence[Item], tokens: int, overl
             raise InvalidRequest(f"input[{i}]: a window of {tokens} tokens leaves no room for text" + (" after `text`" if pair else ""))
         if overlap >= room:
             raise InvalidRequest(f"input[{i}]: options.window.overlap {overlap} must be below the {room} text tokens a window holds")
-        tok, lock = _windowing_tokenizer(model, tokens, overlap, pair)
+        tok, lock = model.tokenizer.windowing(tokens, overlap, pair)
         with lock:
             first = tok.encode(*item) if pair else tok.encode(item)
         windows = []

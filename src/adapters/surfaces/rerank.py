@@ -15,9 +15,12 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from vllm_srun.adapters.contracts import PairScorer
 from vllm_srun.adapters.families.encoder import LogitsRow
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
-from vllm_srun.adapters.serving.served import ServedModel
+from vllm_srun.adapters.request_timing import RequestTiming
+from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
+from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.common import answer
 from vllm_srun.adapters.surfaces.overflow import encode_items, overflow_mode, split_overflow_windows
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
@@ -37,14 +40,16 @@ def _text(doc: str | dict[str, Any], rank_fields: list[str] | None, i: int) -> s
     return "\n".join(f"{f}: {doc[f]}" for f in fields)
 
 
-def _cut(model: Any, text: str, max_tokens: int) -> str:
+def _cut(model: PairScorer, text: str, max_tokens: int) -> str:
     """TEXT cut after its first MAX_TOKENS tokens (Cohere's max_tokens_per_doc)."""
     enc = model.tokenizer.tokenizer.encode(text, add_special_tokens=False)
     return text if len(enc.ids) <= max_tokens else text[: enc.offsets[max_tokens - 1][1]]
 
 
-async def rerank(served: ServedModel, req: RerankRequest, timing: Any, disconnected: Any = None) -> RerankResponse:
+async def rerank(served: ServedModel, req: RerankRequest, timing: RequestTiming | None,
+                 disconnected: Disconnected | None = None) -> RerankResponse:
     model = served.require_surface("rerank")
+    assert isinstance(model, PairScorer)  # checked when the model loaded
     if len(req.documents) > MAX_INPUTS:
         raise RequestTooLarge(f"too many documents: {len(req.documents)} (at most {MAX_INPUTS})")
     texts = [_text(d, req.rank_fields, i) for i, d in enumerate(req.documents)]
@@ -61,10 +66,10 @@ async def rerank(served: ServedModel, req: RerankRequest, timing: Any, disconnec
     else:
         groups = [[e] for e in encode_items(model, pairs, truncate=mode == "truncate")]
 
-    async def compute() -> tuple[RerankResponse, Any, int]:
+    async def compute() -> tuple[RerankResponse, ForwardStats, int]:
         rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups for e in group]
-        outcome = await served.run(rows, options.deadline_ms, timing, disconnected)
-        logits = np.stack(outcome.outputs).astype(np.float64)[:, 0]
+        stats = await served.run(rows, options.deadline_ms, timing, disconnected)
+        logits = np.stack(stats.outputs).astype(np.float64)[:, 0]
         scores = 1.0 / (1.0 + np.exp(-logits))
         best, at = [], 0
         for group in groups:
@@ -73,9 +78,9 @@ async def rerank(served: ServedModel, req: RerankRequest, timing: Any, disconnec
         order = sorted(range(len(best)), key=lambda i: (-best[i], i))
         results = [RerankResult(i, best[i]) for i in order]
         tokens = sum(r.tokens for r in rows)
-        return RerankResponse(model=served.name, results=results, usage=Usage(tokens, tokens)), outcome, len(rows)
+        return RerankResponse(model=served.name, results=results, usage=Usage(tokens, tokens)), stats, len(rows)
 
-    response = await answer(served, "rerank", req, compute)
+    response = await answer(served, "rerank", req, options, compute)
     results = response.results[: req.top_n] if req.top_n is not None else response.results
     if req.return_documents:
         results = [

@@ -11,17 +11,25 @@ from typing import Any, Callable
 
 import msgspec
 
+from dependency_injector import providers
+
+from vllm_srun.adapters.contracts import ModelStore
+from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.readiness import golden
+from vllm_srun.app.container import worker_container
 from vllm_srun.domain.dtypes import device_class
 from vllm_srun.domain.engine_args import EngineArgs
 
 
-async def _answers(folder: Path, requests: list[dict[str, Any]], device: str, dtype: str,
-                   engine: str) -> tuple[list[Any], dict[str, Any]]:
-    from vllm_srun.adapters.serving.runtime import Runtime
-
-    runtime = Runtime([(str(folder), EngineArgs(batch_window_ms=0.0, dtype=dtype))], device=device, engine=engine,
-                      progress=lambda _msg: None, result_cache_entries=0, check_golden=False)
+async def _answers(folder: Path, requests: list[dict[str, Any]], device: str, dtype: str, engine: str,
+                   families: FamilyRegistry | None, store: ModelStore | None) -> tuple[list[Any], dict[str, Any]]:
+    container = worker_container([(str(folder), EngineArgs(batch_window_ms=0.0, dtype=dtype))], device=device,
+                                 engine=engine, result_cache_entries=0, check_golden=False)
+    if families is not None:
+        container.families.override(providers.Object(families))
+    if store is not None:
+        container.store.override(providers.Object(store))
+    runtime = container.runtime()
     loop = asyncio.get_running_loop()
     runtime.start_loading(loop)
     await loop.run_in_executor(None, runtime.loaded.wait)
@@ -34,18 +42,19 @@ async def _answers(folder: Path, requests: list[dict[str, Any]], device: str, dt
         if msgspec.json.encode(first) != msgspec.json.encode(second):
             raise RuntimeError(f"{folder}: the same requests answered differently twice; not recording")
         assert served.model is not None
-        ref = {"device": device_class(device), "dtype": served.model.dtype, "engine": served.model.engine}
+        ref = {"device": device_class(device), "dtype": served.model.dtype, "engine": served.model.engine.name}
         return first, ref
     finally:
         await runtime.stop()
 
 
 def record_golden(folder: Path, requests: list[dict[str, Any]], *, out: Path | None = None, device: str = "cpu",
-                  dtype: str = "auto", engine: str = "auto", progress: Callable[[str], None] | None = None) -> Path:
+                  dtype: str = "auto", engine: str = "auto", progress: Callable[[str], None] | None = None,
+                  families: FamilyRegistry | None = None, store: ModelStore | None = None) -> Path:
     """Write (or update) the golden file of FOLDER (or OUT) with answers computed here."""
     folder = Path(folder)
     out = Path(out) if out is not None else folder / golden.GOLDEN_FILE
-    answers, ref = asyncio.run(_answers(folder, requests, device, dtype, engine))
+    answers, ref = asyncio.run(_answers(folder, requests, device, dtype, engine, families, store))
     doc: dict[str, Any] = {"format": golden.FORMAT, "requests": requests, "references": []}
     if out.exists():
         old = json.loads(out.read_text(encoding="utf-8"))
@@ -67,14 +76,14 @@ MINILM_REQUESTS: list[dict[str, Any]] = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m vllm_srun.adapters.readiness.golden_record MODEL OUT [--requests FILE] [--dtype D]
+    """python -m vllm_srun.app.golden_record MODEL OUT [--requests FILE] [--dtype D]
 
     How `families/golden/all-MiniLM-L6-v2.json` was made: MODEL all-MiniLM-L6-v2 with the default
     requests (MINILM_REQUESTS). Re-recording an existing OUT keeps its requests unless given.
     """
     import argparse
 
-    from vllm_srun.adapters.model_store import resolve
+    from vllm_srun.adapters.model_store import LocalModelStore
 
     parser = argparse.ArgumentParser(prog="golden_record")
     parser.add_argument("model")
@@ -88,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         requests = json.loads(ns.out.read_text(encoding="utf-8"))["requests"]
     else:
         requests = MINILM_REQUESTS
-    record_golden(resolve(ns.model), requests, out=ns.out, dtype=ns.dtype, progress=print)
+    record_golden(LocalModelStore.from_env().resolve(ns.model), requests, out=ns.out, dtype=ns.dtype, progress=print)
     return 0
 
 

@@ -1,0 +1,429 @@
+"""The contracts between the serving core and everything that plugs into it.
+
+The serving core (`adapters/serving`, `adapters/readiness`, `adapters/http`, `adapters/surfaces`)
+relies on these declarations and on nothing else of a family or an engine:
+
+- a **family** plugin (`Family`) recognises a package, describes it without loading weights,
+  and loads it into a `LoadedModel`: the surfaces it serves, its lanes, its forward (`run`),
+  warm-up, probe rows, golden file and card section;
+- the loaded model runs its forwards on an **engine** (`Engine`), built by an engine plugin
+  (`EnginePlugin`) that the family asks for through `LoadContext.engines`; a family never
+  imports an engine module;
+- on a **device** (`Device`): kind, index, memory, native dtypes, synchronize;
+- packages come from a **model store** (`ModelStore`), time from the domain's `Clock`;
+- media inputs (images, videos) are decoded by a `MediaDecoder`.
+
+A surface (`/v1/embeddings`, `/v1/classify`, `/v1/rerank`, `/v1/decisions`) states what it
+needs of a model as a Protocol of its own (`TextEmbedder`, `TextClassifier`, `PairScorer`,
+`QuestionAnswerer`); a model that lists the surface implements it, and the runtime checks that
+at load (`surface_contract_problems`), so a family that forgets one fails to load with a reason
+instead of failing requests.
+
+Families and engines are found through package entry points (`adapters/plugins.py`); the
+composition root (`app/container.py`) wires the rest. The domain keeps its own pure ports
+(`domain/ports.py`). Fakes of every contract live in `tests/fakes.py` and `tests/fake_family.py`;
+`docs/design.md` walks through adding a family or an engine.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.lanes import Accounting, Lane
+from vllm_srun.domain.ports import Clock
+
+if TYPE_CHECKING:  # types only: the contracts import no family code
+    from vllm_srun.adapters.families.decision_rows import AskedQuestion, PreparedState
+    from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
+
+__all__ = [
+    "as_decoder_engine",
+    "as_encoder_engine",
+    "Clock",
+    "Device",
+    "Engine",
+    "EnginePlugin",
+    "DecoderEngine",
+    "EncoderEngine",
+    "EngineRefused",
+    "EngineRequest",
+    "EngineSelector",
+    "Family",
+    "LoadContext",
+    "LoadedModel",
+    "MediaDecoder",
+    "MediaLimits",
+    "ModelStore",
+    "PackageInfo",
+    "PairScorer",
+    "Progress",
+    "QuestionAnswerer",
+    "SURFACE_CONTRACTS",
+    "TextClassifier",
+    "TextEmbedder",
+    "quiet",
+    "surface_contract_problems",
+]
+
+Progress = Callable[[str], None]
+
+
+def quiet(_message: str) -> None:
+    """A Progress that prints nothing."""
+
+
+# ---- devices ----------------------------------------------------------------------------------
+class Device(Protocol):
+    """Where a model's weights live and its forwards run."""
+
+    @property
+    def kind(self) -> str:
+        """`cpu`, `cuda`, `rocm`, `mps`, or a plugin's kind."""
+        ...
+
+    @property
+    def index(self) -> int | None:
+        """The device's index within its kind (`cuda:1` → 1); None for the CPU and MPS."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """As asked for and shown in the card: `cpu`, `cuda:0`, `rocm:1`, `mps`."""
+        ...
+
+    @property
+    def torch_device(self) -> str:
+        """What torch calls it (`rocm:1` is `cuda:1` to torch's HIP build)."""
+        ...
+
+    @property
+    def native_dtypes(self) -> frozenset[str]:
+        """Dtypes it computes in natively (float32 always; bfloat16/float16 where it has kernels)."""
+        ...
+
+    def memory_total(self) -> int | None:
+        """Bytes of device memory; None when the device reports none (CPU, MPS, plugin devices)."""
+        ...
+
+    def memory_free(self) -> int | None:
+        """Bytes free now; None when the device reports none."""
+        ...
+
+    def synchronize(self) -> None:
+        """Wait until queued work finished (timings on asynchronous devices)."""
+        ...
+
+
+# ---- engines ----------------------------------------------------------------------------------
+class Engine(Protocol):
+    """What runs a loaded model's forwards: our torch code (`native`), ONNX Runtime, a plugin's.
+
+    Family-specific forwards extend it (the encoder family's `embed`/`classify_logits`, the
+    decision family's decoder calls); the serving core reads only what is declared here.
+    """
+
+    @property
+    def name(self) -> str:
+        """The card's `engine` (equal to the name of the plugin that built it)."""
+        ...
+
+    @property
+    def accounting(self) -> Accounting:
+        """How the planner counts this engine's forwards (R-BAT-2): padded or packed."""
+        ...
+
+    @property
+    def kernel_switch_tokens(self) -> int | None:
+        """Counted tokens past which forwards run other kernels; None: the same kernels at every
+        size. The batch-invariance probe is conclusive only when this is at least R-BAT-5's 512."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Card fields, e.g. `{"kernels": {"linear": "onednn_packed", "reason": ...}}`."""
+        ...
+
+
+@runtime_checkable
+class EncoderEngine(Engine, Protocol):
+    """The encoder family's forward: tokenized rows (`Encoded`) in, float32 arrays out."""
+
+    def embed(self, batch: Sequence[Encoded]) -> Any:
+        """Pooled (and normalized when configured) embeddings, [rows, dimensions]."""
+        ...
+
+    def classify_logits(self, batch: Sequence[Encoded]) -> Any:
+        """Sequence-classification logits, [rows, labels]."""
+        ...
+
+
+@runtime_checkable
+class DecoderEngine(Engine, Protocol):
+    """The decision family's forward over a decoder LM (R-SC branch layout included)."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def logits_at(self, input_ids: Any, positions: Any) -> Any:
+        """Next-token logits of each row at its position, [rows, vocab]."""
+        ...
+
+    def prefix_kv(self, state_ids: Sequence[int]) -> Any:
+        """The state's keys and values, computed once for its branches."""
+        ...
+
+    def branch_logits(self, state: Any, branches: Sequence[Sequence[int]], *, chunk: int) -> Any:
+        """Each branch's next-token logits after the shared state, [branches, vocab]."""
+        ...
+
+
+class EngineRefused(ValueError):
+    """An engine plugin cannot serve this model here (one line saying why)."""
+
+
+def as_encoder_engine(engine: Engine) -> EncoderEngine:
+    """ENGINE as an encoder forward, or EngineRefused when it has none."""
+    if not isinstance(engine, EncoderEngine):
+        raise EngineRefused(f"the {engine.name} engine has no encoder forward")
+    return engine
+
+
+def as_decoder_engine(engine: Engine) -> DecoderEngine:
+    """ENGINE as a decoder forward, or EngineRefused when it has none."""
+    if not isinstance(engine, DecoderEngine):
+        raise EngineRefused(f"the {engine.name} engine has no decoder forward")
+    return engine
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """What a family asks an engine plugin to serve."""
+
+    kind: str  # the forward's kind: "encoder", "decoder", or a plugin family's own
+    model: Any  # the family's loaded model code (e.g. a ReferenceEncoder, a DecoderLM)
+    device: Device
+    threads: int | None = None
+    package_sha256: str | None = None  # keys what the engine caches for this package
+    package_graph: Path | None = None  # a graph the package ships (e.g. model.onnx)
+    largest_forward_tokens: int = 4096  # the family's cap on one forward (kernel plans measure up to it)
+    cache_dir: Path | None = None  # where engines keep exported graphs and kernel timings
+
+
+class EnginePlugin(Protocol):
+    """An entry point of group `vllm_srun.engines`: builds engines of one name."""
+
+    name: str
+
+    def build(self, request: EngineRequest, progress: Progress) -> Engine:
+        """The engine serving REQUEST; raises EngineRefused when it cannot (kind or device)."""
+        ...
+
+
+class EngineSelector(Protocol):
+    """Picks the engine plugin `--engine` names (`auto`: the first that accepts) and builds."""
+
+    def build(self, requested: str, request: EngineRequest, progress: Progress) -> Engine: ...
+
+
+# ---- families ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PackageInfo:
+    """What a family tells about a package without loading its weights."""
+
+    family: str
+    surfaces: frozenset[str]
+    max_input_tokens: int | None = None  # the package's own input limit; None: known after load
+    # family-specific engine args this package takes beyond the batching ones (e.g. max_model_len)
+    engine_args: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class LoadContext:
+    """Everything a family's `load` gets from the runtime."""
+
+    device: Device
+    args: EngineArgs
+    engines: EngineSelector
+    engine: str = "auto"  # `--engine`
+    threads: int | None = None
+    package_sha256: str | None = None
+    cache_dir: Path | None = None
+    progress: Progress = quiet
+
+    def engine_request(self, kind: str, model: Any, **extra: Any) -> EngineRequest:
+        return EngineRequest(kind=kind, model=model, device=self.device, threads=self.threads,
+                             package_sha256=self.package_sha256, cache_dir=self.cache_dir, **extra)
+
+    def build_engine(self, kind: str, model: Any, **extra: Any) -> Engine:
+        return self.engines.build(self.engine, self.engine_request(kind, model, **extra), self.progress)
+
+
+class LoadedModel(abc.ABC):
+    """A loaded package, ready to run forwards. Attributes are set by the family's `load`."""
+
+    family: str
+    surfaces: frozenset[str]
+    lanes: tuple[Lane, ...]  # rows of different lanes never share a forward (R-BAT-6)
+    dtype: str
+    device: Device
+    engine: Engine
+    max_input_tokens: int
+    batch_invariant: bool = False  # set from the batch-invariance probe (R-BAT-5)
+    enable_shared_context: bool = False  # in force (R-SC); False for families without the path
+    cache_tag: str = ""  # what besides the weights decides an answer (keys the result cache)
+    golden_file: Path | None = None  # the package's recorded requests and answers (R-GOLD-1)
+
+    @abc.abstractmethod
+    def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
+        """One forward (on the device thread): one output per payload, in order."""
+
+    def warm_up(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """Run once at load, before the probe and the golden check (build kernels, caches)."""
+
+    def probe_payloads(self) -> Sequence[Any]:
+        """Rows of the first lane, of mixed lengths, for the batch-invariance probe; () for none."""
+        return ()
+
+    def card_section(self) -> dict[str, Any]:
+        """Family-specific card fields (R-API-6)."""
+        return {}
+
+    @property
+    def numerics(self) -> str:
+        return "exact" if self.batch_invariant else "approximate"
+
+
+class Family(abc.ABC):
+    """An entry point of group `vllm_srun.families` (R-PKG-2)."""
+
+    name: ClassVar[str]
+    fixture_variants: ClassVar[tuple[str, ...]] = ()  # `vllm-srun fixture --variant` choices
+
+    @abc.abstractmethod
+    def detect(self, folder: Path) -> bool:
+        """Whether this family reads the package in FOLDER (from its config, not its weights)."""
+
+    @abc.abstractmethod
+    def describe(self, folder: Path) -> PackageInfo:
+        """The package's surfaces and limits, without loading weights (used before any load)."""
+
+    @abc.abstractmethod
+    def load(self, folder: Path, context: LoadContext) -> LoadedModel:
+        """Load the package (on the device thread); raise ValueError with one line to refuse."""
+
+    def write_fixture(self, out: Path, variant: str | None, seed: int) -> list[dict[str, Any]]:
+        """Write a tiny random-weight package into OUT (R-PKG-3); return the requests
+        (`{surface, body}`) its golden file records."""
+        raise ValueError(f"the {self.name} family writes no fixtures")
+
+
+# ---- what each surface needs of a model -------------------------------------------------------
+@runtime_checkable
+class TextEmbedder(Protocol):
+    """`/v1/embeddings` over text: tokenize, one row per input (payload: the `Encoded`), one
+    vector of `dimensions` floats per row."""
+
+    dimensions: int
+    normalized: bool
+    max_input_tokens: int
+
+    def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[Encoded]: ...
+
+
+@runtime_checkable
+class TextClassifier(Protocol):
+    """`/v1/classify`: one row per input or overflow window (payload: `LogitsRow`), one logit
+    per label."""
+
+    labels: list[str]
+    multi_label: bool
+    max_input_tokens: int
+    tokenizer: TextTokenizer
+
+
+@runtime_checkable
+class PairScorer(Protocol):
+    """`/v1/rerank`: one (query, document) row per document (payload: `LogitsRow`), one logit."""
+
+    max_input_tokens: int
+    tokenizer: TextTokenizer
+
+
+@runtime_checkable
+class QuestionAnswerer(Protocol):
+    """`/v1/decisions` (and the SystemOne paths): prepared questions in, answer-token
+    probabilities out (rows laid out by `families/decision_rows.rows_for`)."""
+
+    cache_tag: str
+
+    def prepare(self, state: Any, questions: Sequence[AskedQuestion]) -> PreparedState: ...
+
+    def share(self, prepared: PreparedState) -> bool: ...
+
+
+# the contract a model must implement to list a surface
+SURFACE_CONTRACTS: dict[str, type] = {
+    "embeddings": TextEmbedder,
+    "classify": TextClassifier,
+    "rerank": PairScorer,
+    "decisions": QuestionAnswerer,
+}
+
+
+def surface_contract_problems(model: LoadedModel) -> list[str]:
+    """One line per listed surface whose contract MODEL does not implement (or that is unknown)."""
+    problems = []
+    for surface in sorted(model.surfaces):
+        contract = SURFACE_CONTRACTS.get(surface)
+        if contract is None:
+            problems.append(f"lists unknown surface {surface!r} (known: {', '.join(sorted(SURFACE_CONTRACTS))})")
+        elif not isinstance(model, contract):
+            problems.append(f"lists surface {surface!r} but does not implement {contract.__name__}")
+    return problems
+
+
+# ---- stores and media -------------------------------------------------------------------------
+class ModelStore(Protocol):
+    """Resolves a model argument to a package folder (R-PKG-1, R-PKG-4)."""
+
+    @property
+    def root(self) -> Path: ...
+
+    @property
+    def engine_cache(self) -> Path:
+        """Where engines keep what they derive from packages (exported graphs, kernel timings)."""
+        ...
+
+    def resolve(self, artifact: str, progress: Progress) -> Path:
+        """A path, a stored name or a catalog name → a folder; raises ModelNotFound."""
+        ...
+
+    def pull(self, name: str, progress: Progress) -> Path:
+        """Place a catalog model in the store; raises ModelNotFound."""
+        ...
+
+
+@dataclass(frozen=True)
+class MediaLimits:
+    """Bounds checked before pixels are decoded (R-MEDIA)."""
+
+    max_bytes: int
+    max_pixels: int
+    max_frames: int = 0
+    max_duration_s: float = 0.0
+
+
+class MediaDecoder(Protocol):
+    """Turns image and video bytes into RGB frames (used by the multimodal family, R-MEDIA)."""
+
+    def image(self, data: bytes, limits: MediaLimits) -> Any:
+        """One RGB image; raises ValueError with one line for bad or oversize media."""
+        ...
+
+    def video_frames(self, data: bytes, frames: int, limits: MediaLimits) -> list[Any]:
+        """FRAMES RGB frames sampled uniformly over the video's duration."""
+        ...

@@ -1,0 +1,24 @@
+"""One request's timing (parse, queue, forward, total in ms), filled as it is served and sent
+back as `Server-Timing` by the HTTP adapter."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+SCOPE_KEY = "srun_timing"  # where the HTTP adapter keeps it in the ASGI scope
+
+
+@dataclass(slots=True)
+class RequestTiming:
+    start: float = field(default_factory=time.perf_counter)
+    parse_ms: float = 0.0
+    queue_ms: float = 0.0
+    forward_ms: float = 0.0
+
+    def header(self) -> str:
+        total = (time.perf_counter() - self.start) * 1000
+        return (
+            f"parse;dur={self.parse_ms:.3f}, queue;dur={self.queue_ms:.3f}, "
+            f"forward;dur={self.forward_ms:.3f}, total;dur={total:.3f}"
+        )

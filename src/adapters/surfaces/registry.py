@@ -1,0 +1,52 @@
+"""The surfaces' routes: the wire table (`schemas/routes.py`) with each path's handler.
+
+The HTTP app builds its POST routes from this table, and the golden check (R-GOLD-1) runs
+recorded requests through the same handlers, so the readiness check and the HTTP app never
+depend on each other. A handler is `async (served, request, timing, disconnected) -> Struct`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import msgspec
+
+from vllm_srun.adapters.schemas.routes import SURFACE_SCHEMAS, SurfaceSchema
+from vllm_srun.adapters.surfaces import decisions
+from vllm_srun.adapters.surfaces.classify import classify
+from vllm_srun.adapters.surfaces.embeddings import embeddings
+from vllm_srun.adapters.surfaces.rerank import rerank
+
+SurfaceHandler = Callable[..., Awaitable[msgspec.Struct]]
+
+HANDLERS: dict[str, SurfaceHandler] = {
+    "/v1/embeddings": embeddings,
+    "/v1/classify": classify,
+    "/v1/rerank": rerank,
+    "/v2/rerank": rerank,
+    "/v1/decisions": decisions.decisions,
+    "/v1/systemone": decisions.systemone,
+    "/v1/systemone/batches": decisions.systemone_batches,
+}
+
+
+@dataclass(frozen=True)
+class SurfaceRoute:
+    schema: SurfaceSchema
+    handler: SurfaceHandler
+
+    @property
+    def path(self) -> str:
+        return self.schema.path
+
+    @property
+    def surface(self) -> str:
+        return self.schema.surface
+
+    @property
+    def decoder(self) -> msgspec.json.Decoder:  # type: ignore[type-arg]  # decodes any of the request types
+        return self.schema.decoder
+
+
+SURFACE_ROUTES: tuple[SurfaceRoute, ...] = tuple(SurfaceRoute(s, HANDLERS[s.path]) for s in SURFACE_SCHEMAS)
