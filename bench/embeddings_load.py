@@ -44,13 +44,13 @@ def offline_ceiling(texts: list[str], batch: int = 32) -> float:
     from vllm_srun.adapters.models.tokenization import TextTokenizer
 
     folder = LocalModelStore.from_env().resolve("all-MiniLM-L6-v2")
-    runner = ReferenceEncoder.from_folder(folder)
+    reference = ReferenceEncoder.from_folder(folder)
     tok = TextTokenizer.from_folder(folder)
-    runner.embed(tok.encode(texts[:8], max_length=256, truncate=True))  # warm-up
+    reference.embed(tok.encode(texts[:8], max_length=256, truncate=True))  # warm-up
     start = time.perf_counter()
     encoded = sorted(tok.encode(texts, max_length=256, truncate=True), key=lambda e: -len(e.ids))
     for i in range(0, len(encoded), batch):
-        runner.embed(encoded[i : i + batch])
+        reference.embed(encoded[i : i + batch])
     return len(texts) / (time.perf_counter() - start)
 
 
@@ -60,14 +60,14 @@ def one_row_forward_ms(text: str, repeats: int = 50) -> float:
     from vllm_srun.adapters.models.tokenization import TextTokenizer
 
     folder = LocalModelStore.from_env().resolve("all-MiniLM-L6-v2")
-    runner = ReferenceEncoder.from_folder(folder)
+    reference = ReferenceEncoder.from_folder(folder)
     enc = TextTokenizer.from_folder(folder).encode([text], max_length=256)
     for _ in range(5):
-        runner.embed(enc)
+        reference.embed(enc)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        runner.embed(enc)
+        reference.embed(enc)
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1000
 

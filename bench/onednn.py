@@ -74,10 +74,10 @@ def main() -> None:
     if unsupported:
         sys.exit(f"no oneDNN fast path here: {unsupported}")
     store = LocalModelStore.from_env()
-    runner = ReferenceEncoder.from_folder(store.resolve("all-MiniLM-L6-v2"))
-    packed = PackedEncoder(runner.encoder, runner.head)
+    reference = ReferenceEncoder.from_folder(store.resolve("all-MiniLM-L6-v2"))
+    packed = PackedEncoder(reference.encoder, reference.head)
     cache = None if args.fresh_plan else store.engine_cache
-    timings, source = measure(runner, packed, 4096, cache, lambda msg: None)
+    timings, source = measure(reference, packed, 4096, cache, lambda msg: None)
     plan = plan_kernels(timings, exact_tokens=BATCH_INVARIANT_TOKENS)
     print(f"# oneDNN fast path: all-MiniLM-L6-v2, {threads} thread(s), {cpu_model()}, torch {torch.__version__}")
     print(f"# plan ({source} timings): packed up to {plan.fast_up_to} tokens; layer-linear speedups "
@@ -86,14 +86,14 @@ def main() -> None:
           "packed× = median of the pairs' eager/packed\n")
     print(f"{'rows':>4} {'tokens':>6} {'eager ms':>9} {'packed ms':>9} {'packed×':>8} {'served':>7} {'served×':>8}")
     # the serving forward (rows back to back, pooled) on eager linears vs on the packed copies
-    eager_engine = NativeEncoder(runner)
-    packed_engine = NativeEncoder(runner, packed, KernelPlan(FORCED_UP_TO))
+    eager_engine = NativeEncoder(reference)
+    packed_engine = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO))
     gen = torch.Generator().manual_seed(0)
     worst, short_one_row = float("inf"), []
     with torch.inference_mode():
         for rows in args.rows:
             for tokens in args.tokens:
-                ids = torch.randint(1000, runner.config.vocab_size, (rows, tokens), generator=gen).tolist()
+                ids = torch.randint(1000, reference.config.vocab_size, (rows, tokens), generator=gen).tolist()
                 batch = [Encoded(row, [0] * tokens, False, tokens) for row in ids]
                 eager_s, packed_s, ratio = interleaved(lambda batch=batch: eager_engine.embed(batch),
                                                        lambda batch=batch: packed_engine.embed(batch), args.seconds)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stores import set_engine_cache, test_store
+from tests.stores import set_engine_cache, session_store
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -29,7 +29,7 @@ def minilm_dir() -> Path:
     """
     from vllm_srun.domain.errors import ModelNotFound
 
-    store = test_store()
+    store = session_store()
     try:
         return store.resolve("all-MiniLM-L6-v2", progress=lambda _msg: None)
     except ModelNotFound:
@@ -47,7 +47,7 @@ def encoder_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
     def get(variant: str, seed: int = 0) -> Path:
         if (variant, seed) not in made:
             root = tmp_path_factory.mktemp(f"encoder-{variant}-{seed}")
-            made[variant, seed] = write_fixture(root / f"tiny-{variant}", "encoder", variant, seed, store=test_store())
+            made[variant, seed] = write_fixture(root / f"tiny-{variant}", "encoder", variant, seed, store=session_store())
         return made[variant, seed]
 
     return get
@@ -65,7 +65,7 @@ def decision_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[
         if (variant, seed) not in made:
             root = tmp_path_factory.mktemp(f"decision-{variant}-{seed}")
             made[variant, seed] = write_fixture(root / f"tiny-decision-{variant}", "decision", variant, seed,
-                                                store=test_store())
+                                                store=session_store())
         return made[variant, seed]
 
     return get

@@ -21,7 +21,7 @@ def set_engine_cache(path: Path) -> None:
     _engine_cache = path
 
 
-def test_store() -> LocalModelStore:
+def session_store() -> LocalModelStore:
     return LocalModelStore(LocalModelStore.from_env().root, _engine_cache)
 
 

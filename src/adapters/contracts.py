@@ -56,6 +56,7 @@ __all__ = [
     "Family",
     "LoadContext",
     "LoadedModel",
+    "LogitsRow",
     "MediaDecoder",
     "MediaLimits",
     "ModelStore",
@@ -248,7 +249,7 @@ class LoadContext:
     device: Device
     args: EngineArgs
     engines: EngineSelector
-    engine: str = "auto"  # `--engine`
+    engine_choice: str = "auto"  # `--engine`: a plugin name, or auto
     threads: int | None = None
     package_sha256: str | None = None
     cache_dir: Path | None = None
@@ -259,7 +260,7 @@ class LoadContext:
                              package_sha256=self.package_sha256, cache_dir=self.cache_dir, **extra)
 
     def build_engine(self, kind: str, model: Any, **extra: Any) -> Engine:
-        return self.engines.build(self.engine, self.engine_request(kind, model, **extra), self.progress)
+        return self.engines.build(self.engine_choice, self.engine_request(kind, model, **extra), self.progress)
 
 
 class LoadedModel(abc.ABC):
@@ -322,6 +323,14 @@ class Family(abc.ABC):
 
 
 # ---- what each surface needs of a model -------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LogitsRow:
+    """A classify or rerank row: answered by the model's classification head (one logit per
+    label; rerank reads the first), not by pooling."""
+
+    encoded: Encoded
+
+
 @runtime_checkable
 class TextEmbedder(Protocol):
     """`/v1/embeddings` over text: tokenize, one row per input (payload: the `Encoded`), one

@@ -64,7 +64,7 @@ class WorkerContainer(containers.DeclarativeContainer):
         result_cache=result_cache,
         clock=clock,
         readiness=readiness,
-        engine=config.engine,
+        engine_choice=config.engine,
         threads=config.threads,
         progress=config.progress,
     )

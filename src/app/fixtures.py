@@ -11,13 +11,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vllm_srun.adapters.contracts import ModelStore
+from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.registry import FamilyRegistry
 
 
 def write_fixture(out: Path, family: str, variant: str | None = None, seed: int = 0, *, golden: bool = True,
                   progress: Callable[[str], None] | None = None, families: FamilyRegistry | None = None,
-                  store: ModelStore | None = None) -> Path:
-    """Write the package into OUT (new or empty) and record its golden file; returns OUT."""
+                  engines: EngineRegistry | None = None, store: ModelStore | None = None) -> Path:
+    """Write the package into OUT (new or empty) and record its golden file; returns OUT.
+
+    FAMILIES, ENGINES and STORE replace the installed plugins and the model store (tests, tools)."""
     families = families or FamilyRegistry()
     if family not in families.names():
         raise ValueError(f"no fixture writer for family {family!r} (known: {', '.join(fixture_families(families))})")
@@ -34,7 +37,7 @@ def write_fixture(out: Path, family: str, variant: str | None = None, seed: int 
     if golden:
         from vllm_srun.app.golden_record import record_golden
 
-        record_golden(out, requests, progress=progress, families=families, store=store)
+        record_golden(out, requests, progress=progress, families=families, engines=engines, store=store)
     return out
 
 

@@ -186,10 +186,10 @@ def run_front(front: PreparedFront, *, drain_timeout_s: float = 30.0) -> int:
     try:
         import uvloop
 
-        runner = uvloop.run
+        run_loop = uvloop.run
     except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
-        runner = asyncio.run
+        run_loop = asyncio.run
     try:
-        return runner(_serve(front, drain_timeout_s))
+        return run_loop(_serve(front, drain_timeout_s))
     finally:
         shutil.rmtree(front.socket_dir, ignore_errors=True)

@@ -14,6 +14,7 @@ import msgspec
 from dependency_injector import providers
 
 from vllm_srun.adapters.contracts import ModelStore
+from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.readiness import golden
 from vllm_srun.app.container import worker_container
@@ -22,11 +23,14 @@ from vllm_srun.domain.engine_args import EngineArgs
 
 
 async def _answers(folder: Path, requests: list[dict[str, Any]], device: str, dtype: str, engine: str,
-                   families: FamilyRegistry | None, store: ModelStore | None) -> tuple[list[Any], dict[str, Any]]:
+                   families: FamilyRegistry | None, engines: EngineRegistry | None,
+                   store: ModelStore | None) -> tuple[list[Any], dict[str, Any]]:
     container = worker_container([(str(folder), EngineArgs(batch_window_ms=0.0, dtype=dtype))], device=device,
                                  engine=engine, result_cache_entries=0, check_golden=False)
     if families is not None:
         container.families.override(providers.Object(families))
+    if engines is not None:
+        container.engines.override(providers.Object(engines))
     if store is not None:
         container.store.override(providers.Object(store))
     runtime = container.runtime()
@@ -50,11 +54,12 @@ async def _answers(folder: Path, requests: list[dict[str, Any]], device: str, dt
 
 def record_golden(folder: Path, requests: list[dict[str, Any]], *, out: Path | None = None, device: str = "cpu",
                   dtype: str = "auto", engine: str = "auto", progress: Callable[[str], None] | None = None,
-                  families: FamilyRegistry | None = None, store: ModelStore | None = None) -> Path:
+                  families: FamilyRegistry | None = None, engines: EngineRegistry | None = None,
+                  store: ModelStore | None = None) -> Path:
     """Write (or update) the golden file of FOLDER (or OUT) with answers computed here."""
     folder = Path(folder)
     out = Path(out) if out is not None else folder / golden.GOLDEN_FILE
-    answers, ref = asyncio.run(_answers(folder, requests, device, dtype, engine, families, store))
+    answers, ref = asyncio.run(_answers(folder, requests, device, dtype, engine, families, engines, store))
     doc: dict[str, Any] = {"format": golden.FORMAT, "requests": requests, "references": []}
     if out.exists():
         old = json.loads(out.read_text(encoding="utf-8"))

@@ -108,11 +108,11 @@ def test_decisions_keeps_the_error_in_place_and_batches(decision_server: str) ->
 
 
 def _smollm2_available() -> bool:
-    from tests.stores import test_store
+    from tests.stores import session_store
     from vllm_srun.domain.errors import ModelNotFound
 
     try:
-        test_store().resolve("SmolLM2-135M-Instruct", progress=lambda _m: None)
+        session_store().resolve("SmolLM2-135M-Instruct", progress=lambda _m: None)
     except ModelNotFound:
         return False
     return True

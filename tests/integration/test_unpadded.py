@@ -20,15 +20,15 @@ def _texts(n: int, seed: int) -> list[str]:
 
 
 def test_embeddings_equal_padded_forward_in_any_order(minilm_dir) -> None:  # type: ignore[no-untyped-def]
-    runner = ReferenceEncoder.from_folder(minilm_dir)
+    reference = ReferenceEncoder.from_folder(minilm_dir)
     tok = TextTokenizer.from_folder(minilm_dir)
     batch = tok.encode(_texts(23, 1), max_length=256)
     assert len({len(e.ids) for e in batch}) > 5  # ragged
     with torch.inference_mode():
         packed = PackedRows.build(batch)
-        ours = pooled(hidden_states(runner.encoder, packed, eager_linears(runner.encoder)), packed, runner.pooling).numpy()
-    padded = runner.embed(batch)
-    alone = np.stack([runner.embed([e])[0] for e in batch])
+        ours = pooled(hidden_states(reference.encoder, packed, eager_linears(reference.encoder)), packed, reference.pooling).numpy()
+    padded = reference.embed(batch)
+    alone = np.stack([reference.embed([e])[0] for e in batch])
     assert np.abs(ours - padded).max() < 1e-5
     assert np.abs(ours - alone).max() < 1e-5
     # the caller's order comes back, whatever the internal sort
@@ -37,14 +37,14 @@ def test_embeddings_equal_padded_forward_in_any_order(minilm_dir) -> None:  # ty
 
 def test_classifier_logits_equal_padded_forward(encoder_fixture) -> None:  # type: ignore[no-untyped-def]
     folder = encoder_fixture("classify")
-    runner = ReferenceEncoder.from_folder(folder)
+    reference = ReferenceEncoder.from_folder(folder)
     tok = TextTokenizer.from_folder(folder)
     batch = tok.encode_pairs([(a, b) for a, b in zip(_texts(9, 2), _texts(9, 3))], max_length=128, truncate=True)
     with torch.inference_mode():
         packed = PackedRows.build(batch)
         assert packed.types is not None
-        logits = classify(hidden_states(runner.encoder, packed, eager_linears(runner.encoder)), packed, runner.head).numpy()
-    assert np.abs(logits - runner.classify_logits(batch)).max() < 1e-5
+        logits = classify(hidden_states(reference.encoder, packed, eager_linears(reference.encoder)), packed, reference.head).numpy()
+    assert np.abs(logits - reference.classify_logits(batch)).max() < 1e-5
 
 
 def test_one_length_batch_has_one_run() -> None:

@@ -1,4 +1,4 @@
-"""Stateful property tests of the scheduler against a FakeEngine and a FakeClock (R-BAT-8).
+"""Stateful property tests of the scheduler against a FakeForward and a FakeClock (R-BAT-8).
 
 Rules submit requests (several lanes, any lengths), cancel them, advance the clock and run or
 fail forwards. Invariants are checked after every step against a simple model of what was
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from tests.fakes import EngineFailure, FakeClock, FakeEngine
+from tests.fakes import EngineFailure, FakeClock, FakeForward
 from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens, round_up
 from vllm_srun.domain.planning import Budget, lane_token_limit
 from vllm_srun.domain.rows import RowSpec
@@ -25,7 +25,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
-        self.engine = FakeEngine(clock=self.clock)
+        self.engine = FakeForward(clock=self.clock)
         self.scheduler: Scheduler | None = None
 
     @rule(

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tests.fakes import FakeEngine
+from tests.fakes import FakeForward
 from vllm_srun.adapters.readiness.golden import compare, pick_reference, project
 from vllm_srun.adapters.readiness.probe import batch_invariant, probe_batches
 
@@ -40,9 +40,9 @@ def test_reference_by_dtype_preferring_the_device_class() -> None:
 
 def test_probe_tells_invariant_from_variant_engines() -> None:
     rows = [float(i) for i in range(5)]
-    assert batch_invariant(FakeEngine().run, "text", rows)
-    assert not batch_invariant(FakeEngine(batch_variant=True).run, "text", rows)
-    engine = FakeEngine()
+    assert batch_invariant(FakeForward().run, "text", rows)
+    assert not batch_invariant(FakeForward(batch_variant=True).run, "text", rows)
+    engine = FakeForward()
     batch_invariant(engine.run, "text", rows)
     sizes = [len(payloads) for _, payloads in engine.forwards]
     assert sizes[:5] == [1] * 5 and max(sizes) == 5  # alone, then mixed batches

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.fakes import FakeEngine
+from tests.fakes import FakeForward
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
 from vllm_srun.domain.errors import ForwardFailed
@@ -25,7 +25,7 @@ def make(engine, *, window_ms: float = 2.0, seqs: int = 64, invariant: bool = Fa
 
 
 def test_concurrent_requests_merge_and_answer_in_order() -> None:
-    engine = FakeEngine()
+    engine = FakeForward()
     seen_threads: set[int] = set()
 
     def run(lane, payloads):  # type: ignore[no-untyped-def]
@@ -76,7 +76,7 @@ def test_failed_forward_fails_only_its_requests() -> None:
 
 
 def test_cancelled_request_never_reaches_the_device() -> None:
-    engine = FakeEngine()
+    engine = FakeForward()
     gate = threading.Event()
 
     def run(lane, payloads):  # type: ignore[no-untyped-def]
@@ -106,7 +106,7 @@ def test_cancelled_request_never_reaches_the_device() -> None:
 
 def _lone_request_seconds(*, window_ms: float, invariant: bool = False) -> float:
     async def main() -> float:
-        runner, device = make(FakeEngine().run, window_ms=window_ms, invariant=invariant)
+        runner, device = make(FakeForward().run, window_ms=window_ms, invariant=invariant)
         runner.start()
         t0 = time.perf_counter()
         await runner.submit([RowSpec(3, "x")])

@@ -1,6 +1,6 @@
 """The native (torch) engine for encoders, with the oneDNN fast path where it is measured to help.
 
-`native_encoder(runner, device, progress)` decides, once at load on the device thread:
+`native_encoder(reference, device, progress)` decides, once at load on the device thread:
 1. gate: `VLLM_SRUN_ONEDNN=0` turns the fast path off (A/B; `=1` puts every forward on it,
    skipping step 3); otherwise it needs an x86 CPU, oneDNN and FP32 weights
    (`cpu_onednn.onednn_unsupported`);
@@ -54,14 +54,14 @@ class NativeEncoder:
 
     name = "native"
 
-    def __init__(self, runner: ReferenceEncoder, packed: PackedEncoder | None = None,
+    def __init__(self, reference: ReferenceEncoder, packed: PackedEncoder | None = None,
                  plan: KernelPlan | None = None, kernels: dict[str, Any] | None = None) -> None:
         plan = plan or KernelPlan()
-        self.runner = runner
+        self.reference = reference
         self.packed = packed if plan.enabled else None
         self.plan = plan if packed is not None else KernelPlan()
         self.kernels = kernels or {"linear": "eager", "reason": "reference kernels"}
-        self._eager_linears = eager_linears(runner.encoder)
+        self._eager_linears = eager_linears(reference.encoder)
         self._packed_linears = (
             [LayerLinears(l.qkv, l.attn_out, l.ffn_in, l.ffn_out) for l in self.packed.layers] if self.packed is not None else []
         )
@@ -84,49 +84,49 @@ class NativeEncoder:
     def _hidden(self, batch: Sequence[Any]) -> tuple[torch.Tensor, PackedRows]:
         rows = PackedRows.build(batch)
         tokens = int(rows.ids.shape[0])
-        return hidden_states(self.runner.encoder, rows, self._linears(tokens)), rows
+        return hidden_states(self.reference.encoder, rows, self._linears(tokens)), rows
 
     def embed(self, batch: Sequence[Any]) -> np.ndarray:
         with torch.inference_mode():
             hidden, rows = self._hidden(batch)
-            return self.runner.numpy(unpadded_pooled(hidden, rows, self.runner.pooling))
+            return self.reference.numpy(unpadded_pooled(hidden, rows, self.reference.pooling))
 
     def classify_logits(self, batch: Sequence[Any]) -> np.ndarray:
-        runner = self.runner
-        if runner.head is None:
+        reference = self.reference
+        if reference.head is None:
             raise ValueError("this model has no sequence-classification head")
         with torch.inference_mode():
             hidden, rows = self._hidden(batch)
             fast = self.packed is not None and self.plan.use_fast(int(rows.ids.shape[0]))
-            head = self.packed.logits if fast else runner.head
-            return runner.numpy(unpadded_classify(hidden, rows, head))
+            head = self.packed.logits if fast else reference.head
+            return reference.numpy(unpadded_classify(hidden, rows, head))
 
 
-def _probe_batch(runner: ReferenceEncoder) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+def _probe_batch(reference: ReferenceEncoder) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """A ragged batch of pseudo-random ids (longest first), deterministic, within the model's positions."""
     gen = torch.Generator().manual_seed(1234)
-    top = max(2, min(runner.config.max_tokens, 64))
+    top = max(2, min(reference.config.max_tokens, 64))
     lengths = sorted({min(top, n) for n in (top, 33, 17, 17, 5, 2)}, reverse=True)
     lengths = sorted([*lengths, lengths[-1]], reverse=True)  # a run of two equal rows
-    ids = torch.randint(0, runner.config.vocab_size, (len(lengths), lengths[0]), generator=gen)
+    ids = torch.randint(0, reference.config.vocab_size, (len(lengths), lengths[0]), generator=gen)
     mask = torch.arange(lengths[0])[None, :] < torch.tensor(lengths)[:, None]
-    ids = ids.masked_fill(~mask, runner.pad_id)
+    ids = ids.masked_fill(~mask, reference.pad_id)
     return ids, mask, lengths
 
 
-def numerics_gap(runner: ReferenceEncoder, packed: PackedEncoder) -> float:
+def numerics_gap(reference: ReferenceEncoder, packed: PackedEncoder) -> float:
     """Largest |packed − eager| over the answers of a probe batch, relative to their size: the
     serving forward on the packed copies (`NativeEncoder` with every forward on them) against
     the reference (the padded eager forward)."""
-    ids, mask, lengths = _probe_batch(runner)
+    ids, mask, lengths = _probe_batch(reference)
     batch = [Encoded(ids[i, :n].tolist(), [0] * n, False, n) for i, n in enumerate(lengths)]
-    serving = NativeEncoder(runner, packed, KernelPlan(FORCED_UP_TO))
+    serving = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO))
     gaps = []
     with torch.inference_mode():
-        eager_hidden = runner.encoder(ids, mask, None)
-        pairs = [(serving.embed(batch), runner.numpy(pool(eager_hidden, mask, runner.pooling)))]
-        if runner.head is not None and packed.classifier is not None:
-            pairs.append((serving.classify_logits(batch), runner.numpy(runner.head(eager_hidden))))
+        eager_hidden = reference.encoder(ids, mask, None)
+        pairs = [(serving.embed(batch), reference.numpy(pool(eager_hidden, mask, reference.pooling)))]
+        if reference.head is not None and packed.classifier is not None:
+            pairs.append((serving.classify_logits(batch), reference.numpy(reference.head(eager_hidden))))
     for got, want in pairs:
         if not np.isfinite(got).all():
             return float("inf")
@@ -134,9 +134,9 @@ def numerics_gap(runner: ReferenceEncoder, packed: PackedEncoder) -> float:
     return max(gaps)
 
 
-def _eager(runner: ReferenceEncoder, reason: str, progress: Progress) -> NativeEncoder:
+def _eager(reference: ReferenceEncoder, reason: str, progress: Progress) -> NativeEncoder:
     progress(f"load: linear kernels eager ({reason})")
-    return NativeEncoder(runner, kernels={"linear": "eager", "reason": reason})
+    return NativeEncoder(reference, kernels={"linear": "eager", "reason": reason})
 
 
 def _mode(env: Mapping[str, str]) -> str:
@@ -148,24 +148,24 @@ def _mode(env: Mapping[str, str]) -> str:
     return "auto"
 
 
-def native_encoder(runner: ReferenceEncoder, device: str, progress: Progress, *, largest_forward_tokens: int = 4096,
+def native_encoder(reference: ReferenceEncoder, device: str, progress: Progress, *, largest_forward_tokens: int = 4096,
                    cache_dir: Path | None = None, env: Mapping[str, str] = os.environ) -> NativeEncoder:
-    """The native engine for RUNNER, with the oneDNN fast path where it is safe and faster (module doc)."""
+    """The native engine for REFERENCE, with the oneDNN fast path where it is safe and faster (module doc)."""
     mode = _mode(env)
     if mode == "off":
-        return _eager(runner, f"turned off ({ENV}={env[ENV]})", progress)
-    dtype = next(runner.encoder.parameters()).dtype
+        return _eager(reference, f"turned off ({ENV}={env[ENV]})", progress)
+    dtype = next(reference.encoder.parameters()).dtype
     unsupported = onednn_unsupported(device, dtype)
     if unsupported:
-        return _eager(runner, unsupported, progress)
+        return _eager(reference, unsupported, progress)
     try:
-        packed = PackedEncoder(runner.encoder, runner.head)
-        gap = numerics_gap(runner, packed)
+        packed = PackedEncoder(reference.encoder, reference.head)
+        gap = numerics_gap(reference, packed)
     except (RuntimeError, ValueError) as exc:  # an op oneDNN refuses for this model's shapes
         log.warning("oneDNN packing failed", exc_info=True)
-        return _eager(runner, f"packing failed: {exc}"[:200], progress)
+        return _eager(reference, f"packing failed: {exc}"[:200], progress)
     if not gap <= NUMERICS_TOL:
-        return _eager(runner, f"packed answers differ from eager by {gap:.1e} (> {NUMERICS_TOL:g})", progress)
+        return _eager(reference, f"packed answers differ from eager by {gap:.1e} (> {NUMERICS_TOL:g})", progress)
     kernels: dict[str, Any] = {"linear": "onednn_packed", "fused_activation": packed.fused_activation,
                                "numerics_gap": float(f"{gap:.1e}")}
     if mode == "force":
@@ -174,13 +174,13 @@ def native_encoder(runner: ReferenceEncoder, device: str, progress: Progress, *,
                                                         f"{NUMERICS_TOL:g} of eager")
         progress(f"load: linear kernels oneDNN packed for every forward ({ENV}={env[ENV]})")
         packed.warm(WARM_UP_TO)
-        return NativeEncoder(runner, packed, plan, kernels)
-    timings, source = measure(runner, packed, largest_forward_tokens, cache_dir, progress)
+        return NativeEncoder(reference, packed, plan, kernels)
+    timings, source = measure(reference, packed, largest_forward_tokens, cache_dir, progress)
     plan = plan_kernels(timings, exact_tokens=BATCH_INVARIANT_TOKENS)
     speedups = [[t.tokens, round(t.speedup, 2)] for t in timings]
     if not plan.enabled:
         progress(f"load: linear kernels eager (packed not faster: {speedups})")
-        return NativeEncoder(runner, kernels={"linear": "eager", "reason": "the packed copies were not faster "
+        return NativeEncoder(reference, kernels={"linear": "eager", "reason": "the packed copies were not faster "
                                               "at the smallest measured size", "speedups": speedups, "timings": source})
     faster = plan_kernels(timings).fast_up_to
     tie = f"; a tie from {faster} to {plan.fast_up_to}, kept for batch invariance" if faster < plan.fast_up_to else ""
@@ -189,4 +189,4 @@ def native_encoder(runner: ReferenceEncoder, device: str, progress: Progress, *,
                           f"eager beyond {plan.fast_up_to}")
     progress(f"load: linear kernels oneDNN packed up to {plan.fast_up_to} tokens ({source} speedups {speedups})")
     packed.warm(min(plan.fast_up_to, WARM_UP_TO))
-    return NativeEncoder(runner, packed, plan, kernels)
+    return NativeEncoder(reference, packed, plan, kernels)

@@ -1,6 +1,6 @@
 """Load-time timings of the oneDNN fast path against eager, and their on-disk cache.
 
-`measure(runner, packed, largest, cache_dir, progress)` returns `KernelTiming`s for one layer's
+`measure(reference, packed, largest, cache_dir, progress)` returns `KernelTiming`s for one layer's
 linears at a grid of token-row counts (`timed_sizes`), and where they came from. What a kernel
 costs depends on the CPU, the thread count, torch/oneDNN and the layer shapes, not on the
 weights, so timings are kept under `<cache>/kernels/` keyed by exactly those: the first start on
@@ -44,7 +44,7 @@ def timed_sizes(largest: int) -> list[int]:
     return sizes
 
 
-def time_linears(runner: ReferenceEncoder, packed: PackedEncoder, sizes: Sequence[int],
+def time_linears(reference: ReferenceEncoder, packed: PackedEncoder, sizes: Sequence[int],
                  clock: Callable[[], float] = time.perf_counter) -> list[KernelTiming]:
     """One layer's linears (+ activation) for each count of token rows, eager on the rows vs
     packed on the same rows (`PackedLinear` pads them to their bucket, as the serving forward
@@ -53,7 +53,7 @@ def time_linears(runner: ReferenceEncoder, packed: PackedEncoder, sizes: Sequenc
     times themselves swing. A size that looks lost is timed again and judged on both samples.
     Stops after the first size where the packed copies are measurably slower (the plan ends there).
     Each timing's `fast_s` is `eager_s` (median) ÷ that median ratio."""
-    layer, fast = runner.encoder.layers[0], packed.layers[0]
+    layer, fast = reference.encoder.layers[0], packed.layers[0]
     hidden, inner = layer.qkv.in_features, layer.ffn_out.in_features
     gen = torch.Generator().manual_seed(0)
 
@@ -109,12 +109,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def timing_key(runner: ReferenceEncoder, sizes: Sequence[int]) -> dict[str, Any]:
+def timing_key(reference: ReferenceEncoder, sizes: Sequence[int]) -> dict[str, Any]:
     """What the timings depend on: machine, threads, kernels' versions, layer shapes, grid."""
-    layer = runner.encoder.layers[0]
+    layer = reference.encoder.layers[0]
     return {"format": FORMAT, "cpu": cpu_model(), "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "pack_hint": PACK_HINT, "hidden": layer.qkv.in_features,
-            "inner": layer.ffn_out.in_features, "act": runner.config.hidden_act, "sizes": list(sizes)}
+            "inner": layer.ffn_out.in_features, "act": reference.config.hidden_act, "sizes": list(sizes)}
 
 
 def _path(cache_dir: Path, key: dict[str, Any]) -> Path:
@@ -143,18 +143,18 @@ def _write(path: Path, key: dict[str, Any], timings: list[KernelTiming]) -> None
         pass  # a read-only cache only costs the next start another measurement
 
 
-def measure(runner: ReferenceEncoder, packed: PackedEncoder, largest: int, cache_dir: Path | None,
+def measure(reference: ReferenceEncoder, packed: PackedEncoder, largest: int, cache_dir: Path | None,
             progress: Progress) -> tuple[list[KernelTiming], str]:
-    """(timings, `cached` or `measured`) for RUNNER's layer shapes on this machine."""
+    """(timings, `cached` or `measured`) for REFERENCE's layer shapes on this machine."""
     sizes = timed_sizes(largest)
-    key = timing_key(runner, sizes)
+    key = timing_key(reference, sizes)
     path = _path(Path(cache_dir), key) if cache_dir is not None else None
     if path is not None:
         found = _read(path, key)
         if found:
             return found, "cached"
     progress(f"load: timing oneDNN packed vs eager linears at {sizes} token rows")
-    timings = time_linears(runner, packed, sizes)
+    timings = time_linears(reference, packed, sizes)
     if path is not None:
         _write(path, key, timings)
     return timings, "measured"

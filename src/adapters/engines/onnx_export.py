@@ -5,7 +5,7 @@ dynamic) and returns `embeddings` (pooled, normalized when the model is) and, fo
 head, `logits`. It is the same maths as the native engine's eager forward (`BertEncoder` with a
 mask, `pooling.pool`), traced by torch's TorchScript-based exporter (needs the `onnx` package).
 
-`cached_export(runner, cache_dir, key)` keeps the file under CACHE_DIR named by KEY (the package's
+`cached_export(reference, cache_dir, key)` keeps the file under CACHE_DIR named by KEY (the package's
 sha256) and the export's own version, written atomically, so replicas of one package and later
 starts reuse it. Without a key or a writable cache it exports into a temporary folder.
 """
@@ -48,21 +48,21 @@ class ServingGraph(nn.Module):
         return embeddings, self.head(hidden)
 
 
-def output_names(runner: ReferenceEncoder) -> list[str]:
-    return ["embeddings", "logits"] if runner.head is not None else ["embeddings"]
+def output_names(reference: ReferenceEncoder) -> list[str]:
+    return ["embeddings", "logits"] if reference.head is not None else ["embeddings"]
 
 
-def export_encoder(runner: ReferenceEncoder, path: Path) -> Path:
-    """Write RUNNER's serving graph to PATH (FP32, CPU)."""
-    if runner.device.type != "cpu" or next(runner.encoder.parameters()).dtype != torch.float32:
+def export_encoder(reference: ReferenceEncoder, path: Path) -> Path:
+    """Write REFERENCE's serving graph to PATH (FP32, CPU)."""
+    if reference.device.type != "cpu" or next(reference.encoder.parameters()).dtype != torch.float32:
         raise ValueError("the ONNX export runs from the FP32 CPU model (dtype auto)")
-    graph = ServingGraph(runner.encoder, runner.head, runner.pooling).eval()
-    t = min(8, runner.config.max_tokens)
-    ids = torch.full((2, t), min(5, runner.config.vocab_size - 1), dtype=torch.long)
+    graph = ServingGraph(reference.encoder, reference.head, reference.pooling).eval()
+    t = min(8, reference.config.max_tokens)
+    ids = torch.full((2, t), min(5, reference.config.vocab_size - 1), dtype=torch.long)
     mask = torch.ones(2, t, dtype=torch.long)
     mask[1, t // 2:] = 0  # a padded row, so the mask is live in the traced graph
     types = torch.zeros(2, t, dtype=torch.long)
-    outputs = output_names(runner)
+    outputs = output_names(reference)
     axes = {name: {0: "batch", 1: "tokens"} for name in INPUTS} | {name: {0: "batch"} for name in outputs}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # tracer notes on Python-side shape checks
@@ -71,24 +71,24 @@ def export_encoder(runner: ReferenceEncoder, path: Path) -> Path:
     return path
 
 
-def _tag(runner: ReferenceEncoder) -> str:
-    head = "head" if runner.head is not None else "nohead"
-    return f"v{EXPORT_VERSION}-opset{OPSET}-torch{torch.__version__.split('+')[0]}-{head}-{runner.pooling.mode}"
+def _tag(reference: ReferenceEncoder) -> str:
+    head = "head" if reference.head is not None else "nohead"
+    return f"v{EXPORT_VERSION}-opset{OPSET}-torch{torch.__version__.split('+')[0]}-{head}-{reference.pooling.mode}"
 
 
-def cached_export(runner: ReferenceEncoder, cache_dir: Path | None, key: str | None,
+def cached_export(reference: ReferenceEncoder, cache_dir: Path | None, key: str | None,
                   progress: Progress) -> tuple[Path, str]:
-    """(path of RUNNER's exported graph, where it came from: `cached`, `exported` (now in the
+    """(path of REFERENCE's exported graph, where it came from: `cached`, `exported` (now in the
     cache) or `temporary` (the caller may delete it once loaded)); exports when missing."""
     if key and cache_dir is not None:
-        path = Path(cache_dir) / "onnx" / f"{key[:40]}-{_tag(runner)}.onnx"
+        path = Path(cache_dir) / "onnx" / f"{key[:40]}-{_tag(reference)}.onnx"
         if path.is_file():
             return path, "cached"
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             progress(f"load: exporting the encoder to ONNX ({path})")
-            export_encoder(runner, tmp)
+            export_encoder(reference, tmp)
             os.replace(tmp, path)  # atomic: replicas exporting at once each write their own tmp
             return path, "exported"
         except OSError as exc:
@@ -97,4 +97,4 @@ def cached_export(runner: ReferenceEncoder, cache_dir: Path | None, key: str | N
             tmp.unlink(missing_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="vllm-srun-onnx-"))
     progress("load: exporting the encoder to ONNX (not cached)")
-    return export_encoder(runner, folder / "model.onnx"), "temporary"
+    return export_encoder(reference, folder / "model.onnx"), "temporary"

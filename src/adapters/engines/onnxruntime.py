@@ -1,6 +1,6 @@
 """The ONNX Runtime engine for encoders (`--engine onnxruntime`, dtype auto only; R-DEV-3).
 
-`onnx_encoder(runner, ...)` serves the model the encoder family loaded with ONNX Runtime's CPU
+`onnx_encoder(reference, ...)` serves the model the encoder family loaded with ONNX Runtime's CPU
 execution provider: the package's own graph when the family passes one that gives what the model
 serves, else our exported graph (`onnx_export.cached_export`, cached by the package's sha256).
 Rows are planned in the same lane as on the native engine, but counted padded (one session.run
@@ -51,8 +51,8 @@ class OnnxEncoder:
     accounting = Accounting.PADDED  # one session.run on right-padded rows
     kernel_switch_tokens: int | None = None  # one set of kernels at every size
 
-    def __init__(self, runner: ReferenceEncoder, session: Any, graph: str, threads: int | None) -> None:
-        self.runner = runner
+    def __init__(self, reference: ReferenceEncoder, session: Any, graph: str, threads: int | None) -> None:
+        self.reference = reference
         self.session = session
         self.graph = graph
         self.threads = threads
@@ -82,7 +82,7 @@ class OnnxEncoder:
                             "graph": self.graph, "intra_op_threads": self.threads}}
 
     def _feed(self, batch: Sequence[Any]) -> tuple[dict[str, np.ndarray], torch.Tensor | None]:
-        ids, mask, types = self.runner.tensors(batch)
+        ids, mask, types = self.reference.tensors(batch)
         arrays = {"input_ids": ids.numpy(),
                   "attention_mask": (mask if mask is not None else torch.ones_like(ids)).numpy(),
                   "token_type_ids": (types if types is not None else torch.zeros_like(ids)).numpy()}
@@ -99,7 +99,7 @@ class OnnxEncoder:
         assert self.hidden_output is not None
         hidden = torch.from_numpy(self._run(self.hidden_output, feed))
         with torch.inference_mode():
-            return self.runner.numpy(pool(hidden, mask, self.runner.pooling))
+            return self.reference.numpy(pool(hidden, mask, self.reference.pooling))
 
     def classify_logits(self, batch: Sequence[Any]) -> np.ndarray:
         if "logits" not in self.outputs:
@@ -108,23 +108,23 @@ class OnnxEncoder:
         return self._run("logits", feed)
 
 
-def onnx_encoder(runner: ReferenceEncoder, *, device: str, threads: int | None, progress: Progress,
+def onnx_encoder(reference: ReferenceEncoder, *, device: str, threads: int | None, progress: Progress,
                  onnx_file: Path | None = None, cache_dir: Path | None = None,
                  package_sha256: str | None = None) -> OnnxEncoder:
-    """Serve RUNNER's model with ONNX Runtime (module doc)."""
+    """Serve REFERENCE's model with ONNX Runtime (module doc)."""
     if device.split(":")[0] != "cpu":
         raise ValueError(f"the onnxruntime engine runs on the CPU here (device {device}); use --engine native")
     if onnx_file is not None:
         session = open_session(onnx_file, threads)
-        why_not = OnnxEncoder.fits(session, needs_logits=runner.head is not None)
+        why_not = OnnxEncoder.fits(session, needs_logits=reference.head is not None)
         if why_not is None:
             progress(f"load: onnxruntime serving the package's {onnx_file.name}")
-            return OnnxEncoder(runner, session, f"package {onnx_file.name}", threads)
+            return OnnxEncoder(reference, session, f"package {onnx_file.name}", threads)
         progress(f"load: the package's {onnx_file.name} does not fit ({why_not}); exporting ours")
-    path, source = cached_export(runner, cache_dir, package_sha256, progress)
+    path, source = cached_export(reference, cache_dir, package_sha256, progress)
     session = open_session(path, threads)
     if source == "temporary":
         path.unlink(missing_ok=True)  # the session holds the graph in memory
         path.parent.rmdir()
     progress(f"load: onnxruntime serving our exported graph ({source})")
-    return OnnxEncoder(runner, session, {"cached": "exported (cached)"}.get(source, "exported"), threads)
+    return OnnxEncoder(reference, session, {"cached": "exported (cached)"}.get(source, "exported"), threads)

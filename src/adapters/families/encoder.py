@@ -5,11 +5,10 @@ classify / rerank). Rows are tokenized texts; one lane, counted as the engine's 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from vllm_srun.adapters.contracts import Family, as_encoder_engine, LoadContext, LoadedModel, PackageInfo
+from vllm_srun.adapters.contracts import Family, LoadContext, LoadedModel, LogitsRow, PackageInfo, as_encoder_engine
 from vllm_srun.adapters.families.encoder_fixture import VARIANTS, write_encoder_fixture
 from vllm_srun.adapters.families.manifest import read_manifest
 from vllm_srun.adapters.models.tokenization import Encoded
@@ -25,13 +24,6 @@ CPU_CAP_TOKENS = 4096
 
 SURFACES = frozenset({"embeddings", "classify", "rerank"})
 GOLDEN_FILE = "golden.json"
-
-
-@dataclass(frozen=True, slots=True)
-class LogitsRow:
-    """A row answered by the classification head (classify, rerank), not by pooling."""
-
-    encoded: Encoded
 
 
 def _head_labels(config: dict[str, Any]) -> int | None:
@@ -78,7 +70,7 @@ class EncoderModel(LoadedModel):
         self.dtype = resolve_dtype(context.args.dtype, "encoder", device.name)
         if self.dtype == "float16" and device.kind not in ("cuda", "rocm"):
             raise ValueError(f"dtype float16 runs on GPUs only (device {device.name})")
-        if context.engine == "onnxruntime" and self.dtype != auto_dtype("encoder", device.name):
+        if context.engine_choice == "onnxruntime" and self.dtype != auto_dtype("encoder", device.name):
             raise ValueError(f"the onnxruntime engine runs only dtype auto (asked: {context.args.dtype})")
         context.progress(f"load: reading weights of {folder.name} ({self.dtype})")
         self.reference = ReferenceEncoder.from_folder(folder, dtype=getattr(torch, self.dtype))

@@ -66,7 +66,7 @@ class Runtime:
         result_cache: ResultCache,
         clock: Clock,
         readiness: ReadinessChecks,
-        engine: str = "auto",
+        engine_choice: str = "auto",
         threads: int | None = None,
         progress: Progress = quiet,
     ) -> None:
@@ -79,7 +79,7 @@ class Runtime:
         self.result_cache = result_cache  # one per worker (R-PERF-3)
         self.clock = clock
         self.readiness = readiness
-        self.engine = engine
+        self.engine_choice = engine_choice
         self.threads = threads
         self.progress = progress
         self.models: dict[str, ServedModel] = {}
@@ -132,7 +132,7 @@ class Runtime:
         served.folder = folder
         family = self.families.family_for(folder)
         served.sha256 = weights_sha256(folder)  # before the load: engines key their caches by it
-        context = LoadContext(device=self.device, args=served.args, engines=self.engines, engine=self.engine,
+        context = LoadContext(device=self.device, args=served.args, engines=self.engines, engine_choice=self.engine_choice,
                               threads=self.threads, package_sha256=served.sha256, cache_dir=self.store.engine_cache,
                               progress=self.progress)
         model = self.device_thread.call(family.load, folder, context)

@@ -130,6 +130,7 @@ class ServedModel:
                 "max_num_seqs_source": limits.seqs_source if limits else None,
                 "max_num_batched_tokens": limits.max_num_batched_tokens if limits else self.args.max_num_batched_tokens,
                 "max_num_batched_tokens_source": limits.tokens_source if limits else None,
+                "memory_class": limits.memory_class if limits else None,  # R-DEV-1: the row unset limits came from
                 "batch_window_ms": self.args.batch_window_ms,
                 "dtype": self.args.dtype,
                 # the value in force: a decision model's (family default on), False for families without the path

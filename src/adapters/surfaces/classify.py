@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vllm_srun.adapters.contracts import TextClassifier
-from vllm_srun.adapters.families.encoder import LogitsRow
+from vllm_srun.adapters.contracts import LogitsRow, TextClassifier
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.encoder import (
     ClassifyOptions,

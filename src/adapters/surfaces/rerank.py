@@ -15,8 +15,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from vllm_srun.adapters.contracts import PairScorer
-from vllm_srun.adapters.families.encoder import LogitsRow
+from vllm_srun.adapters.contracts import LogitsRow, PairScorer
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats

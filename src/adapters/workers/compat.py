@@ -23,8 +23,9 @@ SHARED_LIMITS = ("max_input_tokens",)
 def card_problem(card: dict[str, Any], deployment: DeploymentConfig, reference: dict[str, Any] | None) -> str | None:
     """Why this card may not serve the deployment, or None when it may."""
     args = card.get("engine_args") or {}
+    pinned = {"max_num_seqs": deployment.max_num_seqs, "max_num_batched_tokens": deployment.max_num_batched_tokens}
     for name in BATCH_LIMITS:
-        wanted = getattr(deployment, name)
+        wanted = pinned[name]
         if wanted is not None and args.get(name) != wanted:
             return f"reports {name} {args.get(name)} but the deployment sets {wanted}"
     if deployment.revision is not None and card.get("revision") not in (None, deployment.revision):
