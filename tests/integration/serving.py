@@ -37,15 +37,3 @@ def serving(models: list[Path | tuple[Path, EngineArgs]] | WorkerContainer,
             assert time.monotonic() < deadline, "models did not load in 120 s"
             time.sleep(0.05)
         yield client, rt
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    """Sum of a metric's samples whose labels include LABELS."""
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name) or line.startswith("#"):
-            continue
-        head, value = line.rsplit(" ", 1)
-        if all(f'{k}="{v}"' in head for k, v in labels.items()):
-            total += float(value)
-    return total

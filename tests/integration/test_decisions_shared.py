@@ -11,7 +11,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.integration.serving import metric, serving
+from tests.integration.serving import serving
+from tests.prometheus_text import metric
 from vllm_srun.domain.engine_args import EngineArgs
 
 TOL = 1e-4

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from tests.integration.serving import metric, serving
+from tests.integration.serving import serving
+from tests.prometheus_text import metric
 from vllm_srun.adapters.models.tokenization import TextTokenizer
+from vllm_srun.adapters.prometheus import CONTENT_TYPE
 
 VARIANTS = ("embed", "classify", "multilabel", "rerank")
 LONG = "the movie was great fun " * 40  # 200 tokens: over the fixtures' 128-token limit
@@ -175,6 +177,11 @@ def test_a_model_without_the_surface_answers_422(served, path: str, model: str) 
     body = {"model": model, "input": "x"} if "rerank" not in path else {"model": model, "query": "q", "documents": ["d"]}
     r = client.post(path, json=body)
     assert r.status_code == 422 and r.json()["error"]["code"] == "unsupported_surface"
+
+
+def test_metrics_are_served_as_prometheus_text_0_0_4(served) -> None:  # type: ignore[no-untyped-def]
+    client, _, _ = served
+    assert client.get("/metrics").headers["content-type"] == CONTENT_TYPE
 
 
 def test_repeated_request_is_a_cache_hit_and_costs_no_forward(served) -> None:  # type: ignore[no-untyped-def]

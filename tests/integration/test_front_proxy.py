@@ -14,11 +14,13 @@ from typing import Any
 import httpx
 
 from tests.fake_worker import FakeWorker
+from tests.prometheus_text import metric
 from vllm_srun.adapters.config.loader import load_config_data
 from vllm_srun.adapters.front.app import FrontApp
 from vllm_srun.adapters.front.fleet import Fleet
 from vllm_srun.adapters.front.metrics import FrontEvents, FrontMetrics
 from vllm_srun.adapters.front.proxy import Proxy
+from vllm_srun.adapters.prometheus import CONTENT_TYPE
 
 
 def config_for(deployments: dict[str, dict[str, Any]]) -> Any:
@@ -162,8 +164,9 @@ def test_a_single_worker_deployment_caches_answers_in_the_front() -> None:
             assert first.json() == second.json() and len(worker.received) == 1
             await front.post({"input": "same", "options": {"return_meta": True}})
             assert len(worker.received) == 2  # meta is per request: never from the cache
-            text = (await front.client.get("/metrics")).text
-            assert 'vllm_sr_result_cache_total{deployment="primary",outcome="hit"} 1' in text
+            scraped = await front.client.get("/metrics")
+            assert scraped.headers["content-type"] == CONTENT_TYPE
+            assert metric(scraped.text, "vllm_sr_result_cache_total", deployment="primary", outcome="hit") == 1
         await worker.stop()
 
     scenario(go)
@@ -226,7 +229,7 @@ def test_a_stuck_replica_is_ejected_and_logged(caplog: Any) -> None:
             for _ in range(5):  # ejected: every request goes to the healthy one
                 assert (await front.post({"input": "after"})).json()["worker"] == "healthy"
             text = (await front.client.get("/metrics")).text
-            assert 'vllm_sr_ejections_total{deployment="primary",replica="primary/1"} 1' in text
+            assert metric(text, "vllm_sr_ejections_total", deployment="primary", replica="primary/1") == 1
         for worker in (healthy, stuck):
             await worker.stop()
 

@@ -10,6 +10,7 @@ FORBIDDEN = {
     "torch", "numpy", "anyio", "asyncio", "litestar", "yaml", "httpx", "onnxruntime", "triton", "uvicorn",
     "socket", "subprocess", "os", "io", "time", "random", "threading", "multiprocessing", "pathlib",
     "shutil", "tempfile", "requests", "urllib", "http", "logging", "sys", "signal", "select", "datetime",
+    "prometheus_client",
 }
 
 

@@ -20,6 +20,7 @@ from vllm_srun.adapters.http.errors import exception_handlers
 from vllm_srun.domain.errors import NotReady
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
 from vllm_srun.adapters.http.openapi import openapi_document
+from vllm_srun.adapters.prometheus import CONTENT_TYPE
 
 log = logging.getLogger("vllm_srun.front")
 JSON = "application/json"
@@ -60,7 +61,8 @@ async def front_metrics(request: Request) -> Response:
             front.in_flight.set(float(status.in_flight), labels)
             front.outstanding.set(float(status.outstanding_bytes), labels)
             front.replica_ready.set(1.0 if status.ready else 0.0, labels)
-    return Response(content=front.render().encode(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    # the exact header: litestar would append a second charset to a text/ media type
+    return Response(content=front.render().encode(), headers={"content-type": CONTENT_TYPE})
 
 
 @get("/openapi.json")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 
-from vllm_srun.adapters.serving.metrics import SECONDS_BUCKETS, Registry
+from vllm_srun.adapters.prometheus import MetricsRegistry
+from vllm_srun.adapters.serving.metrics import SECONDS_BUCKETS
 from vllm_srun.domain.ejection import (
     EjectionWithheld,
     PoolEvent,
@@ -24,23 +25,36 @@ log = logging.getLogger("vllm_srun.front")
 _WARNINGS = {"replica_exited", "replica_failed", "replica_unhealthy", "replica_incompatible", "replica_killed"}
 
 
+REPLICA = ("deployment", "replica")  # the labels of every per-replica series
+
+
 class FrontMetrics:
+    """The front's metrics on a registry of its own; documented in docs/metrics.md."""
+
     def __init__(self) -> None:
-        r = self.registry = Registry()
-        self.requests = r.counter("vllm_sr_requests_total", "Requests answered by the front, by deployment and code")
-        self.errors = r.counter("vllm_sr_errors_total", "Error responses of the front by code")
-        self.request_seconds = r.histogram("vllm_sr_request_duration_seconds", "Request time at the front", SECONDS_BUCKETS)
-        self.outcomes = r.counter("vllm_sr_dispatch_outcomes_total", "Dispatched requests by replica and outcome")
-        self.in_flight = r.gauge("vllm_sr_replica_in_flight", "Requests in flight per replica")
-        self.outstanding = r.gauge("vllm_sr_replica_outstanding_bytes", "Request bytes outstanding per replica")
-        self.replica_ready = r.gauge("vllm_sr_replica_ready", "1 when the replica takes requests")
-        self.ready_replicas = r.gauge("vllm_sr_ready_replicas", "Ready replicas per deployment")
-        self.restarts = r.counter("vllm_sr_replica_restarts_total", "Worker restarts per replica")
-        self.ejections = r.counter("vllm_sr_ejections_total", "Outlier ejections per replica")
-        self.readmissions = r.counter("vllm_sr_readmissions_total", "Readmissions of ejected replicas, by reason")
-        self.withheld = r.counter("vllm_sr_ejections_withheld_total", "Ejections withheld, by reason")
-        self.backoffs = r.counter("vllm_sr_replica_backoffs_total", "Short backoffs after a failure or timeout")
-        self.cache = r.counter("vllm_sr_result_cache_total", "Front result cache lookups by outcome (hit|miss)")
+        r = self.registry = MetricsRegistry()
+        self.requests = r.counter(
+            "vllm_sr_requests_total", "Requests answered by the front, by deployment and code", ("deployment", "code"))
+        self.errors = r.counter("vllm_sr_errors_total", "Error responses of the front by code", ("code",))
+        self.request_seconds = r.histogram(
+            "vllm_sr_request_duration_seconds", "Request time at the front", ("deployment",), SECONDS_BUCKETS)
+        self.outcomes = r.counter(
+            "vllm_sr_dispatch_outcomes_total", "Dispatched requests by replica and outcome", (*REPLICA, "outcome"))
+        self.in_flight = r.gauge("vllm_sr_replica_in_flight", "Requests in flight per replica", REPLICA)
+        self.outstanding = r.gauge(
+            "vllm_sr_replica_outstanding_bytes", "Request bytes outstanding per replica", REPLICA)
+        self.replica_ready = r.gauge("vllm_sr_replica_ready", "1 when the replica takes requests", REPLICA)
+        self.ready_replicas = r.gauge("vllm_sr_ready_replicas", "Ready replicas per deployment", ("deployment",))
+        self.restarts = r.counter("vllm_sr_replica_restarts_total", "Worker restarts per replica", REPLICA)
+        self.ejections = r.counter("vllm_sr_ejections_total", "Outlier ejections per replica", REPLICA)
+        self.readmissions = r.counter(
+            "vllm_sr_readmissions_total", "Readmissions of ejected replicas, by reason", (*REPLICA, "reason"))
+        self.withheld = r.counter(
+            "vllm_sr_ejections_withheld_total", "Ejections withheld, by reason", (*REPLICA, "reason"))
+        self.backoffs = r.counter(
+            "vllm_sr_replica_backoffs_total", "Short backoffs after a failure or timeout", REPLICA)
+        self.cache = r.counter(
+            "vllm_sr_result_cache_total", "Front result cache lookups by outcome (hit|miss)", ("deployment", "outcome"))
 
     def render(self) -> str:
         return self.registry.render()

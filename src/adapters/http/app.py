@@ -23,6 +23,7 @@ from vllm_srun.adapters.http.errors import JSON, code_of, decode_error_message, 
 from vllm_srun.adapters.http.liveness import live
 from vllm_srun.adapters.http.openapi import openapi_document
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
+from vllm_srun.adapters.prometheus import CONTENT_TYPE
 from vllm_srun.adapters.schemas.common import json_encoder
 from vllm_srun.adapters.request_timing import SCOPE_KEY, RequestTiming
 from vllm_srun.adapters.serving.runtime import Runtime
@@ -30,7 +31,6 @@ from vllm_srun.adapters.surfaces.registry import SURFACE_ROUTES, SurfaceRoute
 from vllm_srun.domain.errors import Cancelled, InvalidRequest, NotReady
 
 log = logging.getLogger("vllm_srun.http")
-METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def _surface_handler(route: SurfaceRoute, runtime: Runtime, max_request_bytes: int) -> HTTPRouteHandler:
@@ -88,7 +88,7 @@ async def health(request: Request[Any, Any, Any]) -> Response[bytes]:
 @get("/metrics")
 async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
     runtime: Runtime = request.app.state.runtime
-    return Response(content=runtime.metrics.render().encode(), media_type=METRICS_TYPE)
+    return Response(content=runtime.metrics.render().encode(), headers={"content-type": CONTENT_TYPE})
 
 
 @get("/openapi.json")
