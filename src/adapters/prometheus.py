@@ -34,6 +34,8 @@ M = TypeVar("M", bound=MetricWrapperBase)
 # writes. Spelled out: prometheus_client 0.20 has no name for it (CONTENT_TYPE_LATEST was this
 # string there; newer releases call it CONTENT_TYPE_PLAIN_0_0_4 and moved LATEST to 1.0.0).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# request and forward durations, worker and front alike
+SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 @dataclass(frozen=True)

@@ -111,11 +111,11 @@ def resolve_config(ns: argparse.Namespace):  # type: ignore[no-untyped-def]
     platform, gpus = ns.platform, []
     placing = ns.data_parallel_size is not None or ns.device_ids
     if platform in (None, "auto") and placing and _unplaced(config):
-        from vllm_srun.adapters.workers.gpus import detect_gpus
+        from vllm_srun.adapters.devices.torch_devices import detect_gpus
 
         platform, gpus = detect_gpus()
     elif platform in GPU_PLATFORMS and not ns.device_ids:
-        from vllm_srun.adapters.workers.gpus import detect_gpus
+        from vllm_srun.adapters.devices.torch_devices import detect_gpus
 
         found, ids = detect_gpus()
         gpus = ids if found == platform else []

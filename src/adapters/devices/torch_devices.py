@@ -137,3 +137,16 @@ def open_device(name: str) -> CpuDevice | TorchGpuDevice | MpsDevice:
     if gpu >= torch.cuda.device_count():
         raise DeviceUnavailable(f"--device {name}: this process sees {torch.cuda.device_count()} GPU(s)")
     return TorchGpuDevice(kind, gpu)
+
+
+def detect_gpus() -> tuple[str, list[int]]:
+    """(platform, usable GPU ids) for placing new GPU workers (R-REP-1): ("cuda"|"rocm", [0, 1, …])
+    or ("cpu", []). Imports torch only when asked, so a CPU front never pays for it."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return "cpu", []
+    if not torch.cuda.is_available():
+        return "cpu", []
+    platform = "rocm" if torch.version.hip else "cuda"
+    return platform, list(range(torch.cuda.device_count()))

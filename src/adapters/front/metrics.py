@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from vllm_srun.adapters.prometheus import MetricsRegistry
-from vllm_srun.adapters.serving.metrics import SECONDS_BUCKETS
+from vllm_srun.adapters.prometheus import SECONDS_BUCKETS, MetricsRegistry
 from vllm_srun.domain.ejection import (
     EjectionWithheld,
     PoolEvent,

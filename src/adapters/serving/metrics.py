@@ -6,9 +6,8 @@ Increments happen on the event loop; the device thread only reports through the 
 
 from __future__ import annotations
 
-from vllm_srun.adapters.prometheus import MetricsRegistry
+from vllm_srun.adapters.prometheus import SECONDS_BUCKETS, MetricsRegistry
 
-SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 TOKENS_BUCKETS = (8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 RATIO_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
