@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import logging
 import os
 import shutil
@@ -44,28 +43,6 @@ class PreparedFront:
     socket_dir: str
     where: str
     log_level: str
-
-
-def _check_worker_args(fleet: Fleet) -> None:
-    """Parse every worker's command line with the worker's own parser, so a refused argument
-    stops the front before any worker starts."""
-    from vllm_srun.app.cli import build_parser
-
-    for deployment in fleet.deployments.values():
-        for supervisor in deployment.supervisors:
-            if supervisor.command is None:
-                continue
-            args = supervisor.command[3:]  # after `python -m vllm_srun.app.cli`
-            captured = io.StringIO()
-            try:
-                with contextlib.redirect_stderr(captured):
-                    build_parser().parse_args(args)
-            except SystemExit:
-                why = captured.getvalue().strip().splitlines()
-                raise ValueError(
-                    f"deployments.{deployment.name}: the worker refuses its arguments: "
-                    + (why[-1] if why else " ".join(args))
-                ) from None
 
 
 def _check_packages(config: FrontConfig) -> None:
@@ -105,7 +82,8 @@ def prepare_front(
     log_level: str = "info",
     env: dict[str, str] | None = None,
 ) -> PreparedFront:
-    """Everything short of starting workers; raises ValueError with a one-line refusal."""
+    """Everything short of starting workers; raises ValueError with a one-line refusal, or
+    ConfigError (a ValueError) with one line per problem of the workers' settings."""
     threads = managed_worker_threads(env)  # InvalidThreadOverride is a ValueError
     _check_packages(config)
     metrics = FrontMetrics()
@@ -115,8 +93,7 @@ def prepare_front(
             config, socket_dir=socket_dir, threads=threads, max_request_bytes=max_request_bytes,
             events=FrontEvents(metrics), env=env,
             worker_log_level="info" if log_level == "debug" else "warning",
-        )
-        _check_worker_args(fleet)
+        )  # ConfigError when a worker would refuse its settings
         sock = _bind(host, port)
     except BaseException:
         shutil.rmtree(socket_dir, ignore_errors=True)

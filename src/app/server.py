@@ -6,8 +6,13 @@ import os
 
 import uvicorn
 
+from vllm_srun.domain import bounds
 
-def run_server(app, *, host: str = "127.0.0.1", port: int = 8100, uds: str | None = None, log_level: str = "info") -> None:  # type: ignore[no-untyped-def]
+
+def run_server(  # type: ignore[no-untyped-def]  # app: any ASGI callable
+    app, *, host: str = bounds.HOST.default, port: int = bounds.PORT.default, uds: str | None = None,
+    log_level: str = bounds.LOG_LEVEL.default,
+) -> None:
     if uds and os.path.exists(uds):
         os.unlink(uds)
     config = uvicorn.Config(

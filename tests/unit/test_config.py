@@ -201,7 +201,9 @@ def test_endpoints_that_are_refused(endpoint: str) -> None:
         ("max_num_seqs: 0", "max_num_seqs: expected an integer >= 1, got 0"),
         ("max_num_seqs: '8'", "max_num_seqs: expected an integer, got '8'"),
         ("max_num_seqs: true", "max_num_seqs: expected an integer, got True"),
-        ("max_num_batched_tokens: 0", "max_num_batched_tokens: expected an integer >= 1, got 0"),
+        # the worker's bound (domain/bounds.py): fewer than 8 tokens never started a worker
+        ("max_num_batched_tokens: 7", "max_num_batched_tokens: expected an integer >= 8, got 7"),
+        ("batch_window_ms: 10000.5", "batch_window_ms: expected a number <= 10000.0, got 10000.5"),
         ("batch_window_ms: .nan", "batch_window_ms: expected a number >= 0.0, got nan"),
         (
             "dtype: float64",
