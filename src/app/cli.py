@@ -10,66 +10,25 @@ import sys
 from typing import NoReturn, Sequence
 
 from vllm_srun.adapters.catalog import CATALOG, DEFAULT_MODEL
-from vllm_srun.adapters.serving.result_cache import DEFAULT_RESULT_CACHE_ENTRIES
+from vllm_srun.app.flags import OneLineParser, add_setting, arg_type, non_negative_int, positive_int
+from vllm_srun.domain import bounds
 from vllm_srun.domain.dtypes import dtype_refusal
-from vllm_srun.domain.engine_args import DTYPES, EngineArgs
+from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.worker_settings import WorkerSettings
 
 PROG = "vllm-srun"
-
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+# `serve` flags, in `--help` order; each is a setting of `domain/bounds.py`
+SERVE_SETTINGS = (
+    bounds.DEVICE, bounds.ENGINE, bounds.HOST, bounds.PORT, bounds.UDS, bounds.MAX_NUM_SEQS,
+    bounds.MAX_NUM_BATCHED_TOKENS, bounds.BATCH_WINDOW_MS, bounds.DTYPE, bounds.ENABLE_SHARED_CONTEXT,
+    bounds.MAX_MODEL_LEN, bounds.MAX_REQUEST_BYTES, bounds.THREADS, bounds.LOG_LEVEL,
+    bounds.RESULT_CACHE_ENTRIES,
+)
 
 
 def refuse(message: str) -> NoReturn:
     print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
     raise SystemExit(2)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
-
-
-def _window_ms(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected milliseconds, got {text!r}") from None
-    if not (0 <= value <= 10_000):
-        raise argparse.ArgumentTypeError(f"must be between 0 and 10000 ms, got {value:g}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = _non_negative_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
-    return value
-
-
-def _device(text: str) -> str:
-    import re
-
-    if not re.fullmatch(r"cpu|auto|mps|(cuda|rocm)(:\d+)?", text):
-        raise argparse.ArgumentTypeError(f"expected cpu, cuda:N, rocm:N, mps or auto, got {text!r}")
-    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,35 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve one or more models over HTTP")
     serve.add_argument("models", nargs="*", metavar="MODEL", help=f"path, store name or built-in name (default: {DEFAULT_MODEL})")
-    serve.add_argument("--device", type=_device, default="cpu")
-    serve.add_argument("--engine", choices=["auto", "native", "onnxruntime"], default="auto")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=_port, default=8100)
-    serve.add_argument("--uds", default=None, help="serve on this Unix socket instead of TCP")
-    serve.add_argument("--max-num-seqs", type=_positive_int, default=None)
-    serve.add_argument("--max-num-batched-tokens", type=_positive_int, default=None)
-    serve.add_argument("--batch-window-ms", type=_window_ms, default=2.0)
-    serve.add_argument("--dtype", choices=DTYPES, default="auto")
-    serve.add_argument(
-        "--enable-shared-context", action=argparse.BooleanOptionalAction, default=None,
-        help="decision models: run a multi-question request's state once (default: on for decision models)",
-    )
-    serve.add_argument("--max-model-len", type=_positive_int, default=None,
-                       help="decision models: most input tokens one question's prompt may have (default: the package's limit)")
-    serve.add_argument("--max-request-bytes", type=_positive_int, default=8 * 1024 * 1024)
-    serve.add_argument("--threads", type=_positive_int, default=None, help="CPU threads for forwards (default: the CPU budget less one, at least 1)")
-    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
-    serve.add_argument(
-        "--result-cache-entries", type=_non_negative_int, default=DEFAULT_RESULT_CACHE_ENTRIES,
-        help=f"answers kept in this worker's LRU result cache (default {DEFAULT_RESULT_CACHE_ENTRIES}, "
-        "at most 64 MiB of answers; 0 turns it off)",
-    )
+    for setting in SERVE_SETTINGS:
+        add_setting(serve, setting)
 
     fixture = sub.add_parser("fixture", help="write a tiny random-weight model package (with its golden file)")
     fixture.add_argument("out", metavar="OUT", help="the folder to create (new or empty)")
     fixture.add_argument("--family", required=True, help="encoder or decision (other families register their own writers)")
     fixture.add_argument("--variant", default=None, help="encoder: embed, classify, multilabel or rerank; decision: llama or qwen3")
-    fixture.add_argument("--seed", type=_non_negative_int, default=0)
+    fixture.add_argument("--seed", type=non_negative_int, default=0)
     fixture.add_argument("--no-golden", action="store_true", help="skip recording golden.json")
 
     pull = sub.add_parser("pull", help="place a built-in model in the local model store")
@@ -114,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from vllm_srun.app import simulate_cli
 
-    simulate_cli.add_parser(sub, _positive_int, _window_ms)
+    simulate_cli.add_parser(sub, positive_int, arg_type(bounds.BATCH_WINDOW_MS))
     return parser
 
 
@@ -125,24 +63,40 @@ def default_threads() -> int:
     return standalone_threads(front_cpu_budget())
 
 
+def serve_settings(ns: argparse.Namespace) -> WorkerSettings:
+    """The settings a parsed `vllm-srun serve` command line gives."""
+    return WorkerSettings(
+        models=tuple(ns.models),
+        device=ns.device,
+        engine=ns.engine,
+        host=ns.host,
+        port=ns.port,
+        uds=ns.uds,
+        engine_args=EngineArgs(
+            max_num_seqs=ns.max_num_seqs,
+            max_num_batched_tokens=ns.max_num_batched_tokens,
+            batch_window_ms=ns.batch_window_ms,
+            dtype=ns.dtype,
+            enable_shared_context=ns.enable_shared_context,
+            max_model_len=ns.max_model_len,
+        ),
+        result_cache_entries=ns.result_cache_entries,
+        max_request_bytes=ns.max_request_bytes,
+        threads=ns.threads,
+        log_level=ns.log_level,
+    )
+
+
 def serve(ns: argparse.Namespace) -> int:
-    if ns.max_num_batched_tokens is not None and ns.max_num_batched_tokens < 8:
-        refuse(f"--max-num-batched-tokens must be >= 8, got {ns.max_num_batched_tokens}")
+    settings = serve_settings(ns)
+    problems = settings.problems()
+    if problems:
+        refuse("; ".join(problems))
     device = "cpu" if ns.device == "auto" else ns.device
     refusal = dtype_refusal(ns.dtype, device, ns.engine)
     if refusal:
         refuse(refusal)
-    args = EngineArgs(
-        max_num_seqs=ns.max_num_seqs,
-        max_num_batched_tokens=ns.max_num_batched_tokens,
-        batch_window_ms=ns.batch_window_ms,
-        dtype=ns.dtype,
-        enable_shared_context=ns.enable_shared_context,
-        max_model_len=ns.max_model_len,
-    )
-    problems = args.problems()
-    if problems:
-        refuse(problems[0])
+    args = settings.engine_args
     from vllm_srun.app.container import worker_container
     from vllm_srun.app.server import check_worker, run_worker
 

@@ -29,11 +29,10 @@ from vllm_srun.adapters.model_store import LocalModelStore
 from vllm_srun.adapters.readiness.golden import LoadTimeChecks
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
-from vllm_srun.adapters.serving.result_cache import DEFAULT_RESULT_CACHE_ENTRIES, ResultCache
+from vllm_srun.adapters.serving.result_cache import ResultCache
+from vllm_srun.domain import bounds
 from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.domain.engine_args import EngineArgs
-
-DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
 
 
 class WorkerContainer(containers.DeclarativeContainer):
@@ -79,8 +78,8 @@ def worker_container(
     engine: str = "auto",
     threads: int | None = None,
     progress: Progress = quiet,
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-    result_cache_entries: int = DEFAULT_RESULT_CACHE_ENTRIES,
+    max_request_bytes: int = bounds.MAX_REQUEST_BYTES.default,
+    result_cache_entries: int = bounds.RESULT_CACHE_ENTRIES.default,
     check_golden: bool = True,
 ) -> WorkerContainer:
     """A worker container with every setting given (defaults: the CLI's)."""

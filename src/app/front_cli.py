@@ -19,16 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from vllm_srun.app.cli import (
-    OneLineParser,
-    _non_negative_int,
-    _port,
-    _positive_int,
-    _window_ms,
-)
+from vllm_srun.app.flags import OneLineParser, add_setting, positive_int
+from vllm_srun.domain import bounds
 
 PROG = "vllm-sr"
-DEFAULT_PORT = 8000
 ENGINE_MODE = ""  # `-e` without a value: Engine mode, the only mode this front has
 
 
@@ -47,24 +41,29 @@ def _device_ids(text: str) -> list[int]:
     return ids
 
 
+# Flags written into the default deployment of the config; unset ones are not written, so the
+# config's value (or the worker's default) stays.
+DEPLOYMENT_SETTINGS = (
+    bounds.MAX_NUM_SEQS, bounds.MAX_NUM_BATCHED_TOKENS, bounds.BATCH_WINDOW_MS, bounds.DTYPE,
+    bounds.MAX_MODEL_LEN, bounds.RESULT_CACHE_ENTRIES, bounds.ENABLE_SHARED_CONTEXT, bounds.TIMEOUT_MS,
+)
+
+
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    from vllm_srun.adapters.config.overrides import PLATFORMS
+
     p.add_argument("model", nargs="?", metavar="MODEL", help="artifact of the default deployment")
     p.add_argument("-e", "--engine", nargs="?", const=ENGINE_MODE, default=None, metavar="ENGINE",
                    help="Engine mode (serve the model runtime; LLM routing is out of scope); "
-                   "with a value, the runtime engine: auto, native or onnxruntime")
+                   f"with a value, the runtime engine: {bounds.ENGINE.rule()} (default: {bounds.ENGINE.default})")
     p.add_argument("--config", metavar="FILE", help="the canonical config (YAML)")
-    p.add_argument("--platform", choices=["auto", "cpu", "cuda", "rocm", "mps"], default=None)
-    p.add_argument("-dp", "--data-parallel-size", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--platform", choices=PLATFORMS, default=None,
+                   help="where the default deployment's workers run (default: as configured, else auto)")
+    p.add_argument("-dp", "--data-parallel-size", type=positive_int, default=None, metavar="N",
                    help="workers of the default deployment")
     p.add_argument("--device-ids", type=_device_ids, default=None, metavar="IDS", help="GPU indices, e.g. 0,1")
-    p.add_argument("--max-num-seqs", type=_positive_int)
-    p.add_argument("--max-num-batched-tokens", type=_positive_int)
-    p.add_argument("--batch-window-ms", type=_window_ms)
-    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--max-model-len", type=_positive_int)
-    p.add_argument("--result-cache-entries", type=_non_negative_int)
-    p.add_argument("--enable-shared-context", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--timeout-ms", type=_positive_int, help="the default deployment's request timeout")
+    for setting in DEPLOYMENT_SETTINGS:
+        add_setting(p, setting, default=None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,12 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     serve = sub.add_parser("serve", help="start the workers and serve the deployments over HTTP")
     _add_config_flags(serve)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"(default {DEFAULT_PORT}; workers use Unix sockets)")
-    serve.add_argument("--max-request-bytes", type=_positive_int, default=8 * 1024 * 1024)
+    for setting in (bounds.HOST, bounds.FRONT_PORT, bounds.MAX_REQUEST_BYTES):
+        add_setting(serve, setting)
     serve.add_argument("--drain-timeout", type=float, default=30.0, metavar="S",
-                       help="on SIGTERM, how long in-flight requests may take before workers stop")
-    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+                       help="on SIGTERM, how long in-flight requests may take before workers stop (default: %(default)g)")
+    add_setting(serve, bounds.LOG_LEVEL)
     config = sub.add_parser("config", help="show or migrate the canonical config")
     config_sub = config.add_subparsers(dest="config_command", required=True, parser_class=OneLineParser)
     show = config_sub.add_parser("show", help="print the config `serve` would run, as YAML")
@@ -93,12 +91,12 @@ def resolve_config(ns: argparse.Namespace):  # type: ignore[no-untyped-def]
     from vllm_srun.adapters.catalog import DEFAULT_MODEL
     from vllm_srun.adapters.config.loader import load_config_file
     from vllm_srun.adapters.config.overrides import GPU_PLATFORMS, apply_cli_overrides
-    from vllm_srun.adapters.config.schema import ENGINES, ConfigError, FrontConfig
+    from vllm_srun.adapters.config.schema import ConfigError, FrontConfig
 
     model, engine = ns.model, ns.engine
-    if engine is not None and engine != ENGINE_MODE and engine not in ENGINES:
+    if engine is not None and engine != ENGINE_MODE and not bounds.ENGINE.accepts(engine):
         if model is not None:
-            refuse(f"--engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+            refuse(f"--engine: expected {bounds.ENGINE.rule()}, got {engine!r}")
         model, engine = engine, ENGINE_MODE  # `-e MODEL`: the value was the model
     try:
         config = load_config_file(ns.config) if ns.config else FrontConfig()
@@ -119,16 +117,7 @@ def resolve_config(ns: argparse.Namespace):  # type: ignore[no-untyped-def]
 
         found, ids = detect_gpus()
         gpus = ids if found == platform else []
-    args = {
-        "max_num_seqs": ns.max_num_seqs,
-        "max_num_batched_tokens": ns.max_num_batched_tokens,
-        "batch_window_ms": ns.batch_window_ms,
-        "dtype": ns.dtype,
-        "max_model_len": ns.max_model_len,
-        "result_cache_entries": ns.result_cache_entries,
-        "enable_shared_context": ns.enable_shared_context,
-        "timeout_ms": ns.timeout_ms,
-    }
+    args = {setting.name: getattr(ns, setting.name) for setting in DEPLOYMENT_SETTINGS}
     try:
         return apply_cli_overrides(
             config, model=model, engine=engine or None, platform=platform,
@@ -184,6 +173,7 @@ def config_migrate(ns: argparse.Namespace) -> int:
 
 def serve(ns: argparse.Namespace) -> int:
     config = resolve_config(ns)
+    from vllm_srun.adapters.config.schema import ConfigError
     from vllm_srun.app.front_server import prepare_front, run_front
 
     try:
@@ -191,7 +181,9 @@ def serve(ns: argparse.Namespace) -> int:
             config, host=ns.host, port=ns.port, max_request_bytes=ns.max_request_bytes,
             log_level=ns.log_level, env=dict(os.environ),
         )
-    except ValueError as exc:  # a refusal found while preparing (threads, worker args, port)
+    except ConfigError as exc:  # the workers' settings, one line per problem
+        refuse("; ".join(exc.problems))
+    except ValueError as exc:  # a refusal found while preparing (threads, packages, port)
         refuse(str(exc))
     return run_front(front, drain_timeout_s=ns.drain_timeout)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import logging
 import os
 import shutil
@@ -45,28 +44,6 @@ class PreparedFront:
     socket_dir: str
     where: str
     log_level: str
-
-
-def _check_worker_args(fleet: Fleet) -> None:
-    """Parse every worker's command line with the worker's own parser, so a refused argument
-    stops the front before any worker starts."""
-    from vllm_srun.app.cli import build_parser
-
-    for deployment in fleet.deployments.values():
-        for supervisor in deployment.supervisors:
-            if supervisor.command is None:
-                continue
-            args = supervisor.command[3:]  # after `python -m vllm_srun.app.cli`
-            captured = io.StringIO()
-            try:
-                with contextlib.redirect_stderr(captured):
-                    build_parser().parse_args(args)
-            except SystemExit:
-                why = captured.getvalue().strip().splitlines()
-                raise ValueError(
-                    f"deployments.{deployment.name}: the worker refuses its arguments: "
-                    + (why[-1] if why else " ".join(args))
-                ) from None
 
 
 def _check_packages(config: FrontConfig, container: FrontContainer) -> None:
@@ -106,15 +83,15 @@ def prepare_front(
     log_level: str = "info",
     env: dict[str, str] | None = None,
 ) -> PreparedFront:
-    """Everything short of starting workers; raises ValueError with a one-line refusal."""
+    """Everything short of starting workers; raises ValueError with a one-line refusal, or
+    ConfigError (a ValueError) with one line per problem of the workers' settings."""
     threads = managed_worker_threads(env)  # InvalidThreadOverride is a ValueError
     socket_dir = tempfile.mkdtemp(prefix="vllm-sr-")  # mode 0700: only this user reaches the workers
     container = front_container(config, socket_dir=socket_dir, threads=threads, max_request_bytes=max_request_bytes,
                                 worker_log_level="info" if log_level == "debug" else "warning", env=env)
     try:
         _check_packages(config, container)
-        fleet = container.fleet()
-        _check_worker_args(fleet)
+        fleet = container.fleet()  # ConfigError when a worker would refuse its settings
         sock = _bind(host, port)
     except BaseException:
         shutil.rmtree(socket_dir, ignore_errors=True)

@@ -12,6 +12,7 @@ import uvicorn
 
 from vllm_srun.app.container import WorkerContainer
 from vllm_srun.app.preflight import engine_arg_refusal
+from vllm_srun.domain import bounds
 from vllm_srun.domain.dtypes import needs_bf16_warning
 from vllm_srun.domain.engine_args import EngineArgs
 
@@ -44,8 +45,8 @@ def run_worker(container: WorkerContainer, *, host: str, port: int, uds: str | N
     run_server(app, host=host, port=port, uds=uds, log_level=log_level)
 
 
-def run_server(app: Any, *, host: str = "127.0.0.1", port: int = 8100, uds: str | None = None,
-               log_level: str = "info") -> None:
+def run_server(app: Any, *, host: str = bounds.HOST.default, port: int = bounds.PORT.default, uds: str | None = None,
+               log_level: str = bounds.LOG_LEVEL.default) -> None:
     if uds and os.path.exists(uds):
         os.unlink(uds)
     config = uvicorn.Config(

@@ -6,7 +6,9 @@ out. The adapters map names to torch dtypes and detect whether a CPU has native 
 
 from __future__ import annotations
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+from vllm_srun.domain.bounds import DTYPE
+
+DTYPES = DTYPE.choices
 
 # R-PKG-2: the precision each family's packages are published in
 PUBLISHED: dict[str, str] = {"encoder": "float32", "multimodal": "float32", "decision": "bfloat16"}

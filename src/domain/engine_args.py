@@ -1,37 +1,37 @@
-"""Engine arguments (R-ARG) and how unset batch limits are resolved (R-DEV-1)."""
+"""Engine arguments (R-ARG) and how unset batch limits are resolved (R-DEV-1).
+
+Their bounds and defaults are those of `bounds.py`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from vllm_srun.domain import bounds
 from vllm_srun.domain.devices import class_limits
-
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True, slots=True)
 class EngineArgs:
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    batch_window_ms: float = 2.0
-    dtype: str = "auto"
-    enable_shared_context: bool | None = None  # None: the family's default
-    max_model_len: int | None = None
+    max_num_seqs: int | None = bounds.MAX_NUM_SEQS.default
+    max_num_batched_tokens: int | None = bounds.MAX_NUM_BATCHED_TOKENS.default
+    batch_window_ms: float = bounds.BATCH_WINDOW_MS.default
+    dtype: str = bounds.DTYPE.default
+    enable_shared_context: bool | None = bounds.ENABLE_SHARED_CONTEXT.default  # None: the family's
+    max_model_len: int | None = bounds.MAX_MODEL_LEN.default
 
     def problems(self) -> list[str]:
         """One line per out-of-range value (R-ARG-2)."""
-        out = []
-        if self.max_num_seqs is not None and self.max_num_seqs < 1:
-            out.append(f"max_num_seqs must be >= 1 (got {self.max_num_seqs})")
-        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 8:
-            out.append(f"max_num_batched_tokens must be >= 8 (got {self.max_num_batched_tokens})")
-        if not (0 <= self.batch_window_ms <= 10_000):
-            out.append(f"batch_window_ms must be between 0 and 10000 (got {self.batch_window_ms})")
-        if self.dtype not in DTYPES:
-            out.append(f"dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
-        if self.max_model_len is not None and self.max_model_len < 1:
-            out.append(f"max_model_len must be >= 1 (got {self.max_model_len})")
-        return out
+        return bounds.problems(
+            [
+                (bounds.MAX_NUM_SEQS, self.max_num_seqs),
+                (bounds.MAX_NUM_BATCHED_TOKENS, self.max_num_batched_tokens),
+                (bounds.BATCH_WINDOW_MS, self.batch_window_ms),
+                (bounds.DTYPE, self.dtype),
+                (bounds.ENABLE_SHARED_CONTEXT, self.enable_shared_context),
+                (bounds.MAX_MODEL_LEN, self.max_model_len),
+            ]
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,9 @@ def test_generated_requests_never_get_a_5xx(minilm_server: str) -> None:
         def run(case) -> None:  # type: ignore[no-untyped-def]
             response = case.call(base_url=minilm_server, timeout=30)
             statuses.append(response.status_code)
-            if response.status_code >= 500:
+            # a generated options.deadline_ms of a fraction of a millisecond is honoured with 504
+            deadline = response.status_code == 504 and response.json()["error"]["code"] == "deadline_exceeded"
+            if response.status_code >= 500 and not deadline:
                 failures.append(f"{response.status_code} for {case.body!r}"[:300])
 
         run()

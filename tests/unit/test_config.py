@@ -101,6 +101,35 @@ def test_every_problem_is_reported_at_once_one_line_each() -> None:
     assert all("\n" not in problem for problem in problems)
 
 
+def test_problems_name_their_deployment_and_list_entry_in_the_order_of_the_file() -> None:
+    text = """
+    global:
+      model_catalog:
+        deployments:
+          fine: {artifact: a}
+          second:
+            artifact: ''
+            max_num_seqs: 0
+            replicas: [1, {device: gpu}, cpu, {device: cpu, threads: 2}]
+          third: {dtype: fp8}
+          1: {artifact: c}
+    """
+    assert problems_of(textwrap.dedent(text)) == [
+        # msgspec names no mapping entry; each line still names its deployment
+        "deployments.second.artifact: expected a string of length >= 1, got ''",  # and no
+        "deployments.second.max_num_seqs: expected an integer >= 1, got 0",  # "missing artifact"
+        "deployments.second.replicas[0]: expected a mapping, got 1",
+        "deployments.second.replicas[1].device: expected one of cpu, cuda:N, rocm:N, mps, auto, got 'gpu'",
+        "deployments.second.replicas[2]: expected a mapping, got 'cpu'",  # indices as written
+        "deployments.second.replicas[3].threads: unknown field",
+        "deployments.third.dtype: expected one of auto, float32, bfloat16, float16, got 'fp8'",
+        "deployments.third: missing required field 'artifact'",
+        "deployments.1: a deployment name is letters, digits, '.', '_' or '-', starting with a letter "
+        "or digit",
+    ]
+    assert problems_of(deployment_yaml("artifact: a\n3: x")) == ["deployments.primary.3: unknown field"]
+
+
 # ---- placement rules -------------------------------------------------------------------------
 @pytest.mark.parametrize("field", ["device: cuda:0", "endpoint: http://h:1", "model: m"])
 def test_replicas_cannot_be_combined_with_a_deployment_level_placement(field: str) -> None:
@@ -201,7 +230,9 @@ def test_endpoints_that_are_refused(endpoint: str) -> None:
         ("max_num_seqs: 0", "max_num_seqs: expected an integer >= 1, got 0"),
         ("max_num_seqs: '8'", "max_num_seqs: expected an integer, got '8'"),
         ("max_num_seqs: true", "max_num_seqs: expected an integer, got True"),
-        ("max_num_batched_tokens: 0", "max_num_batched_tokens: expected an integer >= 1, got 0"),
+        # the worker's bound (domain/bounds.py): fewer than 8 tokens never started a worker
+        ("max_num_batched_tokens: 7", "max_num_batched_tokens: expected an integer >= 8, got 7"),
+        ("batch_window_ms: 10000.5", "batch_window_ms: expected a number <= 10000.0, got 10000.5"),
         ("batch_window_ms: .nan", "batch_window_ms: expected a number >= 0.0, got nan"),
         (
             "dtype: float64",

@@ -113,12 +113,27 @@ def test_every_config_problem_is_on_the_one_line(tmp_path: Path, capsys: pytest.
     assert "max_num_seqs: expected an integer >= 1" in line and "colour: unknown field" in line
 
 
-def test_a_worker_argument_the_worker_refuses_stops_the_front(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = tmp_path / "window.yaml"  # the config allows 60 s windows, the worker at most 10 s
+def test_a_window_the_worker_refuses_is_refused_by_the_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "window.yaml"  # one bound for the config and the worker: at most 10 s
     config.write_text("global:\n  model_catalog:\n    deployments:\n      primary:\n        artifact: a\n"
                       "        device: cpu\n        batch_window_ms: 20000\n")
     line = refusal(["serve", "--config", str(config), "--port", "0"], capsys)
-    assert "deployments.primary: the worker refuses its arguments" in line and "--batch-window-ms" in line
+    assert line == "vllm-sr: error: deployments.primary.batch_window_ms: expected a number <= 10000.0, got 20000"
+
+
+def test_worker_settings_the_worker_refuses_stop_the_front_before_any_worker() -> None:
+    from vllm_srun.adapters.config.schema import ConfigError, DeploymentConfig, FrontConfig
+    from vllm_srun.app.front_server import prepare_front
+
+    config = FrontConfig()  # built in code, so nothing validated it yet
+    config.deployments["primary"] = DeploymentConfig(artifact="a", device="cpu", batch_window_ms=20_000.0)
+    config.deployments["other"] = DeploymentConfig(artifact="b", device="cuda:0", dtype="fp8")
+    with pytest.raises(ConfigError) as refused:
+        prepare_front(config, host="127.0.0.1", port=0, max_request_bytes=1024, env={})
+    assert refused.value.problems == [
+        "deployments.primary: batch_window_ms must be between 0 and 10000 (got 20000.0)",
+        "deployments.other: dtype must be one of auto, float32, bfloat16, float16 (got 'fp8')",
+    ]
 
 
 def test_a_bad_thread_override_is_refused(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

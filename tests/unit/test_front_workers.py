@@ -10,7 +10,7 @@ import pytest
 from vllm_srun.adapters.config.schema import DeploymentConfig
 from vllm_srun.adapters.front import bodies
 from vllm_srun.adapters.front.proxy import outcome_of
-from vllm_srun.adapters.workers.command import worker_args
+from vllm_srun.adapters.workers.command import worker_settings
 from vllm_srun.adapters.workers.compat import calibrated_limits, card_problem, pick_card
 from vllm_srun.adapters.workers.cpu_budget import managed_worker_threads, quota_cpus
 from vllm_srun.domain.errors import InvalidRequest
@@ -36,20 +36,33 @@ def test_restart_backoff_refuses_nonsense() -> None:
 
 
 # ---- worker command lines --------------------------------------------------------------------
-def test_worker_args_pass_only_what_the_deployment_sets() -> None:
-    plain = worker_args(DeploymentConfig(artifact="m"), device="cpu", uds="/s/w0.sock", threads=3)
-    assert plain == ["serve", "m", "--uds", "/s/w0.sock", "--device", "cpu", "--log-level", "warning",
-                     "--threads", "3"]
+def test_worker_settings_pass_only_what_the_deployment_sets() -> None:
+    plain = worker_settings(DeploymentConfig(artifact="m"), device="cpu", uds="/s/w0.sock", threads=3)
+    assert plain.to_argv() == ["serve", "m", "--uds=/s/w0.sock", "--log-level=warning", "--threads=3"]
+    assert plain.problems() == []
     full = DeploymentConfig(
         artifact="m", max_num_seqs=64, max_num_batched_tokens=4096, batch_window_ms=0.0, dtype="float32",
         max_model_len=512, result_cache_entries=0, engine="native", enable_shared_context=False,
     )
-    args = worker_args(full, device="cuda:1", uds="/s/w1.sock", threads=3, max_request_bytes=1000)
+    args = worker_settings(full, device="cuda:1", uds="/s/w1.sock", threads=3, max_request_bytes=1000).to_argv()
     text = " ".join(args)
-    assert "--max-num-seqs 64 --max-num-batched-tokens 4096 --batch-window-ms 0 --dtype float32" in text
-    assert "--max-model-len 512 --result-cache-entries 0 --engine native --no-enable-shared-context" in text
-    assert "--threads" not in args  # a GPU worker: R-CPU-1 is about CPU workers
-    assert args[-2:] == ["--max-request-bytes", str(1000 + 64 * 1024)]
+    assert "--device=cuda:1" in args
+    assert "--max-num-seqs=64 --max-num-batched-tokens=4096 --batch-window-ms=0 --dtype=float32" in text
+    assert "--max-model-len=512 --result-cache-entries=0 --engine=native --no-enable-shared-context" in text
+    assert not any(arg.startswith("--threads") for arg in args)  # a GPU worker: R-CPU-1 is about CPU workers
+    assert args[-1] == f"--max-request-bytes={1000 + 64 * 1024}"
+
+
+def test_worker_settings_the_worker_would_refuse_are_named() -> None:
+    # a DeploymentConfig built in code is not validated; the settings still are
+    odd = DeploymentConfig(artifact="-m", batch_window_ms=20_000.0, max_num_batched_tokens=4)
+    settings = worker_settings(odd, device="cpu", uds="/s/w0.sock", threads=0)
+    assert settings.problems() == [
+        "model '-m': a model is named by a non-empty string that does not start with '-'",
+        "max_num_batched_tokens must be >= 8 (got 4)",
+        "batch_window_ms must be between 0 and 10000 (got 20000.0)",
+        "threads must be >= 1 (got 0)",
+    ]
 
 
 # ---- card compatibility (R-REP-2) ---------------------------------------------------------------

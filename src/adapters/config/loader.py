@@ -1,22 +1,23 @@
-"""Read and write the canonical config (YAML), reporting every problem at once (R-ARG-2).
+"""Load the canonical config, reporting every problem at once (R-ARG-2).
 
-`load_config_text` walks the parsed YAML against the Structs of `schema.py` and then applies
-the rules that relate fields to each other. Each problem is one line, `PATH: what and why`,
-where PATH starts at `deployments.NAME` for anything inside a deployment. Nothing is loaded
-until there are no problems.
+The parsed YAML is converted to the Structs of `schema.py` with msgspec, which stops at the
+first problem: the problem becomes one line, what it is about is pruned from a copy of the
+data, and the copy is converted again until it converts. msgspec reads in order, so the lines
+follow the file. Then the rules that relate fields to each other (`rules.py`) run on the data
+as written. Each line is `PATH: what and why`, PATH starting at `deployments.NAME` for anything
+inside a deployment. Nothing is loaded until there are no problems.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import re
-import types
-import typing
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import yaml
+from msgspec.inspect import DictType, ListType, NoneType, StructType, UnionType, type_info
 
 from .rules import relation_problems
 from .schema import (
@@ -27,6 +28,7 @@ from .schema import (
     FrontConfig,
     removed_value_hint,
 )
+from .yaml_text import dump_yaml, parse_yaml
 
 CATALOG = "global.model_catalog.deployments"
 TYPE_WORDS = {
@@ -34,52 +36,24 @@ TYPE_WORDS = {
     "`float`": "a number",
     "`str`": "a string",
     "`bool`": "true or false",
+    "`object`": "a mapping",
+    "`array`": "a list",
 }
+# msgspec's `MESSAGE - at `$.a.b[0]`` (or `at `key` in …` for a mapping key); `[...]` is an
+# entry of a mapping, which msgspec does not name
+ERROR = re.compile(r"(.*?)(?: - at (`key` in )?`\$(.*)`)?", flags=re.DOTALL)
+STEP = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+FIELD = re.compile(r"Object (contains unknown|missing required) field `(.*)`")
 __all__ = [
     "ConfigError",
     "dump_config",
     "load_config_data",
     "load_config_file",
     "load_config_text",
-    "parse_yaml",
     "validate_config_data",
 ]
 
 
-# ---- YAML ----------------------------------------------------------------------------------
-class _StrictLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses a key given twice in one mapping."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-        if isinstance(key, typing.Hashable) and key in seen:
-            raise ConfigError([f"line {key_node.start_mark.line + 1}: duplicate key {key!r}"])
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,  # type: ignore[arg-type]
-)
-
-
-def parse_yaml(text: str) -> Any:
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ConfigError([f"{where}invalid YAML: {error.problem}"]) from None
-    except yaml.YAMLError as error:
-        raise ConfigError([f"invalid YAML: {error}"]) from None
-    return {} if data is None else data
-
-
-# ---- loading -------------------------------------------------------------------------------
 def load_config_text(text: str, *, source: str = "config.yaml") -> FrontConfig:
     return load_config_data(parse_yaml(text), source=source)
 
@@ -94,22 +68,21 @@ def load_config_data(data: Any, *, source: str = "config.yaml") -> FrontConfig:
         raise ConfigError(problems)
     try:
         return msgspec.convert(data, FrontConfig)
-    except msgspec.ValidationError as error:  # a rule the walk missed; still one line
+    except msgspec.ValidationError as error:  # pruned without a line of its own; still one line
         raise ConfigError([f"config: {error}"]) from None
 
 
 def validate_config_data(data: Any, *, source: str = "config.yaml") -> list[str]:
     """Every problem of a parsed config, one line each; [] when it loads."""
-    problems: list[str] = []
-    _walk_struct(data, FrontConfig, "", problems, source)
-    if isinstance(data, dict):
-        problems.extend(relation_problems(data))
-    return problems
+    pruning = _Pruning(data, source)
+    while (error := _failure(pruning.work, FrontConfig)) and pruning.prune(error):
+        pass
+    return pruning.problems + (relation_problems(data) if isinstance(data, dict) else [])
 
 
 def dump_config(config: FrontConfig) -> str:
     """Canonical YAML of a config: fields left at their default (None) are not written."""
-    return yaml.safe_dump(_drop_unset(msgspec.to_builtins(config)), sort_keys=False)
+    return dump_yaml(_drop_unset(msgspec.to_builtins(config)))
 
 
 def _drop_unset(value: Any) -> Any:
@@ -120,127 +93,121 @@ def _drop_unset(value: Any) -> Any:
     return value
 
 
-# ---- the structural walk -------------------------------------------------------------------
-def _display(path: str) -> str:
-    if path.startswith(CATALOG + "."):
-        return "deployments." + path[len(CATALOG) + 1 :]
-    return path or "config"
+class _Pruning:
+    """A copy of the data from which what each problem is about is pruned, one line each."""
 
+    def __init__(self, data: Any, source: str) -> None:
+        self.work, self.source, self.problems = copy.deepcopy(data), source, []
+        self.refused: set[tuple[Any, ...]] = set()  # fields whose value was refused (and pruned)
+        self.dropped: dict[tuple[Any, ...], list[int]] = {}  # list (as written) → pruned indices
 
-def _join(path: str, key: Any) -> str:
-    return f"{path}.{key}" if path else str(key)
-
-
-def _walk_struct(data: Any, struct: type, path: str, problems: list[str], source: str) -> None:
-    if not isinstance(data, dict):
-        problems.append(f"{_display(path)}: expected a mapping, got {_kind(data)}")
-        return
-    fields = {field.encode_name: field for field in msgspec.structs.fields(struct)}
-    in_deployment = struct is DeploymentConfig
-    for key, value in data.items():
-        where = _join(path, key)
-        field = fields.get(key) if isinstance(key, str) else None
-        if field is None:
-            if in_deployment and key in REMOVED_DEPLOYMENT_FIELDS:
-                problems.append(
-                    f"{_display(where)}: removed setting ({REMOVED_DEPLOYMENT_FIELDS[key]}); "
-                    f"run `vllm-sr config migrate {source}` to rewrite the config"
-                )
-            else:
-                problems.append(f"{_display(where)}: unknown field{_suggest(key, fields)}")
-            continue
-        _walk_value(value, field.type, where, key, problems, source)
-    for name, field in fields.items():
-        if field.required and name not in data:
-            problems.append(f"{_display(path)}: missing required field '{name}'")
-
-
-def _walk_value(
-    value: Any, annotation: Any, path: str, name: str, problems: list[str], source: str
-) -> None:
-    inner = _strip_optional(annotation)
-    if value is None and inner is not annotation:
-        return
-    target, bounds = _strip_annotated(inner)
-    origin = typing.get_origin(target)
-    if isinstance(target, type) and issubclass(target, msgspec.Struct):
-        _walk_struct(value, target, path, problems, source)
-    elif origin is list and _is_struct(typing.get_args(target)[0]):
-        if not isinstance(value, list):
-            problems.append(f"{_display(path)}: expected a list, got {_kind(value)}")
-            return
-        low = max((meta.min_length or 0 for meta in bounds), default=0)
-        high = min((meta.max_length or len(value) for meta in bounds), default=len(value))
-        if not low <= len(value) <= high:
-            problems.append(
-                f"{_display(path)}: expected between {low} and {high} entries, got {len(value)}"
-            )
-        for index, item in enumerate(value):
-            _walk_struct(item, typing.get_args(target)[0], f"{path}[{index}]", problems, source)
-    elif origin is dict and _is_struct(typing.get_args(target)[1]):
-        if not isinstance(value, dict):
-            problems.append(f"{_display(path)}: expected a mapping, got {_kind(value)}")
-            return
-        for key, item in value.items():
-            _walk_struct(item, typing.get_args(target)[1], _join(path, key), problems, source)
-    else:
-        _check_leaf(value, annotation, path, name, problems, source)
-
-
-def _check_leaf(
-    value: Any, annotation: Any, path: str, name: str, problems: list[str], source: str
-) -> None:
-    hint = removed_value_hint(name, value)
-    if hint is not None:
-        problems.append(
-            f"{_display(path)}: {hint}; run `vllm-sr config migrate {source}` to rewrite it"
-        )
-        return
-    try:
-        msgspec.convert(value, annotation)
-    except msgspec.ValidationError as error:
-        if name in FIELD_HINTS:
-            expected = FIELD_HINTS[name]
+    def prune(self, error: str) -> bool:
+        """Report msgspec's `error` in one line and prune it; False when nothing is left."""
+        # ERROR matches any text (its location part is optional), so there is always a match
+        message, about_key, where = ERROR.fullmatch(error).groups()  # type: ignore[union-attr]
+        path: list[Any] = []  # into the pruned copy
+        written: list[Any] = []  # the same place in the data as written
+        for name, index in STEP.findall(where or ""):
+            if index == "...":  # the first entry that fails alone (msgspec reads in order);
+                entries = _node_at(written).value_type.cls  # the config's mappings hold sections
+                name = next(k for k, v in _get(self.work, path).items() if _failure(v, entries))
+            step = int(index) if index.isdigit() else name
+            written.append(_as_written(step, self.dropped.get(tuple(written), [])))
+            path.append(step)
+        field = FIELD.fullmatch(message)
+        if about_key:  # a key that is not a string; a deployment's name is left to rules.py
+            key = next(key for key in _get(self.work, path) if not isinstance(key, str))
+            if isinstance(_node_at(written), StructType):
+                self.problems.append(f"{_display([*written, str(key)])}: unknown field")
+            path.append(key)
+        elif field and field[1] == "contains unknown":
+            self.problems.append(self._unknown(written, field[2]))
+            path.append(field[2])
+        elif field:  # said after everything inside the object, which may all go
+            if (*written, field[2]) not in self.refused:  # else its refused value was said
+                self.problems.append(f"{_display(written)}: missing required field '{field[2]}'")
         else:
-            message = str(error).split(" - at ", 1)[0]
-            expected = re.sub(r"^Expected ", "", message).split(", got ", 1)[0]
-            expected = expected.replace(" | null", "")
+            self.problems.append(self._bad_value(message, written, _get(self.work, path)))
+            self.refused.add(tuple(written))
+        if path and isinstance(_get(self.work, path[:-1]), list):
+            self.dropped.setdefault(tuple(written[:-1]), []).append(written[-1])
+        if path:
+            del _get(self.work, path[:-1])[path[-1]]
+        return bool(path)
+
+    def _unknown(self, written: list[Any], key: str) -> str:
+        where, node = _display([*written, key]), _node_at(written)
+        if node.cls is DeploymentConfig and key in REMOVED_DEPLOYMENT_FIELDS:
+            return (
+                f"{where}: removed setting ({REMOVED_DEPLOYMENT_FIELDS[key]}); "
+                f"run `vllm-sr config migrate {self.source}` to rewrite the config"
+            )
+        close = difflib.get_close_matches(key, [f.encode_name for f in node.fields], 1, 0.75)
+        return f"{where}: unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
+
+    def _bad_value(self, message: str, written: list[Any], value: Any) -> str:
+        where, node = _display(written), _node_at(written)
+        field = written[-1] if written and isinstance(written[-1], str) else ""
+        removed = removed_value_hint(field, value)
+        if removed is not None:
+            return f"{where}: {removed}; run `vllm-sr config migrate {self.source}` to rewrite it"
+        if isinstance(node, ListType) and isinstance(value, list) and "of length" in message:
+            low, high = node.min_length or 0, node.max_length
+            return f"{where}: expected between {low} and {high} entries, got {len(value)}"
+        expected = FIELD_HINTS.get(field)
+        if expected is None:  # msgspec's `Expected `int` >= 1, got `str``, in words
+            expected = re.sub(r"^Expected |, got `\w+`$| \| null", "", message)
             for spelled, words in TYPE_WORDS.items():
                 expected = expected.replace(spelled, words)
-        problems.append(f"{_display(path)}: expected {expected}, got {_show(value)}")
+        return f"{where}: expected {expected}, got {_show(value)}"
 
 
-# ---- small helpers ---------------------------------------------------------------------------
-def _strip_optional(annotation: Any) -> Any:
-    args = typing.get_args(annotation)
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and (type(None) in args):
-        rest = [arg for arg in args if arg is not type(None)]
-        return rest[0] if len(rest) == 1 else annotation
-    return annotation
+def _failure(data: Any, target: type) -> str | None:
+    """msgspec's message for the first problem converting `data`, or None when it converts."""
+    try:
+        msgspec.convert(data, target)
+    except msgspec.ValidationError as error:
+        return str(error)
+    return None
 
 
-def _strip_annotated(annotation: Any) -> tuple[Any, list[msgspec.Meta]]:
-    if typing.get_origin(annotation) is typing.Annotated:
-        target, *extras = typing.get_args(annotation)
-        return target, [extra for extra in extras if isinstance(extra, msgspec.Meta)]
-    return annotation, []
+def _node_at(path: list[Any]) -> Any:
+    """The msgspec type at a path into a config; a union with None is its other member."""
+    node: Any = type_info(FrontConfig)
+    for step in path:
+        if isinstance(node, StructType):
+            node = next(field.type for field in node.fields if field.encode_name == step)
+        elif isinstance(node, (ListType, DictType)):
+            node = node.item_type if isinstance(node, ListType) else node.value_type
+        if isinstance(node, UnionType):
+            node = next(member for member in node.types if not isinstance(member, NoneType))
+    return node
 
 
-def _is_struct(annotation: Any) -> bool:
-    return isinstance(annotation, type) and issubclass(annotation, msgspec.Struct)
+def _get(data: Any, path: list[Any]) -> Any:
+    for step in path:
+        data = data[step]
+    return data
 
 
-def _suggest(key: Any, fields: dict[str, Any]) -> str:
-    close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.75)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+def _as_written(step: Any, dropped: list[int]) -> Any:
+    """A list index into the pruned copy as an index into the list as written."""
+    if isinstance(step, int):
+        for gone in sorted(dropped):
+            if gone <= step:
+                step += 1
+    return step
 
 
-def _kind(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", type(None): "null"}.get(
-        type(value), _show(value)
-    )
+def _display(path: list[Any]) -> str:
+    text = "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in path)[1:]
+    if text.startswith(CATALOG + "."):
+        return "deployments." + text[len(CATALOG) + 1 :]
+    return text or "config"
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, (dict, list)) or value is None:
+        return {dict: "a mapping", list: "a list"}.get(type(value), "null")
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from .loader import CATALOG, parse_yaml
+from .loader import CATALOG
+from .yaml_text import parse_yaml
 from .schema import REMOVED_DEVICE_PREFIX, REMOVED_PROVIDERS, ConfigError
 
 PRECISION_TO_DTYPE = {

@@ -25,10 +25,11 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
+from vllm_srun.domain import bounds
+
 from .loader import load_config_data
 from .schema import (
     ENGINE_ARG_FIELDS,
-    ENGINES,
     ConfigError,
     DecisionModelConfig,
     DeploymentConfig,
@@ -77,8 +78,8 @@ def apply_cli_overrides(
     if model is not None and model != deployment.artifact:
         deployment = replace(deployment, artifact=model, revision=None)
     if engine is not None:
-        if engine not in ENGINES:
-            raise ConfigError([f"--engine: expected one of {', '.join(ENGINES)}, got {engine!r}"])
+        if not bounds.ENGINE.accepts(engine):
+            raise ConfigError([f"--engine: expected {bounds.ENGINE.rule()}, got {engine!r}"])
         deployment = replace(deployment, engine=engine)
     unknown = sorted(set(args) - set(ENGINE_ARG_FIELDS))
     if unknown:

@@ -1,7 +1,7 @@
 """Config rules that relate fields to each other (R-REP-1, R-REP-2, R-ARG-2, R-LEN).
 
-They run on the parsed YAML (plain dicts and lists) after the structural walk of
-`loader.py`, so they look only at values of the right shape and report one line per problem.
+They run on the parsed YAML (plain dicts and lists) after `loader.py` has reported what the
+types refuse, so they look only at values of the right shape and report one line per problem.
 """
 
 from __future__ import annotations

@@ -17,43 +17,47 @@ system:
 ```
 
 Every field left out keeps the runtime's default (None here). Field types carry their bounds
-(`Meta`), so the loader reports range problems from the types; the rules that relate fields
-to each other live in `loader.py`. Unknown fields are refused everywhere.
+(`Meta`, taken from `domain/bounds.py`), so the loader reports range problems from the types;
+the rules that relate fields to each other live in `rules.py`. Unknown fields are refused
+everywhere.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
 
+from vllm_srun.domain import bounds
 from vllm_srun.domain.ejection import ONE_HOUR_MS, OutlierDetection
 
 DEFAULT_DEPLOYMENT = "primary"
-DEVICE_PATTERN = r"^(cpu|mps|auto|cuda:[0-9]+|rocm:[0-9]+)$"
 ENDPOINT_PATTERN = r"^https?://[^\s/?#:@]+(:[0-9]{1,5})?(/[^\s]*)?$"
 DEPLOYMENT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-ENGINES = ("auto", "native", "onnxruntime")
 MAX_REPLICAS = 64
 
 # How a bad value of a field is described: "expected <hint>, got <value>".
 FIELD_HINTS = {
-    "device": "one of cpu, cuda:N, rocm:N, mps, auto",
+    "device": bounds.REPLICA_DEVICE.rule(),
     "endpoint": "an http:// or https:// URL such as http://host:8100",
-    "dtype": "one of " + ", ".join(DTYPES),
-    "engine": "one of " + ", ".join(ENGINES),
+    "dtype": bounds.DTYPE.rule(),
+    "engine": bounds.ENGINE.rule(),
     "provider": "model_runtime",
 }
 
-Device = Annotated[str, Meta(pattern=DEVICE_PATTERN)]
+Device = Annotated[str, Meta(pattern=f"^({bounds.REPLICA_DEVICE.pattern})$")]
 Endpoint = Annotated[str, Meta(pattern=ENDPOINT_PATTERN)]
 Name = Annotated[str, Meta(min_length=1, pattern=r"^\S(.*\S)?$")]
-Count = Annotated[int, Meta(ge=1)]
-Millis = Annotated[int, Meta(ge=1)]
-Dtype = Literal["auto", "float32", "bfloat16", "float16"]
-EngineName = Literal["auto", "native", "onnxruntime"]
+# msgspec reads a Literal's values at run time; mypy wants them spelled out, but they are the
+# bounds module's choices, stated once there
+Dtype = Literal[bounds.DTYPE.choices]  # type: ignore[valid-type]
+EngineName = Literal[bounds.ENGINE.choices]  # type: ignore[valid-type]
+
+
+def _range(setting: bounds.IntSetting[Any] | bounds.FloatSetting[Any]) -> Meta:
+    """A setting's bounds as msgspec constraints."""
+    return Meta(ge=setting.low, le=setting.high)
 
 
 class ConfigError(ValueError):
@@ -132,15 +136,15 @@ class DeploymentConfig(Section, kw_only=True):
         None
     )
     # engine arguments (R-ARG)
-    max_num_seqs: Count | None = None
-    max_num_batched_tokens: Count | None = None
-    batch_window_ms: Annotated[float, Meta(ge=0, le=60_000)] | None = None
+    max_num_seqs: Annotated[int, _range(bounds.MAX_NUM_SEQS)] | None = None
+    max_num_batched_tokens: Annotated[int, _range(bounds.MAX_NUM_BATCHED_TOKENS)] | None = None
+    batch_window_ms: Annotated[float, _range(bounds.BATCH_WINDOW_MS)] | None = None
     dtype: Dtype | None = None
     enable_shared_context: bool | None = None
-    max_model_len: Count | None = None
-    result_cache_entries: Annotated[int, Meta(ge=0)] | None = None
+    max_model_len: Annotated[int, _range(bounds.MAX_MODEL_LEN)] | None = None
+    result_cache_entries: Annotated[int, _range(bounds.RESULT_CACHE_ENTRIES)] | None = None
     # dispatch and outlier ejection (R-REP-3, R-REP-5)
-    timeout_ms: Millis | None = None
+    timeout_ms: Annotated[int, _range(bounds.TIMEOUT_MS)] | None = None
     outlier_detection: OutlierDetectionConfig | None = None
 
     def placement(self) -> list[ReplicaConfig]:

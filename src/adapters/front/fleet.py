@@ -1,7 +1,8 @@
 """The front's deployments: for each, its pool (domain), its replicas' handles and supervisors,
 its reference card and (single-worker deployments only) a front result cache (R-PERF-3).
 
-Building a fleet starts nothing; `start()` starts every worker and the ejection clock.
+Building a fleet starts nothing; it raises ConfigError (one line per problem) when a managed
+worker would refuse its settings. `start()` starts every worker and the ejection clock.
 """
 
 from __future__ import annotations
@@ -16,30 +17,27 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from vllm_srun.adapters.config.schema import (
+    ConfigError,
     DeploymentConfig,
     FrontConfig,
     ReplicaConfig,
 )
 from vllm_srun.adapters.front.metrics import FrontEvents
-from vllm_srun.adapters.serving.result_cache import (
-    DEFAULT_RESULT_CACHE_BYTES,
-    DEFAULT_RESULT_CACHE_ENTRIES,
-)
 from vllm_srun.adapters.workers.command import (
     is_cpu_device,
-    worker_args,
     worker_command,
+    worker_settings,
 )
 from vllm_srun.adapters.workers.http_client import WorkerClient
 from vllm_srun.adapters.workers.replica import ReplicaHandle
 from vllm_srun.adapters.workers.supervisor import ReplicaSupervisor
+from vllm_srun.domain import bounds
 from vllm_srun.domain.cache import LruCache
 from vllm_srun.domain.dispatch import Pool
 from vllm_srun.domain.ejection import PoolEvent, ProbeHealth
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound
 from vllm_srun.domain.replicas import Replica
 
-DEFAULT_TIMEOUT_MS = 60_000  # a deployment without `timeout_ms`
 TICK_S = 0.25
 
 
@@ -55,7 +53,7 @@ class Deployment:
 
     @property
     def timeout_s(self) -> float:
-        return (self.config.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000.0
+        return (self.config.timeout_ms or bounds.TIMEOUT_MS.default) / 1000.0
 
     def ready_count(self) -> int:
         return self.pool.ready_count()
@@ -81,6 +79,7 @@ class Fleet:
         self._aliases: dict[str, str | None] = {}
         self._tick_task: asyncio.Task[None] | None = None
         count = 0
+        problems: list[str] = []
         for name, spec in config.deployments.items():
             pool = Pool(outlier_detection=spec.outlier_policy())
             deployment = Deployment(name=name, config=spec, pool=pool, handles={})
@@ -91,12 +90,12 @@ class Fleet:
                 deployment.handles[handle.id] = handle
                 command = None
                 if not replica.attached:
-                    device = replica.device or "auto"
-                    args = worker_args(
-                        spec, device=device, uds=handle.socket_path or "", threads=handle.threads,
-                        max_request_bytes=max_request_bytes, log_level=worker_log_level,
+                    settings = worker_settings(
+                        spec, device=replica.device or "auto", uds=handle.socket_path or "",
+                        threads=handle.threads, max_request_bytes=max_request_bytes, log_level=worker_log_level,
                     )
-                    command = worker_command(args)
+                    problems += [f"deployments.{name}: {problem}" for problem in settings.problems()]
+                    command = worker_command(settings)
                 deployment.supervisors.append(
                     ReplicaSupervisor(
                         handle, deployment, command=command, env=env, clock=clock,
@@ -106,14 +105,16 @@ class Fleet:
             if len(placement) == 1:
                 entries = spec.result_cache_entries
                 deployment.cache = LruCache(
-                    DEFAULT_RESULT_CACHE_ENTRIES if entries is None else entries,
-                    max_weight=DEFAULT_RESULT_CACHE_BYTES,
-                    max_entry_weight=DEFAULT_RESULT_CACHE_BYTES // 8,
+                    bounds.RESULT_CACHE_ENTRIES.default if entries is None else entries,
+                    max_weight=bounds.RESULT_CACHE_BYTES,
+                    max_entry_weight=bounds.RESULT_CACHE_BYTES // 8,
                 )
             self.deployments[name] = deployment
             for alias in {spec.artifact, Path(spec.artifact).name}:
                 if alias and alias not in config.deployments:
                     self._aliases[alias] = None if alias in self._aliases else name  # None: ambiguous
+        if problems:  # a managed worker would refuse its settings: stop before any starts
+            raise ConfigError(list(dict.fromkeys(problems)))
 
     @staticmethod
     def _handle(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from vllm_srun.adapters.front.fleet import DEFAULT_TIMEOUT_MS, Deployment, Fleet
+from vllm_srun.adapters.front.fleet import Deployment, Fleet
+from vllm_srun.domain import bounds
 
 # card fields that describe one worker, not the deployment
 _WORKER_ONLY = ("created", "device", "status", "reason", "ready", "artifact")
@@ -34,7 +35,7 @@ def _deployment_inventory(deployment: Deployment, now: float) -> dict[str, Any]:
         "desired": len(deployment.handles),
         "ready": deployment.ready_count(),
         "max_in_flight_per_worker": deployment.pool.max_in_flight,
-        "timeout_ms": deployment.config.timeout_ms or DEFAULT_TIMEOUT_MS,
+        "timeout_ms": deployment.config.timeout_ms or bounds.TIMEOUT_MS.default,
         "outlier_detection": {
             "consecutive_timeouts": policy.consecutive_timeouts,
             "base_ejection_ms": policy.base_ejection_ms,

@@ -14,10 +14,9 @@ from typing import Any
 
 import msgspec
 
+from vllm_srun.domain import bounds
 from vllm_srun.domain.cache import LruCache
 
-DEFAULT_RESULT_CACHE_ENTRIES = 1024
-DEFAULT_RESULT_CACHE_BYTES = 64 * 1024 * 1024
 
 # fields that never change an answer: which name it is asked by, who asks, how it is reported
 _IGNORED = ("model", "user")
@@ -39,7 +38,7 @@ def canonical_request(req: msgspec.Struct) -> bytes:
 
 
 class ResultCache:
-    def __init__(self, entries: int, counter: Any = None, *, max_bytes: int = DEFAULT_RESULT_CACHE_BYTES) -> None:
+    def __init__(self, entries: int, counter: Any = None, *, max_bytes: int = bounds.RESULT_CACHE_BYTES) -> None:
         self._lru: LruCache[tuple[type, bytes]] = LruCache(entries, max_weight=max_bytes, max_entry_weight=max_bytes // 8)
         self._counter = counter
         self._lock = threading.Lock()

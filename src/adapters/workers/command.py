@@ -1,26 +1,20 @@
-"""The command line of one managed worker: `vllm-srun serve ARTIFACT --uds SOCKET [engine
-args] --threads N` (R-REP-1, R-ARG, R-CPU-1). Only the arguments the deployment sets are
-passed, so every unset one keeps the worker's default.
+"""The command line of one managed worker (R-REP-1, R-ARG, R-CPU-1): the deployment's settings
+as a `WorkerSettings`, rendered by `WorkerSettings.to_argv()`. Only what the deployment sets
+differs from the worker's defaults, so every unset argument keeps the worker's default.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import TypeVar
 
 from vllm_srun.adapters.config.schema import DeploymentConfig
+from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.worker_settings import WorkerSettings
 
 WORKER_MODULE = "vllm_srun.app.cli"
 REQUEST_BYTES_SLACK = 64 * 1024  # the front may lengthen `model` when it rewrites a body
-
-_VALUE_FLAGS = (
-    ("max_num_seqs", "--max-num-seqs"),
-    ("max_num_batched_tokens", "--max-num-batched-tokens"),
-    ("batch_window_ms", "--batch-window-ms"),
-    ("dtype", "--dtype"),
-    ("max_model_len", "--max-model-len"),
-    ("result_cache_entries", "--result-cache-entries"),
-    ("engine", "--engine"),
-)
+T = TypeVar("T")
 
 
 def is_cpu_device(device: str) -> bool:
@@ -28,7 +22,7 @@ def is_cpu_device(device: str) -> bool:
     return device in ("cpu", "auto")
 
 
-def worker_args(
+def worker_settings(
     deployment: DeploymentConfig,
     *,
     device: str,
@@ -36,29 +30,35 @@ def worker_args(
     threads: int | None,
     max_request_bytes: int | None = None,
     log_level: str = "warning",
-) -> list[str]:
-    """The `vllm-srun` arguments (after the program name) of one managed replica."""
-    args = ["serve", deployment.artifact, "--uds", uds, "--device", device, "--log-level", log_level]
-    for field, flag in _VALUE_FLAGS:
-        value = getattr(deployment, field)
-        if value is not None:
-            args += [flag, _show(value)]
-    if deployment.enable_shared_context is not None:
-        args.append(
-            "--enable-shared-context" if deployment.enable_shared_context else "--no-enable-shared-context"
-        )
-    if threads is not None and is_cpu_device(device):
-        args += ["--threads", str(threads)]
-    if max_request_bytes is not None:
-        args += ["--max-request-bytes", str(max_request_bytes + REQUEST_BYTES_SLACK)]
-    return args
+) -> WorkerSettings:
+    """The settings of one managed replica of `deployment` on `device`."""
+    defaults = WorkerSettings()
+    args = EngineArgs(
+        max_num_seqs=deployment.max_num_seqs,
+        max_num_batched_tokens=deployment.max_num_batched_tokens,
+        batch_window_ms=_or(deployment.batch_window_ms, defaults.engine_args.batch_window_ms),
+        dtype=_or(deployment.dtype, defaults.engine_args.dtype),
+        enable_shared_context=deployment.enable_shared_context,
+        max_model_len=deployment.max_model_len,
+    )
+    return WorkerSettings(
+        models=(deployment.artifact,),
+        device=device,
+        engine=_or(deployment.engine, defaults.engine),
+        uds=uds,
+        engine_args=args,
+        result_cache_entries=_or(deployment.result_cache_entries, defaults.result_cache_entries),
+        max_request_bytes=(
+            defaults.max_request_bytes if max_request_bytes is None else max_request_bytes + REQUEST_BYTES_SLACK
+        ),
+        threads=threads if is_cpu_device(device) else None,
+        log_level=log_level,
+    )
 
 
-def worker_command(args: list[str]) -> list[str]:
-    return [sys.executable, "-m", WORKER_MODULE, *args]
+def worker_command(settings: WorkerSettings) -> list[str]:
+    return [sys.executable, "-m", WORKER_MODULE, *settings.to_argv()]
 
 
-def _show(value: object) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+def _or(value: T | None, default: T) -> T:
+    return default if value is None else value

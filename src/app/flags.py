@@ -1,0 +1,68 @@
+"""Settings of `domain/bounds.py` as argparse flags, for both CLIs (R-ARG-2).
+
+A flag's type refuses what its setting refuses (one line: `argument --flag: expected …`),
+its choices are the setting's, and its help says what it does and its default.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from vllm_srun.domain import bounds
+
+KEEP = object()  # `add_setting(default=KEEP)`: the setting's own default
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose refusals are one line and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def arg_type(setting: bounds.Setting[Any]) -> Callable[[str], Any]:
+    """An argparse `type=` that refuses what `setting` refuses, saying why in one line."""
+
+    def convert(text: str) -> Any:
+        try:
+            return setting.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = setting.name
+    return convert
+
+
+def add_setting(
+    parser: argparse.ArgumentParser,
+    setting: bounds.Setting[Any],
+    *,
+    default: object = KEEP,
+    **extra: Any,
+) -> None:
+    """Add `setting` as `setting.flag`. `default` None leaves the value unset (a front flag that
+    writes into the config only when given); `--help` still shows the effective default."""
+    value = setting.default if default is KEEP else default
+    text = setting.help_text()
+    if isinstance(setting, bounds.SwitchSetting):
+        parser.add_argument(setting.flag, action=argparse.BooleanOptionalAction, default=value, help=text, **extra)
+    elif isinstance(setting, bounds.ChoiceSetting):
+        parser.add_argument(setting.flag, choices=setting.choices, default=value, help=text, **extra)
+    else:
+        parser.add_argument(setting.flag, type=arg_type(setting), default=value, help=text, **extra)
+
+
+def positive_int(text: str) -> int:
+    """A count >= 1 that is no serving setting (`-dp`, simulation sizes)."""
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 that is no serving setting (a seed)."""
+    return _int_at_least(text, 0)
+
+
+def _int_at_least(text: str, low: int) -> int:
+    return arg_type(bounds.IntSetting(name="value", help="", default=None, low=low))(text)

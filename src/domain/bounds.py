@@ -1,0 +1,272 @@
+"""Every bound and default of the serving settings, stated once (R-ARG, R-ARG-2).
+
+Both CLIs (`vllm-srun serve`, `vllm-sr serve`), the config schema, `EngineArgs.problems()`,
+the dtype rules and the front's worker commands take their ranges, choices, defaults and help
+texts from here. A setting is named as in the config (`max_num_seqs`); its flag is the same
+name with dashes (`--max-num-seqs`).
+
+Pure: strings and numbers in, values or one-line problems out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Setting(Generic[T]):
+    """One setting: its name, a one-line help text and its default. `shown` says the default in
+    words where its value does not (None: worked out at run time, `by device class`)."""
+
+    name: str
+    help: str
+    default: T
+    shown: str = ""
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def default_text(self) -> str:
+        """The default as `--help` shows it."""
+        return self.shown or _spell(self.default)
+
+    def help_text(self) -> str:
+        """What the setting does and its default, for argparse."""
+        return f"{self.help} (default: {self.default_text()})"
+
+    def rule(self) -> str:
+        """What a value must be: `>= 1`, `between 0 and 10000`, `one of a, b`."""
+        raise NotImplementedError
+
+    def accepts(self, value: object) -> bool:
+        raise NotImplementedError
+
+    def parse(self, text: str) -> Any:
+        """A flag's text as a value; raises ValueError with a one-line reason."""
+        raise NotImplementedError
+
+    def problem(self, value: object) -> str | None:
+        """`NAME must be RULE (got VALUE)`, or None when the value is allowed (None: unset)."""
+        if value is None or self.accepts(value):
+            return None
+        return f"{self.name} must be {self.rule()} (got {value!r})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IntSetting(Setting[T]):
+    """An integer in [low, high]; either end may be open (None)."""
+
+    low: int | None = None
+    high: int | None = None
+
+    def rule(self) -> str:
+        return _range_rule(self.low, self.high)
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and _within(value, self.low, self.high)
+
+    def parse(self, text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"expected an integer {self.rule()}, got {text!r}") from None
+        if not _within(value, self.low, self.high):
+            raise ValueError(f"expected an integer {self.rule()}, got {value}")
+        return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FloatSetting(Setting[T]):
+    """A finite number in [low, high]."""
+
+    low: float
+    high: float
+
+    def rule(self) -> str:
+        return _range_rule(self.low, self.high)
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
+
+    def parse(self, text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"expected a number {self.rule()}, got {text!r}") from None
+        if not self.low <= value <= self.high:  # nan fails both comparisons
+            raise ValueError(f"expected a number {self.rule()}, got {_spell(value)}")
+        return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChoiceSetting(Setting[T]):
+    """One of a fixed list of names."""
+
+    choices: tuple[str, ...]
+
+    def rule(self) -> str:
+        return "one of " + ", ".join(self.choices)
+
+    def accepts(self, value: object) -> bool:
+        return value in self.choices
+
+    def parse(self, text: str) -> str:
+        if text not in self.choices:
+            raise ValueError(f"expected {self.rule()}, got {text!r}")
+        return text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PatternSetting(Setting[T]):
+    """A name spelled by a regular expression (matched in full); `spelled` says it in words."""
+
+    pattern: str
+    spelled: str
+
+    def rule(self) -> str:
+        return self.spelled
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, str) and re.fullmatch(self.pattern, value) is not None
+
+    def parse(self, text: str) -> str:
+        if not self.accepts(text):
+            raise ValueError(f"expected {self.rule()}, got {text!r}")
+        return text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SwitchSetting(Setting[T]):
+    """On or off (`--x` / `--no-x`); None leaves the choice to the model's family."""
+
+    def rule(self) -> str:
+        return "true or false"
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, bool)
+
+    @property
+    def off_flag(self) -> str:
+        return "--no-" + self.flag[2:]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextSetting(Setting[T]):
+    """Free text (a host name, a socket path)."""
+
+    def rule(self) -> str:
+        return "a string"
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, str)
+
+    def parse(self, text: str) -> str:
+        return text
+
+
+# ---- engine arguments (R-ARG) ------------------------------------------------------------------
+MAX_NUM_SEQS: IntSetting[int | None] = IntSetting(
+    name="max_num_seqs", low=1, default=None, shown="by device class",
+    help="most rows in one forward; 1 runs every row alone",
+)
+MAX_NUM_BATCHED_TOKENS: IntSetting[int | None] = IntSetting(
+    name="max_num_batched_tokens", low=8, default=None, shown="by device class",
+    help="most counted tokens in one forward",
+)
+BATCH_WINDOW_MS = FloatSetting(
+    name="batch_window_ms", low=0.0, high=10_000.0, default=2.0,
+    help="milliseconds the first queued row waits for company",
+)
+DTYPE = ChoiceSetting(
+    name="dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
+    help="the precision the model computes in; auto: the package's, FP32 for a BF16 model on a CPU",
+)
+ENABLE_SHARED_CONTEXT: SwitchSetting[bool | None] = SwitchSetting(
+    name="enable_shared_context", default=None, shown="on for decision models",
+    help="decision models: run a multi-question request's state once",
+)
+MAX_MODEL_LEN: IntSetting[int | None] = IntSetting(
+    name="max_model_len", low=1, default=None, shown="the package's limit",
+    help="decision models: most input tokens one question's prompt may have",
+)
+
+# ---- the worker process ------------------------------------------------------------------------
+RESULT_CACHE_BYTES = 64 * MIB  # the most answer bytes one result cache keeps
+_REQUEST_MIB = 8
+RESULT_CACHE_ENTRIES = IntSetting(
+    name="result_cache_entries", low=0, default=1024,
+    help=f"answers kept in the LRU result cache, at most {RESULT_CACHE_BYTES // MIB} MiB of them; 0 turns it off",
+)
+MAX_REQUEST_BYTES = IntSetting(
+    name="max_request_bytes", low=1, default=_REQUEST_MIB * MIB, shown=f"{_REQUEST_MIB} MiB",
+    help="the largest request body accepted, in bytes",
+)
+THREADS: IntSetting[int | None] = IntSetting(
+    name="threads", low=1, default=None, shown="the CPU budget less one, at least 1",
+    help="CPU threads for forwards",
+)
+DEVICE = PatternSetting(
+    name="device", pattern=r"cpu|auto|mps|(cuda|rocm)(:[0-9]+)?", default="cpu",
+    spelled="one of cpu, auto, mps, cuda[:N], rocm[:N]",
+    help="where the models run; auto: the CPU",
+)
+# A deployment's replica names its GPU by index (`cuda:0`), so workers never share one by accident.
+REPLICA_DEVICE = PatternSetting(
+    name="device", pattern=r"cpu|mps|auto|cuda:[0-9]+|rocm:[0-9]+", default="auto",
+    spelled="one of cpu, cuda:N, rocm:N, mps, auto",
+    help="where a managed worker runs",
+)
+ENGINE = ChoiceSetting(
+    name="engine", choices=("auto", "native", "onnxruntime"), default="auto",
+    help="the runtime engine",
+)
+LOG_LEVEL = ChoiceSetting(
+    name="log_level", choices=("debug", "info", "warning", "error"), default="info",
+    help="the least severe log records written",
+)
+HOST = TextSetting(name="host", default="127.0.0.1", help="the address to listen on")
+PORT = IntSetting(name="port", low=0, high=65535, default=8100, help="the TCP port to listen on")
+FRONT_PORT = dataclasses.replace(PORT, default=8000, help="the TCP port to listen on; workers use Unix sockets")
+UDS: TextSetting[str | None] = TextSetting(
+    name="uds", default=None, shown="TCP", help="serve on this Unix socket instead of TCP",
+)
+
+# ---- the front -------------------------------------------------------------------------------------
+TIMEOUT_MS = IntSetting(
+    name="timeout_ms", low=1, default=60_000,
+    help="the default deployment's request timeout, in milliseconds",
+)
+
+
+def problems(checks: Iterable[tuple[Setting[Any], object]]) -> list[str]:
+    """One line per value its setting refuses (R-ARG-2), in the order given."""
+    return [line for setting, value in checks if (line := setting.problem(value)) is not None]
+
+
+def _within(value: float, low: float | None, high: float | None) -> bool:
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
+def _range_rule(low: float | None, high: float | None) -> str:
+    if low is not None and high is not None:
+        return f"between {_spell(low)} and {_spell(high)}"
+    if low is not None:
+        return f">= {_spell(low)}"
+    if high is not None:
+        return f"<= {_spell(high)}"
+    return "any value"
+
+
+def _spell(value: object) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

@@ -1,0 +1,80 @@
+"""What one `vllm-srun serve` process is told: the models, where it listens, its device and
+engine, its engine arguments and its limits (R-ARG, R-REP-1, R-CPU-1).
+
+The worker CLI parses its argv into a `WorkerSettings`; the front builds one per managed
+worker and renders it with `to_argv()`, so neither side re-parses the other's command line.
+`to_argv()` passes only what differs from the defaults of `bounds.py`, so every value left
+out keeps the worker's default, and parsing its output gives the same settings back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_srun.domain import bounds
+from vllm_srun.domain.engine_args import EngineArgs
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    models: tuple[str, ...] = ()  # none: the built-in default model
+    device: str = bounds.DEVICE.default
+    engine: str = bounds.ENGINE.default
+    host: str = bounds.HOST.default
+    port: int = bounds.PORT.default
+    uds: str | None = bounds.UDS.default
+    engine_args: EngineArgs = field(default_factory=EngineArgs)
+    result_cache_entries: int = bounds.RESULT_CACHE_ENTRIES.default
+    max_request_bytes: int = bounds.MAX_REQUEST_BYTES.default
+    threads: int | None = bounds.THREADS.default
+    log_level: str = bounds.LOG_LEVEL.default
+
+    def _valued(self) -> list[tuple[bounds.Setting[Any], object]]:
+        """Every setting with its value, in the order `to_argv()` writes them."""
+        args = self.engine_args
+        return [
+            (bounds.UDS, self.uds),
+            (bounds.HOST, self.host),
+            (bounds.PORT, self.port),
+            (bounds.DEVICE, self.device),
+            (bounds.LOG_LEVEL, self.log_level),
+            (bounds.MAX_NUM_SEQS, args.max_num_seqs),
+            (bounds.MAX_NUM_BATCHED_TOKENS, args.max_num_batched_tokens),
+            (bounds.BATCH_WINDOW_MS, args.batch_window_ms),
+            (bounds.DTYPE, args.dtype),
+            (bounds.MAX_MODEL_LEN, args.max_model_len),
+            (bounds.RESULT_CACHE_ENTRIES, self.result_cache_entries),
+            (bounds.ENGINE, self.engine),
+            (bounds.ENABLE_SHARED_CONTEXT, args.enable_shared_context),
+            (bounds.THREADS, self.threads),
+            (bounds.MAX_REQUEST_BYTES, self.max_request_bytes),
+        ]
+
+    def problems(self) -> list[str]:
+        """One line per value the worker would refuse (R-ARG-2); [] when it may start."""
+        named = [
+            f"model {model!r}: a model is named by a non-empty string that does not start with '-'"
+            for model in self.models
+            if model == "" or model.startswith("-")
+        ]
+        return named + bounds.problems(self._valued())
+
+    def to_argv(self) -> list[str]:
+        """The `vllm-srun` arguments (after the program name): `serve MODEL… --flag=value…`."""
+        argv = ["serve", *self.models]
+        for setting, value in self._valued():
+            if value == setting.default:
+                continue
+            if isinstance(setting, bounds.SwitchSetting):
+                argv.append(setting.flag if value else setting.off_flag)
+            else:
+                argv.append(f"{setting.flag}={_spell(value)}")
+        return argv
+
+
+def _spell(value: object) -> str:
+    """A value as its flag text; floats keep every digit, whole ones drop `.0`."""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)

@@ -1,0 +1,95 @@
+"""A worker's settings survive their command line: for any valid `WorkerSettings`, the worker's
+own parser reads `to_argv()` back into the same settings, so the front never re-parses argv
+(R-REP-1, R-ARG)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vllm_srun.adapters.config.schema import DeploymentConfig
+from vllm_srun.adapters.workers.command import worker_settings
+from vllm_srun.app.cli import build_parser, serve_settings
+from vllm_srun.domain import bounds
+from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.worker_settings import WorkerSettings
+
+# anything a command line can carry: no NUL, no lone surrogates
+TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
+MODEL = TEXT.filter(lambda name: name != "" and not name.startswith("-"))
+
+
+def ints(setting: bounds.IntSetting[object]) -> st.SearchStrategy[int]:
+    return st.integers(setting.low, setting.high if setting.high is not None else 2**40)
+
+
+def maybe(strategy: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    return st.none() | strategy
+
+
+ENGINE_ARGS = st.builds(
+    EngineArgs,
+    max_num_seqs=maybe(ints(bounds.MAX_NUM_SEQS)),
+    max_num_batched_tokens=maybe(ints(bounds.MAX_NUM_BATCHED_TOKENS)),
+    batch_window_ms=st.floats(bounds.BATCH_WINDOW_MS.low, bounds.BATCH_WINDOW_MS.high),
+    dtype=st.sampled_from(bounds.DTYPE.choices),
+    enable_shared_context=maybe(st.booleans()),
+    max_model_len=maybe(ints(bounds.MAX_MODEL_LEN)),
+)
+SETTINGS = st.builds(
+    WorkerSettings,
+    models=st.lists(MODEL, max_size=3).map(tuple),
+    device=st.from_regex(bounds.DEVICE.pattern, fullmatch=True),
+    engine=st.sampled_from(bounds.ENGINE.choices),
+    host=TEXT,
+    port=ints(bounds.PORT),
+    uds=maybe(TEXT),
+    engine_args=ENGINE_ARGS,
+    result_cache_entries=ints(bounds.RESULT_CACHE_ENTRIES),
+    max_request_bytes=ints(bounds.MAX_REQUEST_BYTES),
+    threads=maybe(ints(bounds.THREADS)),
+    log_level=st.sampled_from(bounds.LOG_LEVEL.choices),
+)
+
+
+def read_back(settings: WorkerSettings) -> WorkerSettings:
+    return serve_settings(build_parser().parse_args(settings.to_argv()))
+
+
+@given(SETTINGS)
+def test_the_worker_reads_any_valid_settings_back_from_their_argv(settings: WorkerSettings) -> None:
+    assert settings.problems() == []
+    assert read_back(settings) == settings
+
+
+@given(
+    seqs=maybe(ints(bounds.MAX_NUM_SEQS)),
+    window=maybe(st.floats(bounds.BATCH_WINDOW_MS.low, bounds.BATCH_WINDOW_MS.high)),
+    dtype=maybe(st.sampled_from(bounds.DTYPE.choices)),
+    engine=maybe(st.sampled_from(bounds.ENGINE.choices)),
+    entries=maybe(ints(bounds.RESULT_CACHE_ENTRIES)),
+    device=st.from_regex(bounds.REPLICA_DEVICE.pattern, fullmatch=True),
+    threads=maybe(ints(bounds.THREADS)),
+)
+def test_what_the_front_builds_from_a_deployment_is_what_the_worker_reads(
+    seqs: int | None,
+    window: float | None,
+    dtype: str | None,
+    engine: str | None,
+    entries: int | None,
+    device: str,
+    threads: int | None,
+) -> None:
+    deployment = DeploymentConfig(
+        artifact="m", max_num_seqs=seqs, batch_window_ms=window, dtype=dtype, engine=engine,
+        result_cache_entries=entries,
+    )
+    settings = worker_settings(deployment, device=device, uds="/s/w0.sock", threads=threads, max_request_bytes=1)
+    assert settings.problems() == []
+    worker = read_back(settings)
+    assert worker == settings
+    assert worker.engine_args.max_num_seqs == seqs
+    assert worker.engine_args.dtype == (dtype or bounds.DTYPE.default)
+    assert worker.engine_args.batch_window_ms == (bounds.BATCH_WINDOW_MS.default if window is None else window)
+    assert worker.result_cache_entries == (bounds.RESULT_CACHE_ENTRIES.default if entries is None else entries)
+    assert worker.threads == (threads if device in ("cpu", "auto") else None)
