@@ -14,11 +14,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
-
-import urllib.request
 
 
 @dataclass
@@ -121,7 +120,9 @@ def process(module: str, *args: str, timeout: float = 180) -> Iterator[tuple[str
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", module, "serve", *args, "--port", str(port), "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:

@@ -21,14 +21,74 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _load import embeddings_body, run_load, server  # noqa: E402
+from _load import embeddings_body, run_load, server
 
-WORDS = (
-    "the of and to in is was for on that with as by at from this are be it or an have not which but "
-    "model request route billing account refund invoice password reset shipping order delivery late "
-    "question answer medical legal advice price plan upgrade cancel subscription error crash login "
-    "weather travel flight hotel booking review product quality support agent human escalate urgent"
-).split()
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "was",
+    "for",
+    "on",
+    "that",
+    "with",
+    "as",
+    "by",
+    "at",
+    "from",
+    "this",
+    "are",
+    "be",
+    "it",
+    "or",
+    "an",
+    "have",
+    "not",
+    "which",
+    "but",
+    "model",
+    "request",
+    "route",
+    "billing",
+    "account",
+    "refund",
+    "invoice",
+    "password",
+    "reset",
+    "shipping",
+    "order",
+    "delivery",
+    "late",
+    "question",
+    "answer",
+    "medical",
+    "legal",
+    "advice",
+    "price",
+    "plan",
+    "upgrade",
+    "cancel",
+    "subscription",
+    "error",
+    "crash",
+    "login",
+    "weather",
+    "travel",
+    "flight",
+    "hotel",
+    "booking",
+    "review",
+    "product",
+    "quality",
+    "support",
+    "agent",
+    "human",
+    "escalate",
+    "urgent",
+]
 
 
 def make_texts(shape: str, n: int, seed: int = 0) -> list[str]:
@@ -83,8 +143,15 @@ def main() -> None:
     args = ap.parse_args()
     shapes = ["short", "mixed"] if args.shape == "both" else [args.shape]
     # the result cache is off: repeated texts would be answered without a forward
-    extra = ["--engine", args.engine, "--batch-window-ms", str(args.window_ms), "--result-cache-entries", "0",
-             *args.serve_args.split()]
+    extra = [
+        "--engine",
+        args.engine,
+        "--batch-window-ms",
+        str(args.window_ms),
+        "--result-cache-entries",
+        "0",
+        *args.serve_args.split(),
+    ]
 
     # the in-process references compute with the same thread count as the server
     import torch
@@ -94,8 +161,10 @@ def main() -> None:
     flags = args.serve_args.split()
     threads = int(flags[flags.index("--threads") + 1]) if "--threads" in flags else default_threads()
     torch.set_num_threads(threads)
-    print(f"# embeddings load: {args.clients} clients, {args.requests} requests per shape, engine {args.engine}, "
-          f"{threads} forward thread(s)")
+    print(
+        f"# embeddings load: {args.clients} clients, {args.requests} requests per shape, engine {args.engine}, "
+        f"{threads} forward thread(s)"
+    )
     for shape in shapes:
         texts = make_texts(shape, args.requests, seed=1)
         bodies = [embeddings_body(t) for t in texts]
@@ -108,7 +177,9 @@ def main() -> None:
         ceiling = offline_ceiling(texts)
         print(f"\n## {shape} texts")
         for name, r in (("batching (defaults)", batched), ("--max-num-seqs 1", single)):
-            print(f"{name:22s} {r.rps:8.1f} req/s  p50 {r.pct(0.5):7.1f} ms  p99 {r.pct(0.99):7.1f} ms  errors {r.errors}")
+            print(
+                f"{name:22s} {r.rps:8.1f} req/s  p50 {r.pct(0.5):7.1f} ms  p99 {r.pct(0.99):7.1f} ms  errors {r.errors}"
+            )
         print(f"{'offline sorted batches':22s} {ceiling:8.1f} texts/s (ceiling)")
         print(f"ratio batching / one-row-per-forward: {batched.rps / single.rps:.2f}x")
         print(f"ratio served / offline ceiling:       {batched.rps / ceiling:.2f}")
@@ -121,8 +192,10 @@ def main() -> None:
         lone = run_load(base, [body] * 200, 1)
     budget = forward_ms + args.window_ms + 1.5
     print("\n## lone request")
-    print(f"one-row forward (in-process) {forward_ms:.2f} ms; lone request p50 {lone.pct(0.5):.2f} ms; "
-          f"budget forward + window + 1.5 ms = {budget:.2f} ms; overhead {lone.pct(0.5) - forward_ms - args.window_ms:.2f} ms")
+    print(
+        f"one-row forward (in-process) {forward_ms:.2f} ms; lone request p50 {lone.pct(0.5):.2f} ms; "
+        f"budget forward + window + 1.5 ms = {budget:.2f} ms; overhead {lone.pct(0.5) - forward_ms - args.window_ms:.2f} ms"
+    )
 
 
 if __name__ == "__main__":

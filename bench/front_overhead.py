@@ -25,7 +25,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _load import LoadResult, embeddings_body, process, run_load
 
-WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "model", "request", "route", "billing", "account", "refund", "invoice", "password", "reset", "shipping", "order", "delivery", "late", "question", "answer", "price", "plan", "upgrade"]
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "was",
+    "for",
+    "on",
+    "that",
+    "with",
+    "as",
+    "by",
+    "at",
+    "from",
+    "model",
+    "request",
+    "route",
+    "billing",
+    "account",
+    "refund",
+    "invoice",
+    "password",
+    "reset",
+    "shipping",
+    "order",
+    "delivery",
+    "late",
+    "question",
+    "answer",
+    "price",
+    "plan",
+    "upgrade",
+]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -41,8 +75,10 @@ def texts(n: int, seed: int) -> list[bytes]:
 
 def merged(results: list[LoadResult]) -> LoadResult:
     return LoadResult(
-        sum(r.requests for r in results), sum(r.seconds for r in results),
-        [x for r in results for x in r.latencies], sum(r.errors for r in results),
+        sum(r.requests for r in results),
+        sum(r.seconds for r in results),
+        [x for r in results for x in r.latencies],
+        sum(r.errors for r in results),
     )
 
 
@@ -59,19 +95,23 @@ def main() -> None:
 
     threads = managed_worker_threads()
     common = ["--result-cache-entries", "0"]
-    print(f"# front overhead: {args.model}, {args.clients} clients, {args.rounds} rounds × {args.requests} "
-          f"requests; worker threads {threads} both ways; result caches off; {os.cpu_count()} CPUs")
+    print(
+        f"# front overhead: {args.model}, {args.clients} clients, {args.rounds} rounds × {args.requests} "
+        f"requests; worker threads {threads} both ways; result caches off; {os.cpu_count()} CPUs"
+    )
     loaded: dict[str, list[LoadResult]] = {"direct": [], "front": []}
     lone: dict[str, list[LoadResult]] = {"direct": [], "front": []}
     cpu: dict[str, float] = {"direct": 0.0, "front": 0.0}
-    with process("vllm_srun.app.cli", args.model, *common, "--threads", str(threads)) as (direct_base, direct_pid), \
-            process("vllm_srun.app.front_cli", args.model, "--platform", "cpu", *common) as (front_base, front_pid):
+    with (
+        process("vllm_srun.app.cli", args.model, *common, "--threads", str(threads)) as (direct_base, direct_pid),
+        process("vllm_srun.app.front_cli", args.model, "--platform", "cpu", *common) as (front_base, front_pid),
+    ):
         bases = {"direct": direct_base, "front": front_base}
         pids = {"direct": direct_pid, "front": front_pid}
-        for name, base in bases.items():  # warm-up
+        for base in bases.values():  # warm-up
             run_load(base, texts(128, 99), 8)
         for round_ in range(args.rounds):
-            for name in (("direct", "front") if round_ % 2 == 0 else ("front", "direct")):
+            for name in ("direct", "front") if round_ % 2 == 0 else ("front", "direct"):
                 before = cpu_seconds(pids[name])
                 loaded[name].append(run_load(bases[name], texts(args.requests, round_), args.clients))
                 cpu[name] += cpu_seconds(pids[name]) - before
@@ -83,14 +123,18 @@ def main() -> None:
         print(f"{name:7s} {r.rps:8.1f} req/s  p50 {r.pct(0.5):6.2f} ms  p99 {r.pct(0.99):6.2f} ms  errors {r.errors}")
     print(f"lone request p50: direct {ld.pct(0.5):.3f} ms, front {lf.pct(0.5):.3f} ms")
     pairs = sorted(fr.rps / dr.rps for fr, dr in zip(loaded["front"], loaded["direct"]))
-    print(f"throughput ratio front / direct ({args.clients} clients): {f.rps / d.rps:.3f} overall, "
-          f"{statistics.median(pairs):.3f} median of {len(pairs)} A/B rounds (min {pairs[0]:.3f}, "
-          f"max {pairs[-1]:.3f})  (target >= 0.95)")
+    print(
+        f"throughput ratio front / direct ({args.clients} clients): {f.rps / d.rps:.3f} overall, "
+        f"{statistics.median(pairs):.3f} median of {len(pairs)} A/B rounds (min {pairs[0]:.3f}, "
+        f"max {pairs[-1]:.3f})  (target >= 0.95)"
+    )
     print(f"added p50, lone request: {lf.pct(0.5) - ld.pct(0.5):.3f} ms  (target <= 1 ms)")
     print(f"added p50 under load: {f.pct(0.5) - d.pct(0.5):.3f} ms")
     worker_us, front_us = cpu["direct"] / d.requests * 1e6, cpu["front"] / f.requests * 1e6
-    print(f"CPU per request under load: worker {worker_us:.0f} us, front process {front_us:.0f} us "
-          f"({front_us / worker_us:.2f} of the worker's)")
+    print(
+        f"CPU per request under load: worker {worker_us:.0f} us, front process {front_us:.0f} us "
+        f"({front_us / worker_us:.2f} of the worker's)"
+    )
 
 
 if __name__ == "__main__":

@@ -39,13 +39,16 @@ def interleaved(eager, packed, seconds: float, min_reps: int = 5, max_reps: int 
     start = time.perf_counter()
     while len(pairs) < max_reps and (len(pairs) < min_reps or time.perf_counter() - start < seconds):
         t = {}
-        for name, fn in ((("e", eager), ("p", packed)) if len(pairs) % 2 == 0 else (("p", packed), ("e", eager))):
+        for name, fn in (("e", eager), ("p", packed)) if len(pairs) % 2 == 0 else (("p", packed), ("e", eager)):
             t0 = time.perf_counter()
             fn()
             t[name] = time.perf_counter() - t0
         pairs.append((t["e"], t["p"]))
-    return (statistics.median(e for e, _ in pairs), statistics.median(p for _, p in pairs),
-            statistics.median(e / p for e, p in pairs))
+    return (
+        statistics.median(e for e, _ in pairs),
+        statistics.median(p for _, p in pairs),
+        statistics.median(e / p for e, p in pairs),
+    )
 
 
 def main() -> None:
@@ -58,6 +61,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
+
     from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
     from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
     from vllm_srun.adapters.engines.onednn_timing import cpu_model, measure
@@ -80,10 +84,14 @@ def main() -> None:
     timings, source = measure(reference, packed, 4096, cache, lambda msg: None)
     plan = plan_kernels(timings, exact_tokens=BATCH_INVARIANT_TOKENS)
     print(f"# oneDNN fast path: all-MiniLM-L6-v2, {threads} thread(s), {cpu_model()}, torch {torch.__version__}")
-    print(f"# plan ({source} timings): packed up to {plan.fast_up_to} tokens; layer-linear speedups "
-          + " ".join(f"{t.tokens}:{t.speedup:.2f}" for t in timings))
-    print(f"# medians of interleaved repetitions (at least 5 pairs, about {args.seconds:g} s per shape); "
-          "packed× = median of the pairs' eager/packed\n")
+    print(
+        f"# plan ({source} timings): packed up to {plan.fast_up_to} tokens; layer-linear speedups "
+        + " ".join(f"{t.tokens}:{t.speedup:.2f}" for t in timings)
+    )
+    print(
+        f"# medians of interleaved repetitions (at least 5 pairs, about {args.seconds:g} s per shape); "
+        "packed× = median of the pairs' eager/packed\n"
+    )
     print(f"{'rows':>4} {'tokens':>6} {'eager ms':>9} {'packed ms':>9} {'packed×':>8} {'served':>7} {'served×':>8}")
     # the serving forward (rows back to back, pooled) on eager linears vs on the packed copies
     eager_engine = NativeEncoder(reference)
@@ -95,20 +103,30 @@ def main() -> None:
             for tokens in args.tokens:
                 ids = torch.randint(1000, reference.config.vocab_size, (rows, tokens), generator=gen).tolist()
                 batch = [Encoded(row, [0] * tokens, False, tokens) for row in ids]
-                eager_s, packed_s, ratio = interleaved(lambda batch=batch: eager_engine.embed(batch),
-                                                       lambda batch=batch: packed_engine.embed(batch), args.seconds)
+                eager_s, packed_s, ratio = interleaved(
+                    lambda batch=batch: eager_engine.embed(batch),
+                    lambda batch=batch: packed_engine.embed(batch),
+                    args.seconds,
+                )
                 fast = plan.use_fast(rows * tokens)
                 served = ratio if fast else 1.0
                 worst = min(worst, served)
                 if rows == 1 and tokens <= 32:
                     short_one_row.append(ratio)
-                print(f"{rows:>4} {tokens:>6} {eager_s * 1e3:>9.2f} {packed_s * 1e3:>9.2f} {ratio:>7.2f}x "
-                      f"{'packed' if fast else 'eager':>7} {served:>7.2f}x", flush=True)
+                print(
+                    f"{rows:>4} {tokens:>6} {eager_s * 1e3:>9.2f} {packed_s * 1e3:>9.2f} {ratio:>7.2f}x "
+                    f"{'packed' if fast else 'eager':>7} {served:>7.2f}x",
+                    flush=True,
+                )
     if short_one_row:
-        print(f"\none-row forwards of <= 32 tokens: packed {min(short_one_row):.2f}x .. {max(short_one_row):.2f}x "
-              f"(target >= 1.5x)")
-    print(f"served path, worst shape: {worst:.2f}x eager (target >= 1.00x; a shared machine moves single "
-          f"shapes by a few %)")
+        print(
+            f"\none-row forwards of <= 32 tokens: packed {min(short_one_row):.2f}x .. {max(short_one_row):.2f}x "
+            f"(target >= 1.5x)"
+        )
+    print(
+        f"served path, worst shape: {worst:.2f}x eager (target >= 1.00x; a shared machine moves single "
+        f"shapes by a few %)"
+    )
 
 
 if __name__ == "__main__":

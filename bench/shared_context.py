@@ -27,9 +27,18 @@ import torch
 from vllm_srun.adapters.models.decoder import DecoderConfig, DecoderLM
 
 SMOLLM2_135M = dict(
-    model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30,
-    num_heads=9, num_kv_heads=3, head_dim=64, rms_norm_eps=1e-5, rope_theta=100000.0,
-    max_position_embeddings=8192, tie_word_embeddings=True,
+    model_type="llama",
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_layers=30,
+    num_heads=9,
+    num_kv_heads=3,
+    head_dim=64,
+    rms_norm_eps=1e-5,
+    rope_theta=100000.0,
+    max_position_embeddings=8192,
+    tie_word_embeddings=True,
 )
 
 
@@ -79,35 +88,52 @@ def main() -> None:
     state = torch.randint(0, vocab, (args.state,), generator=gen).tolist()
     model.branch_logits(model.prefix_kv(state), [state[:8]] * 4)  # warm-up
     model.packed_tree_logits(state, [state[:8]] * 4)
-    print(f"decoder: {args.layers} layers, hidden {model.config.hidden_size}, threads {torch.get_num_threads()}; "
-          f"state {args.state} tokens, questions ~{args.question_len} tokens")
+    print(
+        f"decoder: {args.layers} layers, hidden {model.config.hidden_size}, threads {torch.get_num_threads()}; "
+        f"state {args.state} tokens, questions ~{args.question_len} tokens"
+    )
     layouts = [name for name in args.layouts.split(",") if name]
     runners = {
         "branch": lambda qs: _branch(model, state, qs, split=True),
         "copies": lambda qs: _branch(model, state, qs, split=False),
         "packed": lambda qs: model.packed_tree_logits(state, qs),
     }
-    print(f"{'questions':>9} {'unshared s':>11}" + "".join(f" {name + ' s':>9}" for name in layouts)
-          + "".join(f" {'unsh/' + name:>12}" for name in layouts) + f" {'max|Δ|':>9}")
+    print(
+        f"{'questions':>9} {'unshared s':>11}"
+        + "".join(f" {name + ' s':>9}" for name in layouts)
+        + "".join(f" {'unsh/' + name:>12}" for name in layouts)
+        + f" {'max|Δ|':>9}"
+    )
     for count in [int(n) for n in args.questions.split(",") if n]:
         spread = torch.randint(-4, 5, (count,), generator=gen)
-        questions = [torch.randint(0, vocab, (max(1, args.question_len + int(d)),), generator=gen).tolist() for d in spread]
+        questions = [
+            torch.randint(0, vocab, (max(1, args.question_len + int(d)),), generator=gen).tolist() for d in spread
+        ]
         shared = {}
         for name in layouts:
-            shared[name] = min((_timed(lambda: runners[name](questions)) for _ in range(args.repeat)), key=lambda r: r[0])
-        batches = [questions[i:i + args.rows] for i in range(0, count, args.rows)]
+            shared[name] = min(
+                (_timed(lambda f=runners[name], q=questions: f(q)) for _ in range(args.repeat)), key=lambda r: r[0]
+            )
+        batches = [questions[i : i + args.rows] for i in range(0, count, args.rows)]
         run = batches if args.unshared_batches <= 0 else batches[: args.unshared_batches]
         t_unshared, worst = 0.0, 0.0
         for b, batch in enumerate(run):
             ids, mask = _padded([state + q for q in batch])
-            took, logits = _timed(lambda: model.logits_at(ids, mask))
+            took, logits = _timed(lambda ids=ids, mask=mask: model.logits_at(ids, mask))
             t_unshared += took
             lo = b * args.rows
-            worst = max([worst] + [(logits - got[lo:lo + len(batch)]).abs().max().item() for _, got in shared.values()])
+            worst = max(
+                [worst] + [(logits - got[lo : lo + len(batch)]).abs().max().item() for _, got in shared.values()]
+            )
         t_unshared *= len(batches) / len(run)
         scaled = "*" if len(run) < len(batches) else " "
-        print(f"{count:>9} {t_unshared:>10.2f}{scaled}" + "".join(f" {shared[n][0]:>9.2f}" for n in layouts)
-              + "".join(f" {t_unshared / shared[n][0]:>11.1f}x" for n in layouts) + f" {worst:>9.1e}", flush=True)
+        print(
+            f"{count:>9} {t_unshared:>10.2f}{scaled}"
+            + "".join(f" {shared[n][0]:>9.2f}" for n in layouts)
+            + "".join(f" {t_unshared / shared[n][0]:>11.1f}x" for n in layouts)
+            + f" {worst:>9.1e}",
+            flush=True,
+        )
     print("* unshared total scaled from the batches run (--unshared-batches 0 runs them all)")
 
 

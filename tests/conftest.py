@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stores import set_engine_cache, session_store
+from tests.stores import session_store, set_engine_cache
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -47,7 +47,9 @@ def encoder_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
     def get(variant: str, seed: int = 0) -> Path:
         if (variant, seed) not in made:
             root = tmp_path_factory.mktemp(f"encoder-{variant}-{seed}")
-            made[variant, seed] = write_fixture(root / f"tiny-{variant}", "encoder", variant, seed, store=session_store())
+            made[variant, seed] = write_fixture(
+                root / f"tiny-{variant}", "encoder", variant, seed, store=session_store()
+            )
         return made[variant, seed]
 
     return get
@@ -64,8 +66,9 @@ def decision_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[
     def get(variant: str = "llama", seed: int = 0) -> Path:
         if (variant, seed) not in made:
             root = tmp_path_factory.mktemp(f"decision-{variant}-{seed}")
-            made[variant, seed] = write_fixture(root / f"tiny-decision-{variant}", "decision", variant, seed,
-                                                store=session_store())
+            made[variant, seed] = write_fixture(
+                root / f"tiny-decision-{variant}", "decision", variant, seed, store=session_store()
+            )
         return made[variant, seed]
 
     return get

@@ -51,8 +51,45 @@ FAMILY = "fake"
 DIMENSIONS = 8
 LABELS = ["calm", "urgent", "spam"]
 MAX_INPUT_TOKENS = 96
-WORDS = ("the a is of to and in on for yes no cat dog bird red blue movie great fun boring music plot "
-         "review good bad order refund team billing shipping today week help please paris france capital").split()
+WORDS = [
+    "the",
+    "a",
+    "is",
+    "of",
+    "to",
+    "and",
+    "in",
+    "on",
+    "for",
+    "yes",
+    "no",
+    "cat",
+    "dog",
+    "bird",
+    "red",
+    "blue",
+    "movie",
+    "great",
+    "fun",
+    "boring",
+    "music",
+    "plot",
+    "review",
+    "good",
+    "bad",
+    "order",
+    "refund",
+    "team",
+    "billing",
+    "shipping",
+    "today",
+    "week",
+    "help",
+    "please",
+    "paris",
+    "france",
+    "capital",
+]
 
 
 def _values(ids: Sequence[int], salt: str, n: int) -> np.ndarray:
@@ -126,8 +163,13 @@ class FakeModel(LoadedModel):
 
     # QuestionAnswerer
     def prepare(self, state: Any, questions: Sequence[AskedQuestion]) -> PreparedState:
-        return prepare(self.tokens, state, questions, self.max_input_tokens,
-                       lambda total: f"over the model's limit of {self.max_input_tokens} input tokens")
+        return prepare(
+            self.tokens,
+            state,
+            questions,
+            self.max_input_tokens,
+            lambda total: f"over the model's limit of {self.max_input_tokens} input tokens",
+        )
 
     def share(self, prepared: PreparedState) -> bool:
         return should_share(len(prepared.state_ids), [len(q.ids) for q in prepared.answerable], 0, True)
@@ -147,7 +189,9 @@ class FakeModel(LoadedModel):
         return out
 
     def probe_payloads(self) -> list[Encoded]:
-        return self.tokenize(["cat", "the dog is red", "a great movie with good music and a boring plot"], truncate=True)
+        return self.tokenize(
+            ["cat", "the dog is red", "a great movie with good music and a boring plot"], truncate=True
+        )
 
     def card_section(self) -> dict[str, Any]:
         return {**self.fake.describe(), "fake": {"torch_loaded": "torch" in sys.modules}}
@@ -158,9 +202,16 @@ def golden_requests() -> list[dict[str, Any]]:
         {"surface": "embeddings", "body": {"input": ["the cat", "a great movie"]}},
         {"surface": "classify", "body": {"input": ["please help with my order today"]}},
         {"surface": "rerank", "body": {"query": "capital of france", "documents": ["paris", "a red bird"]}},
-        {"surface": "decisions", "body": {"state": "the movie was great fun", "questions": {
-            "good": {"type": "noul", "instructions": "is the review good"},
-            "stars": {"type": "score", "criteria": ["bad", "good", "great"]}}}},
+        {
+            "surface": "decisions",
+            "body": {
+                "state": "the movie was great fun",
+                "questions": {
+                    "good": {"type": "noul", "instructions": "is the review good"},
+                    "stars": {"type": "score", "criteria": ["bad", "good", "great"]},
+                },
+            },
+        },
     ]
 
 
@@ -183,6 +234,13 @@ class FakeFamily(Family):
     def write_fixture(self, out: Path, variant: str | None, seed: int) -> list[dict[str, Any]]:
         write_tiny_wordpiece_tokenizer(out, WORDS)
         (out / "config.json").write_text(json.dumps({"model_type": "fake", "seed": seed}) + "\n", encoding="utf-8")
-        write_manifest(out, {"family": FAMILY, "surfaces": ["embeddings", "classify", "rerank", "decisions"],
-                             "max_input_tokens": MAX_INPUT_TOKENS, "prompt_template": "plain"})
+        write_manifest(
+            out,
+            {
+                "family": FAMILY,
+                "surfaces": ["embeddings", "classify", "rerank", "decisions"],
+                "max_input_tokens": MAX_INPUT_TOKENS,
+                "prompt_template": "plain",
+            },
+        )
         return golden_requests()

@@ -44,11 +44,25 @@ class FakeWorker:
 
     def full_card(self) -> dict[str, Any]:
         card = {
-            "id": self.model, "object": "model", "sha256": "abc", "revision": None, "family": "encoder",
-            "surfaces": ["embeddings"], "dtype": "float32", "status": "ready", "ready": True,
-            "engine_args": {"max_num_seqs": 8192, "max_num_seqs_source": "class", "max_num_batched_tokens": 65536,
-                            "max_num_batched_tokens_source": "class", "batch_window_ms": 2.0, "dtype": "auto",
-                            "enable_shared_context": None, "max_model_len": None},
+            "id": self.model,
+            "object": "model",
+            "sha256": "abc",
+            "revision": None,
+            "family": "encoder",
+            "surfaces": ["embeddings"],
+            "dtype": "float32",
+            "status": "ready",
+            "ready": True,
+            "engine_args": {
+                "max_num_seqs": 8192,
+                "max_num_seqs_source": "class",
+                "max_num_batched_tokens": 65536,
+                "max_num_batched_tokens_source": "class",
+                "batch_window_ms": 2.0,
+                "dtype": "auto",
+                "enable_shared_context": None,
+                "max_model_len": None,
+            },
             "limits": {"max_input_tokens": 128},
         }
         card.update(self.card)
@@ -77,7 +91,8 @@ class FakeWorker:
                 writer.write(
                     f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n"
                     f"server-timing: queue;dur=1.000, forward;dur=2.000, total;dur=3.500\r\n"
-                    f"content-length: {len(data)}\r\n\r\n".encode() + data
+                    f"content-length: {len(data)}\r\n\r\n".encode()
+                    + data
                 )
                 await writer.drain()
         finally:

@@ -5,10 +5,10 @@ are in `tests/fake_family.py`."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from vllm_srun.domain.errors import ModelNotFound
 

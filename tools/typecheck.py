@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
         finally:
             os.chdir(cwd)
     for line in out.splitlines():
-        print("src/" + line[len("vllm_srun/"):] if line.startswith("vllm_srun/") else line)
+        print("src/" + line[len("vllm_srun/") :] if line.startswith("vllm_srun/") else line)
     if err:
         print(err, file=sys.stderr, end="")
     return status

@@ -42,14 +42,13 @@ if TYPE_CHECKING:  # types only: the contracts import no family code
     from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 
 __all__ = [
-    "as_decoder_engine",
-    "as_encoder_engine",
+    "SURFACE_CONTRACTS",
     "Clock",
+    "DecoderEngine",
     "Device",
+    "EncoderEngine",
     "Engine",
     "EnginePlugin",
-    "DecoderEngine",
-    "EncoderEngine",
     "EngineRefused",
     "EngineRequest",
     "EngineSelector",
@@ -64,9 +63,10 @@ __all__ = [
     "PairScorer",
     "Progress",
     "QuestionAnswerer",
-    "SURFACE_CONTRACTS",
     "TextClassifier",
     "TextEmbedder",
+    "as_decoder_engine",
+    "as_encoder_engine",
     "quiet",
     "surface_contract_problems",
 ]
@@ -256,8 +256,15 @@ class LoadContext:
     progress: Progress = quiet
 
     def engine_request(self, kind: str, model: Any, **extra: Any) -> EngineRequest:
-        return EngineRequest(kind=kind, model=model, device=self.device, threads=self.threads,
-                             package_sha256=self.package_sha256, cache_dir=self.cache_dir, **extra)
+        return EngineRequest(
+            kind=kind,
+            model=model,
+            device=self.device,
+            threads=self.threads,
+            package_sha256=self.package_sha256,
+            cache_dir=self.cache_dir,
+            **extra,
+        )
 
     def build_engine(self, kind: str, model: Any, **extra: Any) -> Engine:
         return self.engines.build(self.engine_choice, self.engine_request(kind, model, **extra), self.progress)

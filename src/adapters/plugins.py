@@ -46,8 +46,12 @@ def _origin(entry: EntryPoint) -> tuple[str, str]:
 class PluginRegistry(Generic[T]):
     """The plugins of one group: name → info, and the loaded object on first use."""
 
-    def __init__(self, group: str, entries: Iterable[EntryPoint] | None = None,
-                 objects: dict[str, tuple[PluginInfo, T]] | None = None) -> None:
+    def __init__(
+        self,
+        group: str,
+        entries: Iterable[EntryPoint] | None = None,
+        objects: dict[str, tuple[PluginInfo, T]] | None = None,
+    ) -> None:
         self.group = group
         self._entries: dict[str, EntryPoint] = {}
         self._info: dict[str, PluginInfo] = {}

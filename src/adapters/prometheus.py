@@ -19,8 +19,9 @@ default registry and any other registry in the process.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Callable, Generic, Iterator, Literal, Mapping, TypeVar
+from typing import Generic, Literal, TypeVar
 
 import prometheus_client
 from prometheus_client.metrics import MetricWrapperBase

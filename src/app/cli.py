@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn, Sequence
+from collections.abc import Sequence
+from typing import NoReturn
 
 from vllm_srun.adapters.catalog import CATALOG, DEFAULT_MODEL
 from vllm_srun.app.flags import OneLineParser, add_setting, arg_type, non_negative_int, positive_int
@@ -19,9 +20,20 @@ from vllm_srun.domain.worker_settings import WorkerSettings
 PROG = "vllm-srun"
 # `serve` flags, in `--help` order; each is a setting of `domain/bounds.py`
 SERVE_SETTINGS = (
-    bounds.DEVICE, bounds.ENGINE, bounds.HOST, bounds.PORT, bounds.UDS, bounds.MAX_NUM_SEQS,
-    bounds.MAX_NUM_BATCHED_TOKENS, bounds.BATCH_WINDOW_MS, bounds.DTYPE, bounds.ENABLE_SHARED_CONTEXT,
-    bounds.MAX_MODEL_LEN, bounds.MAX_REQUEST_BYTES, bounds.THREADS, bounds.LOG_LEVEL,
+    bounds.DEVICE,
+    bounds.ENGINE,
+    bounds.HOST,
+    bounds.PORT,
+    bounds.UDS,
+    bounds.MAX_NUM_SEQS,
+    bounds.MAX_NUM_BATCHED_TOKENS,
+    bounds.BATCH_WINDOW_MS,
+    bounds.DTYPE,
+    bounds.ENABLE_SHARED_CONTEXT,
+    bounds.MAX_MODEL_LEN,
+    bounds.MAX_REQUEST_BYTES,
+    bounds.THREADS,
+    bounds.LOG_LEVEL,
     bounds.RESULT_CACHE_ENTRIES,
 )
 
@@ -36,14 +48,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     serve = sub.add_parser("serve", help="serve one or more models over HTTP")
-    serve.add_argument("models", nargs="*", metavar="MODEL", help=f"path, store name or built-in name (default: {DEFAULT_MODEL})")
+    serve.add_argument(
+        "models", nargs="*", metavar="MODEL", help=f"path, store name or built-in name (default: {DEFAULT_MODEL})"
+    )
     for setting in SERVE_SETTINGS:
         add_setting(serve, setting)
 
     fixture = sub.add_parser("fixture", help="write a tiny random-weight model package (with its golden file)")
     fixture.add_argument("out", metavar="OUT", help="the folder to create (new or empty)")
-    fixture.add_argument("--family", required=True, help="encoder or decision (other families register their own writers)")
-    fixture.add_argument("--variant", default=None, help="encoder: embed, classify, multilabel or rerank; decision: llama or qwen3")
+    fixture.add_argument(
+        "--family", required=True, help="encoder or decision (other families register their own writers)"
+    )
+    fixture.add_argument(
+        "--variant", default=None, help="encoder: embed, classify, multilabel or rerank; decision: llama or qwen3"
+    )
     fixture.add_argument("--seed", type=non_negative_int, default=0)
     fixture.add_argument("--no-golden", action="store_true", help="skip recording golden.json")
 
@@ -101,8 +119,12 @@ def serve(ns: argparse.Namespace) -> int:
     from vllm_srun.app.server import check_worker, run_worker
 
     container = worker_container(
-        [(m, args) for m in ns.models or [DEFAULT_MODEL]], device=device, engine=ns.engine,
-        threads=ns.threads or default_threads(), progress=_progress, max_request_bytes=ns.max_request_bytes,
+        [(m, args) for m in ns.models or [DEFAULT_MODEL]],
+        device=device,
+        engine=ns.engine,
+        threads=ns.threads or default_threads(),
+        progress=_progress,
+        max_request_bytes=ns.max_request_bytes,
         result_cache_entries=ns.result_cache_entries,
     )
     try:
@@ -142,8 +164,9 @@ def fixture(ns: argparse.Namespace) -> int:
     if ns.variant is not None and ns.variant not in variants:
         refuse(f"--variant {ns.variant}: {ns.family} fixtures come in {', '.join(variants)}")
     try:
-        out = write_fixture(ns.out, ns.family, ns.variant, ns.seed, golden=not ns.no_golden, progress=_progress,
-                            families=families)
+        out = write_fixture(
+            ns.out, ns.family, ns.variant, ns.seed, golden=not ns.no_golden, progress=_progress, families=families
+        )
     except ValueError as exc:
         refuse(str(exc))
     print(out)

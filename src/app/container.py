@@ -30,8 +30,8 @@ from vllm_srun.adapters.readiness.golden import LoadTimeChecks
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
-from vllm_srun.domain import bounds
 from vllm_srun.adapters.serving.runtime import Runtime
+from vllm_srun.domain import bounds
 from vllm_srun.domain.engine_args import EngineArgs
 
 
@@ -84,16 +84,18 @@ def worker_container(
 ) -> WorkerContainer:
     """A worker container with every setting given (defaults: the CLI's)."""
     container = WorkerContainer()
-    container.config.from_dict({
-        "models": list(models),
-        "device": device,
-        "engine": engine,
-        "threads": threads,
-        "progress": progress,
-        "max_request_bytes": max_request_bytes,
-        "result_cache_entries": result_cache_entries,
-        "check_golden": check_golden,
-    })
+    container.config.from_dict(
+        {
+            "models": list(models),
+            "device": device,
+            "engine": engine,
+            "threads": threads,
+            "progress": progress,
+            "max_request_bytes": max_request_bytes,
+            "result_cache_entries": result_cache_entries,
+            "check_golden": check_golden,
+        }
+    )
     return container
 
 
@@ -122,15 +124,24 @@ class FrontContainer(containers.DeclarativeContainer):
     app = providers.Singleton(FrontApp, fleet, proxy, metrics)
 
 
-def front_container(front_config: Any, *, socket_dir: str, threads: int | None, max_request_bytes: int,
-                    worker_log_level: str = "warning", env: dict[str, str] | None = None) -> FrontContainer:
+def front_container(
+    front_config: Any,
+    *,
+    socket_dir: str,
+    threads: int | None,
+    max_request_bytes: int,
+    worker_log_level: str = "warning",
+    env: dict[str, str] | None = None,
+) -> FrontContainer:
     container = FrontContainer()
-    container.config.from_dict({
-        "front_config": front_config,
-        "socket_dir": socket_dir,
-        "threads": threads,
-        "max_request_bytes": max_request_bytes,
-        "worker_log_level": worker_log_level,
-        "env": env,
-    })
+    container.config.from_dict(
+        {
+            "front_config": front_config,
+            "socket_dir": socket_dir,
+            "threads": threads,
+            "max_request_bytes": max_request_bytes,
+            "worker_log_level": worker_log_level,
+            "env": env,
+        }
+    )
     return container

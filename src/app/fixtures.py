@@ -15,9 +15,18 @@ from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.registry import FamilyRegistry
 
 
-def write_fixture(out: Path, family: str, variant: str | None = None, seed: int = 0, *, golden: bool = True,
-                  progress: Callable[[str], None] | None = None, families: FamilyRegistry | None = None,
-                  engines: EngineRegistry | None = None, store: ModelStore | None = None) -> Path:
+def write_fixture(
+    out: Path,
+    family: str,
+    variant: str | None = None,
+    seed: int = 0,
+    *,
+    golden: bool = True,
+    progress: Callable[[str], None] | None = None,
+    families: FamilyRegistry | None = None,
+    engines: EngineRegistry | None = None,
+    store: ModelStore | None = None,
+) -> Path:
     """Write the package into OUT (new or empty) and record its golden file; returns OUT.
 
     FAMILIES, ENGINES and STORE replace the installed plugins and the model store (tests, tools)."""

@@ -44,8 +44,14 @@ def _device_ids(text: str) -> list[int]:
 # Flags written into the default deployment of the config; unset ones are not written, so the
 # config's value (or the worker's default) stays.
 DEPLOYMENT_SETTINGS = (
-    bounds.MAX_NUM_SEQS, bounds.MAX_NUM_BATCHED_TOKENS, bounds.BATCH_WINDOW_MS, bounds.DTYPE,
-    bounds.MAX_MODEL_LEN, bounds.RESULT_CACHE_ENTRIES, bounds.ENABLE_SHARED_CONTEXT, bounds.TIMEOUT_MS,
+    bounds.MAX_NUM_SEQS,
+    bounds.MAX_NUM_BATCHED_TOKENS,
+    bounds.BATCH_WINDOW_MS,
+    bounds.DTYPE,
+    bounds.MAX_MODEL_LEN,
+    bounds.RESULT_CACHE_ENTRIES,
+    bounds.ENABLE_SHARED_CONTEXT,
+    bounds.TIMEOUT_MS,
 )
 
 
@@ -53,14 +59,31 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
     from vllm_srun.adapters.config.overrides import PLATFORMS
 
     p.add_argument("model", nargs="?", metavar="MODEL", help="artifact of the default deployment")
-    p.add_argument("-e", "--engine", nargs="?", const=ENGINE_MODE, default=None, metavar="ENGINE",
-                   help="Engine mode (serve the model runtime; LLM routing is out of scope); "
-                   f"with a value, the runtime engine: {bounds.ENGINE.rule()} (default: {bounds.ENGINE.default})")
+    p.add_argument(
+        "-e",
+        "--engine",
+        nargs="?",
+        const=ENGINE_MODE,
+        default=None,
+        metavar="ENGINE",
+        help="Engine mode (serve the model runtime; LLM routing is out of scope); "
+        f"with a value, the runtime engine: {bounds.ENGINE.rule()} (default: {bounds.ENGINE.default})",
+    )
     p.add_argument("--config", metavar="FILE", help="the canonical config (YAML)")
-    p.add_argument("--platform", choices=PLATFORMS, default=None,
-                   help="where the default deployment's workers run (default: as configured, else auto)")
-    p.add_argument("-dp", "--data-parallel-size", type=positive_int, default=None, metavar="N",
-                   help="workers of the default deployment")
+    p.add_argument(
+        "--platform",
+        choices=PLATFORMS,
+        default=None,
+        help="where the default deployment's workers run (default: as configured, else auto)",
+    )
+    p.add_argument(
+        "-dp",
+        "--data-parallel-size",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="workers of the default deployment",
+    )
     p.add_argument("--device-ids", type=_device_ids, default=None, metavar="IDS", help="GPU indices, e.g. 0,1")
     for setting in DEPLOYMENT_SETTINGS:
         add_setting(p, setting, default=None)
@@ -73,8 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(serve)
     for setting in (bounds.HOST, bounds.FRONT_PORT, bounds.MAX_REQUEST_BYTES):
         add_setting(serve, setting)
-    serve.add_argument("--drain-timeout", type=float, default=30.0, metavar="S",
-                       help="on SIGTERM, how long in-flight requests may take before workers stop (default: %(default)g)")
+    serve.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="on SIGTERM, how long in-flight requests may take before workers stop (default: %(default)g)",
+    )
     add_setting(serve, bounds.LOG_LEVEL)
     config = sub.add_parser("config", help="show or migrate the canonical config")
     config_sub = config.add_subparsers(dest="config_command", required=True, parser_class=OneLineParser)
@@ -120,9 +148,14 @@ def resolve_config(ns: argparse.Namespace):  # type: ignore[no-untyped-def]
     args = {setting.name: getattr(ns, setting.name) for setting in DEPLOYMENT_SETTINGS}
     try:
         return apply_cli_overrides(
-            config, model=model, engine=engine or None, platform=platform,
-            data_parallel_size=ns.data_parallel_size, device_ids=ns.device_ids,
-            engine_args=args, available_gpus=gpus,
+            config,
+            model=model,
+            engine=engine or None,
+            platform=platform,
+            data_parallel_size=ns.data_parallel_size,
+            device_ids=ns.device_ids,
+            engine_args=args,
+            available_gpus=gpus,
         )
     except ConfigError as exc:
         refuse("; ".join(exc.problems))
@@ -132,8 +165,9 @@ def _unplaced(config) -> bool:  # type: ignore[no-untyped-def]
     """The default deployment has no declared placement yet (the CLI must resolve `auto`)."""
     name = config.default_deployment_name()
     deployment = config.deployments.get(name) if name else None
-    return deployment is None or (deployment.replicas is None and deployment.endpoint is None
-                                  and deployment.device in (None, "auto"))
+    return deployment is None or (
+        deployment.replicas is None and deployment.endpoint is None and deployment.device in (None, "auto")
+    )
 
 
 def config_show(ns: argparse.Namespace) -> int:
@@ -178,8 +212,12 @@ def serve(ns: argparse.Namespace) -> int:
 
     try:
         front = prepare_front(
-            config, host=ns.host, port=ns.port, max_request_bytes=ns.max_request_bytes,
-            log_level=ns.log_level, env=dict(os.environ),
+            config,
+            host=ns.host,
+            port=ns.port,
+            max_request_bytes=ns.max_request_bytes,
+            log_level=ns.log_level,
+            env=dict(os.environ),
         )
     except ConfigError as exc:  # the workers' settings, one line per problem
         refuse("; ".join(exc.problems))

@@ -55,7 +55,9 @@ def _check_packages(config: FrontConfig, container: FrontContainer) -> None:
     for name, deployment in config.deployments.items():
         if all(replica.attached for replica in deployment.placement()):
             continue
-        args = EngineArgs(max_model_len=deployment.max_model_len, enable_shared_context=deployment.enable_shared_context)
+        args = EngineArgs(
+            max_model_len=deployment.max_model_len, enable_shared_context=deployment.enable_shared_context
+        )
         refusal = engine_arg_refusal([deployment.artifact], args, container.store(), container.families(), quiet)
         if refusal:
             raise ValueError(f"deployments.{name}: {refusal}")
@@ -87,8 +89,14 @@ def prepare_front(
     ConfigError (a ValueError) with one line per problem of the workers' settings."""
     threads = managed_worker_threads(env)  # InvalidThreadOverride is a ValueError
     socket_dir = tempfile.mkdtemp(prefix="vllm-sr-")  # mode 0700: only this user reaches the workers
-    container = front_container(config, socket_dir=socket_dir, threads=threads, max_request_bytes=max_request_bytes,
-                                worker_log_level="info" if log_level == "debug" else "warning", env=env)
+    container = front_container(
+        config,
+        socket_dir=socket_dir,
+        threads=threads,
+        max_request_bytes=max_request_bytes,
+        worker_log_level="info" if log_level == "debug" else "warning",
+        env=env,
+    )
     try:
         _check_packages(config, container)
         fleet = container.fleet()  # ConfigError when a worker would refuse its settings
@@ -113,8 +121,14 @@ class _Server(uvicorn.Server):
 async def _serve(front: PreparedFront, drain_timeout_s: float) -> int:
     loop = asyncio.get_running_loop()
     config = uvicorn.Config(
-        front.app, http="httptools", lifespan="off", access_log=False, log_level=front.log_level,
-        timeout_keep_alive=30, timeout_graceful_shutdown=5, log_config=None,
+        front.app,
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_level=front.log_level,
+        timeout_keep_alive=30,
+        timeout_graceful_shutdown=5,
+        log_config=None,
     )
     server = _Server(config)
     stop = asyncio.Event()
@@ -144,7 +158,7 @@ async def _serve(front: PreparedFront, drain_timeout_s: float) -> int:
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait({serving, stopped}, return_when=asyncio.FIRST_COMPLETED)
     deadline = loop.time() + drain_timeout_s
-    while front.proxy.active > 0 and loop.time() < deadline and not serving.done():
+    while front.proxy.active > 0 and loop.time() < deadline and not serving.done():  # noqa: ASYNC110 - polls a count
         await asyncio.sleep(0.02)
     if front.proxy.active:
         log.warning("drain timeout: %d request(s) still in flight", front.proxy.active)
@@ -157,7 +171,8 @@ async def _serve(front: PreparedFront, drain_timeout_s: float) -> int:
 
 def run_front(front: PreparedFront, *, drain_timeout_s: float = 30.0) -> int:
     logging.basicConfig(
-        level=front.log_level.upper(), stream=sys.stderr,
+        level=front.log_level.upper(),
+        stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:

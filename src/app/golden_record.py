@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import msgspec
-
 from dependency_injector import providers
 
 from vllm_srun.adapters.contracts import ModelStore
@@ -22,11 +22,23 @@ from vllm_srun.domain.dtypes import device_class
 from vllm_srun.domain.engine_args import EngineArgs
 
 
-async def _answers(folder: Path, requests: list[dict[str, Any]], device: str, dtype: str, engine: str,
-                   families: FamilyRegistry | None, engines: EngineRegistry | None,
-                   store: ModelStore | None) -> tuple[list[Any], dict[str, Any]]:
-    container = worker_container([(str(folder), EngineArgs(batch_window_ms=0.0, dtype=dtype))], device=device,
-                                 engine=engine, result_cache_entries=0, check_golden=False)
+async def _answers(
+    folder: Path,
+    requests: list[dict[str, Any]],
+    device: str,
+    dtype: str,
+    engine: str,
+    families: FamilyRegistry | None,
+    engines: EngineRegistry | None,
+    store: ModelStore | None,
+) -> tuple[list[Any], dict[str, Any]]:
+    container = worker_container(
+        [(str(folder), EngineArgs(batch_window_ms=0.0, dtype=dtype))],
+        device=device,
+        engine=engine,
+        result_cache_entries=0,
+        check_golden=False,
+    )
     if families is not None:
         container.families.override(providers.Object(families))
     if engines is not None:
@@ -52,10 +64,19 @@ async def _answers(folder: Path, requests: list[dict[str, Any]], device: str, dt
         await runtime.stop()
 
 
-def record_golden(folder: Path, requests: list[dict[str, Any]], *, out: Path | None = None, device: str = "cpu",
-                  dtype: str = "auto", engine: str = "auto", progress: Callable[[str], None] | None = None,
-                  families: FamilyRegistry | None = None, engines: EngineRegistry | None = None,
-                  store: ModelStore | None = None) -> Path:
+def record_golden(
+    folder: Path,
+    requests: list[dict[str, Any]],
+    *,
+    out: Path | None = None,
+    device: str = "cpu",
+    dtype: str = "auto",
+    engine: str = "auto",
+    progress: Callable[[str], None] | None = None,
+    families: FamilyRegistry | None = None,
+    engines: EngineRegistry | None = None,
+    store: ModelStore | None = None,
+) -> Path:
     """Write (or update) the golden file of FOLDER (or OUT) with answers computed here."""
     folder = Path(folder)
     out = Path(out) if out is not None else folder / golden.GOLDEN_FILE
@@ -64,8 +85,11 @@ def record_golden(folder: Path, requests: list[dict[str, Any]], *, out: Path | N
     if out.exists():
         old = json.loads(out.read_text(encoding="utf-8"))
         if old.get("requests") == requests:  # same requests: keep the other references
-            doc["references"] = [r for r in old.get("references", [])
-                                 if (r.get("device"), r.get("dtype")) != (ref["device"], ref["dtype"])]
+            doc["references"] = [
+                r
+                for r in old.get("references", [])
+                if (r.get("device"), r.get("dtype")) != (ref["device"], ref["dtype"])
+            ]
     doc["references"].append({**ref, "responses": answers})
     out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     if progress is not None:
@@ -74,8 +98,10 @@ def record_golden(folder: Path, requests: list[dict[str, Any]], *, out: Path | N
 
 
 MINILM_REQUESTS: list[dict[str, Any]] = [
-    {"surface": "embeddings", "body": {"input": ["A man is eating food.", "A man is eating a piece of bread.",
-                                                 "The new movie is awesome."]}},
+    {
+        "surface": "embeddings",
+        "body": {"input": ["A man is eating food.", "A man is eating a piece of bread.", "The new movie is awesome."]},
+    },
     {"surface": "embeddings", "body": {"input": "Route this request to the billing team, please.", "dimensions": 64}},
 ]
 

@@ -25,8 +25,9 @@ def describe(artifact: str, store: ModelStore, families: FamilyRegistry, progres
         return None
 
 
-def engine_arg_refusal(models: Sequence[str], args: EngineArgs, store: ModelStore, families: FamilyRegistry,
-                       progress: Progress) -> str | None:
+def engine_arg_refusal(
+    models: Sequence[str], args: EngineArgs, store: ModelStore, families: FamilyRegistry, progress: Progress
+) -> str | None:
     """One line saying why these engine args cannot serve these models, or None."""
     if args.max_model_len is None and args.enable_shared_context is None:
         return None
@@ -42,5 +43,7 @@ def engine_arg_refusal(models: Sequence[str], args: EngineArgs, store: ModelStor
                 return f"--max-model-len {args.max_model_len} is above the limit of {artifact} ({limit} input tokens)"
         if args.enable_shared_context is not None and "enable_shared_context" not in info.engine_args:
             flag = "--enable-shared-context" if args.enable_shared_context else "--no-enable-shared-context"
-            return f"{flag} applies to decision models only; {artifact} is a {info.family} model (no shared-context path)"
+            return (
+                f"{flag} applies to decision models only; {artifact} is a {info.family} model (no shared-context path)"
+            )
     return None

@@ -25,14 +25,20 @@ def check_worker(container: WorkerContainer, args: EngineArgs) -> list[str]:
     engines = container.engines()
     device = container.device()  # DeviceUnavailable is a ValueError
     engines.resolve_name(container.config.engine())  # EngineRefused is a ValueError
-    refusal = engine_arg_refusal([artifact for artifact, _ in container.config.models()], args, container.store(),
-                                 families, container.config.progress())
+    refusal = engine_arg_refusal(
+        [artifact for artifact, _ in container.config.models()],
+        args,
+        container.store(),
+        families,
+        container.config.progress(),
+    )
     if refusal:
         raise ValueError(refusal)
     warnings = []
     if needs_bf16_warning(args.dtype, device.name, "bfloat16" in device.native_dtypes):
-        warnings.append("--dtype bfloat16 on a CPU without native BF16 (no avx512_bf16/amx_bf16): "
-                        "allowed, but emulated and slow")
+        warnings.append(
+            "--dtype bfloat16 on a CPU without native BF16 (no avx512_bf16/amx_bf16): allowed, but emulated and slow"
+        )
     return warnings
 
 
@@ -45,8 +51,14 @@ def run_worker(container: WorkerContainer, *, host: str, port: int, uds: str | N
     run_server(app, host=host, port=port, uds=uds, log_level=log_level)
 
 
-def run_server(app: Any, *, host: str = bounds.HOST.default, port: int = bounds.PORT.default, uds: str | None = None,
-               log_level: str = bounds.LOG_LEVEL.default) -> None:
+def run_server(
+    app: Any,
+    *,
+    host: str = bounds.HOST.default,
+    port: int = bounds.PORT.default,
+    uds: str | None = None,
+    log_level: str = bounds.LOG_LEVEL.default,
+) -> None:
     if uds and os.path.exists(uds):
         os.unlink(uds)
     config = uvicorn.Config(

@@ -17,7 +17,9 @@ from vllm_srun.domain.simulation import DeviceModel, TraceRequest, simulate, syn
 
 def add_parser(sub: argparse._SubParsersAction, positive_int, window_ms) -> None:  # type: ignore[no-untyped-def]
     p = sub.add_parser("simulate", help="replay a load against a device cost model with the real scheduler")
-    p.add_argument("--trace", type=Path, default=None, help='JSON lines {"t": s, "rows": [tokens…]}; default: synthetic')
+    p.add_argument(
+        "--trace", type=Path, default=None, help='JSON lines {"t": s, "rows": [tokens…]}; default: synthetic'
+    )
     p.add_argument("--requests", type=positive_int, default=2000)
     p.add_argument("--rate", type=float, default=500.0, help="synthetic arrivals per second")
     p.add_argument("--rows-per-request", type=positive_int, default=1)
@@ -50,8 +52,14 @@ def run(ns: argparse.Namespace) -> int:
     else:
         if ns.min_tokens > ns.max_tokens or ns.rate <= 0:
             raise ValueError("--min-tokens must be <= --max-tokens and --rate > 0")
-        trace = synthetic_trace(random.Random(ns.seed), requests=ns.requests, rate_rps=ns.rate,
-                                rows_per_request=ns.rows_per_request, min_tokens=ns.min_tokens, max_tokens=ns.max_tokens)
+        trace = synthetic_trace(
+            random.Random(ns.seed),
+            requests=ns.requests,
+            rate_rps=ns.rate,
+            rows_per_request=ns.rows_per_request,
+            min_tokens=ns.min_tokens,
+            max_tokens=ns.max_tokens,
+        )
     report = simulate(
         trace,
         lane=Lane("text", Accounting(ns.accounting)),
@@ -59,8 +67,12 @@ def run(ns: argparse.Namespace) -> int:
         window_s=ns.batch_window_ms / 1000,
         device=DeviceModel(ns.overhead_ms / 1000, ns.us_per_token / 1e6),
     )
-    print(f"requests {report.requests}  rows {report.rows}  forwards {report.forwards}  "
-          f"rows/forward {report.rows / max(report.forwards, 1):.1f}  fill {report.fill_ratio:.2f}")
-    print(f"throughput {report.throughput_rps:.1f} req/s  p50 {report.percentile_ms(0.5):.2f} ms  "
-          f"p99 {report.percentile_ms(0.99):.2f} ms  makespan {report.makespan_s:.3f} s")
+    print(
+        f"requests {report.requests}  rows {report.rows}  forwards {report.forwards}  "
+        f"rows/forward {report.rows / max(report.forwards, 1):.1f}  fill {report.fill_ratio:.2f}"
+    )
+    print(
+        f"throughput {report.throughput_rps:.1f} req/s  p50 {report.percentile_ms(0.5):.2f} ms  "
+        f"p99 {report.percentile_ms(0.99):.2f} ms  makespan {report.makespan_s:.3f} s"
+    )
     return 0

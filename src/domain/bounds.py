@@ -175,27 +175,43 @@ class TextSetting(Setting[T]):
 
 # ---- engine arguments (R-ARG) ------------------------------------------------------------------
 MAX_NUM_SEQS: IntSetting[int | None] = IntSetting(
-    name="max_num_seqs", low=1, default=None, shown="by device class",
+    name="max_num_seqs",
+    low=1,
+    default=None,
+    shown="by device class",
     help="most rows in one forward; 1 runs every row alone",
 )
 MAX_NUM_BATCHED_TOKENS: IntSetting[int | None] = IntSetting(
-    name="max_num_batched_tokens", low=8, default=None, shown="by device class",
+    name="max_num_batched_tokens",
+    low=8,
+    default=None,
+    shown="by device class",
     help="most counted tokens in one forward",
 )
 BATCH_WINDOW_MS = FloatSetting(
-    name="batch_window_ms", low=0.0, high=10_000.0, default=2.0,
+    name="batch_window_ms",
+    low=0.0,
+    high=10_000.0,
+    default=2.0,
     help="milliseconds the first queued row waits for company",
 )
 DTYPE = ChoiceSetting(
-    name="dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
+    name="dtype",
+    choices=("auto", "float32", "bfloat16", "float16"),
+    default="auto",
     help="the precision the model computes in; auto: the package's, FP32 for a BF16 model on a CPU",
 )
 ENABLE_SHARED_CONTEXT: SwitchSetting[bool | None] = SwitchSetting(
-    name="enable_shared_context", default=None, shown="on for decision models",
+    name="enable_shared_context",
+    default=None,
+    shown="on for decision models",
     help="decision models: run a multi-question request's state once",
 )
 MAX_MODEL_LEN: IntSetting[int | None] = IntSetting(
-    name="max_model_len", low=1, default=None, shown="the package's limit",
+    name="max_model_len",
+    low=1,
+    default=None,
+    shown="the package's limit",
     help="decision models: most input tokens one question's prompt may have",
 )
 
@@ -203,46 +219,67 @@ MAX_MODEL_LEN: IntSetting[int | None] = IntSetting(
 RESULT_CACHE_BYTES = 64 * MIB  # the most answer bytes one result cache keeps
 _REQUEST_MIB = 8
 RESULT_CACHE_ENTRIES = IntSetting(
-    name="result_cache_entries", low=0, default=1024,
+    name="result_cache_entries",
+    low=0,
+    default=1024,
     help=f"answers kept in the LRU result cache, at most {RESULT_CACHE_BYTES // MIB} MiB of them; 0 turns it off",
 )
 MAX_REQUEST_BYTES = IntSetting(
-    name="max_request_bytes", low=1, default=_REQUEST_MIB * MIB, shown=f"{_REQUEST_MIB} MiB",
+    name="max_request_bytes",
+    low=1,
+    default=_REQUEST_MIB * MIB,
+    shown=f"{_REQUEST_MIB} MiB",
     help="the largest request body accepted, in bytes",
 )
 THREADS: IntSetting[int | None] = IntSetting(
-    name="threads", low=1, default=None, shown="the CPU budget less one, at least 1",
+    name="threads",
+    low=1,
+    default=None,
+    shown="the CPU budget less one, at least 1",
     help="CPU threads for forwards",
 )
 DEVICE = PatternSetting(
-    name="device", pattern=r"cpu|auto|mps|(cuda|rocm)(:[0-9]+)?", default="cpu",
+    name="device",
+    pattern=r"cpu|auto|mps|(cuda|rocm)(:[0-9]+)?",
+    default="cpu",
     spelled="one of cpu, auto, mps, cuda[:N], rocm[:N]",
     help="where the models run; auto: the CPU",
 )
 # A deployment's replica names its GPU by index (`cuda:0`), so workers never share one by accident.
 REPLICA_DEVICE = PatternSetting(
-    name="device", pattern=r"cpu|mps|auto|cuda:[0-9]+|rocm:[0-9]+", default="auto",
+    name="device",
+    pattern=r"cpu|mps|auto|cuda:[0-9]+|rocm:[0-9]+",
+    default="auto",
     spelled="one of cpu, cuda:N, rocm:N, mps, auto",
     help="where a managed worker runs",
 )
 ENGINE = ChoiceSetting(
-    name="engine", choices=("auto", "native", "onnxruntime"), default="auto",
+    name="engine",
+    choices=("auto", "native", "onnxruntime"),
+    default="auto",
     help="the runtime engine",
 )
 LOG_LEVEL = ChoiceSetting(
-    name="log_level", choices=("debug", "info", "warning", "error"), default="info",
+    name="log_level",
+    choices=("debug", "info", "warning", "error"),
+    default="info",
     help="the least severe log records written",
 )
 HOST = TextSetting(name="host", default="127.0.0.1", help="the address to listen on")
 PORT = IntSetting(name="port", low=0, high=65535, default=8100, help="the TCP port to listen on")
 FRONT_PORT = dataclasses.replace(PORT, default=8000, help="the TCP port to listen on; workers use Unix sockets")
 UDS: TextSetting[str | None] = TextSetting(
-    name="uds", default=None, shown="TCP", help="serve on this Unix socket instead of TCP",
+    name="uds",
+    default=None,
+    shown="TCP",
+    help="serve on this Unix socket instead of TCP",
 )
 
 # ---- the front -------------------------------------------------------------------------------------
 TIMEOUT_MS = IntSetting(
-    name="timeout_ms", low=1, default=60_000,
+    name="timeout_ms",
+    low=1,
+    default=60_000,
     help="the default deployment's request timeout, in milliseconds",
 )
 

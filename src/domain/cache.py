@@ -8,8 +8,9 @@ the values (the adapter weighs an entry by its encoded size). An entry heavier t
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Generic, Hashable, TypeVar
+from typing import Generic, TypeVar
 
 V = TypeVar("V")
 

@@ -53,9 +53,7 @@ class OutlierDetection:
             raise ValueError("consecutive_timeouts must be >= 0")
         if not 1 <= self.base_ejection_ms <= ONE_HOUR_MS:
             raise ValueError("base_ejection_ms must be between 1 and 3600000")
-        if self.max_ejection_ms is not None and not (
-            self.base_ejection_ms <= self.max_ejection_ms <= ONE_HOUR_MS
-        ):
+        if self.max_ejection_ms is not None and not (self.base_ejection_ms <= self.max_ejection_ms <= ONE_HOUR_MS):
             raise ValueError("max_ejection_ms must be between base_ejection_ms and 3600000")
         if not 0 <= self.max_ejection_percent <= 100:
             raise ValueError("max_ejection_percent must be between 0 and 100")
@@ -182,9 +180,7 @@ class EjectionPolicy:
         replica.backoff_until = NEVER
         return events
 
-    def _timed_out(
-        self, replica: Replica, now: float, sent: float, replicas: Sequence[Replica]
-    ) -> list[PoolEvent]:
+    def _timed_out(self, replica: Replica, now: float, sent: float, replicas: Sequence[Replica]) -> list[PoolEvent]:
         replica.timeouts += 1
         replica.consecutive_timeouts += 1
         if replica.timing_out_since is None or sent < replica.timing_out_since:
@@ -197,15 +193,11 @@ class EjectionPolicy:
         )
         if due:
             withheld = self.withheld_reason(replica, now, replicas)
-            events.append(
-                EjectionWithheld(replica.id, withheld) if withheld else self._eject(replica, now)
-            )
+            events.append(EjectionWithheld(replica.id, withheld) if withheld else self._eject(replica, now))
         events.append(ProbeHealth(replica.id))
         return events
 
-    def withheld_reason(
-        self, replica: Replica, now: float, replicas: Sequence[Replica]
-    ) -> str | None:
+    def withheld_reason(self, replica: Replica, now: float, replicas: Sequence[Replica]) -> str | None:
         """Why `replica` may not be ejected now, or None when it may."""
         if len(replicas) <= 1:
             return WITHHELD_SINGLE_REPLICA

@@ -69,8 +69,13 @@ def _prefix(timings: list[KernelTiming], min_speedup: float) -> int:
     return fast_up_to
 
 
-def plan_kernels(timings: Iterable[KernelTiming], min_speedup: float = DEFAULT_MIN_SPEEDUP, *,
-                 exact_tokens: int | None = None, tie: float = DEFAULT_TIE) -> KernelPlan:
+def plan_kernels(
+    timings: Iterable[KernelTiming],
+    min_speedup: float = DEFAULT_MIN_SPEEDUP,
+    *,
+    exact_tokens: int | None = None,
+    tie: float = DEFAULT_TIE,
+) -> KernelPlan:
     """The largest measured size up to which the fast path won at every measured size (module doc).
 
     EXACT_TOKENS (R-BAT-5's 512): when the fast path won at the small sizes and was *not measurably
@@ -84,8 +89,11 @@ def plan_kernels(timings: Iterable[KernelTiming], min_speedup: float = DEFAULT_M
     if any(t.tokens < 1 for t in ordered):
         raise ValueError("a timing below 1 token")
     fast_up_to = _prefix(ordered, min_speedup)
-    if (exact_tokens is not None and 0 < fast_up_to < exact_tokens
-            and _prefix(ordered, min(tie, min_speedup)) >= exact_tokens):
+    if (
+        exact_tokens is not None
+        and 0 < fast_up_to < exact_tokens
+        and _prefix(ordered, min(tie, min_speedup)) >= exact_tokens
+    ):
         fast_up_to = exact_tokens
     return KernelPlan(fast_up_to)
 

@@ -8,8 +8,8 @@ rows, each rounded up to 8), and may carry a family cap in padded tokens or devi
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 TOKEN_ALIGN = 8
 

@@ -5,8 +5,8 @@ Pure functions over rows. A plan is immutable; the scheduler walks it one forwar
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from vllm_srun.domain.costs import CostModel
 from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens, round_up

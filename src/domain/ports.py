@@ -6,7 +6,8 @@ under test. Nothing in the domain reads a clock or a random source directly.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 
 class Clock(Protocol):

@@ -9,8 +9,9 @@ The scheduler never touches a device, a clock or a thread: time is passed in.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from vllm_srun.domain.costs import CostModel
 from vllm_srun.domain.lanes import Lane, forward_tokens, round_up
@@ -139,7 +140,9 @@ class Scheduler:
             return None
         if len(rows) == len(batch.rows):
             return batch
-        return ForwardBatch(batch.lane, rows, forward_tokens((r.tokens for r in rows), batch.accounting), batch.accounting)
+        return ForwardBatch(
+            batch.lane, rows, forward_tokens((r.tokens for r in rows), batch.accounting), batch.accounting
+        )
 
     # ---- apply ----------------------------------------------------------------------------
     def complete(self, batch: ForwardBatch, outputs: Sequence[Any], seconds: float | None = None) -> list[Answer]:

@@ -18,8 +18,8 @@ of unshared question rows, so the planner's budgets stay honest for both.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 SHARED_LANE = "shared"
 MAX_BREAK_EVEN = 1 << 24  # "never share" in practice, still an int for the card
@@ -71,4 +71,3 @@ def break_even_tokens(unshared_s: float, unshared_tokens: int, shared_s: float, 
     if overhead <= 0:
         return 0
     return min(math.ceil(overhead / per_token - 1e-9), MAX_BREAK_EVEN)  # float noise never adds a token
-

@@ -9,8 +9,8 @@ can be compared without a device.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from vllm_srun.domain.lanes import Lane
 from vllm_srun.domain.planning import Budget
@@ -59,7 +59,9 @@ class SimulationReport:
         return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000
 
 
-def synthetic_trace(rng: Rng, *, requests: int, rate_rps: float, rows_per_request: int, min_tokens: int, max_tokens: int) -> list[TraceRequest]:
+def synthetic_trace(
+    rng: Rng, *, requests: int, rate_rps: float, rows_per_request: int, min_tokens: int, max_tokens: int
+) -> list[TraceRequest]:
     """Poisson arrivals at `rate_rps`, each request with rows of uniformly random length."""
     out, t = [], 0.0
     for _ in range(requests):
@@ -105,9 +107,15 @@ def simulate(
                 report.real_tokens += sum(r.tokens for r in batch.rows)
                 continue
         # jump to the next event: a forward ends, a request arrives, or the window closes
-        events = [t for t in (busy_until if in_flight is not None else None,
-                              pending[i].arrival if i < len(pending) else None,
-                              scheduler.wake_at()) if t is not None and t > now]
+        events = [
+            t
+            for t in (
+                busy_until if in_flight is not None else None,
+                pending[i].arrival if i < len(pending) else None,
+                scheduler.wake_at(),
+            )
+            if t is not None and t > now
+        ]
         if not events:
             break
         now = min(events)

@@ -34,8 +34,7 @@ def parse_thread_override(text: str) -> int:
     value = text.strip()
     if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise InvalidThreadOverride(
-            f"{THREADS_ENV} must be a positive integer (a thread count per CPU worker), "
-            f"got {text!r}"
+            f"{THREADS_ENV} must be a positive integer (a thread count per CPU worker), got {text!r}"
         )
     return int(value)
 

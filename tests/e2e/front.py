@@ -15,9 +15,8 @@ from typing import Any
 
 import httpx
 
-from tests.stores import subprocess_env
-
 from tests.e2e.server import free_port
+from tests.stores import subprocess_env
 
 
 @dataclass
@@ -56,20 +55,26 @@ def _health_ok(base: str) -> bool:
 
 
 @contextmanager
-def running_front(*args: str, env: dict[str, str] | None = None, ready_timeout: float = 120.0) -> Iterator[FrontProcess]:
+def running_front(
+    *args: str, env: dict[str, str] | None = None, ready_timeout: float = 120.0
+) -> Iterator[FrontProcess]:
     port = free_port()
     log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-sr-e2e-{port}.log"
     with log_path.open("w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "vllm_srun.app.front_cli", "serve", *args, "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, env=subprocess_env(env), start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=subprocess_env(env),
+            start_new_session=True,
         )
     front = FrontProcess(proc, f"http://127.0.0.1:{port}", log_path)
     try:
         front.wait_for(lambda: _health_ok(front.base), ready_timeout, "/health 200")
         front.wait_for(  # /health needs one ready replica per deployment; the tests want all
             lambda: all(w["state"] == "ready" for d in front.inventory()["deployments"] for w in d["workers"]),
-            ready_timeout, "every worker ready",
+            ready_timeout,
+            "every worker ready",
         )
         yield front
     finally:
@@ -91,7 +96,8 @@ async def post_once(base: str, path: str, body: bytes, timeout: float = 30.0) ->
     try:
         writer.write(
             f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode() + body
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+            + body
         )
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
         lines = head.decode("latin-1").split("\r\n")

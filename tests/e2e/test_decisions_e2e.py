@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -78,29 +78,41 @@ def test_sdk_compressed_body(client: TypeSafeClient) -> None:
 
 def test_docs_example_runs(decision_server: str) -> None:
     example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "systemone_client.py"
-    done = subprocess.run([sys.executable, str(example), decision_server, "tiny-decision-llama"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(example), decision_server, "tiny-decision-llama"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "billing: P(yes) =" in done.stdout and "tone:" in done.stdout
 
 
 def test_sdk_too_long_question_is_a_400_naming_it(client: TypeSafeClient) -> None:
     with pytest.raises(TypeSafeBadRequestError) as info:
-        client.system_one(state="a short state", questions={
-            "ok": Noul(instructions="Is this short?"), "long": Noul(instructions="is it good " * 100)})
+        client.system_one(
+            state="a short state",
+            questions={"ok": Noul(instructions="Is this short?"), "long": Noul(instructions="is it good " * 100)},
+        )
     error = info.value
     assert error.status == 400 and error.body["error"]["code"] == "question_failed"
     assert "'long'" in str(error) and "max_length_exceeded" in str(error)
 
 
 def test_decisions_keeps_the_error_in_place_and_batches(decision_server: str) -> None:
-    qs = {"ok": {"type": "noul", "instructions": "Is this short?"}, "long": {"type": "noul", "instructions": "good " * 300}}
+    qs = {
+        "ok": {"type": "noul", "instructions": "Is this short?"},
+        "long": {"type": "noul", "instructions": "good " * 300},
+    }
     r = httpx.post(f"{decision_server}/v1/decisions", json={"state": "a short state", "questions": qs}, timeout=60)
     assert r.status_code == 200 and "server-timing" in r.headers
     answers = r.json()["answers"]
     assert answers["long"]["error"]["code"] == "max_length_exceeded" and 0 <= answers["ok"]["noul"] <= 1
-    r = httpx.post(f"{decision_server}/v1/systemone/batches", timeout=60, json={
-        "states": [{"id": "a", "state": "one"}, {"id": "b", "state": "two"}], "questions": qs})
+    r = httpx.post(
+        f"{decision_server}/v1/systemone/batches",
+        timeout=60,
+        json={"states": [{"id": "a", "state": "one"}, {"id": "b", "state": "two"}], "questions": qs},
+    )
     assert [x["id"] for x in r.json()["results"]] == ["a", "b"]
     card = httpx.get(f"{decision_server}/v1/models", timeout=10).json()["data"][0]
     assert card["limits"]["max_input_tokens"] == LIMIT and card["engine_args"]["max_model_len"] == LIMIT
@@ -124,9 +136,13 @@ def test_sdk_against_smollm2() -> None:
         pytest.skip("SmolLM2-135M-Instruct is not in the model store: `vllm-srun pull SmolLM2-135M-Instruct`")
     with running_server("SmolLM2-135M-Instruct", ready_timeout=300) as base:
         with TypeSafeClient(api_key="unused", base_url=base, model="SmolLM2-135M-Instruct", timeout=120) as c:
-            result = c.system_one(state="I was charged twice for my order. Please refund me.", questions={
-                "billing": Noul(instructions="Is this message about billing?"),
-                "tone": Choice(instructions="What is the tone?", criteria={"calm": None, "angry": None})})
+            result = c.system_one(
+                state="I was charged twice for my order. Please refund me.",
+                questions={
+                    "billing": Noul(instructions="Is this message about billing?"),
+                    "tone": Choice(instructions="What is the tone?", criteria={"calm": None, "angry": None}),
+                },
+            )
         card = httpx.get(f"{base}/v1/models", timeout=10).json()["data"][0]
     assert 0 <= result.nouls["billing"].noul <= 1 and result.choices["tone"].choice in {"calm", "angry"}
     assert card["golden"]["status"] == "matched", card["golden"]

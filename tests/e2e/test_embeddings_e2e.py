@@ -111,7 +111,9 @@ def test_concurrent_requests_share_forwards(minilm_server: str) -> None:
         (json.dumps({"input": "x" * 300_000}).encode(), 413, "request_too_large"),
     ],
 )
-def test_bad_input_gets_a_clear_error_and_costs_no_forward(minilm_server: str, body: bytes, status: int, code: str) -> None:
+def test_bad_input_gets_a_clear_error_and_costs_no_forward(
+    minilm_server: str, body: bytes, status: int, code: str
+) -> None:
     before = _metric(httpx.get(f"{minilm_server}/metrics").text, "vllm_srun_forwards_total")
     r = httpx.post(f"{minilm_server}/v1/embeddings", content=body, headers={"content-type": "application/json"})
     assert r.status_code == status, r.text

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import numpy as np
@@ -18,16 +18,25 @@ from tests.e2e.server import running_server
 pytestmark = pytest.mark.slow
 
 CLI = [sys.executable, "-m", "vllm_srun.app.cli"]
-DOCS = ["paris is the capital of france", "the river flows to the sea", "a small cat",
-        "money in the bank account", "the weather today is rain"]
+DOCS = [
+    "paris is the capital of france",
+    "the river flows to the sea",
+    "a small cat",
+    "money in the bank account",
+    "the weather today is rain",
+]
 QUERY = "what is the capital city of france"
 
 
 @pytest.fixture(scope="module")
 def reranker(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cli") / "tiny-reranker"
-    done = subprocess.run([*CLI, "fixture", str(out), "--family", "encoder", "--variant", "rerank", "--seed", "7"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*CLI, "fixture", str(out), "--family", "encoder", "--variant", "rerank", "--seed", "7"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(out) and (out / "golden.json").exists() and (out / "srun.json").exists()
     return out
@@ -92,13 +101,18 @@ def test_minilm_ships_a_golden_file_that_matches(minilm_server: str) -> None:
     assert card["golden"]["status"] == "matched" and card["golden"]["checked"] == 2
 
 
-@pytest.mark.parametrize(("flags", "why"), [
-    (["--dtype", "float16"], "float16"),
-    (["--engine", "onnxruntime", "--dtype", "bfloat16"], "onnxruntime"),
-    (["--result-cache-entries", "-1"], "result-cache-entries"),
-])
+@pytest.mark.parametrize(
+    ("flags", "why"),
+    [
+        (["--dtype", "float16"], "float16"),
+        (["--engine", "onnxruntime", "--dtype", "bfloat16"], "onnxruntime"),
+        (["--result-cache-entries", "-1"], "result-cache-entries"),
+    ],
+)
 def test_refused_before_any_load(flags: list[str], why: str, tmp_path: Path) -> None:
-    done = subprocess.run([*CLI, "serve", str(tmp_path / "not-even-read"), *flags], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [*CLI, "serve", str(tmp_path / "not-even-read"), *flags], capture_output=True, text=True, timeout=60
+    )
     lines = done.stderr.strip().splitlines()
     assert done.returncode != 0 and len(lines) == 1 and why in lines[0], done.stderr
     assert "load:" not in done.stderr
@@ -107,10 +121,18 @@ def test_refused_before_any_load(flags: list[str], why: str, tmp_path: Path) -> 
 def test_repeated_request_is_answered_from_the_cache(server: str) -> None:
     def counts() -> tuple[float, float]:
         text = httpx.get(f"{server}/metrics").text
-        hits = sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
-                   if l.startswith("vllm_srun_result_cache_total") and 'model="tiny-classify"' in l and 'outcome="hit"' in l)
-        forwards = sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
-                       if l.startswith("vllm_srun_forwards_total") and 'model="tiny-classify"' in l)
+        hits = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("vllm_srun_result_cache_total")
+            and 'model="tiny-classify"' in line
+            and 'outcome="hit"' in line
+        )
+        forwards = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("vllm_srun_forwards_total") and 'model="tiny-classify"' in line
+        )
         return hits, forwards
 
     body = {"model": "tiny-classify", "input": ["asked twice over http"]}

@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
-from vllm_srun.adapters.models.tokenization import TextTokenizer
 
 from tests.e2e.server import running_server
+from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
+from vllm_srun.adapters.models.tokenization import TextTokenizer
 
 pytestmark = pytest.mark.slow
 
@@ -46,8 +46,9 @@ def test_onnxruntime_server_answers_every_surface(onnx_server: str, encoder_fixt
     r = httpx.post(f"{onnx_server}/v1/rerank", json={"model": "tiny-rerank", "query": query, "documents": docs})
     assert r.status_code == 200
     folder = encoder_fixture("rerank")
-    logits = ReferenceEncoder.from_folder(folder).classify_logits(TextTokenizer.from_folder(folder).encode_pairs(
-        [(query, d) for d in docs]))[:, 0]
+    logits = ReferenceEncoder.from_folder(folder).classify_logits(
+        TextTokenizer.from_folder(folder).encode_pairs([(query, d) for d in docs])
+    )[:, 0]
     for res in r.json()["results"]:
         assert abs(res["relevance_score"] - 1 / (1 + np.exp(-float(logits[res["index"]])))) <= 1e-4
 

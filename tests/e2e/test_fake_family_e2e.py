@@ -21,15 +21,19 @@ from tests.stores import session_store
 from vllm_srun.app.fixtures import write_fixture
 
 pytestmark = pytest.mark.slow
-QUESTIONS = {"good": {"type": "noul", "instructions": "is it good"},
-             "stars": {"type": "score", "criteria": ["bad", "good", "great"]}}
+QUESTIONS = {
+    "good": {"type": "noul", "instructions": "is it good"},
+    "stars": {"type": "score", "criteria": ["bad", "good", "great"]},
+}
 
 
 @pytest.fixture(scope="module")
 def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     root = tmp_path_factory.mktemp("fake-plugin")
     families, engines = registries()
-    package = write_fixture(root / "tiny-fake", "fake", "all", 0, families=families, engines=engines, store=session_store())
+    package = write_fixture(
+        root / "tiny-fake", "fake", "all", 0, families=families, engines=engines, store=session_store()
+    )
     site = root / "site"
     write_distribution(site, "fake-srun-plugin", "1.0", FAKE_PLUGINS)
     yield package, plugin_env(site)
@@ -44,8 +48,10 @@ def every_surface(base: str, model: str) -> None:
             client.post("/v2/rerank", json={"model": model, "query": "capital", "documents": ["paris", "dog"]}),
             client.post("/v1/decisions", json={"model": model, "state": "a fun movie", "questions": QUESTIONS}),
             client.post("/v1/systemone", json={"model": model, "state": "a fun movie", "questions": QUESTIONS}),
-            client.post("/v1/systemone/batches", json={"model": model, "states": [{"id": "x", "state": "fun"}],
-                                                       "questions": QUESTIONS}),
+            client.post(
+                "/v1/systemone/batches",
+                json={"model": model, "states": [{"id": "x", "state": "fun"}], "questions": QUESTIONS},
+            ),
         ]
         assert [r.status_code for r in checks] == [200] * len(checks), [r.text[:200] for r in checks]
         bad = client.post("/v1/embeddings", json={"model": model, "input": []})
@@ -63,7 +69,9 @@ def test_a_worker_serves_the_plugin_family_without_torch(plugin_site: tuple[Path
         card = httpx.get(f"{base}/v1/models").json()["data"][0]
         assert card["family"] == "fake" and card["engine"] == "fake" and card["golden"]["status"] == "matched"
         assert {(p["group"], p["name"], p["distribution"], p["version"]) for p in card["plugins"]} == {
-            ("vllm_srun.families", "fake", "fake-srun-plugin", "1.0"), ("vllm_srun.engines", "fake", "fake-srun-plugin", "1.0")}
+            ("vllm_srun.families", "fake", "fake-srun-plugin", "1.0"),
+            ("vllm_srun.engines", "fake", "fake-srun-plugin", "1.0"),
+        }
         assert card["fake"]["torch_loaded"] is False
 
 
@@ -78,12 +86,21 @@ def test_the_front_serves_the_plugin_family_without_torch(plugin_site: tuple[Pat
         assert card["family"] == "fake" and card["fake"]["torch_loaded"] is False
 
 
-def test_a_name_claimed_twice_is_refused_with_one_line(plugin_site: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+def test_a_name_claimed_twice_is_refused_with_one_line(
+    plugin_site: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
     package, _ = plugin_site
     site = tmp_path / "site"
-    write_distribution(site, "acme-encoders", "2.0", {"vllm_srun.families": {"encoder": "tests.fake_family:FakeFamily"}})
-    done = subprocess.run([sys.executable, "-m", "vllm_srun.app.cli", "serve", str(package)], capture_output=True,
-                          text=True, timeout=120, env=plugin_env(site))
+    write_distribution(
+        site, "acme-encoders", "2.0", {"vllm_srun.families": {"encoder": "tests.fake_family:FakeFamily"}}
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_srun.app.cli", "serve", str(package)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=plugin_env(site),
+    )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert "'encoder'" in lines[0] and "vllm-srun" in lines[0] and "acme-encoders 2.0" in lines[0]

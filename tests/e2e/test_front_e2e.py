@@ -28,9 +28,8 @@ def metric(front: FrontProcess, name: str, **labels: str) -> float:
     text = httpx.get(f"{front.base}/metrics", timeout=5).text
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            if all(f'{k}="{v}"' in line for k, v in labels.items()):
-                total += float(line.rsplit(" ", 1)[1])
+        if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
     return total
 
 
@@ -51,8 +50,12 @@ async def load(base: str, clients: int, stop: asyncio.Event, tag: str) -> list[t
 
 
 def config_file(tmp_path: Path, fixture: Path, **fields: object) -> str:
-    deployment = {"artifact": str(fixture), "replicas": [{"device": "cpu"}, {"device": "cpu"}],
-                  "result_cache_entries": 0, **fields}
+    deployment = {
+        "artifact": str(fixture),
+        "replicas": [{"device": "cpu"}, {"device": "cpu"}],
+        "result_cache_entries": 0,
+        **fields,
+    }
     path = tmp_path / "config.yaml"
     path.write_text(json.dumps({"global": {"model_catalog": {"deployments": {"primary": deployment}}}}))
     return str(path)
@@ -93,8 +96,12 @@ def test_a_killed_worker_fails_fast_and_rejoins(encoder_fixture) -> None:  # typ
         before = metric(front, "vllm_sr_dispatch_outcomes_total", replica="primary/0", outcome="ok")
 
         async def burst() -> list[int]:
-            return [s for s, _, _ in await asyncio.gather(*(post_once(front.base, "/v1/embeddings", body(f"after {i}"))
-                                                            for i in range(16)))]
+            return [
+                s
+                for s, _, _ in await asyncio.gather(
+                    *(post_once(front.base, "/v1/embeddings", body(f"after {i}")) for i in range(16))
+                )
+            ]
 
         assert set(asyncio.run(burst())) == {200}
         assert metric(front, "vllm_sr_dispatch_outcomes_total", replica="primary/0", outcome="ok") > before
@@ -104,12 +111,14 @@ def test_a_killed_worker_fails_fast_and_rejoins(encoder_fixture) -> None:  # typ
 
 def test_a_stopped_worker_is_ejected_then_readmitted(encoder_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     fixture = encoder_fixture("embed")
-    config = config_file(tmp_path, fixture, timeout_ms=400,
-                         outlier_detection={"consecutive_timeouts": 3, "base_ejection_ms": 1500})
+    config = config_file(
+        tmp_path, fixture, timeout_ms=400, outlier_detection={"consecutive_timeouts": 3, "base_ejection_ms": 1500}
+    )
     with running_front("--config", config) as front:
         victim = front.workers()[1]
         os.kill(victim["pid"], signal.SIGSTOP)
         try:
+
             async def scenario() -> list[tuple[float, float, int]]:
                 stop = asyncio.Event()
                 running = asyncio.ensure_future(load(front.base, 4, stop, "stop"))
@@ -132,13 +141,20 @@ def test_a_stopped_worker_is_ejected_then_readmitted(encoder_fixture, tmp_path: 
         assert "replica_ejected deployment=primary replica=primary/1" in front.log()
         assert metric(front, "vllm_sr_ejections_total", replica="primary/1") >= 1
         front.wait_for(lambda: front.workers()[1]["state"] == "ready", 30, "ready after SIGCONT")
-        front.wait_for(lambda: metric(front, "vllm_sr_readmissions_total", replica="primary/1") >= 1, 10,
-                       "the readmission counted (the ejection clock ticks every 0.25 s)")
+        front.wait_for(
+            lambda: metric(front, "vllm_sr_readmissions_total", replica="primary/1") >= 1,
+            10,
+            "the readmission counted (the ejection clock ticks every 0.25 s)",
+        )
         assert re.search(r"replica_readmitted deployment=primary replica=primary/1", front.log())
 
         async def burst() -> list[int]:
-            return [s for s, _, _ in await asyncio.gather(*(post_once(front.base, "/v1/embeddings", body(f"back {i}"))
-                                                            for i in range(16)))]
+            return [
+                s
+                for s, _, _ in await asyncio.gather(
+                    *(post_once(front.base, "/v1/embeddings", body(f"back {i}")) for i in range(16))
+                )
+            ]
 
         before = metric(front, "vllm_sr_dispatch_outcomes_total", replica="primary/1", outcome="ok")
         assert set(asyncio.run(burst())) == {200}
@@ -153,8 +169,10 @@ def test_256_clients_on_one_worker_get_200_or_429_and_none_is_lost(encoder_fixtu
         async def scenario() -> list[tuple[int, dict[str, str], bytes]]:
             os.kill(worker_pid, signal.SIGSTOP)  # the first 32 stay in flight; nothing frees a slot
             try:
-                sent = [asyncio.ensure_future(post_once(front.base, "/v1/embeddings", body(f"client {i}"), timeout=30))
-                        for i in range(256)]
+                sent = [
+                    asyncio.ensure_future(post_once(front.base, "/v1/embeddings", body(f"client {i}"), timeout=30))
+                    for i in range(256)
+                ]
                 await asyncio.sleep(1.0)
             finally:
                 os.kill(worker_pid, signal.SIGCONT)
@@ -178,8 +196,9 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(encoder_fixture) -> None:
         async def scenario() -> tuple[list[int], int, int]:
             os.kill(worker_pid, signal.SIGSTOP)  # holds the requests in flight until SIGCONT
             try:
-                in_flight = [asyncio.ensure_future(post_once(front.base, "/v1/embeddings", body(f"drain {i}")))
-                             for i in range(4)]
+                in_flight = [
+                    asyncio.ensure_future(post_once(front.base, "/v1/embeddings", body(f"drain {i}"))) for i in range(4)
+                ]
                 await asyncio.sleep(0.3)
                 front.proc.send_signal(signal.SIGTERM)
                 await asyncio.sleep(0.3)
@@ -205,7 +224,9 @@ def test_a_second_sigterm_exits_at_once(encoder_fixture) -> None:  # type: ignor
 
         async def scenario() -> None:
             os.kill(worker_pid, signal.SIGSTOP)  # the requests never finish by themselves
-            pending = [asyncio.ensure_future(post_once(front.base, "/v1/embeddings", body(f"slow {i}"))) for i in range(2)]
+            pending = [
+                asyncio.ensure_future(post_once(front.base, "/v1/embeddings", body(f"slow {i}"))) for i in range(2)
+            ]
             await asyncio.sleep(0.3)
             front.proc.send_signal(signal.SIGTERM)
             await asyncio.sleep(0.3)

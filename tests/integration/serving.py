@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from dependency_injector import containers, providers
 from litestar.testing import TestClient
@@ -25,8 +26,9 @@ def container_for(models: list[Path | tuple[Path, EngineArgs]], **settings: Any)
 
 
 @contextmanager
-def serving(models: list[Path | tuple[Path, EngineArgs]] | WorkerContainer,
-            **settings: Any) -> Iterator[tuple[TestClient, Runtime]]:
+def serving(
+    models: list[Path | tuple[Path, EngineArgs]] | WorkerContainer, **settings: Any
+) -> Iterator[tuple[TestClient, Runtime]]:
     """Yield (client, runtime) once every model finished loading (ready or failed). MODELS is a
     list of packages (a container is built for them) or a container tests have overridden."""
     container = models if isinstance(models, containers.Container) else container_for(models, **settings)

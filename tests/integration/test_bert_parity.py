@@ -14,14 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import transformers
 from safetensors.torch import load_file, save_file
 
 from vllm_srun.adapters.models.bert import BertConfig, BertEncoder, load_bert
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 from vllm_srun.adapters.models.weights import WeightsError
-
-import transformers
 
 TOL = 1e-5
 
@@ -41,10 +40,88 @@ FIXED = [
     "\"Quoted\" 'single' (parens) [brackets] {braces} <angles>",
     "supercalifragilisticexpialidocious antidisestablishmentarianism",
 ]
-WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but have "
-         "an they you were her she there been one all we their has would when if so no out up into do only "
-         "time two may then first any new some could these people other than year over such make like "
-         "model token serving batch query embedding vector latency throughput kernel memory river mountain").split()
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "was",
+    "with",
+    "be",
+    "by",
+    "on",
+    "not",
+    "he",
+    "this",
+    "are",
+    "or",
+    "his",
+    "from",
+    "at",
+    "which",
+    "but",
+    "have",
+    "an",
+    "they",
+    "you",
+    "were",
+    "her",
+    "she",
+    "there",
+    "been",
+    "one",
+    "all",
+    "we",
+    "their",
+    "has",
+    "would",
+    "when",
+    "if",
+    "so",
+    "no",
+    "out",
+    "up",
+    "into",
+    "do",
+    "only",
+    "time",
+    "two",
+    "may",
+    "then",
+    "first",
+    "any",
+    "new",
+    "some",
+    "could",
+    "these",
+    "people",
+    "other",
+    "than",
+    "year",
+    "over",
+    "such",
+    "make",
+    "like",
+    "model",
+    "token",
+    "serving",
+    "batch",
+    "query",
+    "embedding",
+    "vector",
+    "latency",
+    "throughput",
+    "kernel",
+    "memory",
+    "river",
+    "mountain",
+]
 
 
 def _sentences() -> list[str]:
@@ -101,7 +178,7 @@ def test_minilm_embeddings_match_transformers_alone_and_batched(minilm) -> None:
     random.Random(7).shuffle(order)
     for size in (7, 50):
         for start in range(0, len(order), size):
-            idx = order[start:start + size]
+            idx = order[start : start + size]
             got = reference.embed([encoded[i] for i in idx])
             assert np.abs(got - expected[idx]).max() < TOL, f"batch of {len(idx)} rows at {start}"
     # pairwise distinct: the comparison above is not between near-constant vectors
@@ -111,8 +188,10 @@ def test_minilm_embeddings_match_transformers_alone_and_batched(minilm) -> None:
 
 def test_minilm_hidden_states_match_for_padded_pairs(minilm) -> None:
     reference, tok, ref = minilm
-    pairs = [("What is the capital of France?", "Paris is the capital and largest city of France."),
-             ("short", "a much longer second segment, with punctuation; numbers 12 34 and more words")]
+    pairs = [
+        ("What is the capital of France?", "Paris is the capital and largest city of France."),
+        ("short", "a much longer second segment, with punctuation; numbers 12 34 and more words"),
+    ]
     enc = tok.encode_pairs(pairs)
     assert all(any(e.type_ids) for e in enc)
     t = max(len(e.ids) for e in enc)
@@ -135,11 +214,20 @@ def test_minilm_published_similarity(minilm) -> None:
     assert float(a @ b) == pytest.approx(0.755, abs=0.01)
 
 
-TEXTS = ["the quick brown fox jumps over the lazy dog", "good movie", "terrible plot, bad actor!!",
-         "a", "Paris is the capital city of France and 123 other facts", "unknown ∑ unicode ☃ here"]
-PAIRS = [("what is the capital of france", "paris is the capital of france"),
-         ("query", "a long relevant document about a river in a large city with small birds"),
-         ("the cat", "the dog"), ("question about fish", "answer")]
+TEXTS = [
+    "the quick brown fox jumps over the lazy dog",
+    "good movie",
+    "terrible plot, bad actor!!",
+    "a",
+    "Paris is the capital city of France and 123 other facts",
+    "unknown ∑ unicode ☃ here",
+]
+PAIRS = [
+    ("what is the capital of france", "paris is the capital of france"),
+    ("query", "a long relevant document about a river in a large city with small birds"),
+    ("the cat", "the dog"),
+    ("question about fish", "answer"),
+]
 
 
 def _reference_logits(model, encoded: list[Encoded]) -> np.ndarray:
@@ -149,8 +237,11 @@ def _reference_logits(model, encoded: list[Encoded]) -> np.ndarray:
         kwargs = {}
         if model.config.type_vocab_size > 1:
             kwargs["token_type_ids"] = torch.tensor([pad(e.type_ids) for e in encoded])
-        return model(input_ids=torch.tensor([pad(e.ids) for e in encoded]),
-                     attention_mask=torch.tensor([pad([1] * len(e.ids)) for e in encoded]), **kwargs).logits.numpy()
+        return model(
+            input_ids=torch.tensor([pad(e.ids) for e in encoded]),
+            attention_mask=torch.tensor([pad([1] * len(e.ids)) for e in encoded]),
+            **kwargs,
+        ).logits.numpy()
 
 
 @pytest.mark.parametrize("num_labels,hidden_act", [(3, "gelu"), (1, "gelu"), (3, "gelu_new"), (2, "relu")])

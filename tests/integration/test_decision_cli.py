@@ -71,6 +71,13 @@ def test_fixture_cli_writes_a_decision_package_with_golden(tmp_path: Path, capsy
     out = tmp_path / "pkg"
     assert main(["fixture", str(out), "--family", "decision", "--seed", "1"]) == 0
     names = {p.name for p in out.iterdir()}
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "srun.json", "golden.json"} <= names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "srun.json",
+        "golden.json",
+    } <= names
     with pytest.raises(SystemExit):
         main(["fixture", str(tmp_path / "x"), "--family", "decision", "--variant", "gpt2"])

@@ -3,14 +3,19 @@ limits on counts, refusals, the result cache, and the Qwen3 fixture."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.integration.serving import serving
 
 NOUL = {"type": "noul", "instructions": "is the review positive"}
-CHOICE = {"type": "choice", "instructions": "what is the tone", "criteria": {"positive": None, "negative": "a bad review"}}
+CHOICE = {
+    "type": "choice",
+    "instructions": "what is the tone",
+    "criteria": {"positive": None, "negative": "a bad review"},
+}
 SCORE = {"type": "score", "instructions": "how good", "criteria": ["bad", {"level": "ok"}, ["good", "great"]]}
 STATE = "the movie was great fun and the music was good"
 
@@ -47,8 +52,10 @@ def test_answer_shapes(api) -> None:
 
 def test_object_and_array_states_and_described_outcomes(api) -> None:
     client, _ = api
-    qs = {"urgent": {"type": "noul", "criteria": {"true": "needs attention today", "false": None}},
-          "team": {"type": "choice", "criteria": {"billing team": None, "shipping team": "late order", "other": None}}}
+    qs = {
+        "urgent": {"type": "noul", "criteria": {"true": "needs attention today", "false": None}},
+        "team": {"type": "choice", "criteria": {"billing team": None, "shipping team": "late order", "other": None}},
+    }
     for state in ({"subject": "charged twice", "message": "refund"}, ["refund", "today"]):
         r = post(client, "/v1/systemone", {"state": state, "questions": qs})
         assert r.status_code == 200, r.text
@@ -56,17 +63,28 @@ def test_object_and_array_states_and_described_outcomes(api) -> None:
 
 
 def test_invalid_questions_fail_in_place(api) -> None:
-    client, served = api
+    client, _served = api
     many = {f"option {i}": None for i in range(256)}
-    qs = {"one": {"type": "choice", "criteria": {"x": None}}, "many": {"type": "choice", "criteria": many},
-          "levels": {"type": "score", "criteria": [str(i) for i in range(11)]},
-          "bare": {"type": "noul"}, "box": {"type": "box", "instructions": "the dog"}, "ok": NOUL}
+    qs = {
+        "one": {"type": "choice", "criteria": {"x": None}},
+        "many": {"type": "choice", "criteria": many},
+        "levels": {"type": "score", "criteria": [str(i) for i in range(11)]},
+        "bare": {"type": "noul"},
+        "box": {"type": "box", "instructions": "the dog"},
+        "ok": NOUL,
+    }
     r = post(client, "/v1/decisions", {"state": STATE, "questions": qs})
     assert r.status_code == 200, r.text
     a = r.json()["answers"]
     codes = {name: a[name].get("error", {}).get("code") for name in qs}
-    assert codes == {"one": "invalid_question", "many": "invalid_question", "levels": "invalid_question",
-                     "bare": "invalid_question", "box": "unsupported_question", "ok": None}
+    assert codes == {
+        "one": "invalid_question",
+        "many": "invalid_question",
+        "levels": "invalid_question",
+        "bare": "invalid_question",
+        "box": "unsupported_question",
+        "ok": None,
+    }
     assert a["box"]["type"] == "box" and a["many"]["type"] == "choice"
     r = post(client, "/v1/systemone", {"state": STATE, "questions": qs})
     assert r.status_code == 400 and r.json()["error"]["code"] == "question_failed"
@@ -76,12 +94,17 @@ def test_255_options_and_10_levels_are_answered(api) -> None:
     client, _ = api
     pairs = [a + b for a in "ABCDEFGHIJ" for b in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"][:255]  # one token each: keys by name
     lettered = {f"option {i}": None for i in range(60)}  # several tokens each: keys A..Z, AA, AB, ..
-    qs = {"big": {"type": "choice", "criteria": dict.fromkeys(pairs)}, "lettered": {"type": "choice", "criteria": lettered},
-          "ten": {"type": "score", "criteria": [str(i) for i in range(10)]}}
+    qs = {
+        "big": {"type": "choice", "criteria": dict.fromkeys(pairs)},
+        "lettered": {"type": "choice", "criteria": lettered},
+        "ten": {"type": "score", "criteria": [str(i) for i in range(10)]},
+    }
     r = post(client, "/v1/systemone", {"state": STATE, "questions": qs})
     assert r.status_code == 200, r.text
     answers = r.json()["answers"]
-    assert list(answers["big"]["probabilities"]) == pairs and abs(sum(answers["big"]["probabilities"].values()) - 1) < 1e-9
+    assert (
+        list(answers["big"]["probabilities"]) == pairs and abs(sum(answers["big"]["probabilities"].values()) - 1) < 1e-9
+    )
     assert list(answers["lettered"]["probabilities"]) == list(lettered)
     assert set(answers["ten"]["legend"]) == {str(i) for i in range(10)}
 
@@ -94,15 +117,18 @@ def test_all_questions_failed_costs_no_forward(api) -> None:
     assert served.scheduler_loop.forwards == before
 
 
-@pytest.mark.parametrize("body, status, code", [
-    ({"state": STATE, "questions": {}}, 400, "invalid_request"),
-    ({"state": STATE, "questions": {"q": {"type": "nope"}}}, 400, "invalid_request"),
-    ({"state": STATE, "questions": {"q": NOUL}, "extra": 1}, 400, "invalid_request"),
-    ({"state": STATE, "questions": {"q": {**NOUL, "bogus": 1}}}, 400, "invalid_request"),
-    ({"state": STATE, "questions": {f"q{i}": NOUL for i in range(1025)}}, 413, "request_too_large"),
-    ({"state": STATE, "questions": {"q": NOUL}, "assets": {"img": {"type": "image"}}}, 422, "unsupported_surface"),
-    ({"state": STATE, "questions": {"q": NOUL}, "model": "nope"}, 404, "model_not_found"),
-])
+@pytest.mark.parametrize(
+    "body, status, code",
+    [
+        ({"state": STATE, "questions": {}}, 400, "invalid_request"),
+        ({"state": STATE, "questions": {"q": {"type": "nope"}}}, 400, "invalid_request"),
+        ({"state": STATE, "questions": {"q": NOUL}, "extra": 1}, 400, "invalid_request"),
+        ({"state": STATE, "questions": {"q": {**NOUL, "bogus": 1}}}, 400, "invalid_request"),
+        ({"state": STATE, "questions": {f"q{i}": NOUL for i in range(1025)}}, 413, "request_too_large"),
+        ({"state": STATE, "questions": {"q": NOUL}, "assets": {"img": {"type": "image"}}}, 422, "unsupported_surface"),
+        ({"state": STATE, "questions": {"q": NOUL}, "model": "nope"}, 404, "model_not_found"),
+    ],
+)
 def test_bad_requests(api, body: dict[str, Any], status: int, code: str) -> None:
     client, _ = api
     for path in ("/v1/decisions", "/v1/systemone"):
@@ -125,7 +151,9 @@ def test_batches(api) -> None:
     assert body["results"][0]["usage"] == single["usage"]
     dup = post(client, "/v1/systemone/batches", {"states": [states[0], states[0]], "questions": qs})
     assert dup.status_code == 400 and "unique" in dup.json()["error"]["message"]
-    big = post(client, "/v1/systemone/batches", {"states": [{"id": i, "state": "x"} for i in range(342)], "questions": qs})
+    big = post(
+        client, "/v1/systemone/batches", {"states": [{"id": i, "state": "x"} for i in range(342)], "questions": qs}
+    )
     assert big.status_code == 413
 
 
@@ -152,7 +180,7 @@ def test_encoder_models_do_not_serve_decisions(encoder_fixture) -> None:
 
 
 def test_qwen3_fixture_serves_with_its_golden_file(decision_fixture) -> None:
-    with serving([decision_fixture("qwen3")]) as (client, rt):
+    with serving([decision_fixture("qwen3")]) as (client, _rt):
         card = client.get("/v1/models").json()["data"][0]
         r = post(client, "/v1/systemone", {"state": STATE, "questions": {"n": NOUL, "s": SCORE}})
     assert card["golden"]["status"] == "matched", card["golden"]

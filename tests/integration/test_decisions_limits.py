@@ -4,8 +4,9 @@ card reports both; a limit below the golden questions fails the readiness check 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,10 @@ LONG = {"type": "noul", "instructions": "is it good " * 60}
 
 @pytest.fixture(scope="module")
 def limited(decision_fixture) -> Iterator[tuple[Any, Any]]:
-    with serving([(decision_fixture("llama"), EngineArgs(max_model_len=LIMIT))], result_cache_entries=0) as (client, rt):
+    with serving([(decision_fixture("llama"), EngineArgs(max_model_len=LIMIT))], result_cache_entries=0) as (
+        client,
+        rt,
+    ):
         served = next(iter(rt.models.values()))
         assert served.ready, served.reason
         yield client, served
@@ -40,7 +44,7 @@ def state_at(model: Any, question: dict[str, Any], total: int) -> str:
 
 
 def test_card_reports_the_lowered_limit(limited) -> None:
-    client, served = limited
+    client, _served = limited
     card = client.get("/v1/models").json()["data"][0]
     assert card["limits"]["max_input_tokens"] == LIMIT
     assert card["engine_args"]["max_model_len"] == LIMIT
@@ -58,8 +62,11 @@ def test_unset_limit_is_null_and_the_package_limit_applies(decision_fixture) -> 
 def test_too_long_question_fails_in_place_and_siblings_are_answered(limited) -> None:
     client, served = limited
     forwards = served.scheduler_loop.forwards
-    body = {"state": "the movie", "questions": {"short": SHORT, "long": LONG, "other": {**SHORT, "instructions": "fun"}},
-            "options": {"return_meta": True}}
+    body = {
+        "state": "the movie",
+        "questions": {"short": SHORT, "long": LONG, "other": {**SHORT, "instructions": "fun"}},
+        "options": {"return_meta": True},
+    }
     r = client.post("/v1/decisions", json=body)
     assert r.status_code == 200, r.text
     answers = r.json()["answers"]
@@ -126,7 +133,7 @@ def test_golden_check_fails_naming_max_model_len(decision_fixture) -> None:
 
 
 def test_limit_above_the_package_fails_the_load(decision_fixture) -> None:
-    with serving([(Path(decision_fixture("llama")), EngineArgs(max_model_len=5000))]) as (client, rt):
+    with serving([(Path(decision_fixture("llama")), EngineArgs(max_model_len=5000))]) as (_client, rt):
         served = next(iter(rt.models.values()))
     assert served.status == "failed"
     assert "max_model_len 5000" in served.reason and "1024" in served.reason

@@ -12,7 +12,11 @@ from vllm_srun.adapters.families.decision_rows import AskedQuestion
 
 QUESTIONS = {
     "n": {"type": "noul", "instructions": "is the review positive"},
-    "c": {"type": "choice", "instructions": "what is the tone", "criteria": {"positive": None, "negative": "bad", "mixed": None}},
+    "c": {
+        "type": "choice",
+        "instructions": "what is the tone",
+        "criteria": {"positive": None, "negative": "bad", "mixed": None},
+    },
     "s": {"type": "score", "instructions": "how good is the movie", "criteria": ["bad", "boring", "good", "great"]},
 }
 STATE = {"review": "the movie was great fun and the music was good", "stars": [4, 5]}

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -16,24 +17,33 @@ from tests.prometheus_text import metric
 from vllm_srun.domain.engine_args import EngineArgs
 
 TOL = 1e-4
-STATE = ("the customer wrote that the movie was great fun but the music was boring and the plot was bad; "
-         "they were charged twice for the order and want a refund today, please help ") * 3
+STATE = (
+    "the customer wrote that the movie was great fun but the music was boring and the plot was bad; "
+    "they were charged twice for the order and want a refund today, please help "
+) * 3
 
 
 def questions(n: int) -> dict[str, Any]:
     """N questions of all three types and of different lengths."""
     out: dict[str, Any] = {}
-    words = "is the review positive about the movie and the music today".split()
+    words = ["is", "the", "review", "positive", "about", "the", "movie", "and", "the", "music", "today"]
     for i in range(n):
         text = " ".join(words[: 3 + i % 9])
         kind = ("noul", "choice", "score")[i % 3]
         if kind == "noul":
             out[f"q{i}"] = {"type": "noul", "instructions": text}
         elif kind == "choice":
-            out[f"q{i}"] = {"type": "choice", "instructions": text,
-                            "criteria": {"positive": None, "negative": "a bad review", "mixed": None, "neutral": None}}
+            out[f"q{i}"] = {
+                "type": "choice",
+                "instructions": text,
+                "criteria": {"positive": None, "negative": "a bad review", "mixed": None, "neutral": None},
+            }
         else:
-            out[f"q{i}"] = {"type": "score", "instructions": text, "criteria": ["bad", "boring", "good", "great"][: 2 + i % 3]}
+            out[f"q{i}"] = {
+                "type": "score",
+                "instructions": text,
+                "criteria": ["bad", "boring", "good", "great"][: 2 + i % 3],
+            }
     return out
 
 
@@ -69,21 +79,26 @@ def two_layouts(decision_fixture, tmp_path_factory) -> Iterator[tuple[Any, Any]]
     manifest = json.loads((shared / "srun.json").read_text())
     manifest["shared_context"] = {"break_even_tokens": 0}
     (shared / "srun.json").write_text(json.dumps(manifest))
-    models = [(shared, EngineArgs(batch_window_ms=0)), (base, EngineArgs(batch_window_ms=0, enable_shared_context=False))]
+    models = [
+        (shared, EngineArgs(batch_window_ms=0)),
+        (base, EngineArgs(batch_window_ms=0, enable_shared_context=False)),
+    ]
     with serving(models, result_cache_entries=0) as (client, runtime):
         assert all(m.ready for m in runtime.models.values()), {n: m.reason for n, m in runtime.models.items()}
         yield client, runtime
 
 
 def ask(client: Any, model: str, qs: dict[str, Any]) -> dict[str, Any]:
-    r = client.post("/v1/decisions", json={"model": model, "state": STATE, "questions": qs, "options": {"return_meta": True}})
+    r = client.post(
+        "/v1/decisions", json={"model": model, "state": STATE, "questions": qs, "options": {"return_meta": True}}
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
 
 @pytest.mark.parametrize("n", [1, 2, 16, 128])
 def test_shared_answers_equal_unshared(two_layouts, n: int) -> None:
-    client, runtime = two_layouts
+    client, _runtime = two_layouts
     qs = questions(n)
     shared = ask(client, "tiny-decision-shared", qs)
     alone = ask(client, "tiny-decision-llama", qs)
@@ -92,7 +107,9 @@ def test_shared_answers_equal_unshared(two_layouts, n: int) -> None:
     assert_close(shared["answers"], alone["answers"])
     assert shared["usage"] == alone["usage"]  # the state counted once in both layouts
     card = next(c for c in client.get("/v1/models").json()["data"] if c["id"] == "tiny-decision-shared")
-    assert card["shared_context"]["break_even_tokens"] == 0 and card["shared_context"]["break_even_source"] == "manifest"
+    assert (
+        card["shared_context"]["break_even_tokens"] == 0 and card["shared_context"]["break_even_source"] == "manifest"
+    )
 
 
 @pytest.mark.parametrize("model", ["tiny-decision-shared", "tiny-decision-llama"])

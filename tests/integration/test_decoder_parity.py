@@ -6,13 +6,19 @@ import json
 
 import pytest
 import torch
-
 import transformers
 
-from vllm_srun.adapters.models.decoder import DecoderConfig, DecoderLM, restricted_probs  # noqa: E402
+from vllm_srun.adapters.models.decoder import DecoderConfig, DecoderLM, restricted_probs
 
-TINY = dict(vocab_size=96, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
-            num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256)
+TINY = dict(
+    vocab_size=96,
+    hidden_size=48,
+    intermediate_size=80,
+    num_hidden_layers=2,
+    num_attention_heads=6,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 
 CASES = {
     "llama-tied": ("LlamaConfig", "LlamaForCausalLM", dict(tie_word_embeddings=True, rope_theta=5000.0)),
@@ -112,21 +118,27 @@ def test_default_rope_is_accepted(scaling):
     assert DecoderConfig.from_dict(_raw(rope_parameters={"rope_type": "default", "rope_theta": 7.0})).rope_theta == 7.0
 
 
-@pytest.mark.parametrize("raw", [
-    _raw(rope_scaling={"rope_type": "llama3", "factor": 8.0}),
-    _raw(rope_scaling={"type": "linear", "factor": 2.0}),
-    _raw(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}),
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        _raw(rope_scaling={"rope_type": "llama3", "factor": 8.0}),
+        _raw(rope_scaling={"type": "linear", "factor": 2.0}),
+        _raw(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}),
+    ],
+)
 def test_unknown_rope_scaling_is_refused(raw):
     with pytest.raises(ValueError, match="rope scaling type"):
         DecoderConfig.from_dict(raw)
 
 
-@pytest.mark.parametrize("raw, words", [
-    (_raw(model_type="gpt2"), "model_type"),
-    (_raw(hidden_act="gelu"), "hidden_act"),
-    (_raw(model_type="qwen2", use_sliding_window=True, sliding_window=64), "sliding"),
-])
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        (_raw(model_type="gpt2"), "model_type"),
+        (_raw(hidden_act="gelu"), "hidden_act"),
+        (_raw(model_type="qwen2", use_sliding_window=True, sliding_window=64), "sliding"),
+    ],
+)
 def test_other_layouts_are_refused(raw, words):
     with pytest.raises(ValueError, match=words):
         DecoderConfig.from_dict(raw)

@@ -4,6 +4,7 @@ the result cache (R-PERF-3), meta (R-API-8) and the readiness check on the card 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ def served(encoder_fixture):  # type: ignore[no-untyped-def]
 def _reference_logits(folder: Path, items: list) -> np.ndarray:
     """transformers' BertForSequenceClassification, one row at a time (no padding)."""
     import transformers
+
     model = transformers.BertForSequenceClassification.from_pretrained(folder).eval()
     tok = TextTokenizer.from_folder(folder)
     out = []
@@ -41,8 +43,13 @@ def _reference_logits(folder: Path, items: list) -> np.ndarray:
     return np.stack(out)
 
 
-ITEMS = ["this movie is great fun", "bad", "the plot was boring and the acting was terrible " * 3,
-         ("refund my order", "billing team"), ("is it raining today", "the weather is sun and rain tomorrow")]
+ITEMS = [
+    "this movie is great fun",
+    "bad",
+    "the plot was boring and the acting was terrible " * 3,
+    ("refund my order", "billing team"),
+    ("is it raining today", "the weather is sun and rain tomorrow"),
+]
 
 
 def _wire(item):  # type: ignore[no-untyped-def]
@@ -63,7 +70,9 @@ def test_classify_matches_transformers(served, variant: str) -> None:  # type: i
         want = e / e.sum(axis=1, keepdims=True)
     got = np.array([res["probabilities"] for res in body["results"]])
     assert np.abs(got - want).max() < TOL
-    assert body["labels"] == (["billing", "shipping", "urgent"] if variant == "multilabel" else ["negative", "neutral", "positive"])
+    assert body["labels"] == (
+        ["billing", "shipping", "urgent"] if variant == "multilabel" else ["negative", "neutral", "positive"]
+    )
     for res, p in zip(body["results"], want):
         if variant == "classify":
             assert res["label"] == body["labels"][int(np.argmax(p))]
@@ -93,17 +102,34 @@ def test_rerank_matches_transformers_cross_encoder(served) -> None:  # type: ign
 def test_rerank_request_shapes(served) -> None:  # type: ignore[no-untyped-def]
     client, _, _ = served
     docs = ["paris", {"text": "river"}, "cat"]
-    r = client.post("/v2/rerank", json={"model": "tiny-rerank", "query": "q", "documents": docs, "top_n": 2, "return_documents": True})
+    r = client.post(
+        "/v2/rerank",
+        json={"model": "tiny-rerank", "query": "q", "documents": docs, "top_n": 2, "return_documents": True},
+    )
     assert r.status_code == 200, r.text
     results = r.json()["results"]
     assert len(results) == 2
     for res in results:
-        assert res["document"] == ({"text": docs[res["index"]]} if isinstance(docs[res["index"]], str) else docs[res["index"]])
-    fields = client.post("/v1/rerank", json={"model": "tiny-rerank", "query": "q", "rank_fields": ["title", "body"],
-                                             "documents": [{"title": "paris", "body": "capital"}]})
+        assert res["document"] == (
+            {"text": docs[res["index"]]} if isinstance(docs[res["index"]], str) else docs[res["index"]]
+        )
+    fields = client.post(
+        "/v1/rerank",
+        json={
+            "model": "tiny-rerank",
+            "query": "q",
+            "rank_fields": ["title", "body"],
+            "documents": [{"title": "paris", "body": "capital"}],
+        },
+    )
     assert fields.status_code == 200, fields.text
-    for bad in ({"documents": [{"title": "no text"}]}, {"documents": ["a"], "max_chunks_per_doc": 2},
-                {"documents": []}, {"documents": ["a"], "top_n": 0}, {"documents": ["a"], "colour": "blue"}):
+    for bad in (
+        {"documents": [{"title": "no text"}]},
+        {"documents": ["a"], "max_chunks_per_doc": 2},
+        {"documents": []},
+        {"documents": ["a"], "top_n": 0},
+        {"documents": ["a"], "colour": "blue"},
+    ):
         r = client.post("/v1/rerank", json={"model": "tiny-rerank", "query": "q", **bad})
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", r.text
 
@@ -112,13 +138,21 @@ def test_long_input_is_rejected_truncated_or_windowed_never_silently_cut(served)
     client, _, _ = served
     reject = client.post("/v1/classify", json={"model": "tiny-classify", "input": LONG})
     assert reject.status_code == 400 and "window" in reject.json()["error"]["message"]
-    cut = client.post("/v1/classify", json={"model": "tiny-classify", "input": LONG, "options": {"overflow": "truncate"}})
+    cut = client.post(
+        "/v1/classify", json={"model": "tiny-classify", "input": LONG, "options": {"overflow": "truncate"}}
+    )
     assert cut.status_code == 200
     info = cut.json()["results"][0]["input"]
     assert info == {"tokens": 202, "truncated": True} and cut.json()["usage"]["prompt_tokens"] == 128
     tokens, overlap = 48, 12
-    win = client.post("/v1/classify", json={"model": "tiny-classify", "input": [LONG, "short one"],
-                                            "options": {"overflow": "window", "window": {"tokens": tokens, "overlap": overlap}}})
+    win = client.post(
+        "/v1/classify",
+        json={
+            "model": "tiny-classify",
+            "input": [LONG, "short one"],
+            "options": {"overflow": "window", "window": {"tokens": tokens, "overlap": overlap}},
+        },
+    )
     assert win.status_code == 200, win.text
     body = win.json()
     long_result, short_result = body["results"]
@@ -126,20 +160,27 @@ def test_long_input_is_rejected_truncated_or_windowed_never_silently_cut(served)
     step = tokens - 2 - overlap
     assert len(windows) == -(-(200 - overlap) // step)  # ceil: every token is in some window
     assert long_result["input"]["tokens"] == 202 and long_result["input"]["truncated"] is False
-    assert all(w["tokens"] <= tokens for w in windows) and windows[0]["start"] == 0 and windows[-1]["end"] == len(LONG.rstrip())
-    assert all(a["start"] < b["start"] < a["end"] for a, b in zip(windows, windows[1:]))  # overlapping spans
+    assert (
+        all(w["tokens"] <= tokens for w in windows)
+        and windows[0]["start"] == 0
+        and windows[-1]["end"] == len(LONG.rstrip())
+    )
+    assert all(a["start"] < b["start"] < a["end"] for a, b in itertools.pairwise(windows))  # overlapping spans
     per_window = np.array([w["probabilities"] for w in windows])
     assert long_result["probabilities"] == per_window.max(axis=0).tolist()
     assert long_result["label"] == body["labels"][int(np.argmax(long_result["probabilities"]))]
     assert len(short_result["input"]["windows"]) == 1
     assert body["usage"]["prompt_tokens"] == sum(w["tokens"] for w in windows) + short_result["input"]["tokens"]
     # a window's span read on its own gives that window's answer
-    span = LONG[windows[1]["start"]: windows[1]["end"]]
+    span = LONG[windows[1]["start"] : windows[1]["end"]]
     alone = client.post("/v1/classify", json={"model": "tiny-classify", "input": span}).json()["results"][0]
     assert np.abs(np.array(alone["probabilities"]) - per_window[1]).max() < TOL
     # windows are asked for, and consistently
-    for options in ({"overflow": "reject", "window": {"tokens": 48}}, {"window": {"tokens": 500}},
-                    {"window": {"tokens": 48, "overlap": 46}}):
+    for options in (
+        {"overflow": "reject", "window": {"tokens": 48}},
+        {"window": {"tokens": 500}},
+        {"window": {"tokens": 48, "overlap": 46}},
+    ):
         r = client.post("/v1/classify", json={"model": "tiny-classify", "input": LONG, "options": options})
         assert r.status_code == 400, (options, r.text)
 
@@ -150,7 +191,9 @@ def test_rerank_long_documents(served) -> None:  # type: ignore[no-untyped-def]
     assert client.post("/v1/rerank", json=base).status_code == 400
     cut = client.post("/v1/rerank", json={**base, "max_tokens_per_doc": 20})
     assert cut.status_code == 200 and cut.json()["usage"]["prompt_tokens"] == (20 + 4 + 3) + (2 + 4 + 3)
-    win = client.post("/v1/rerank", json={**base, "options": {"overflow": "window", "window": {"tokens": 40, "overlap": 8}}})
+    win = client.post(
+        "/v1/rerank", json={**base, "options": {"overflow": "window", "window": {"tokens": 40, "overlap": 8}}}
+    )
     assert win.status_code == 200, win.text
     scores = {res["index"]: res["relevance_score"] for res in win.json()["results"]}
     # the long document scores as its best window; the short one as itself
@@ -160,21 +203,34 @@ def test_rerank_long_documents(served) -> None:  # type: ignore[no-untyped-def]
 
 def test_threshold_for_multi_label_heads_only(served) -> None:  # type: ignore[no-untyped-def]
     client, _, _ = served
-    r = client.post("/v1/classify", json={"model": "tiny-multilabel", "input": "refund my order", "options": {"threshold": 0.0}})
+    r = client.post(
+        "/v1/classify", json={"model": "tiny-multilabel", "input": "refund my order", "options": {"threshold": 0.0}}
+    )
     assert r.status_code == 200 and r.json()["results"][0]["label"] and len(r.json()["results"][0]["label"]) == 3
-    none = client.post("/v1/classify", json={"model": "tiny-multilabel", "input": "refund my order", "options": {"threshold": 1.0}})
+    none = client.post(
+        "/v1/classify", json={"model": "tiny-multilabel", "input": "refund my order", "options": {"threshold": 1.0}}
+    )
     assert none.json()["results"][0]["label"] == []
     single = client.post("/v1/classify", json={"model": "tiny-classify", "input": "x", "options": {"threshold": 0.3}})
     assert single.status_code == 400 and "multi-label" in single.json()["error"]["message"]
 
 
-@pytest.mark.parametrize(("path", "model"), [
-    ("/v1/classify", "tiny-rerank"), ("/v1/classify", "tiny-embed"), ("/v1/rerank", "tiny-classify"),
-    ("/v2/rerank", "tiny-embed"), ("/v1/embeddings", "tiny-classify"), ("/v1/embeddings", "tiny-rerank"),
-])
+@pytest.mark.parametrize(
+    ("path", "model"),
+    [
+        ("/v1/classify", "tiny-rerank"),
+        ("/v1/classify", "tiny-embed"),
+        ("/v1/rerank", "tiny-classify"),
+        ("/v2/rerank", "tiny-embed"),
+        ("/v1/embeddings", "tiny-classify"),
+        ("/v1/embeddings", "tiny-rerank"),
+    ],
+)
 def test_a_model_without_the_surface_answers_422(served, path: str, model: str) -> None:  # type: ignore[no-untyped-def]
     client, _, _ = served
-    body = {"model": model, "input": "x"} if "rerank" not in path else {"model": model, "query": "q", "documents": ["d"]}
+    body = (
+        {"model": model, "input": "x"} if "rerank" not in path else {"model": model, "query": "q", "documents": ["d"]}
+    )
     r = client.post(path, json=body)
     assert r.status_code == 422 and r.json()["error"]["code"] == "unsupported_surface"
 
@@ -189,9 +245,11 @@ def test_repeated_request_is_a_cache_hit_and_costs_no_forward(served) -> None:  
 
     def counts() -> tuple[float, float, float]:
         text = client.get("/metrics").text
-        return (metric(text, "vllm_srun_result_cache_total", model="tiny-classify", outcome="hit"),
-                metric(text, "vllm_srun_result_cache_total", model="tiny-classify", outcome="miss"),
-                metric(text, "vllm_srun_forwards_total", model="tiny-classify"))
+        return (
+            metric(text, "vllm_srun_result_cache_total", model="tiny-classify", outcome="hit"),
+            metric(text, "vllm_srun_result_cache_total", model="tiny-classify", outcome="miss"),
+            metric(text, "vllm_srun_forwards_total", model="tiny-classify"),
+        )
 
     body = {"model": "tiny-classify", "input": ["cache me", {"text": "and", "text_pair": "me"}]}
     h0, m0, f0 = counts()
@@ -221,9 +279,11 @@ def test_meta_numerics_and_cards(served) -> None:  # type: ignore[no-untyped-def
         assert card["numerics"] == ("exact" if scheduler.batch_invariant else "approximate")
     assert cards["tiny-classify"]["classify"] == {"labels": ["negative", "neutral", "positive"], "multi_label": False}
     assert cards["tiny-rerank"]["surfaces"] == ["rerank"] and cards["tiny-embed"]["surfaces"] == ["embeddings"]
-    for path, body in (("/v1/classify", {"model": "tiny-classify", "input": "meta please"}),
-                       ("/v1/rerank", {"model": "tiny-rerank", "query": "meta", "documents": ["a", "b", "c"]}),
-                       ("/v1/embeddings", {"model": "tiny-embed", "input": ["meta", "please"]})):
+    for path, body in (
+        ("/v1/classify", {"model": "tiny-classify", "input": "meta please"}),
+        ("/v1/rerank", {"model": "tiny-rerank", "query": "meta", "documents": ["a", "b", "c"]}),
+        ("/v1/embeddings", {"model": "tiny-embed", "input": ["meta", "please"]}),
+    ):
         meta = client.post(path, json={**body, "options": {"return_meta": True}}).json()["meta"]
         card = cards[body["model"]]
         assert meta["numerics"] == card["numerics"] and meta["dtype"] == "float32" and meta["device"] == "cpu"

@@ -25,15 +25,24 @@ FAKE_ENGINE = PluginInfo(ENGINES_GROUP, "fake", "fake-srun-plugin", "1.0")
 
 
 def registries() -> tuple[FamilyRegistry, EngineRegistry]:
-    return (FamilyRegistry(families={"fake": (FAKE_FAMILY, FakeFamily())}),
-            EngineRegistry(engines={"fake": (FAKE_ENGINE, FakeEnginePlugin())}))
+    return (
+        FamilyRegistry(families={"fake": (FAKE_FAMILY, FakeFamily())}),
+        EngineRegistry(engines={"fake": (FAKE_ENGINE, FakeEnginePlugin())}),
+    )
 
 
 @pytest.fixture(scope="module")
 def fake_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     families, engines = registries()
-    return write_fixture(tmp_path_factory.mktemp("fake") / "tiny-fake", "fake", "all", 0, families=families,
-                         engines=engines, store=session_store())
+    return write_fixture(
+        tmp_path_factory.mktemp("fake") / "tiny-fake",
+        "fake",
+        "all",
+        0,
+        families=families,
+        engines=engines,
+        store=session_store(),
+    )
 
 
 def fake_container(package: Path, device: FakeDevice | None = None, **settings: Any) -> Any:
@@ -46,13 +55,15 @@ def fake_container(package: Path, device: FakeDevice | None = None, **settings: 
 
 
 def test_every_surface_over_http(fake_package: Path) -> None:
-    with serving(fake_container(fake_package)) as (client, rt):
+    with serving(fake_container(fake_package)) as (client, _rt):
         card = client.get("/v1/models").json()["data"][0]
         assert card["status"] == "ready" and card["family"] == "fake" and card["engine"] == "fake"
         assert card["golden"]["status"] == "matched" and card["numerics"] == "exact"  # hashed rows: batch-invariant
         assert card["surfaces"] == ["classify", "decisions", "embeddings", "rerank"]
         assert {(p["group"], p["name"], p["distribution"]) for p in card["plugins"]} == {
-            (FAMILIES_GROUP, "fake", "fake-srun-plugin"), (ENGINES_GROUP, "fake", "fake-srun-plugin")}
+            (FAMILIES_GROUP, "fake", "fake-srun-plugin"),
+            (ENGINES_GROUP, "fake", "fake-srun-plugin"),
+        }
         embedded = client.post("/v1/embeddings", json={"input": ["the cat", "a red bird"], "dimensions": 4})
         assert embedded.status_code == 200 and [len(d["embedding"]) for d in embedded.json()["data"]] == [4, 4]
         classified = client.post("/v1/classify", json={"input": ["help", {"text": "the order", "text_pair": "refund"}]})
@@ -60,15 +71,19 @@ def test_every_surface_over_http(fake_package: Path) -> None:
         for path in ("/v1/rerank", "/v2/rerank"):
             ranked = client.post(path, json={"query": "capital", "documents": ["paris", "dog", "blue"], "top_n": 2})
             assert ranked.status_code == 200 and len(ranked.json()["results"]) == 2
-        questions = {"good": {"type": "noul", "instructions": "is it good"},
-                     "team": {"type": "choice", "criteria": {"billing": None, "shipping": None}},
-                     "stars": {"type": "score", "criteria": ["bad", "good", "great"]}}
+        questions = {
+            "good": {"type": "noul", "instructions": "is it good"},
+            "team": {"type": "choice", "criteria": {"billing": None, "shipping": None}},
+            "stars": {"type": "score", "criteria": ["bad", "good", "great"]},
+        }
         answered = client.post("/v1/decisions", json={"state": "the movie was fun", "questions": questions})
         assert answered.status_code == 200 and set(answered.json()["answers"]) == {"good", "team", "stars"}
         one = client.post("/v1/systemone", json={"state": "the movie was fun", "questions": questions})
         assert one.status_code == 200 and one.json()["answers"] == answered.json()["answers"]
-        batch = client.post("/v1/systemone/batches", json={"states": [{"id": 1, "state": "a"}, {"id": "b", "state": "b"}],
-                                                           "questions": questions})
+        batch = client.post(
+            "/v1/systemone/batches",
+            json={"states": [{"id": 1, "state": "a"}, {"id": "b", "state": "b"}], "questions": questions},
+        )
         assert batch.status_code == 200 and [r["id"] for r in batch.json()["results"]] == [1, "b"]
         assert client.get("/health").status_code == 200 and "vllm_srun_forwards_total" in client.get("/metrics").text
 

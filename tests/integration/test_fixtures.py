@@ -30,12 +30,20 @@ def test_golden_recording_is_deterministic(tmp_path: Path, encoder_fixture) -> N
     again = write_fixture(tmp_path / "tiny-rerank", "encoder", "rerank", 0)
     first = json.loads((encoder_fixture("rerank") / "golden.json").read_text())
     second = json.loads((again / "golden.json").read_text())
-    assert first == second and first["references"][0]["device"] == "cpu" and first["references"][0]["dtype"] == "float32"
+    assert (
+        first == second and first["references"][0]["device"] == "cpu" and first["references"][0]["dtype"] == "float32"
+    )
 
 
-@pytest.mark.parametrize(("variant", "surfaces", "labels"), [
-    ("embed", ["embeddings"], None), ("classify", ["classify"], 3), ("multilabel", ["classify"], 3), ("rerank", ["rerank"], 1),
-])
+@pytest.mark.parametrize(
+    ("variant", "surfaces", "labels"),
+    [
+        ("embed", ["embeddings"], None),
+        ("classify", ["classify"], 3),
+        ("multilabel", ["classify"], 3),
+        ("rerank", ["rerank"], 1),
+    ],
+)
 def test_layout_and_manifest(tmp_path: Path, variant: str, surfaces: list[str], labels: int | None) -> None:
     out = write_fixture(tmp_path / variant, "encoder", variant, 0, golden=False)
     config = json.loads((out / "config.json").read_text())
@@ -78,4 +86,8 @@ def test_refusals_and_other_families(tmp_path: Path) -> None:
     families = FamilyRegistry(families={"toy": (PluginInfo("vllm_srun.families", "toy", "toy-dist", "1.0"), Toy())})
     out = write_fixture(tmp_path / "toy", "toy", "only", 5, golden=False, families=families)
     assert (out / "toy.txt").read_text() == "only-5"
-    assert families.names() == ["decision", "encoder", "toy"] or sorted(families.names()) == ["decision", "encoder", "toy"]
+    assert families.names() == ["decision", "encoder", "toy"] or sorted(families.names()) == [
+        "decision",
+        "encoder",
+        "toy",
+    ]

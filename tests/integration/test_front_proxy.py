@@ -81,7 +81,9 @@ def test_model_is_rewritten_both_ways_and_any_post_path_is_proxied() -> None:
             assert (await front.post({"model": "fake-artifact", "input": "alias"})).status_code == 200
             r = await front.post({"model": "other", "input": "x"})
             assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
-            r = await front.client.post("/v1/embeddings", content=b"{nope", headers={"content-type": "application/json"})
+            r = await front.client.post(
+                "/v1/embeddings", content=b"{nope", headers={"content-type": "application/json"}
+            )
             assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
             assert len(worker.received) == 3  # refusals never reach a worker
         await worker.stop()
@@ -95,10 +97,12 @@ def test_full_replicas_answer_429_and_no_ready_replica_503() -> None:
         with socket.socket() as spare:  # a port nobody listens on
             spare.bind(("127.0.0.1", 0))
             dead = f"http://127.0.0.1:{spare.getsockname()[1]}"
-        config = config_for({
-            "busy": attached(worker),
-            "down": {"artifact": "x", "replicas": [{"endpoint": dead, "model": "m"}]},
-        })
+        config = config_for(
+            {
+                "busy": attached(worker),
+                "down": {"artifact": "x", "replicas": [{"endpoint": dead, "model": "m"}]},
+            }
+        )
         async with Front(config) as front:
             await front.ready("busy", 1)
             front.fleet.deployments["busy"].pool.max_in_flight = 1
@@ -109,7 +113,9 @@ def test_full_replicas_answer_429_and_no_ready_replica_503() -> None:
             assert r.json()["error"]["code"] == "overloaded"
             assert (await slow).status_code == 200
             r = await front.post({"model": "down", "input": "x"})
-            assert r.status_code == 503 and r.json()["error"]["code"] == "not_ready" and int(r.headers["retry-after"]) >= 1
+            assert (
+                r.status_code == 503 and r.json()["error"]["code"] == "not_ready" and int(r.headers["retry-after"]) >= 1
+            )
             health = await front.client.get("/health")
             assert health.status_code == 503 and health.json()["deployments"]["down"]["ready"] == 0
         await worker.stop()
@@ -131,7 +137,9 @@ def test_deadlines_answer_504_and_cancel_the_worker_request() -> None:
             await until(lambda: worker.cancelled == 2)  # the worker saw both connections close
             pool = front.fleet.deployments["primary"].pool
             assert [replica.in_flight for replica in pool] == [0]
-            assert front.metrics.outcomes.get({"deployment": "primary", "replica": "primary/0", "outcome": "timeout"}) == 2
+            assert (
+                front.metrics.outcomes.get({"deployment": "primary", "replica": "primary/0", "outcome": "timeout"}) == 2
+            )
         await worker.stop()
 
     scenario(go)
@@ -177,10 +185,12 @@ def test_incompatible_replicas_are_never_dispatched_to() -> None:
         good = await FakeWorker(name="good").start()
         other = await FakeWorker(name="other", card={"sha256": "different"}).start()
         pinned = await FakeWorker(name="pinned").start()
-        config = config_for({
-            "pool": attached(good, other),
-            "strict": attached(pinned, max_num_seqs=64),
-        })
+        config = config_for(
+            {
+                "pool": attached(good, other),
+                "strict": attached(pinned, max_num_seqs=64),
+            }
+        )
         async with Front(config) as front:
             await front.ready("pool", 1)
             pool = front.fleet.deployments["pool"]
@@ -205,10 +215,16 @@ def test_a_stuck_replica_is_ejected_and_logged(caplog: Any) -> None:
     async def go() -> None:
         healthy = await FakeWorker(name="healthy").start()
         stuck = await FakeWorker(name="stuck").start()
-        config = config_for({"primary": attached(
-            healthy, stuck, timeout_ms=150,
-            outlier_detection={"consecutive_timeouts": 3, "base_ejection_ms": 60000},
-        )})
+        config = config_for(
+            {
+                "primary": attached(
+                    healthy,
+                    stuck,
+                    timeout_ms=150,
+                    outlier_detection={"consecutive_timeouts": 3, "base_ejection_ms": 60000},
+                )
+            }
+        )
         async with Front(config) as front:
             await front.ready("primary", 2)
             stuck.stall = True

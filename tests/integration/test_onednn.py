@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+from tests.integration.serving import serving
 from vllm_srun.adapters.engines import native, onednn_timing
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import NativeEncoder, native_encoder
@@ -17,10 +19,9 @@ from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 from vllm_srun.adapters.models.unpadded import PackedRows, hidden_states
 from vllm_srun.domain.kernels import KernelPlan, KernelTiming
 
-from tests.integration.serving import serving
-
-pytestmark = pytest.mark.skipif(onednn_unsupported("cpu", torch.float32) is not None,
-                                reason="no oneDNN fast path on this machine")
+pytestmark = pytest.mark.skipif(
+    onednn_unsupported("cpu", torch.float32) is not None, reason="no oneDNN fast path on this machine"
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +40,9 @@ def _rows(lengths: list[int], seed: int = 0) -> list[Encoded]:
     return out
 
 
-@pytest.mark.parametrize("lengths", [[2], [8], [31], [17, 17, 17], [64] * 8, [128] * 4, [256, 256],
-                                     [200, 96, 50, 50, 9, 3], [256, 2, 3]])
+@pytest.mark.parametrize(
+    "lengths", [[2], [8], [31], [17, 17, 17], [64] * 8, [128] * 4, [256, 256], [200, 96, 50, 50, 9, 3], [256, 2, 3]]
+)
 def test_packed_forward_within_1e5_of_eager_on_minilm(minilm, lengths: list[int]) -> None:  # type: ignore[no-untyped-def]
     reference, forced, _ = minilm
     batch = _rows(lengths, seed=len(lengths))
@@ -53,7 +55,7 @@ def test_packed_forward_within_1e5_of_eager_on_minilm(minilm, lengths: list[int]
         eager = reference.encoder(ids, mask, None)
         for j, (i, start) in enumerate(zip(rows.order, rows.starts.tolist())):
             n = lengths[i]
-            gap = (hidden[start:start + n] - eager[i, :n]).abs().max().item()
+            gap = (hidden[start : start + n] - eager[i, :n]).abs().max().item()
             assert gap <= 1e-4 * max(1.0, eager[i, :n].abs().max().item()), (j, gap)
 
 
@@ -61,11 +63,22 @@ def test_packed_forward_is_batch_invariant_on_minilm(minilm) -> None:  # type: i
     """A row's embedding is bit-identical alone and in any mix: the packed linears give every row the
     same bits whatever the row count, and attention and pooling run per run of equal lengths."""
     reference, forced, tok = minilm
-    texts = ["route this to billing", "a", "the quick brown fox jumps over the lazy dog " * 4, "hello world",
-             "refund my order please", "x y"]
+    texts = [
+        "route this to billing",
+        "a",
+        "the quick brown fox jumps over the lazy dog " * 4,
+        "hello world",
+        "refund my order please",
+        "x y",
+    ]
     rows = tok.encode(texts)
     alone = [forced.embed([r])[0] for r in rows]
-    for order in (list(range(6)), list(range(6))[::-1], sorted(range(6), key=lambda i: -len(rows[i].ids)), [2, 0, 0, 5]):
+    for order in (
+        list(range(6)),
+        list(range(6))[::-1],
+        sorted(range(6), key=lambda i: -len(rows[i].ids)),
+        [2, 0, 0, 5],
+    ):
         out = forced.embed([rows[i] for i in order])
         assert all(np.array_equal(out[k], alone[i]) for k, i in enumerate(order))
     eager_alone = [reference.embed([r])[0] for r in rows]  # eager is not: F.linear picks kernels by row count
@@ -87,7 +100,10 @@ def test_packed_classifier_head_is_batch_invariant(encoder_fixture) -> None:  # 
 def test_gates_fall_back_to_eager_with_a_reason(minilm, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     reference = minilm[0]
     off = native_encoder(reference, "cpu", lambda _m: None, env={"VLLM_SRUN_ONEDNN": "0"})
-    assert off.packed is None and off.describe()["kernels"] == {"linear": "eager", "reason": "turned off (VLLM_SRUN_ONEDNN=0)"}
+    assert off.packed is None and off.describe()["kernels"] == {
+        "linear": "eager",
+        "reason": "turned off (VLLM_SRUN_ONEDNN=0)",
+    }
     assert off.kernel_switch_tokens is None
     assert "not a CPU" in onednn_unsupported("cuda:0", torch.float32)
     assert "FP32 only" in onednn_unsupported("cpu", torch.bfloat16)
@@ -113,7 +129,9 @@ def test_the_plan_from_timings_picks_the_path_per_shape(minilm, monkeypatch, tmp
     assert kernels["speedups"] == [[17, 1.8], [34, 1.5], [67, 1.1], [133, 0.8]] and kernels["timings"] == "measured"
     calls: list[tuple[int, bool]] = []
     choose = engine._linears
-    monkeypatch.setattr(engine, "_linears", lambda n: calls.append((n, choose(n) is engine._packed_linears)) or choose(n))
+    monkeypatch.setattr(
+        engine, "_linears", lambda n: calls.append((n, choose(n) is engine._packed_linears)) or choose(n)
+    )
     short, long = _rows([8]), _rows([40, 30])  # 8 tokens: packed copies; 40 + 30 = 70 tokens: eager
     assert np.abs(engine.embed(short) - reference.embed(short)).max() <= 1e-5
     assert np.abs(engine.embed(long) - reference.embed(long)).max() <= 1e-5
@@ -147,7 +165,8 @@ def test_real_timings_run_and_give_a_plan(minilm) -> None:  # type: ignore[no-un
 # kernel choice per shape is not promised); the packed copies are promised exact
 @pytest.mark.parametrize(("mode", "linear", "numerics"), [("1", "onednn_packed", "exact"), ("0", "eager", None)])
 def test_served_card_reports_kernels_and_the_probe_finds_packed_forwards_exact(
-        encoder_fixture, monkeypatch, mode: str, linear: str, numerics: str) -> None:  # type: ignore[no-untyped-def]
+    encoder_fixture, monkeypatch, mode: str, linear: str, numerics: str
+) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv(native.ENV, mode)
     with serving([encoder_fixture("embed"), encoder_fixture("rerank")]) as (client, rt):
         for card in client.get("/v1/models").json()["data"]:
@@ -157,12 +176,15 @@ def test_served_card_reports_kernels_and_the_probe_finds_packed_forwards_exact(
             assert card["numerics"] == probed and numerics in (None, probed)
         if numerics is None:
             numerics = "exact" if rt.models["tiny-embed"].scheduler_loop.scheduler.batch_invariant else "approximate"
-        r = client.post("/v1/embeddings", json={"model": "tiny-embed", "input": ["a b", "c"], "options": {"return_meta": True}})
+        r = client.post(
+            "/v1/embeddings", json={"model": "tiny-embed", "input": ["a b", "c"], "options": {"return_meta": True}}
+        )
         assert r.status_code == 200 and r.json()["meta"]["numerics"] == numerics
 
 
-def test_a_fast_path_ending_below_512_tokens_is_approximate_without_a_probe(encoder_fixture, monkeypatch,
-                                                                            tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_fast_path_ending_below_512_tokens_is_approximate_without_a_probe(
+    encoder_fixture, monkeypatch, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     """Merged forwards of an exact model reach 512 padded tokens: a forward that changes kernels
     before that cannot be batch-invariant, whatever the probe's small batches would show."""
     from vllm_srun.adapters.contracts import LoadContext

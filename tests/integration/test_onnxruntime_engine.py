@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+from tests.integration.serving import serving
 from vllm_srun.adapters.contracts import EngineRequest, quiet
 from vllm_srun.adapters.devices.torch_devices import CpuDevice, TorchGpuDevice
 from vllm_srun.adapters.engines.onnx_export import export_encoder
@@ -19,13 +21,20 @@ from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import TextTokenizer
 from vllm_srun.domain.engine_args import EngineArgs
 
-from tests.integration.serving import serving
-
 TOL = 1e-4
-TEXTS = ["this movie is great fun", "bad", "the plot was boring and the acting was terrible " * 3, "a b c d e f g",
-         "is it raining today", "paris is the capital of france"]
-PAIRS = [("capital of france", "paris is the capital of france"), ("capital of france", "a small cat"),
-         ("is the movie fun", "the movie was great fun " * 5)]
+TEXTS = [
+    "this movie is great fun",
+    "bad",
+    "the plot was boring and the acting was terrible " * 3,
+    "a b c d e f g",
+    "is it raining today",
+    "paris is the capital of france",
+]
+PAIRS = [
+    ("capital of france", "paris is the capital of france"),
+    ("capital of france", "a small cat"),
+    ("is the movie fun", "the movie was great fun " * 5),
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +43,9 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _engine(reference: ReferenceEncoder, cache: Path, key: str | None, onnx_file: Path | None = None):  # type: ignore[no-untyped-def]
-    request = EngineRequest("encoder", reference, CpuDevice(), threads=2, package_sha256=key, package_graph=onnx_file,
-                            cache_dir=cache)
+    request = EngineRequest(
+        "encoder", reference, CpuDevice(), threads=2, package_sha256=key, package_graph=onnx_file, cache_dir=cache
+    )
     return EngineRegistry().build("onnxruntime", request, quiet)
 
 
@@ -54,8 +64,12 @@ def _transformers_logits(folder: Path, rows) -> np.ndarray:  # type: ignore[no-u
 
     model = transformers.BertForSequenceClassification.from_pretrained(folder).eval()
     with torch.no_grad():
-        return np.stack([model(input_ids=torch.tensor([r.ids]), token_type_ids=torch.tensor([r.type_ids])).logits[0].numpy()
-                         for r in rows])
+        return np.stack(
+            [
+                model(input_ids=torch.tensor([r.ids]), token_type_ids=torch.tensor([r.type_ids])).logits[0].numpy()
+                for r in rows
+            ]
+        )
 
 
 @pytest.mark.parametrize("variant", ["classify", "multilabel", "rerank"])
@@ -90,11 +104,18 @@ def test_a_package_graph_is_used_when_it_fits(encoder_fixture, tmp_path: Path) -
     ids = torch.ones(2, 5, dtype=torch.long)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's notes on Python-side shape checks
-        torch.onnx.export(reference.encoder, (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(folder / "model.onnx"),
-                          dynamo=False, input_names=["input_ids", "attention_mask", "token_type_ids"],
-                          output_names=["last_hidden_state"], opset_version=17,
-                          dynamic_axes={n: {0: "b", 1: "t"} for n in
-                                        ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")})
+        torch.onnx.export(
+            reference.encoder,
+            (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+            str(folder / "model.onnx"),
+            dynamo=False,
+            input_names=["input_ids", "attention_mask", "token_type_ids"],
+            output_names=["last_hidden_state"],
+            opset_version=17,
+            dynamic_axes={
+                n: {0: "b", 1: "t"} for n in ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")
+            },
+        )
     ort = _engine(reference, tmp_path / "cache", "pkg", onnx_file=folder / "model.onnx")
     assert ort.describe()["kernels"]["graph"] == "package model.onnx"
     rows = tok.encode(TEXTS, max_length=128, truncate=True)
@@ -111,11 +132,15 @@ def test_only_cpu_and_fp32(encoder_fixture, tmp_path: Path) -> None:  # type: ig
         request = EngineRequest("encoder", reference, TorchGpuDevice("cuda", 0), cache_dir=tmp_path)
         EngineRegistry().build("onnxruntime", request, quiet)
     with pytest.raises(ValueError, match="FP32"):
-        export_encoder(ReferenceEncoder.from_folder(encoder_fixture("embed"), dtype=torch.bfloat16), tmp_path / "x.onnx")
+        export_encoder(
+            ReferenceEncoder.from_folder(encoder_fixture("embed"), dtype=torch.bfloat16), tmp_path / "x.onnx"
+        )
     with pytest.raises(ValueError, match="unknown engine"):
         EngineRegistry().build("tensorrt", EngineRequest("encoder", reference, CpuDevice(), cache_dir=tmp_path), quiet)
     with pytest.raises(ValueError, match="encoder models only"):
-        EngineRegistry().build("onnxruntime", EngineRequest("decoder", reference, CpuDevice(), cache_dir=tmp_path), quiet)
+        EngineRegistry().build(
+            "onnxruntime", EngineRequest("decoder", reference, CpuDevice(), cache_dir=tmp_path), quiet
+        )
 
 
 def test_server_with_the_onnxruntime_engine_answers_every_surface(encoder_fixture) -> None:  # type: ignore[no-untyped-def]
@@ -126,15 +151,19 @@ def test_server_with_the_onnxruntime_engine_answers_every_surface(encoder_fixtur
             card = cards[name]
             assert card["ready"] and card["engine"] == "onnxruntime" and card["golden"]["status"] == "matched"
             assert card["kernels"]["runtime"].startswith("onnxruntime") and card["caps"][0]["accounting"] == "padded"
-        r = client.post("/v1/embeddings", json={"model": "tiny-embed", "input": ["a cat", "the dog"],
-                                                "options": {"return_meta": True}})
+        r = client.post(
+            "/v1/embeddings",
+            json={"model": "tiny-embed", "input": ["a cat", "the dog"], "options": {"return_meta": True}},
+        )
         assert r.status_code == 200 and r.json()["meta"]["engine"] == "onnxruntime" and len(r.json()["data"]) == 2
         reference = ReferenceEncoder.from_folder(folders[0])
         want = reference.embed(TextTokenizer.from_folder(folders[0]).encode(["a cat", "the dog"]))
         assert np.abs(np.array([d["embedding"] for d in r.json()["data"]]) - want).max() <= TOL
         r = client.post("/v1/classify", json={"model": "tiny-classify", "input": TEXTS[:3]})
         assert r.status_code == 200 and len(r.json()["results"]) == 3
-        r = client.post("/v1/rerank", json={"model": "tiny-rerank", "query": "capital", "documents": ["paris", "cat", "sea"]})
+        r = client.post(
+            "/v1/rerank", json={"model": "tiny-rerank", "query": "capital", "documents": ["paris", "cat", "sea"]}
+        )
         assert r.status_code == 200 and len(r.json()["results"]) == 3
         assert rt.models["tiny-embed"].scheduler_loop is not None
     # a dtype other than auto never reaches ONNX Runtime (the CLI refuses it first; a load says why)

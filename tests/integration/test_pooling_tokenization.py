@@ -20,6 +20,7 @@ MEDIUM = "The quick brown fox jumps over the lazy dog near the river bank in the
 
 # ---------------------------------------------------------------- pooling configuration
 
+
 def test_minilm_pooling_config(minilm_dir: Path) -> None:
     cfg = load_pooling_config(minilm_dir)
     assert cfg == PoolingConfig(modes=("mean",), normalize=True, max_seq_length=256, from_sentence_transformers=True)
@@ -31,8 +32,10 @@ def test_defaults_without_sentence_transformers_files(tmp_path: Path) -> None:
 
 
 def _write_st(folder: Path, pooling: dict, *, normalize: bool, path: str = "1_Pooling", max_len=None) -> None:
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": path, "type": "sentence_transformers.models.Pooling"}]
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": path, "type": "sentence_transformers.models.Pooling"},
+    ]
     if normalize:
         modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
     (folder / path).mkdir(parents=True)
@@ -42,15 +45,18 @@ def _write_st(folder: Path, pooling: dict, *, normalize: bool, path: str = "1_Po
         (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_len}))
 
 
-@pytest.mark.parametrize("flags,modes", [
-    ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, ("cls",)),
-    ({"pooling_mode_max_tokens": True}, ("max",)),
-    ({"pooling_mode_mean_sqrt_len_tokens": True}, ("mean_sqrt_len",)),
-    ({"pooling_mode_lasttoken": True}, ("lasttoken",)),
-    ({"pooling_mode_weightedmean_tokens": True}, ("weightedmean",)),
-    ({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True}, ("cls", "mean")),
-    ({"pooling_mode": "lasttoken"}, ("lasttoken",)),
-])
+@pytest.mark.parametrize(
+    "flags,modes",
+    [
+        ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, ("cls",)),
+        ({"pooling_mode_max_tokens": True}, ("max",)),
+        ({"pooling_mode_mean_sqrt_len_tokens": True}, ("mean_sqrt_len",)),
+        ({"pooling_mode_lasttoken": True}, ("lasttoken",)),
+        ({"pooling_mode_weightedmean_tokens": True}, ("weightedmean",)),
+        ({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True}, ("cls", "mean")),
+        ({"pooling_mode": "lasttoken"}, ("lasttoken",)),
+    ],
+)
 def test_reads_pooling_modes(tmp_path: Path, flags: dict, modes: tuple) -> None:
     _write_st(tmp_path, flags, normalize=False, path="pool_here", max_len=64)
     cfg = load_pooling_config(tmp_path)
@@ -66,6 +72,7 @@ def test_normalize_module_and_unknown_mode(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- pooling maths
+
 
 def _reference(mode: str, h: np.ndarray, m: np.ndarray) -> np.ndarray:
     out = []
@@ -118,6 +125,7 @@ def test_lasttoken_left_padding_concat_and_normalize() -> None:
 
 # ---------------------------------------------------------------- tokenization
 
+
 @pytest.fixture(scope="module")
 def tok(minilm_dir: Path) -> TextTokenizer:
     return TextTokenizer.from_folder(minilm_dir)
@@ -158,7 +166,7 @@ def test_pair_truncation_is_longest_first(tok: TextTokenizer) -> None:
     q_ids = tok.encode([query])[0].ids[1:-1]
     sep = list(one.ids).index(102)
     assert one.truncated and len(one.ids) == 40 and one.ids[-1] == 102
-    assert list(one.ids[sep + 1:-1]) == list(q_ids)  # the short side stays whole
+    assert list(one.ids[sep + 1 : -1]) == list(q_ids)  # the short side stays whole
     assert list(one.type_ids) == [0] * (sep + 1) + [1] * (40 - sep - 1)
     (both,) = tok.encode_pairs([(LONG, LONG)], max_length=41, truncate=True)
     first = list(both.ids).index(102)
@@ -168,6 +176,7 @@ def test_pair_truncation_is_longest_first(tok: TextTokenizer) -> None:
 
 def test_matches_transformers_tokenizer(tok: TextTokenizer, minilm_dir: Path) -> None:
     import transformers
+
     ref = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     texts = [MEDIUM, "Café naïve 東京 🙂 3.14", LONG]
     for ours, text in zip(tok.encode(texts, max_length=64, truncate=True), texts):
@@ -196,5 +205,6 @@ def test_tiny_wordpiece_tokenizer(tmp_path: Path) -> None:
     assert list(pair.ids) == [2, vocab["hello"], 3, vocab["world"], vocab["x"], vocab["##y"], vocab["##z"], 3]
     assert list(pair.type_ids) == [0, 0, 0, 1, 1, 1, 1, 1]
     import transformers
+
     ref = transformers.AutoTokenizer.from_pretrained(tmp_path)
     assert ref("hello", "world xyz")["input_ids"] == list(pair.ids)

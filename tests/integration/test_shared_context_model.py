@@ -14,9 +14,20 @@ TOL = 1e-4
 
 
 def _config(**changes) -> DecoderConfig:
-    base = dict(model_type="llama", vocab_size=211, hidden_size=48, intermediate_size=72, num_layers=2,
-                num_heads=6, num_kv_heads=2, head_dim=8, rms_norm_eps=1e-5, rope_theta=10000.0,
-                max_position_embeddings=1024, tie_word_embeddings=True)
+    base = dict(
+        model_type="llama",
+        vocab_size=211,
+        hidden_size=48,
+        intermediate_size=72,
+        num_layers=2,
+        num_heads=6,
+        num_kv_heads=2,
+        head_dim=8,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+    )
     base.update(changes)
     return DecoderConfig(**base)
 
@@ -45,7 +56,7 @@ def _alone(model: DecoderLM, state: list[int], questions: list[list[int]], rows:
     """Each question run as its own `state + question` row (right-padded batches)."""
     out = []
     for lo in range(0, len(questions), rows):
-        batch = [state + q for q in questions[lo:lo + rows]]
+        batch = [state + q for q in questions[lo : lo + rows]]
         width = max(map(len, batch))
         ids = torch.zeros(len(batch), width, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -118,8 +129,17 @@ def test_empty_inputs_are_refused(model):
 
 def test_real_shape_state_of_512_tokens():
     """SmolLM2-135M's width (hidden 576, 9/3 heads, vocab 49152) with 2 layers: 512-token state."""
-    config = _config(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=2, num_heads=9,
-                     num_kv_heads=3, head_dim=64, rope_theta=100000.0, max_position_embeddings=8192)
+    config = _config(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_layers=2,
+        num_heads=9,
+        num_kv_heads=3,
+        head_dim=64,
+        rope_theta=100000.0,
+        max_position_embeddings=8192,
+    )
     model = DecoderLM.random(config, seed=11)
     state, questions = _case(12, config.vocab_size, state_len=512, max_q=24, seed=2)
     expected = _alone(model, state, questions, rows=4)

@@ -11,7 +11,23 @@ from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import TextTokenizer
 from vllm_srun.adapters.models.unpadded import PackedRows, classify, eager_linears, hidden_states, pooled
 
-WORDS = "the model routes billing questions to a human agent when the answer is not clear".split()
+WORDS = [
+    "the",
+    "model",
+    "routes",
+    "billing",
+    "questions",
+    "to",
+    "a",
+    "human",
+    "agent",
+    "when",
+    "the",
+    "answer",
+    "is",
+    "not",
+    "clear",
+]
 
 
 def _texts(n: int, seed: int) -> list[str]:
@@ -26,7 +42,9 @@ def test_embeddings_equal_padded_forward_in_any_order(minilm_dir) -> None:  # ty
     assert len({len(e.ids) for e in batch}) > 5  # ragged
     with torch.inference_mode():
         packed = PackedRows.build(batch)
-        ours = pooled(hidden_states(reference.encoder, packed, eager_linears(reference.encoder)), packed, reference.pooling).numpy()
+        ours = pooled(
+            hidden_states(reference.encoder, packed, eager_linears(reference.encoder)), packed, reference.pooling
+        ).numpy()
     padded = reference.embed(batch)
     alone = np.stack([reference.embed([e])[0] for e in batch])
     assert np.abs(ours - padded).max() < 1e-5
@@ -43,7 +61,9 @@ def test_classifier_logits_equal_padded_forward(encoder_fixture) -> None:  # typ
     with torch.inference_mode():
         packed = PackedRows.build(batch)
         assert packed.types is not None
-        logits = classify(hidden_states(reference.encoder, packed, eager_linears(reference.encoder)), packed, reference.head).numpy()
+        logits = classify(
+            hidden_states(reference.encoder, packed, eager_linears(reference.encoder)), packed, reference.head
+        ).numpy()
     assert np.abs(logits - reference.classify_logits(batch)).max() < 1e-5
 
 

@@ -44,7 +44,7 @@ class DispatchMachine(RuleBasedStateMachine):
         for replica in self.pool:
             replica.mark_ready()
         self.held: list[tuple[str, int, float]] = []  # replica, bytes, sent at
-        self.assigned_at: dict[str, int] = {rid: 0 for rid in self.ids}  # model's own LRU
+        self.assigned_at: dict[str, int] = dict.fromkeys(self.ids, 0)  # model's own LRU
         self.picks = 0
         self.ejections = 0
 

@@ -60,9 +60,7 @@ class EjectionMachine(RuleBasedStateMachine):
         factor=st.sampled_from([None, 1, 3, 8]),
         percent=st.sampled_from([0, 10, 34, 50, 100]),
     )
-    def start(
-        self, count: int, threshold: int, base_ms: int, factor: int | None, percent: int
-    ) -> None:
+    def start(self, count: int, threshold: int, base_ms: int, factor: int | None, percent: int) -> None:
         self.clock = FakeClock()
         self.settings = OutlierDetection(
             consecutive_timeouts=threshold,
@@ -195,9 +193,7 @@ class EjectionMachine(RuleBasedStateMachine):
         now = self.clock.now()
         for replica, model in zip(self.replicas, self.model, strict=True):
             assert replica.consecutive_timeouts == model.count
-            assert replica.is_ejected(now) == (
-                model.ejected_until is not None and now < model.ejected_until
-            )
+            assert replica.is_ejected(now) == (model.ejected_until is not None and now < model.ejected_until)
             assert replica.in_backoff(now) == (now < model.backoff_until)
             assert replica.ejection_count == model.in_a_row
 
@@ -223,9 +219,7 @@ TestEjection = EjectionMachine.TestCase
 
 # ---- worked examples --------------------------------------------------------------------
 def _pool(count: int, **settings: int) -> tuple[EjectionPolicy, list[Replica]]:
-    return EjectionPolicy(OutlierDetection(**settings)), [
-        Replica(f"r{i}", ready=True) for i in range(count)
-    ]
+    return EjectionPolicy(OutlierDetection(**settings)), [Replica(f"r{i}", ready=True) for i in range(count)]
 
 
 def _kinds(events: list[object]) -> list[str]:

@@ -104,13 +104,15 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert answer.request_id not in self.answered, "answered twice"
             assert answer.request_id not in self.cancelled and answer.request_id not in self.failed
             self.answered[answer.request_id] = answer.outputs
-            expected = tuple((self.numbers[answer.request_id], i) for i in range(len(self.submitted[answer.request_id])))
+            expected = tuple(
+                (self.numbers[answer.request_id], i) for i in range(len(self.submitted[answer.request_id]))
+            )
             assert answer.outputs == expected, "rows out of input order"
 
     def _check_batch(self, batch) -> None:  # type: ignore[no-untyped-def]
         lanes = {r.lane for r in batch.rows}
         assert lanes == {batch.lane}, "lanes mixed in one forward"
-        lane = next(l for l in self.lanes if l.name == batch.lane)
+        lane = next(candidate for candidate in self.lanes if candidate.name == batch.lane)
         assert batch.tokens == forward_tokens((r.tokens for r in batch.rows), lane.accounting)
         if lane.accounting is Accounting.PADDED:
             assert batch.tokens == len(batch.rows) * round_up(max(r.tokens for r in batch.rows))

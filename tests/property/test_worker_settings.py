@@ -81,7 +81,11 @@ def test_what_the_front_builds_from_a_deployment_is_what_the_worker_reads(
     threads: int | None,
 ) -> None:
     deployment = DeploymentConfig(
-        artifact="m", max_num_seqs=seqs, batch_window_ms=window, dtype=dtype, engine=engine,
+        artifact="m",
+        max_num_seqs=seqs,
+        batch_window_ms=window,
+        dtype=dtype,
+        engine=engine,
         result_cache_entries=entries,
     )
     settings = worker_settings(deployment, device=device, uds="/s/w0.sock", threads=threads, max_request_bytes=1)

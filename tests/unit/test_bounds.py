@@ -73,7 +73,7 @@ def test_config_clis_and_engine_args_share_each_bound(setting: Any, data: st.Dat
 @pytest.mark.parametrize("value", ["auto", "float32", "bfloat16", "float16", "fp8", "Float32", ""])
 def test_dtype_choices_are_one_list(value: str) -> None:
     allowed = value in bounds.DTYPE.choices
-    assert DTYPES == bounds.DTYPE.choices
+    assert bounds.DTYPE.choices == DTYPES
     assert config_takes("dtype", value) == allowed
     assert (EngineArgs(dtype=value).problems() == []) == allowed
     for parser, argv in ((cli.build_parser(), ["serve"]), (front_cli.build_parser(), ["config", "show"])):
@@ -83,9 +83,18 @@ def test_dtype_choices_are_one_list(value: str) -> None:
 @pytest.mark.parametrize(
     ("device", "worker", "replica"),
     [
-        ("cpu", True, True), ("auto", True, True), ("mps", True, True), ("cuda:0", True, True),
-        ("rocm:12", True, True), ("cuda", True, False), ("rocm", True, False), ("gpu", False, False),
-        ("cuda:", False, False), ("cuda:-1", False, False), ("CPU", False, False), ("cpu ", False, False),
+        ("cpu", True, True),
+        ("auto", True, True),
+        ("mps", True, True),
+        ("cuda:0", True, True),
+        ("rocm:12", True, True),
+        ("cuda", True, False),
+        ("rocm", True, False),
+        ("gpu", False, False),
+        ("cuda:", False, False),
+        ("cuda:-1", False, False),
+        ("CPU", False, False),
+        ("cpu ", False, False),
     ],
 )
 def test_device_spellings(device: str, worker: bool, replica: bool) -> None:
@@ -98,7 +107,10 @@ def test_device_spellings(device: str, worker: bool, replica: bool) -> None:
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
-        (["--batch-window-ms", "10001"], "argument --batch-window-ms: expected a number between 0 and 10000, got 10001"),
+        (
+            ["--batch-window-ms", "10001"],
+            "argument --batch-window-ms: expected a number between 0 and 10000, got 10001",
+        ),
         (["--batch-window-ms", "nan"], "argument --batch-window-ms: expected a number between 0 and 10000, got nan"),
         (["--max-num-batched-tokens", "7"], "argument --max-num-batched-tokens: expected an integer >= 8, got 7"),
         (["--max-num-seqs", "many"], "argument --max-num-seqs: expected an integer >= 1, got 'many'"),

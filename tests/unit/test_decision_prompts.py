@@ -33,10 +33,17 @@ def test_default_template_follows_the_tokenizer_chat_tokens() -> None:
 
 
 def test_manifest_template_is_checked() -> None:
-    t = choose_template({"state": "S: {state}\n", "question": "Q: {question}\nA:", "answer_prefix": " "}, lambda _t: False)
+    t = choose_template(
+        {"state": "S: {state}\n", "question": "Q: {question}\nA:", "answer_prefix": " "}, lambda _t: False
+    )
     assert t.name == "manifest" and t.answer_prefix == " "
-    for bad in ({"state": "no placeholder", "question": "{question}"}, {"state": "{state}"}, {"state": "{state}", "question": "{question}", "x": 1},
-                "nope", 3):
+    for bad in (
+        {"state": "no placeholder", "question": "{question}"},
+        {"state": "{state}"},
+        {"state": "{state}", "question": "{question}", "x": 1},
+        "nope",
+        3,
+    ):
         with pytest.raises(ValueError):
             choose_template(bad, lambda _t: False)
 
@@ -57,7 +64,11 @@ def test_render_noul_choice_score() -> None:
     choice = render_choice("tone?", {"calm": None, "angry": {"tone": "hostile"}}, single)
     assert choice.answer_keys == ("calm", "angry") and 'angry: {"tone": "hostile"}' in choice.body
     lettered = render_choice(None, {"very calm": None, "angry": "upset"}, lambda k: {"A": 5, "B": 6, "angry": 2}.get(k))
-    assert lettered.answer_keys == ("A", "B") and lettered.labels == ("very calm", "angry") and "A. very calm" in lettered.body
+    assert (
+        lettered.answer_keys == ("A", "B")
+        and lettered.labels == ("very calm", "angry")
+        and "A. very calm" in lettered.body
+    )
     score = render_score("urgent?", ["can wait", "today"])
     assert score.answer_keys == ("0", "1") and score.legend == {"0": "can wait", "1": "today"}
     for bad in ([], ["x"] * 11, ["x"]):
@@ -82,16 +93,27 @@ def tokens(tmp_path_factory) -> PromptTokens:
 
 
 def test_prepare_tokenizes_state_once_and_checks_the_limit(tokens: PromptTokens) -> None:
-    asked = [AskedQuestion("a", "noul", "is it good"), AskedQuestion("b", "noul", "is it good " * 20),
-             AskedQuestion("c", "score", "how good", ["bad", "good"]), AskedQuestion("d", "box")]
+    asked = [
+        AskedQuestion("a", "noul", "is it good"),
+        AskedQuestion("b", "noul", "is it good " * 20),
+        AskedQuestion("c", "score", "how good", ["bad", "good"]),
+        AskedQuestion("d", "box"),
+    ]
     free = prepare(tokens, "the movie", asked, 10_000, lambda n: "over")
     a = free.questions[0]
     limit = len(free.state_ids) + len(a.ids)
     out = prepare(tokens, "the movie", asked, limit, lambda n: f"over {limit}")
     codes = [q.error.code if q.error else None for q in out.questions]
-    assert codes == [None, "max_length_exceeded", "max_length_exceeded" if len(free.questions[2].ids) > len(a.ids) else None,
-                     "unsupported_question"]
-    assert out.questions[1].error.message == f"the prompt has {len(free.state_ids) + len(free.questions[1].ids)} tokens, over {limit}"
+    assert codes == [
+        None,
+        "max_length_exceeded",
+        "max_length_exceeded" if len(free.questions[2].ids) > len(a.ids) else None,
+        "unsupported_question",
+    ]
+    assert (
+        out.questions[1].error.message
+        == f"the prompt has {len(free.state_ids) + len(free.questions[1].ids)} tokens, over {limit}"
+    )
     assert len(set(a.answer_ids)) == 2
     assert out.input_tokens == len(out.state_ids) + sum(len(q.ids) for q in out.answerable)
 
@@ -105,4 +127,6 @@ def test_rows_for_both_layouts(tokens: PromptTokens) -> None:
     assert all(r.payload.ids == p.state_ids + q.ids for r, q in zip(unshared, p.questions))
     (shared,) = rows_for(p, shared=True)
     assert shared.lane == "shared" and shared.tokens == len(p.state_ids) + sum(len(q.ids) for q in p.questions)
-    assert shared.payload.state_ids == p.state_ids and [q.ids for q in shared.payload.questions] == [q.ids for q in p.questions]
+    assert shared.payload.state_ids == p.state_ids and [q.ids for q in shared.payload.questions] == [
+        q.ids for q in p.questions
+    ]

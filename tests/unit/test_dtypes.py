@@ -7,11 +7,18 @@ import pytest
 from vllm_srun.domain.dtypes import auto_dtype, device_class, dtype_refusal, needs_bf16_warning, resolve_dtype
 
 
-@pytest.mark.parametrize(("family", "device", "want"), [
-    ("decision", "cuda:0", "bfloat16"), ("decision", "rocm:1", "bfloat16"), ("decision", "cpu", "float32"),
-    ("encoder", "cuda:0", "float32"), ("encoder", "cpu", "float32"),
-    ("multimodal", "cuda", "float32"), ("multimodal", "cpu", "float32"),
-])
+@pytest.mark.parametrize(
+    ("family", "device", "want"),
+    [
+        ("decision", "cuda:0", "bfloat16"),
+        ("decision", "rocm:1", "bfloat16"),
+        ("decision", "cpu", "float32"),
+        ("encoder", "cuda:0", "float32"),
+        ("encoder", "cpu", "float32"),
+        ("multimodal", "cuda", "float32"),
+        ("multimodal", "cpu", "float32"),
+    ],
+)
 def test_auto_table(family: str, device: str, want: str) -> None:
     assert auto_dtype(family, device) == want
     assert resolve_dtype("auto", family, device) == want
@@ -24,12 +31,19 @@ def test_any_other_value_is_taken_as_is() -> None:
         resolve_dtype("int8", "encoder", "cpu")
 
 
-@pytest.mark.parametrize(("dtype", "device", "engine", "refused"), [
-    ("float16", "cpu", "auto", "GPUs only"), ("float16", "mps", "native", "GPUs only"),
-    ("float16", "cuda:0", "auto", None), ("bfloat16", "cpu", "auto", None),
-    ("float32", "cpu", "onnxruntime", "onnxruntime"), ("bfloat16", "cpu", "onnxruntime", "onnxruntime"),
-    ("auto", "cpu", "onnxruntime", None), ("auto", "cpu", "native", None),
-])
+@pytest.mark.parametrize(
+    ("dtype", "device", "engine", "refused"),
+    [
+        ("float16", "cpu", "auto", "GPUs only"),
+        ("float16", "mps", "native", "GPUs only"),
+        ("float16", "cuda:0", "auto", None),
+        ("bfloat16", "cpu", "auto", None),
+        ("float32", "cpu", "onnxruntime", "onnxruntime"),
+        ("bfloat16", "cpu", "onnxruntime", "onnxruntime"),
+        ("auto", "cpu", "onnxruntime", None),
+        ("auto", "cpu", "native", None),
+    ],
+)
 def test_refusals(dtype: str, device: str, engine: str, refused: str | None) -> None:
     why = dtype_refusal(dtype, device, engine)
     if refused is None:

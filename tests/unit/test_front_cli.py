@@ -52,11 +52,34 @@ def test_no_model_and_no_config_serves_the_embedded_default(capsys: pytest.Captu
 
 
 def test_flags_place_workers_and_set_engine_args(capsys: pytest.CaptureFixture[str]) -> None:
-    doc = shown(["tiny", "-e", "--platform", "cpu", "-dp", "2", "--max-num-seqs", "64", "--batch-window-ms", "0",
-                 "--result-cache-entries", "0", "--timeout-ms", "500", "--no-enable-shared-context"], capsys)
+    doc = shown(
+        [
+            "tiny",
+            "-e",
+            "--platform",
+            "cpu",
+            "-dp",
+            "2",
+            "--max-num-seqs",
+            "64",
+            "--batch-window-ms",
+            "0",
+            "--result-cache-entries",
+            "0",
+            "--timeout-ms",
+            "500",
+            "--no-enable-shared-context",
+        ],
+        capsys,
+    )
     assert primary(doc) == {
-        "provider": "model_runtime", "artifact": "tiny", "replicas": [{"device": "cpu"}, {"device": "cpu"}],
-        "max_num_seqs": 64, "batch_window_ms": 0.0, "enable_shared_context": False, "result_cache_entries": 0,
+        "provider": "model_runtime",
+        "artifact": "tiny",
+        "replicas": [{"device": "cpu"}, {"device": "cpu"}],
+        "max_num_seqs": 64,
+        "batch_window_ms": 0.0,
+        "enable_shared_context": False,
+        "result_cache_entries": 0,
         "timeout_ms": 500,
     }
     load_config_text(yaml.safe_dump(doc))  # what `show` prints loads again
@@ -68,7 +91,9 @@ def test_engine_flag_takes_an_engine_or_is_just_engine_mode(capsys: pytest.Captu
     assert "engine" not in primary(shown(["tiny", "-e"], capsys))
 
 
-def test_model_alone_keeps_configured_replicas_and_engine_args(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_model_alone_keeps_configured_replicas_and_engine_args(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(
         "global:\n  model_catalog:\n    deployments:\n      primary:\n        artifact: old\n"
@@ -107,16 +132,22 @@ def test_bad_flags_are_refused_in_one_line(argv: list[str], needle: str, capsys:
 
 def test_every_config_problem_is_on_the_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "bad.yaml"
-    config.write_text("global:\n  model_catalog:\n    deployments:\n      primary:\n        artifact: a\n"
-                      "        max_num_seqs: 0\n        colour: blue\n")
+    config.write_text(
+        "global:\n  model_catalog:\n    deployments:\n      primary:\n        artifact: a\n"
+        "        max_num_seqs: 0\n        colour: blue\n"
+    )
     line = refusal(["serve", "--config", str(config)], capsys)
     assert "max_num_seqs: expected an integer >= 1" in line and "colour: unknown field" in line
 
 
-def test_a_window_the_worker_refuses_is_refused_by_the_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_window_the_worker_refuses_is_refused_by_the_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = tmp_path / "window.yaml"  # one bound for the config and the worker: at most 10 s
-    config.write_text("global:\n  model_catalog:\n    deployments:\n      primary:\n        artifact: a\n"
-                      "        device: cpu\n        batch_window_ms: 20000\n")
+    config.write_text(
+        "global:\n  model_catalog:\n    deployments:\n      primary:\n        artifact: a\n"
+        "        device: cpu\n        batch_window_ms: 20000\n"
+    )
     line = refusal(["serve", "--config", str(config), "--port", "0"], capsys)
     assert line == "vllm-sr: error: deployments.primary.batch_window_ms: expected a number <= 10000.0, got 20000"
 
@@ -178,8 +209,13 @@ def test_config_migrate_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture
     code, out, err = run(["config", "migrate", str(path), "--write"], capsys)
     assert code == 0 and out == "" and "wrote" in err
     doc = primary(shown(["--config", str(path)], capsys))
-    assert doc == {"provider": "model_runtime", "artifact": "tiny", "device": "cpu", "dtype": "float32",
-                   "max_num_seqs": 16}
+    assert doc == {
+        "provider": "model_runtime",
+        "artifact": "tiny",
+        "device": "cpu",
+        "dtype": "float32",
+        "max_num_seqs": 16,
+    }
     code, out, err = run(["config", "migrate", str(path)], capsys)
     assert code == 0 and "nothing to migrate" in err and out == path.read_text()
 
@@ -204,7 +240,9 @@ def test_the_config_example_in_the_docs_loads_and_shows(tmp_path: Path, capsys: 
         assert load_config_text(yaml.safe_dump(doc)) == config
 
 
-def test_a_package_level_refusal_stops_the_front_before_any_worker(encoder_fixture, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_a_package_level_refusal_stops_the_front_before_any_worker(
+    encoder_fixture, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     fixture = encoder_fixture("embed")
     line = refusal(["serve", str(fixture), "--platform", "cpu", "--max-model-len", "64", "--port", "0"], capsys)
     assert "deployments.primary: --max-model-len applies to decision models only" in line

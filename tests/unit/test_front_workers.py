@@ -41,8 +41,15 @@ def test_worker_settings_pass_only_what_the_deployment_sets() -> None:
     assert plain.to_argv() == ["serve", "m", "--uds=/s/w0.sock", "--log-level=warning", "--threads=3"]
     assert plain.problems() == []
     full = DeploymentConfig(
-        artifact="m", max_num_seqs=64, max_num_batched_tokens=4096, batch_window_ms=0.0, dtype="float32",
-        max_model_len=512, result_cache_entries=0, engine="native", enable_shared_context=False,
+        artifact="m",
+        max_num_seqs=64,
+        max_num_batched_tokens=4096,
+        batch_window_ms=0.0,
+        dtype="float32",
+        max_model_len=512,
+        result_cache_entries=0,
+        engine="native",
+        enable_shared_context=False,
     )
     args = worker_settings(full, device="cuda:1", uds="/s/w1.sock", threads=3, max_request_bytes=1000).to_argv()
     text = " ".join(args)
@@ -68,11 +75,22 @@ def test_worker_settings_the_worker_would_refuse_are_named() -> None:
 # ---- card compatibility (R-REP-2) ---------------------------------------------------------------
 def card(**changes: object) -> dict:
     base = {
-        "id": "tiny", "sha256": "abc", "revision": None, "family": "encoder", "surfaces": ["embeddings"],
+        "id": "tiny",
+        "sha256": "abc",
+        "revision": None,
+        "family": "encoder",
+        "surfaces": ["embeddings"],
         "dtype": "float32",
-        "engine_args": {"max_num_seqs": 8192, "max_num_seqs_source": "class", "max_num_batched_tokens": 65536,
-                        "max_num_batched_tokens_source": "class", "batch_window_ms": 2.0, "dtype": "auto",
-                        "enable_shared_context": None, "max_model_len": None},
+        "engine_args": {
+            "max_num_seqs": 8192,
+            "max_num_seqs_source": "class",
+            "max_num_batched_tokens": 65536,
+            "max_num_batched_tokens_source": "class",
+            "batch_window_ms": 2.0,
+            "dtype": "auto",
+            "enable_shared_context": None,
+            "max_model_len": None,
+        },
         "limits": {"max_input_tokens": 128},
     }
     for key, value in changes.items():
@@ -94,8 +112,12 @@ def test_unset_batch_limits_may_differ_but_set_ones_are_pinned() -> None:
 
 @pytest.mark.parametrize(
     "change, field",
-    [({"sha256": "other"}, "sha256"), ({"surfaces": ["classify"]}, "surfaces"),
-     ({"batch_window_ms": 0.0}, "engine_args.batch_window_ms"), ({"limits": {"max_input_tokens": 64}}, "limits")],
+    [
+        ({"sha256": "other"}, "sha256"),
+        ({"surfaces": ["classify"]}, "surfaces"),
+        ({"batch_window_ms": 0.0}, "engine_args.batch_window_ms"),
+        ({"limits": {"max_input_tokens": 64}}, "limits"),
+    ],
 )
 def test_everything_else_must_match_the_reference(change: dict, field: str) -> None:
     problem = card_problem(card(**change), DeploymentConfig(artifact="m"), card())
@@ -144,7 +166,10 @@ def test_bodies_are_read_and_renamed_without_touching_the_rest() -> None:
     assert bodies.for_worker(bodies.parse_body(unnamed), unnamed, "tiny", must_name=False) is unnamed
     assert bodies.parse_body(bodies.for_worker({"input": "a"}, unnamed, "m", must_name=True))["model"] == "m"
     answer = b'{"data":[{"model":"tiny"}],"model":"tiny"}'
-    assert bodies.parse_body(bodies.for_client(answer, "tiny", "primary")) == {"data": [{"model": "tiny"}], "model": "primary"}
+    assert bodies.parse_body(bodies.for_client(answer, "tiny", "primary")) == {
+        "data": [{"model": "tiny"}],
+        "model": "primary",
+    }
     error = b'{"error":{"code":"x","message":"y"}}'
     assert bodies.for_client(error, "tiny", "primary") is error
 
@@ -165,8 +190,16 @@ def test_cache_key_ignores_answer_neutral_fields() -> None:
 
 @pytest.mark.parametrize(
     "status, outcome",
-    [(200, Outcome.OK), (400, Outcome.OK), (404, Outcome.OK), (429, Outcome.REJECTED), (503, Outcome.REJECTED),
-     (504, Outcome.TIMEOUT), (500, Outcome.FAILED), (502, Outcome.FAILED)],
+    [
+        (200, Outcome.OK),
+        (400, Outcome.OK),
+        (404, Outcome.OK),
+        (429, Outcome.REJECTED),
+        (503, Outcome.REJECTED),
+        (504, Outcome.TIMEOUT),
+        (500, Outcome.FAILED),
+        (502, Outcome.FAILED),
+    ],
 )
 def test_worker_answers_map_to_outcomes(status: int, outcome: Outcome) -> None:
     assert outcome_of(status) is outcome

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -24,14 +25,23 @@ def test_compare_floats_within_tolerance_everything_else_exactly() -> None:
 
 
 def test_project_drops_name_meta_id_and_orders_results_by_index() -> None:
-    body = {"model": "m", "id": "x", "meta": {"forwards": 1},
-            "results": [{"index": 2, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.8}]}
+    body = {
+        "model": "m",
+        "id": "x",
+        "meta": {"forwards": 1},
+        "results": [{"index": 2, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.8}],
+    }
     assert project(body) == {"results": [{"index": 0, "relevance_score": 0.8}, {"index": 2, "relevance_score": 0.9}]}
 
 
 def test_reference_by_dtype_preferring_the_device_class() -> None:
-    golden = {"references": [{"device": "cpu", "dtype": "float32"}, {"device": "gpu", "dtype": "float32"},
-                             {"device": "cpu", "dtype": "bfloat16"}]}
+    golden = {
+        "references": [
+            {"device": "cpu", "dtype": "float32"},
+            {"device": "gpu", "dtype": "float32"},
+            {"device": "cpu", "dtype": "bfloat16"},
+        ]
+    }
     assert pick_reference(golden, "cuda:0", "float32") == {"device": "gpu", "dtype": "float32"}
     assert pick_reference(golden, "cpu", "float32") == {"device": "cpu", "dtype": "float32"}
     assert pick_reference(golden, "cuda:0", "bfloat16") == {"device": "cpu", "dtype": "bfloat16"}

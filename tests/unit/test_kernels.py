@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from vllm_srun.domain.kernels import (
     KernelPlan,
     KernelTiming,
@@ -51,8 +52,10 @@ def test_order_of_timings_does_not_matter() -> None:
 
 def test_a_tie_up_to_512_tokens_keeps_the_fast_path_for_exactness() -> None:
     # won small, then ties (within 3%) up to and past 512: the region covers the whole 512
-    ties = [KernelTiming(n, 1.0, 1.0 / s) for n, s in ((17, 1.3), (34, 1.2), (67, 1.01), (133, 0.98),
-                                                        (265, 1.0), (529, 0.99), (1057, 1.1))]
+    ties = [
+        KernelTiming(n, 1.0, 1.0 / s)
+        for n, s in ((17, 1.3), (34, 1.2), (67, 1.01), (133, 0.98), (265, 1.0), (529, 0.99), (1057, 1.1))
+    ]
     assert plan_kernels(ties).fast_up_to == 34  # speed alone
     plan = plan_kernels(ties, exact_tokens=512)
     assert plan.fast_up_to == 512 and plan.covers(512) and not plan.use_fast(513)

@@ -18,11 +18,40 @@ from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.domain.ejection import EjectionWithheld, ReplicaBackedOff, ReplicaEjected, ReplicaReadmitted
 
-SECONDS_LE = ["0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5",
-              "5.0", "10.0", "+Inf"]
+SECONDS_LE = [
+    "0.0005",
+    "0.001",
+    "0.0025",
+    "0.005",
+    "0.01",
+    "0.025",
+    "0.05",
+    "0.1",
+    "0.25",
+    "0.5",
+    "1.0",
+    "2.5",
+    "5.0",
+    "10.0",
+    "+Inf",
+]
 ROWS_LE = ["1.0", "2.0", "4.0", "8.0", "16.0", "32.0", "64.0", "128.0", "256.0", "512.0", "1024.0", "+Inf"]
-TOKENS_LE = ["8.0", "32.0", "64.0", "128.0", "256.0", "512.0", "1024.0", "2048.0", "4096.0", "8192.0", "16384.0",
-             "32768.0", "65536.0", "+Inf"]
+TOKENS_LE = [
+    "8.0",
+    "32.0",
+    "64.0",
+    "128.0",
+    "256.0",
+    "512.0",
+    "1024.0",
+    "2048.0",
+    "4096.0",
+    "8192.0",
+    "16384.0",
+    "32768.0",
+    "65536.0",
+    "+Inf",
+]
 RATIO_LE = ["0.1", "0.25", "0.5", "0.75", "0.9", "1.0", "+Inf"]
 
 
@@ -98,15 +127,18 @@ def test_worker_histograms_keep_their_bucket_bounds() -> None:
 def test_front_request_seconds_keep_their_bucket_bounds() -> None:
     metrics = FrontMetrics()
     metrics.request_seconds.observe(0.0005, {"deployment": "d"})
-    got = [(s.labels["le"], s.value) for s in samples(metrics.render())
-           if s.name == "vllm_sr_request_duration_seconds_bucket"]
+    got = [
+        (s.labels["le"], s.value)
+        for s in samples(metrics.render())
+        if s.name == "vllm_sr_request_duration_seconds_bucket"
+    ]
     assert got == [(le, 1.0) for le in SECONDS_LE]
 
 
 def test_the_content_type_is_prometheus_client_s_for_format_0_0_4() -> None:
     from prometheus_client import exposition
 
-    assert CONTENT_TYPE == getattr(exposition, "CONTENT_TYPE_PLAIN_0_0_4", exposition.CONTENT_TYPE_LATEST)
+    assert getattr(exposition, "CONTENT_TYPE_PLAIN_0_0_4", exposition.CONTENT_TYPE_LATEST) == CONTENT_TYPE
 
 
 def test_gauge_functions_run_at_every_scrape() -> None:

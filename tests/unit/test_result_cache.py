@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vllm_srun.adapters.schemas.embeddings import EmbeddingsOptions, EmbeddingsRequest
+from vllm_srun.adapters.schemas.encoder import RerankResponse, RerankResult, Usage
 from vllm_srun.adapters.serving.result_cache import ResultCache, canonical_request
 from vllm_srun.domain.cache import LruCache
-from vllm_srun.adapters.schemas.encoder import RerankResponse, RerankResult, Usage
 
 ops = st.lists(st.tuples(st.sampled_from(["get", "put"]), st.integers(0, 9), st.integers(0, 40)), max_size=80)
 
@@ -50,8 +50,9 @@ def test_hits_and_misses_are_counted() -> None:
 
 def test_answer_neutral_fields_do_not_change_the_key() -> None:
     plain = EmbeddingsRequest(input="hi")
-    same = EmbeddingsRequest(input="hi", model="other-name", user="u1",
-                             options=EmbeddingsOptions(return_meta=True, deadline_ms=50))
+    same = EmbeddingsRequest(
+        input="hi", model="other-name", user="u1", options=EmbeddingsOptions(return_meta=True, deadline_ms=50)
+    )
     assert canonical_request(plain) == canonical_request(same)
     assert canonical_request(plain) != canonical_request(EmbeddingsRequest(input="hi", dimensions=8))
     assert canonical_request(plain) != canonical_request(EmbeddingsRequest(input=["hi"]))

@@ -9,8 +9,13 @@ from vllm_srun.domain.simulation import DeviceModel, TraceRequest, simulate, syn
 
 
 def test_lone_request_pays_window_plus_forward() -> None:
-    report = simulate([TraceRequest(0.0, (10,))], lane=Lane("text"), budget=Budget(8, 1024), window_s=0.002,
-                      device=DeviceModel(overhead_s=0.001, per_token_s=1e-4))
+    report = simulate(
+        [TraceRequest(0.0, (10,))],
+        lane=Lane("text"),
+        budget=Budget(8, 1024),
+        window_s=0.002,
+        device=DeviceModel(overhead_s=0.001, per_token_s=1e-4),
+    )
     assert report.forwards == 1
     assert report.latencies_s[0] == pytest.approx(0.002 + 0.001 + 16 * 1e-4)
 

@@ -33,9 +33,7 @@ from vllm_srun.domain.threads import (
         (256, 16),
     ],
 )
-def test_half_the_budget_rounded_down_at_least_one_at_most_sixteen(
-    budget: float, threads: int
-) -> None:
+def test_half_the_budget_rounded_down_at_least_one_at_most_sixteen(budget: float, threads: int) -> None:
     assert worker_threads(budget, None) == threads
 
 
@@ -52,17 +50,13 @@ def test_half_the_budget_rounded_down_at_least_one_at_most_sixteen(
         (8, "  ", 4),
     ],
 )
-def test_a_positive_override_is_capped_by_the_budget_only(
-    budget: float, override: str, threads: int
-) -> None:
+def test_a_positive_override_is_capped_by_the_budget_only(budget: float, override: str, threads: int) -> None:
     assert worker_threads(budget, override) == threads
 
 
 @pytest.mark.parametrize("override", ["0", "-2", "abc", "1.5", "8 threads", "٣", "+4", "0x10"])
 def test_an_invalid_override_is_refused_naming_the_variable(override: str) -> None:
-    with pytest.raises(
-        InvalidThreadOverride, match="VLLM_SRUN_CPU_THREADS must be a positive integer"
-    ):
+    with pytest.raises(InvalidThreadOverride, match="VLLM_SRUN_CPU_THREADS must be a positive integer"):
         worker_threads(8, override)
 
 
@@ -73,9 +67,7 @@ def test_a_budget_must_be_a_positive_number(budget: float) -> None:
 
 
 @given(st.floats(0.01, 4096), st.one_of(st.none(), st.integers(1, 1000).map(str)))
-def test_threads_never_exceed_the_budget_or_fall_below_one(
-    budget: float, override: str | None
-) -> None:
+def test_threads_never_exceed_the_budget_or_fall_below_one(budget: float, override: str | None) -> None:
     threads = worker_threads(budget, override)
     assert 1 <= threads <= max(1, int(budget))
     if override is None:

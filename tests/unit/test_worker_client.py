@@ -17,7 +17,9 @@ OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\
 
 async def read_request(reader: asyncio.StreamReader) -> bytes:
     head = await reader.readuntil(b"\r\n\r\n")
-    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
+    length = next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0
+    )
     return await reader.readexactly(length)
 
 
@@ -43,8 +45,11 @@ def test_keep_alive_reuses_one_connection(tmp_path: Path) -> None:
         try:
             while True:
                 body = await read_request(reader)
-                writer.write(OK if body != b"chunked" else
-                             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+                writer.write(
+                    OK
+                    if body != b"chunked"
+                    else b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+                )
         except asyncio.IncompleteReadError:
             writer.close()
 
@@ -80,7 +85,7 @@ def test_a_pooled_connection_the_worker_closed_is_replaced(tmp_path: Path) -> No
 def test_a_connection_broken_mid_response_is_worker_unavailable(tmp_path: Path) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"partial")
+        writer.write(b'HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{"partial')
         await writer.drain()
         writer.close()
 

@@ -22,8 +22,8 @@ from typing import Any
 import yaml
 
 from .loader import CATALOG
-from .yaml_text import parse_yaml
 from .schema import REMOVED_DEVICE_PREFIX, REMOVED_PROVIDERS, ConfigError
+from .yaml_text import parse_yaml
 
 PRECISION_TO_DTYPE = {
     "auto": "auto",
@@ -76,9 +76,7 @@ def migrate_config_data(data: Any) -> tuple[Any, list[str]]:
     changes: list[str] = []
     problems: list[str] = []
     rewritten = {
-        name: _migrate_deployment(f"deployments.{name}", spec, changes, problems)
-        if isinstance(spec, dict)
-        else spec
+        name: _migrate_deployment(f"deployments.{name}", spec, changes, problems) if isinstance(spec, dict) else spec
         for name, spec in deployments.items()
     }
     if problems:
@@ -92,25 +90,17 @@ def migrate_config_data(data: Any) -> tuple[Any, list[str]]:
 def _with(data: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
     """A copy of `data` with the mapping at `path` replaced (other keys in their order)."""
     head, *rest = path
-    return {
-        key: (_with(item, rest, value) if rest else value) if key == head else item
-        for key, item in data.items()
-    }
+    return {key: (_with(item, rest, value) if rest else value) if key == head else item for key, item in data.items()}
 
 
-def _migrate_deployment(
-    path: str, spec: dict[str, Any], changes: list[str], problems: list[str]
-) -> dict[str, Any]:
+def _migrate_deployment(path: str, spec: dict[str, Any], changes: list[str], problems: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
 
     def put(key: str, value: Any, because: str) -> None:
         """Write a rewritten key, refusing one that disagrees with what is already there."""
         explicit = spec.get(key, out.get(key))
         if explicit is not None and explicit != value:
-            problems.append(
-                f"{path}.{because}: rewrites to {key}: {value} but {key} is {explicit}; "
-                f"keep one of them"
-            )
+            problems.append(f"{path}.{because}: rewrites to {key}: {value} but {key} is {explicit}; keep one of them")
             return
         out.setdefault(key, value)
 

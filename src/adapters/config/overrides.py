@@ -161,10 +161,7 @@ def _declared(deployment: DeploymentConfig) -> list[ReplicaConfig]:
 
 def _kind_of(replicas: list[ReplicaConfig]) -> str | None:
     """cpu, mps, cuda, rocm, auto, attached, mixed; None for no placement."""
-    kinds = {
-        "attached" if replica.attached else (replica.device or "auto").split(":")[0]
-        for replica in replicas
-    }
+    kinds = {"attached" if replica.attached else (replica.device or "auto").split(":")[0] for replica in replicas}
     if not kinds:
         return None
     return kinds.pop() if len(kinds) == 1 else "mixed"
@@ -172,12 +169,7 @@ def _kind_of(replicas: list[ReplicaConfig]) -> str | None:
 
 def _on_listed_gpus(path: str, kind: str | None, count: int, ids: list[int]) -> list[ReplicaConfig]:
     if kind not in GPU_PLATFORMS:
-        raise ConfigError(
-            [
-                f"{path}: --device-ids places workers on GPUs; "
-                "pass --platform cuda or --platform rocm"
-            ]
-        )
+        raise ConfigError([f"{path}: --device-ids places workers on GPUs; pass --platform cuda or --platform rocm"])
     if any(gpu < 0 for gpu in ids) or len(set(ids)) != len(ids):
         raise ConfigError(
             [
@@ -186,9 +178,7 @@ def _on_listed_gpus(path: str, kind: str | None, count: int, ids: list[int]) -> 
             ]
         )
     if len(ids) > count:
-        raise ConfigError(
-            [f"--device-ids: {len(ids)} GPUs for {count} workers; pass -dp {len(ids)} or fewer ids"]
-        )
+        raise ConfigError([f"--device-ids: {len(ids)} GPUs for {count} workers; pass -dp {len(ids)} or fewer ids"])
     return [ReplicaConfig(device=f"{kind}:{ids[i % len(ids)]}") for i in range(count)]
 
 

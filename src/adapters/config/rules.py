@@ -29,8 +29,7 @@ def relation_problems(data: dict[Any, Any]) -> list[str]:
         path = f"deployments.{name}"
         if not isinstance(name, str) or not re.match(DEPLOYMENT_NAME_PATTERN, name):
             problems.append(
-                f"{path}: a deployment name is letters, digits, '.', '_' or '-', "
-                "starting with a letter or digit"
+                f"{path}: a deployment name is letters, digits, '.', '_' or '-', starting with a letter or digit"
             )
         if isinstance(deployment, dict):
             problems.extend(deployment_problems(path, deployment))
@@ -39,9 +38,7 @@ def relation_problems(data: dict[Any, Any]) -> list[str]:
     target = decision.get("deployment") if isinstance(decision, dict) else None
     if isinstance(target, str) and target not in deployments:
         known = ", ".join(map(str, deployments)) or "none are configured"
-        problems.append(
-            f"system.decision_model.deployment: no deployment named '{target}' ({known})"
-        )
+        problems.append(f"system.decision_model.deployment: no deployment named '{target}' ({known})")
     return problems
 
 
@@ -50,18 +47,15 @@ def deployment_problems(path: str, d: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     replicas = d.get("replicas")
     if replicas is not None:
-        for field in ("device", "endpoint", "model"):
-            if d.get(field) is not None:
-                problems.append(
-                    f"{path}: 'replicas' cannot be combined with a deployment-level '{field}'"
-                    " (give each replica its own)"
-                )
+        problems.extend(
+            f"{path}: 'replicas' cannot be combined with a deployment-level '{field}' (give each replica its own)"
+            for field in ("device", "endpoint", "model")
+            if d.get(field) is not None
+        )
     elif d.get("endpoint") is not None:
         problems.extend(_placement_problems(path, d, "an attached deployment"))
     elif d.get("model") is not None:
-        problems.append(
-            f"{path}: 'model' names the model of an attached runtime and needs 'endpoint'"
-        )
+        problems.append(f"{path}: 'model' names the model of an attached runtime and needs 'endpoint'")
     listed = replicas if isinstance(replicas, list) else []
     entries = [item for item in listed if isinstance(item, dict)]
     seen: set[tuple[Any, Any]] = set()
@@ -71,9 +65,7 @@ def deployment_problems(path: str, d: dict[str, Any]) -> list[str]:
         where = f"{path}.replicas[{index}]"
         problems.extend(_placement_problems(where, replica, "an attached replica"))
         if replica.get("device") is None and replica.get("endpoint") is None:
-            problems.append(
-                f"{where}: needs 'device' (a managed worker) or 'endpoint' (an attached runtime)"
-            )
+            problems.append(f"{where}: needs 'device' (a managed worker) or 'endpoint' (an attached runtime)")
         key = (replica.get("endpoint"), replica.get("model"))
         if key[0] is not None and key in seen:
             problems.append(f"{where}: the same endpoint and model are listed twice")
@@ -97,10 +89,7 @@ def _placement_problems(path: str, entry: dict[str, Any], what: str) -> list[str
     problems = []
     if entry.get("endpoint") is not None:
         if entry.get("device") is not None:
-            problems.append(
-                f"{path}: 'device' cannot be combined with 'endpoint' "
-                "(an attached runtime places itself)"
-            )
+            problems.append(f"{path}: 'device' cannot be combined with 'endpoint' (an attached runtime places itself)")
         if entry.get("model") is None:
             problems.append(f"{path}: {what} ('endpoint') names its model with 'model'")
     elif entry.get("model") is not None:
@@ -116,8 +105,5 @@ def _outlier_problems(path: str, outlier: Any) -> list[str]:
         return []
     base, top = outlier.get("base_ejection_ms", 30_000), outlier.get("max_ejection_ms")
     if isinstance(base, int) and isinstance(top, int) and top < base:
-        return [
-            f"{path}.outlier_detection.max_ejection_ms: must be at least base_ejection_ms "
-            f"({base}), got {top}"
-        ]
+        return [f"{path}.outlier_detection.max_ejection_ms: must be at least base_ejection_ms ({base}), got {top}"]
     return []

@@ -132,9 +132,7 @@ class DeploymentConfig(Section, kw_only=True):
     device: Device | None = None
     endpoint: Endpoint | None = None
     model: Name | None = None
-    replicas: Annotated[list[ReplicaConfig], Meta(min_length=1, max_length=MAX_REPLICAS)] | None = (
-        None
-    )
+    replicas: Annotated[list[ReplicaConfig], Meta(min_length=1, max_length=MAX_REPLICAS)] | None = None
     # engine arguments (R-ARG)
     max_num_seqs: Annotated[int, _range(bounds.MAX_NUM_SEQS)] | None = None
     max_num_batched_tokens: Annotated[int, _range(bounds.MAX_NUM_BATCHED_TOKENS)] | None = None

@@ -34,7 +34,7 @@ _StrictLoader.add_constructor(
 def parse_yaml(text: str) -> Any:
     """Plain data (dicts, lists, scalars) of a YAML text; an empty text is an empty mapping."""
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_StrictLoader)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

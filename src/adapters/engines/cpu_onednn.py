@@ -24,6 +24,7 @@ import platform
 import torch
 import torch.nn.functional as F
 from torch import nn
+
 from vllm_srun.adapters.models.bert import BertEncoder, SequenceClassificationHead
 from vllm_srun.domain.kernels import bucket_rows
 
@@ -54,7 +55,9 @@ def onednn_unsupported(device: str, dtype: torch.dtype) -> str | None:
         return "this torch build has no oneDNN (mkldnn)"
     try:  # feature gate: the ops exist and give F.linear's numbers on a small layer
         w, b, x = torch.randn(8, 16), torch.randn(8), torch.randn(3, 16)
-        y = torch.ops.mkldnn._linear_pointwise(x, torch.ops.mkldnn._reorder_linear_weight(w, PACK_HINT), b, "none", [], "")
+        y = torch.ops.mkldnn._linear_pointwise(
+            x, torch.ops.mkldnn._reorder_linear_weight(w, PACK_HINT), b, "none", [], ""
+        )
         if not torch.allclose(y, F.linear(x, w, b), atol=1e-4):
             return "oneDNN's packed linear disagrees with F.linear on a test layer"
     except (RuntimeError, AttributeError) as exc:
@@ -134,5 +137,3 @@ class PackedEncoder:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         assert self.pooler is not None and self.classifier is not None
         return self.classifier(torch.tanh(self.pooler(hidden[:, 0])))
-
-

@@ -24,10 +24,11 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.onednn_timing import measure
-from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.pooling import pool
+from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import (
     LayerLinears,
@@ -54,8 +55,13 @@ class NativeEncoder:
 
     name = "native"
 
-    def __init__(self, reference: ReferenceEncoder, packed: PackedEncoder | None = None,
-                 plan: KernelPlan | None = None, kernels: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        reference: ReferenceEncoder,
+        packed: PackedEncoder | None = None,
+        plan: KernelPlan | None = None,
+        kernels: dict[str, Any] | None = None,
+    ) -> None:
         plan = plan or KernelPlan()
         self.reference = reference
         self.packed = packed if plan.enabled else None
@@ -63,7 +69,9 @@ class NativeEncoder:
         self.kernels = kernels or {"linear": "eager", "reason": "reference kernels"}
         self._eager_linears = eager_linears(reference.encoder)
         self._packed_linears = (
-            [LayerLinears(l.qkv, l.attn_out, l.ffn_in, l.ffn_out) for l in self.packed.layers] if self.packed is not None else []
+            [LayerLinears(x.qkv, x.attn_out, x.ffn_in, x.ffn_out) for x in self.packed.layers]
+            if self.packed is not None
+            else []
         )
 
     @property
@@ -148,8 +156,15 @@ def _mode(env: Mapping[str, str]) -> str:
     return "auto"
 
 
-def native_encoder(reference: ReferenceEncoder, device: str, progress: Progress, *, largest_forward_tokens: int = 4096,
-                   cache_dir: Path | None = None, env: Mapping[str, str] = os.environ) -> NativeEncoder:
+def native_encoder(
+    reference: ReferenceEncoder,
+    device: str,
+    progress: Progress,
+    *,
+    largest_forward_tokens: int = 4096,
+    cache_dir: Path | None = None,
+    env: Mapping[str, str] = os.environ,
+) -> NativeEncoder:
     """The native engine for REFERENCE, with the oneDNN fast path where it is safe and faster (module doc)."""
     mode = _mode(env)
     if mode == "off":
@@ -166,12 +181,17 @@ def native_encoder(reference: ReferenceEncoder, device: str, progress: Progress,
         return _eager(reference, f"packing failed: {exc}"[:200], progress)
     if not gap <= NUMERICS_TOL:
         return _eager(reference, f"packed answers differ from eager by {gap:.1e} (> {NUMERICS_TOL:g})", progress)
-    kernels: dict[str, Any] = {"linear": "onednn_packed", "fused_activation": packed.fused_activation,
-                               "numerics_gap": float(f"{gap:.1e}")}
+    kernels: dict[str, Any] = {
+        "linear": "onednn_packed",
+        "fused_activation": packed.fused_activation,
+        "numerics_gap": float(f"{gap:.1e}"),
+    }
     if mode == "force":
         plan = KernelPlan(FORCED_UP_TO)
-        kernels.update(packed_up_to_tokens=None, reason=f"every forward ({ENV}={env[ENV]}); answers within "
-                                                        f"{NUMERICS_TOL:g} of eager")
+        kernels.update(
+            packed_up_to_tokens=None,
+            reason=f"every forward ({ENV}={env[ENV]}); answers within {NUMERICS_TOL:g} of eager",
+        )
         progress(f"load: linear kernels oneDNN packed for every forward ({ENV}={env[ENV]})")
         packed.warm(WARM_UP_TO)
         return NativeEncoder(reference, packed, plan, kernels)
@@ -180,13 +200,24 @@ def native_encoder(reference: ReferenceEncoder, device: str, progress: Progress,
     speedups = [[t.tokens, round(t.speedup, 2)] for t in timings]
     if not plan.enabled:
         progress(f"load: linear kernels eager (packed not faster: {speedups})")
-        return NativeEncoder(reference, kernels={"linear": "eager", "reason": "the packed copies were not faster "
-                                              "at the smallest measured size", "speedups": speedups, "timings": source})
+        return NativeEncoder(
+            reference,
+            kernels={
+                "linear": "eager",
+                "reason": "the packed copies were not faster at the smallest measured size",
+                "speedups": speedups,
+                "timings": source,
+            },
+        )
     faster = plan_kernels(timings).fast_up_to
     tie = f"; a tie from {faster} to {plan.fast_up_to}, kept for batch invariance" if faster < plan.fast_up_to else ""
-    kernels.update(packed_up_to_tokens=plan.fast_up_to, speedups=speedups, timings=source,
-                   reason=f"answers within {NUMERICS_TOL:g} of eager; faster up to {faster} tokens{tie}; "
-                          f"eager beyond {plan.fast_up_to}")
+    kernels.update(
+        packed_up_to_tokens=plan.fast_up_to,
+        speedups=speedups,
+        timings=source,
+        reason=f"answers within {NUMERICS_TOL:g} of eager; faster up to {faster} tokens{tie}; "
+        f"eager beyond {plan.fast_up_to}",
+    )
     progress(f"load: linear kernels oneDNN packed up to {plan.fast_up_to} tokens ({source} speedups {speedups})")
     packed.warm(min(plan.fast_up_to, WARM_UP_TO))
     return NativeEncoder(reference, packed, plan, kernels)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from vllm_srun.adapters.engines.cpu_onednn import PACK_HINT, PackedEncoder
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.domain.kernels import DEFAULT_TIE, KernelTiming, bucket_rows, timing_grid
@@ -44,8 +45,12 @@ def timed_sizes(largest: int) -> list[int]:
     return sizes
 
 
-def time_linears(reference: ReferenceEncoder, packed: PackedEncoder, sizes: Sequence[int],
-                 clock: Callable[[], float] = time.perf_counter) -> list[KernelTiming]:
+def time_linears(
+    reference: ReferenceEncoder,
+    packed: PackedEncoder,
+    sizes: Sequence[int],
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[KernelTiming]:
     """One layer's linears (+ activation) for each count of token rows, eager on the rows vs
     packed on the same rows (`PackedLinear` pads them to their bucket, as the serving forward
     runs them), in back-to-back pairs (ABBA). The speedup is the median of the pairs' ratios: other processes on
@@ -67,7 +72,7 @@ def time_linears(reference: ReferenceEncoder, packed: PackedEncoder, sizes: Sequ
         out = []
         for rep in range(reps):
             t = {}
-            for which in ((0, 1) if rep % 2 == 0 else (1, 0)):
+            for which in (0, 1) if rep % 2 == 0 else (1, 0):
                 start = clock()
                 eager(x, f) if which == 0 else packed_run(x, f)
                 t[which] = clock() - start
@@ -112,9 +117,18 @@ def cpu_model() -> str:
 def timing_key(reference: ReferenceEncoder, sizes: Sequence[int]) -> dict[str, Any]:
     """What the timings depend on: machine, threads, kernels' versions, layer shapes, grid."""
     layer = reference.encoder.layers[0]
-    return {"format": FORMAT, "cpu": cpu_model(), "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "pack_hint": PACK_HINT, "hidden": layer.qkv.in_features,
-            "inner": layer.ffn_out.in_features, "act": reference.config.hidden_act, "sizes": list(sizes)}
+    return {
+        "format": FORMAT,
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "pack_hint": PACK_HINT,
+        "hidden": layer.qkv.in_features,
+        "inner": layer.ffn_out.in_features,
+        "act": reference.config.hidden_act,
+        "sizes": list(sizes),
+    }
 
 
 def _path(cache_dir: Path, key: dict[str, Any]) -> Path:
@@ -143,8 +157,9 @@ def _write(path: Path, key: dict[str, Any], timings: list[KernelTiming]) -> None
         pass  # a read-only cache only costs the next start another measurement
 
 
-def measure(reference: ReferenceEncoder, packed: PackedEncoder, largest: int, cache_dir: Path | None,
-            progress: Progress) -> tuple[list[KernelTiming], str]:
+def measure(
+    reference: ReferenceEncoder, packed: PackedEncoder, largest: int, cache_dir: Path | None, progress: Progress
+) -> tuple[list[KernelTiming], str]:
     """(timings, `cached` or `measured`) for REFERENCE's layer shapes on this machine."""
     sizes = timed_sizes(largest)
     key = timing_key(reference, sizes)

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
 from vllm_srun.adapters.models.bert import BertEncoder, SequenceClassificationHead
-from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.pooling import PoolingConfig, pool
+from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 
 EXPORT_VERSION = 1  # bump when the graph's inputs, outputs or maths change
 OPSET = 17
@@ -39,8 +40,9 @@ class ServingGraph(nn.Module):
         self.head = head
         self.pooling = pooling
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         hidden = self.encoder(input_ids, attention_mask, token_type_ids)
         embeddings = pool(hidden, attention_mask, self.pooling)
         if self.head is None:
@@ -60,14 +62,23 @@ def export_encoder(reference: ReferenceEncoder, path: Path) -> Path:
     t = min(8, reference.config.max_tokens)
     ids = torch.full((2, t), min(5, reference.config.vocab_size - 1), dtype=torch.long)
     mask = torch.ones(2, t, dtype=torch.long)
-    mask[1, t // 2:] = 0  # a padded row, so the mask is live in the traced graph
+    mask[1, t // 2 :] = 0  # a padded row, so the mask is live in the traced graph
     types = torch.zeros(2, t, dtype=torch.long)
     outputs = output_names(reference)
     axes = {name: {0: "batch", 1: "tokens"} for name in INPUTS} | {name: {0: "batch"} for name in outputs}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # tracer notes on Python-side shape checks
-        torch.onnx.export(graph, (ids, mask, types), str(path), dynamo=False, input_names=list(INPUTS),
-                          output_names=outputs, dynamic_axes=axes, opset_version=OPSET, do_constant_folding=True)
+        torch.onnx.export(
+            graph,
+            (ids, mask, types),
+            str(path),
+            dynamo=False,
+            input_names=list(INPUTS),
+            output_names=outputs,
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            do_constant_folding=True,
+        )
     return path
 
 
@@ -76,8 +87,9 @@ def _tag(reference: ReferenceEncoder) -> str:
     return f"v{EXPORT_VERSION}-opset{OPSET}-torch{torch.__version__.split('+')[0]}-{head}-{reference.pooling.mode}"
 
 
-def cached_export(reference: ReferenceEncoder, cache_dir: Path | None, key: str | None,
-                  progress: Progress) -> tuple[Path, str]:
+def cached_export(
+    reference: ReferenceEncoder, cache_dir: Path | None, key: str | None, progress: Progress
+) -> tuple[Path, str]:
     """(path of REFERENCE's exported graph, where it came from: `cached`, `exported` (now in the
     cache) or `temporary` (the caller may delete it once loaded)); exports when missing."""
     if key and cache_dir is not None:

@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from vllm_srun.adapters.engines.onnx_export import INPUTS, cached_export
-from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.pooling import pool
+from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.domain.lanes import Accounting
 
 Progress = Callable[[str], None]
@@ -78,14 +79,22 @@ class OnnxEncoder:
     def describe(self) -> dict[str, Any]:
         import onnxruntime as ort
 
-        return {"kernels": {"runtime": f"onnxruntime {ort.__version__}", "provider": "CPUExecutionProvider",
-                            "graph": self.graph, "intra_op_threads": self.threads}}
+        return {
+            "kernels": {
+                "runtime": f"onnxruntime {ort.__version__}",
+                "provider": "CPUExecutionProvider",
+                "graph": self.graph,
+                "intra_op_threads": self.threads,
+            }
+        }
 
     def _feed(self, batch: Sequence[Any]) -> tuple[dict[str, np.ndarray], torch.Tensor | None]:
         ids, mask, types = self.reference.tensors(batch)
-        arrays = {"input_ids": ids.numpy(),
-                  "attention_mask": (mask if mask is not None else torch.ones_like(ids)).numpy(),
-                  "token_type_ids": (types if types is not None else torch.zeros_like(ids)).numpy()}
+        arrays = {
+            "input_ids": ids.numpy(),
+            "attention_mask": (mask if mask is not None else torch.ones_like(ids)).numpy(),
+            "token_type_ids": (types if types is not None else torch.zeros_like(ids)).numpy(),
+        }
         return {name: arrays[name].astype(kind, copy=False) for name, kind in self.inputs.items()}, mask
 
     def _run(self, name: str, feed: dict[str, np.ndarray]) -> np.ndarray:
@@ -108,9 +117,16 @@ class OnnxEncoder:
         return self._run("logits", feed)
 
 
-def onnx_encoder(reference: ReferenceEncoder, *, device: str, threads: int | None, progress: Progress,
-                 onnx_file: Path | None = None, cache_dir: Path | None = None,
-                 package_sha256: str | None = None) -> OnnxEncoder:
+def onnx_encoder(
+    reference: ReferenceEncoder,
+    *,
+    device: str,
+    threads: int | None,
+    progress: Progress,
+    onnx_file: Path | None = None,
+    cache_dir: Path | None = None,
+    package_sha256: str | None = None,
+) -> OnnxEncoder:
     """Serve REFERENCE's model with ONNX Runtime (module doc)."""
     if device.split(":")[0] != "cpu":
         raise ValueError(f"the onnxruntime engine runs on the CPU here (device {device}); use --engine native")

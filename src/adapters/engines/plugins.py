@@ -31,8 +31,13 @@ class NativePlugin:
         if request.kind == "encoder":
             from vllm_srun.adapters.engines.native import native_encoder
 
-            return native_encoder(request.model, request.device.name, progress,
-                                  largest_forward_tokens=request.largest_forward_tokens, cache_dir=request.cache_dir)
+            return native_encoder(
+                request.model,
+                request.device.name,
+                progress,
+                largest_forward_tokens=request.largest_forward_tokens,
+                cache_dir=request.cache_dir,
+            )
         if request.kind == "decoder":
             from vllm_srun.adapters.engines.native_decoder import NativeDecoder
 
@@ -49,6 +54,12 @@ class OnnxRuntimePlugin:
         use_threads(request.threads)  # torch pools a package graph's hidden states
         from vllm_srun.adapters.engines.onnxruntime import onnx_encoder
 
-        return onnx_encoder(request.model, device=request.device.name, threads=request.threads, progress=progress,
-                            onnx_file=request.package_graph, cache_dir=request.cache_dir,
-                            package_sha256=request.package_sha256)
+        return onnx_encoder(
+            request.model,
+            device=request.device.name,
+            threads=request.threads,
+            progress=progress,
+            onnx_file=request.package_graph,
+            cache_dir=request.cache_dir,
+            package_sha256=request.package_sha256,
+        )

@@ -16,8 +16,11 @@ DEFAULT_ENGINE = "native"
 
 
 class EngineRegistry:
-    def __init__(self, entries: Iterable[EntryPoint] | None = None,
-                 engines: dict[str, tuple[PluginInfo, EnginePlugin]] | None = None) -> None:
+    def __init__(
+        self,
+        entries: Iterable[EntryPoint] | None = None,
+        engines: dict[str, tuple[PluginInfo, EnginePlugin]] | None = None,
+    ) -> None:
         self.plugins: PluginRegistry[EnginePlugin] = PluginRegistry(ENGINES_GROUP, entries, engines)
 
     def names(self) -> list[str]:

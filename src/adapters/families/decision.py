@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.contracts import Family, as_decoder_engine, LoadContext, LoadedModel, PackageInfo
+from vllm_srun.adapters.contracts import Family, LoadContext, LoadedModel, PackageInfo, as_decoder_engine
 from vllm_srun.adapters.families.decision_fixture import VARIANTS, write_decision_fixture
 from vllm_srun.adapters.families.decision_prompts import choose_template
 from vllm_srun.adapters.families.decision_rows import (
@@ -81,7 +82,9 @@ class DecisionModel(LoadedModel):
             raise ValueError(f"dtype float16 runs on GPUs only (device {device.name})")
         self.package_limit = package_limit(folder)
         if args.max_model_len is not None and args.max_model_len > self.package_limit:
-            raise ValueError(f"max_model_len {args.max_model_len} is above the package's limit of {self.package_limit} tokens")
+            raise ValueError(
+                f"max_model_len {args.max_model_len} is above the package's limit of {self.package_limit} tokens"
+            )
         self.max_model_len = args.max_model_len
         self.max_input_tokens = min(self.package_limit, args.max_model_len or self.package_limit)
         context.progress(f"load: reading decoder weights of {folder.name} ({self.dtype})")
@@ -92,7 +95,10 @@ class DecisionModel(LoadedModel):
         template = choose_template(manifest.get("prompt_template"), lambda t: tokenizer.token_to_id(t) is not None)
         self.tokens = PromptTokens(tokenizer, template, _bos(folder))
         cap = CPU_CAP_TOKENS if device.kind == "cpu" else None
-        self.lanes = (Lane(DEFAULT_LANE, Accounting.PADDED, cap_tokens=cap), Lane(SHARED_LANE, Accounting.PACKED, cap_tokens=cap))
+        self.lanes = (
+            Lane(DEFAULT_LANE, Accounting.PADDED, cap_tokens=cap),
+            Lane(SHARED_LANE, Accounting.PACKED, cap_tokens=cap),
+        )
         pinned = (manifest.get("shared_context") or {}).get("break_even_tokens")
         self.enable_shared_context = True if args.enable_shared_context is None else bool(args.enable_shared_context)
         self.break_even = BreakEven(int(pinned), "manifest") if pinned is not None else None
@@ -157,12 +163,16 @@ class DecisionModel(LoadedModel):
         if self.break_even is None and self.enable_shared_context:
             self.break_even = self.measure_break_even()
 
-    def _timing_case(self, state_len: int, count: int, question_len: int) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    def _timing_case(
+        self, state_len: int, count: int, question_len: int
+    ) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
         vocab = self.decoder.vocab_size
         state = tuple((31 * i + 5) % vocab for i in range(state_len))
         return state, [tuple((17 * i + 11 * j + 2) % vocab for i in range(question_len)) for j in range(count)]
 
-    def measure_break_even(self, state_len: int = 32, count: int = 4, question_len: int = 8, repeats: int = 2) -> BreakEven:
+    def measure_break_even(
+        self, state_len: int = 32, count: int = 4, question_len: int = 8, repeats: int = 2
+    ) -> BreakEven:
         """Time one request both ways (best of REPEATS) and keep the shared path's overhead in tokens."""
         state_len = max(1, min(state_len, self.max_input_tokens - question_len))
         state, questions = self._timing_case(state_len, count, question_len)
@@ -170,12 +180,15 @@ class DecisionModel(LoadedModel):
         shared = [SharedRow(state, tuple(QuestionRow(q, (0, 1)) for q in questions))]
         t_unshared = min(_seconds(lambda: self.run(DEFAULT_LANE, unshared)) for _ in range(repeats))
         t_shared = min(_seconds(lambda: self.run(SHARED_LANE, shared)) for _ in range(repeats))
-        tokens = break_even_tokens(t_unshared, count * (state_len + question_len), t_shared, state_len + count * question_len)
+        tokens = break_even_tokens(
+            t_unshared, count * (state_len + question_len), t_shared, state_len + count * question_len
+        )
         return BreakEven(tokens, "measured")
 
     def card_section(self) -> dict[str, Any]:
         be = self.break_even
-        return {**self.decoder.describe(),
+        return {
+            **self.decoder.describe(),
             "decision": {
                 "question_types": ["noul", "choice", "score"],
                 "choice_options": [2, 255],
@@ -218,8 +231,12 @@ class DecisionFamily(Family):
         return str(read_config(folder).get("model_type", "")).lower() in DECODER_MODEL_TYPES
 
     def describe(self, folder: Path) -> PackageInfo:
-        return PackageInfo(self.name, SURFACES, package_limit(folder),
-                           engine_args=frozenset({"max_model_len", "enable_shared_context"}))
+        return PackageInfo(
+            self.name,
+            SURFACES,
+            package_limit(folder),
+            engine_args=frozenset({"max_model_len", "enable_shared_context"}),
+        )
 
     def load(self, folder: Path, context: LoadContext) -> LoadedModel:
         return DecisionModel(folder, context)

@@ -23,20 +23,155 @@ from vllm_srun.adapters.families.manifest import write_manifest
 
 VARIANTS = ("llama", "qwen3")
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, POSITIONS = 64, 2, 4, 2, 16, 128, 1024
-WORDS = (
-    "the a an is are was were be been of to and in on for with not no yes this that it by at from as or but "
-    "question answer options option levels level letter number one name means reply only which fits best "
-    "applies you questions about content user gives what how does do did can could should would very "
-    "cat dog bird fish red blue green small large quick brown fox jumps over lazy happy sad calm angry "
-    "good bad great terrible movie film plot actor acting music story boring fun love hate review positive "
-    "negative neutral mixed urgent spam message subject order refund billing team shipping account price "
-    "money bank today tomorrow weather rain sun paris france capital city river sea help please charged "
-    "twice wait week needs attention tone customer product damaged broken late early slow fast"
-).split()
+WORDS = [
+    "the",
+    "a",
+    "an",
+    "is",
+    "are",
+    "was",
+    "were",
+    "be",
+    "been",
+    "of",
+    "to",
+    "and",
+    "in",
+    "on",
+    "for",
+    "with",
+    "not",
+    "no",
+    "yes",
+    "this",
+    "that",
+    "it",
+    "by",
+    "at",
+    "from",
+    "as",
+    "or",
+    "but",
+    "question",
+    "answer",
+    "options",
+    "option",
+    "levels",
+    "level",
+    "letter",
+    "number",
+    "one",
+    "name",
+    "means",
+    "reply",
+    "only",
+    "which",
+    "fits",
+    "best",
+    "applies",
+    "you",
+    "questions",
+    "about",
+    "content",
+    "user",
+    "gives",
+    "what",
+    "how",
+    "does",
+    "do",
+    "did",
+    "can",
+    "could",
+    "should",
+    "would",
+    "very",
+    "cat",
+    "dog",
+    "bird",
+    "fish",
+    "red",
+    "blue",
+    "green",
+    "small",
+    "large",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "happy",
+    "sad",
+    "calm",
+    "angry",
+    "good",
+    "bad",
+    "great",
+    "terrible",
+    "movie",
+    "film",
+    "plot",
+    "actor",
+    "acting",
+    "music",
+    "story",
+    "boring",
+    "fun",
+    "love",
+    "hate",
+    "review",
+    "positive",
+    "negative",
+    "neutral",
+    "mixed",
+    "urgent",
+    "spam",
+    "message",
+    "subject",
+    "order",
+    "refund",
+    "billing",
+    "team",
+    "shipping",
+    "account",
+    "price",
+    "money",
+    "bank",
+    "today",
+    "tomorrow",
+    "weather",
+    "rain",
+    "sun",
+    "paris",
+    "france",
+    "capital",
+    "city",
+    "river",
+    "sea",
+    "help",
+    "please",
+    "charged",
+    "twice",
+    "wait",
+    "week",
+    "needs",
+    "attention",
+    "tone",
+    "customer",
+    "product",
+    "damaged",
+    "broken",
+    "late",
+    "early",
+    "slow",
+    "fast",
+]
 CHAT_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 THINK_TOKENS = ("<think>", "</think>")
-CHAT_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-                 "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 
 def write_decoder_tokenizer(folder: Path, specials: tuple[str, ...]) -> int:
@@ -49,15 +184,24 @@ def write_decoder_tokenizer(folder: Path, specials: tuple[str, ...]) -> int:
         vocab.setdefault(token, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.normalizer = normalizers.Lowercase()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Punctuation(),
-                                                 pre_tokenizers.Digits(individual_digits=True)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Whitespace(), pre_tokenizers.Punctuation(), pre_tokenizers.Digits(individual_digits=True)]
+    )
     tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
     tok.add_special_tokens(list(specials))
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": None, "eos_token": "<|im_end|>",
-              "pad_token": "<|im_end|>", "unk_token": "<unk>", "add_bos_token": False, "add_eos_token": False,
-              "model_max_length": POSITIONS, "chat_template": CHAT_TEMPLATE}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|im_end|>",
+        "unk_token": "<unk>",
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "model_max_length": POSITIONS,
+        "chat_template": CHAT_TEMPLATE,
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return len(vocab)
 
@@ -65,11 +209,25 @@ def write_decoder_tokenizer(folder: Path, specials: tuple[str, ...]) -> int:
 def decoder_config(variant: str, vocab: int) -> dict[str, Any]:
     arch = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}[variant]
     return {
-        "architectures": [arch], "model_type": variant, "vocab_size": vocab, "hidden_size": HIDDEN,
-        "intermediate_size": INTERMEDIATE, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM, "hidden_act": "silu", "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0, "max_position_embeddings": POSITIONS, "tie_word_embeddings": True,
-        "attention_bias": False, "mlp_bias": False, "bos_token_id": None, "eos_token_id": 2, "pad_token_id": 2,
+        "architectures": [arch],
+        "model_type": variant,
+        "vocab_size": vocab,
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTERMEDIATE,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": POSITIONS,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "bos_token_id": None,
+        "eos_token_id": 2,
+        "pad_token_id": 2,
         "torch_dtype": "bfloat16",
     }
 
@@ -90,10 +248,15 @@ def _tensors(config: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
         p = f"model.layers.{i}."
         out[p + "input_layernorm.weight"] = norm(HIDDEN)
         out[p + "post_attention_layernorm.weight"] = norm(HIDDEN)
-        for name, rows, cols in (("self_attn.q_proj", q_size, HIDDEN), ("self_attn.k_proj", kv_size, HIDDEN),
-                                 ("self_attn.v_proj", kv_size, HIDDEN), ("self_attn.o_proj", HIDDEN, q_size),
-                                 ("mlp.gate_proj", INTERMEDIATE, HIDDEN), ("mlp.up_proj", INTERMEDIATE, HIDDEN),
-                                 ("mlp.down_proj", HIDDEN, INTERMEDIATE)):
+        for name, rows, cols in (
+            ("self_attn.q_proj", q_size, HIDDEN),
+            ("self_attn.k_proj", kv_size, HIDDEN),
+            ("self_attn.v_proj", kv_size, HIDDEN),
+            ("self_attn.o_proj", HIDDEN, q_size),
+            ("mlp.gate_proj", INTERMEDIATE, HIDDEN),
+            ("mlp.up_proj", INTERMEDIATE, HIDDEN),
+            ("mlp.down_proj", HIDDEN, INTERMEDIATE),
+        ):
             out[f"{p}{name}.weight"] = normal(0.25, rows, cols)
         if qwen3:
             out[p + "self_attn.q_norm.weight"] = norm(HEAD_DIM)
@@ -103,20 +266,43 @@ def _tensors(config: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
 
 
 def golden_requests() -> list[dict[str, Any]]:
-    review = {"noul": {"type": "noul", "instructions": "is the review positive"},
-              "tone": {"type": "choice", "instructions": "what is the tone",
-                       "criteria": {"positive": "a good review", "negative": None, "mixed": None}},
-              "stars": {"type": "score", "instructions": "how good is the movie",
-                        "criteria": ["bad", "boring", "good", "great"]}}
-    ticket = {"urgent": {"type": "noul", "criteria": {"true": "needs attention today", "false": None}},
-              "team": {"type": "choice", "criteria": {"billing team": "money and refund", "shipping team": "late order",
-                                                      "account team": None}},
-              "wait": {"type": "score", "instructions": "how long can it wait",
-                       "criteria": ["today", {"when": "this week"}, ["next", "week"]]}}
+    review = {
+        "noul": {"type": "noul", "instructions": "is the review positive"},
+        "tone": {
+            "type": "choice",
+            "instructions": "what is the tone",
+            "criteria": {"positive": "a good review", "negative": None, "mixed": None},
+        },
+        "stars": {
+            "type": "score",
+            "instructions": "how good is the movie",
+            "criteria": ["bad", "boring", "good", "great"],
+        },
+    }
+    ticket = {
+        "urgent": {"type": "noul", "criteria": {"true": "needs attention today", "false": None}},
+        "team": {
+            "type": "choice",
+            "criteria": {"billing team": "money and refund", "shipping team": "late order", "account team": None},
+        },
+        "wait": {
+            "type": "score",
+            "instructions": "how long can it wait",
+            "criteria": ["today", {"when": "this week"}, ["next", "week"]],
+        },
+    }
     return [
-        {"surface": "systemone", "body": {"state": "the movie was great fun and the music was good", "questions": review}},
-        {"surface": "systemone", "body": {"state": {"subject": "charged twice", "message": "please help refund my order"},
-                                          "questions": ticket}},
+        {
+            "surface": "systemone",
+            "body": {"state": "the movie was great fun and the music was good", "questions": review},
+        },
+        {
+            "surface": "systemone",
+            "body": {
+                "state": {"subject": "charged twice", "message": "please help refund my order"},
+                "questions": ticket,
+            },
+        },
     ]
 
 
@@ -133,10 +319,20 @@ def write_decision_fixture(out: Path, variant: str | None, seed: int) -> list[di
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     save_file(_tensors(config, seed), str(out / "model.safetensors"), metadata={"format": "pt"})
     template = TEMPLATES["chatml-think" if variant == "qwen3" else "chatml"]
-    write_manifest(out, {
-        "family": "decision", "surfaces": ["decisions"], "dtype": "bfloat16", "max_input_tokens": POSITIONS,
-        "prompt_template": {"state": template["state"], "question": template["question"], "system": DEFAULT_SYSTEM,
-                            "answer_prefix": template.get("answer_prefix", "")},
-        "fixture": {"variant": variant, "seed": seed},
-    })
+    write_manifest(
+        out,
+        {
+            "family": "decision",
+            "surfaces": ["decisions"],
+            "dtype": "bfloat16",
+            "max_input_tokens": POSITIONS,
+            "prompt_template": {
+                "state": template["state"],
+                "question": template["question"],
+                "system": DEFAULT_SYSTEM,
+                "answer_prefix": template.get("answer_prefix", ""),
+            },
+            "fixture": {"variant": variant, "seed": seed},
+        },
+    )
     return golden_requests()

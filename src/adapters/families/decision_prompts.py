@@ -17,21 +17,26 @@ either text. docs/decisions.md shows every default.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
 from string import ascii_uppercase
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 DEFAULT_SYSTEM = "You answer questions about the content the user gives. Reply with the answer only."
 
 _CHATML_STATE = "{bos}<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{state}\n\n"
 TEMPLATES: dict[str, dict[str, str]] = {
     "chatml": {"state": _CHATML_STATE, "question": "{question}<|im_end|>\n<|im_start|>assistant\n"},
-    "chatml-think": {"state": _CHATML_STATE,
-                     "question": "{question}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"},
-    "llama3": {"state": "{bos}<|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>"
-                        "<|start_header_id|>user<|end_header_id|>\n\n{state}\n\n",
-               "question": "{question}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
+    "chatml-think": {
+        "state": _CHATML_STATE,
+        "question": "{question}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+    },
+    "llama3": {
+        "state": "{bos}<|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\n{state}\n\n",
+        "question": "{question}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+    },
     "plain": {"state": "{bos}{state}\n\n", "question": "{question}\nAnswer:", "answer_prefix": " "},
 }
 
@@ -76,8 +81,13 @@ class PromptTemplate:
         return self._fill(before, bos) + body + self._fill(after, bos)
 
     def as_dict(self) -> dict[str, str]:
-        return {"name": self.name, "state": self.state, "question": self.question, "system": self.system,
-                "answer_prefix": self.answer_prefix}
+        return {
+            "name": self.name,
+            "state": self.state,
+            "question": self.question,
+            "system": self.system,
+            "answer_prefix": self.answer_prefix,
+        }
 
 
 def default_template_name(has_token: Callable[[str], bool]) -> str:
@@ -98,7 +108,9 @@ def choose_template(manifest_value: Any, has_token: Callable[[str], bool]) -> Pr
             raise ValueError(f"srun.json prompt_template {manifest_value!r} is not one of {sorted(TEMPLATES)}")
         return PromptTemplate(manifest_value, **TEMPLATES[manifest_value])
     if not isinstance(manifest_value, dict):
-        raise ValueError("srun.json prompt_template must be a name or an object {state, question, system?, answer_prefix?}")
+        raise ValueError(
+            "srun.json prompt_template must be a name or an object {state, question, system?, answer_prefix?}"
+        )
     unknown = set(manifest_value) - {"state", "question", "system", "answer_prefix"}
     if unknown or not {"state", "question"} <= set(manifest_value):
         raise ValueError(f"srun.json prompt_template needs `state` and `question` (unknown: {sorted(unknown)})")
@@ -127,8 +139,11 @@ SingleToken = Callable[[str], "int | None"]  # the id of a text that is exactly 
 
 
 def render_noul(instructions: Any, criteria: Mapping[str, Any] | None) -> RenderedQuestion:
-    lines = [f"Question: {content_text(instructions)}" if instructions is not None
-             else 'Question: Which of "Yes" and "No" applies?']
+    lines = [
+        f"Question: {content_text(instructions)}"
+        if instructions is not None
+        else 'Question: Which of "Yes" and "No" applies?'
+    ]
     for key, word in (("true", "Yes"), ("false", "No")):
         described = (criteria or {}).get(key)
         if described is not None:
@@ -153,19 +168,24 @@ def option_keys(names: Sequence[str], single: SingleToken) -> tuple[str, ...]:
             seen.add(token)
             if len(keys) == len(names):
                 return tuple(keys)
-    raise QuestionError("invalid_question", f"this model's tokenizer has single-token keys for only {len(keys)} "
-                                            f"options; the question has {len(names)}")
+    raise QuestionError(
+        "invalid_question",
+        f"this model's tokenizer has single-token keys for only {len(keys)} options; the question has {len(names)}",
+    )
 
 
 def render_choice(instructions: Any, criteria: Mapping[str, Any], single: SingleToken) -> RenderedQuestion:
     names = list(criteria)
     if not MIN_OPTIONS <= len(names) <= MAX_OPTIONS:
-        raise QuestionError("invalid_question", f"a choice question takes {MIN_OPTIONS} to {MAX_OPTIONS} options "
-                                                f"(got {len(names)})")
+        raise QuestionError(
+            "invalid_question", f"a choice question takes {MIN_OPTIONS} to {MAX_OPTIONS} options (got {len(names)})"
+        )
     keys = option_keys(names, single)
     by_name = keys == tuple(names)
-    lines = [f"Question: {content_text(instructions) if instructions is not None else 'Which option fits best?'}",
-             "Options:"]
+    lines = [
+        f"Question: {content_text(instructions) if instructions is not None else 'Which option fits best?'}",
+        "Options:",
+    ]
     for key, name in zip(keys, names):
         described = criteria[name]
         label = key if by_name else f"{key}. {name}"
@@ -176,11 +196,14 @@ def render_choice(instructions: Any, criteria: Mapping[str, Any], single: Single
 
 def render_score(instructions: Any, criteria: Sequence[Any]) -> RenderedQuestion:
     if not MIN_LEVELS <= len(criteria) <= MAX_LEVELS:
-        raise QuestionError("invalid_question", f"a score question takes {MIN_LEVELS} to {MAX_LEVELS} levels "
-                                                f"(got {len(criteria)})")
+        raise QuestionError(
+            "invalid_question", f"a score question takes {MIN_LEVELS} to {MAX_LEVELS} levels (got {len(criteria)})"
+        )
     levels = tuple(str(i) for i in range(len(criteria)))
-    lines = [f"Question: {content_text(instructions) if instructions is not None else 'Which level fits best?'}",
-             "Levels:"]
+    lines = [
+        f"Question: {content_text(instructions) if instructions is not None else 'Which level fits best?'}",
+        "Levels:",
+    ]
     lines += [f"{level}: {content_text(c)}" for level, c in zip(levels, criteria)]
     lines.append("Answer with the number of one level.")
     return RenderedQuestion("\n".join(lines), levels, levels, dict(zip(levels, criteria)))

@@ -12,8 +12,9 @@ question holding the whole prompt; shared (decided by `domain.shared_context.sho
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from tokenizers import Tokenizer
 
@@ -104,8 +105,13 @@ class PromptTokens:
 LimitMessage = Callable[[int], str]
 
 
-def prepare(tokens: PromptTokens, state: Any, questions: Sequence[AskedQuestion], max_input_tokens: int,
-            limit_message: LimitMessage) -> PreparedState:
+def prepare(
+    tokens: PromptTokens,
+    state: Any,
+    questions: Sequence[AskedQuestion],
+    max_input_tokens: int,
+    limit_message: LimitMessage,
+) -> PreparedState:
     template = tokens.template
     (state_ids,) = tokens.encode([template.state_part(content_text(state), tokens.bos)])
     out = PreparedState(state_ids)
@@ -117,8 +123,11 @@ def prepare(tokens: PromptTokens, state: Any, questions: Sequence[AskedQuestion]
             item.rendered = render_question(asked.kind, asked.instructions, asked.criteria, tokens.single)
             answer_ids = [tokens.single(k) for k in item.rendered.answer_keys]
             if any(i is None for i in answer_ids) or len(set(answer_ids)) != len(answer_ids):
-                raise QuestionError("invalid_question", "this model's tokenizer has no single distinct token for each "
-                                                        f"answer ({', '.join(item.rendered.answer_keys)})")
+                raise QuestionError(
+                    "invalid_question",
+                    "this model's tokenizer has no single distinct token for each "
+                    f"answer ({', '.join(item.rendered.answer_keys)})",
+                )
             item.answer_ids = tuple(answer_ids)  # type: ignore[arg-type]
             bodies.append(template.question_part(item.rendered.body, tokens.bos))
         except QuestionError as exc:

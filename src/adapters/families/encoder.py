@@ -5,8 +5,9 @@ classify / rerank). Rows are tokenized texts; one lane, counted as the engine's 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from vllm_srun.adapters.contracts import Family, LoadContext, LoadedModel, LogitsRow, PackageInfo, as_encoder_engine
 from vllm_srun.adapters.families.encoder_fixture import VARIANTS, write_encoder_fixture
@@ -75,9 +76,14 @@ class EncoderModel(LoadedModel):
         context.progress(f"load: reading weights of {folder.name} ({self.dtype})")
         self.reference = ReferenceEncoder.from_folder(folder, dtype=getattr(torch, self.dtype))
         graph = folder / "model.onnx"
-        self.forward = as_encoder_engine(context.build_engine(
-            "encoder", self.reference, package_graph=graph if graph.is_file() else None,
-            largest_forward_tokens=CPU_CAP_TOKENS))
+        self.forward = as_encoder_engine(
+            context.build_engine(
+                "encoder",
+                self.reference,
+                package_graph=graph if graph.is_file() else None,
+                largest_forward_tokens=CPU_CAP_TOKENS,
+            )
+        )
         self.engine = self.forward
         self.tokenizer = TextTokenizer.from_folder(folder)
         self.pooling = self.reference.pooling
@@ -106,15 +112,32 @@ class EncoderModel(LoadedModel):
             return list(forward.classify_logits([p.encoded for p in payloads]))
         out: list[Any] = [None] * len(payloads)  # rows of two surfaces in one forward: run each part
         pooled = sorted(set(range(len(payloads))) - set(heads))
-        for idx, rows in ((heads, forward.classify_logits([payloads[i].encoded for i in heads])),
-                          (pooled, forward.embed([payloads[i] for i in pooled]))):
+        for idx, rows in (
+            (heads, forward.classify_logits([payloads[i].encoded for i in heads])),
+            (pooled, forward.embed([payloads[i] for i in pooled])),
+        ):
             for i, row in zip(idx, rows):
                 out[i] = row
         return out
 
     def probe_payloads(self) -> list[Any]:
         """Rows of mixed lengths (within 512 padded tokens together) for the batch-invariance probe."""
-        words = "the quick brown fox jumps over a lazy dog while seven small birds sing".split()
+        words = [
+            "the",
+            "quick",
+            "brown",
+            "fox",
+            "jumps",
+            "over",
+            "a",
+            "lazy",
+            "dog",
+            "while",
+            "seven",
+            "small",
+            "birds",
+            "sing",
+        ]
         lengths = [1, 4, 9, 17, 30, 52]
         texts = [" ".join(words[i % len(words)] for i in range(n)) for n in lengths]
         rows = self.tokenize(texts, truncate=True)
@@ -148,8 +171,9 @@ class EncoderFamily(Family):
     def describe(self, folder: Path) -> PackageInfo:
         manifest = read_manifest(folder)
         declared = manifest.get("max_input_tokens")
-        return PackageInfo(self.name, _surfaces(manifest, _head_labels(read_config(folder))),
-                           int(declared) if declared else None)
+        return PackageInfo(
+            self.name, _surfaces(manifest, _head_labels(read_config(folder))), int(declared) if declared else None
+        )
 
     def load(self, folder: Path, context: LoadContext) -> LoadedModel:
         return EncoderModel(folder, context)

@@ -19,16 +19,94 @@ from vllm_srun.adapters.families.manifest import write_manifest
 
 VARIANTS = ("embed", "classify", "multilabel", "rerank")
 HIDDEN, LAYERS, HEADS, INTERMEDIATE, POSITIONS = 32, 2, 4, 64, 128
-WORDS = (
-    "the a an is are was of to and in on for with not this that it be by at from as or but "
-    "cat dog bird fish red blue green small large quick brown fox jumps over lazy happy sad "
-    "good bad great terrible movie film plot actor acting music story boring fun love hate "
-    "query document answer question relevant paris france capital city river mountain sea "
-    "weather rain sun today tomorrow price money bank account order refund billing team"
-).split()
+WORDS = [
+    "the",
+    "a",
+    "an",
+    "is",
+    "are",
+    "was",
+    "of",
+    "to",
+    "and",
+    "in",
+    "on",
+    "for",
+    "with",
+    "not",
+    "this",
+    "that",
+    "it",
+    "be",
+    "by",
+    "at",
+    "from",
+    "as",
+    "or",
+    "but",
+    "cat",
+    "dog",
+    "bird",
+    "fish",
+    "red",
+    "blue",
+    "green",
+    "small",
+    "large",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "happy",
+    "sad",
+    "good",
+    "bad",
+    "great",
+    "terrible",
+    "movie",
+    "film",
+    "plot",
+    "actor",
+    "acting",
+    "music",
+    "story",
+    "boring",
+    "fun",
+    "love",
+    "hate",
+    "query",
+    "document",
+    "answer",
+    "question",
+    "relevant",
+    "paris",
+    "france",
+    "capital",
+    "city",
+    "river",
+    "mountain",
+    "sea",
+    "weather",
+    "rain",
+    "sun",
+    "today",
+    "tomorrow",
+    "price",
+    "money",
+    "bank",
+    "account",
+    "order",
+    "refund",
+    "billing",
+    "team",
+]
 LABELS = {"classify": ["negative", "neutral", "positive"], "multilabel": ["billing", "shipping", "urgent"]}
-LONG_TEXT = ("the movie was great fun and the music was good but the plot was boring and the acting "
-             "was bad so the story is not great and the film is not fun at all today ") * 3
+LONG_TEXT = (
+    "the movie was great fun and the music was good but the plot was boring and the acting "
+    "was bad so the story is not great and the film is not fun at all today "
+) * 3
 
 
 def _tensors(vocab: int, num_labels: int | None, seed: int) -> dict[str, np.ndarray]:
@@ -38,19 +116,28 @@ def _tensors(vocab: int, num_labels: int | None, seed: int) -> dict[str, np.ndar
         return (0.3 * rng.standard_normal(shape)).astype(np.float32)
 
     def norm(prefix: str) -> dict[str, np.ndarray]:
-        return {f"{prefix}.weight": (1.0 + 0.2 * rng.standard_normal(HIDDEN)).astype(np.float32),
-                f"{prefix}.bias": normal(HIDDEN)}
+        return {
+            f"{prefix}.weight": (1.0 + 0.2 * rng.standard_normal(HIDDEN)).astype(np.float32),
+            f"{prefix}.bias": normal(HIDDEN),
+        }
 
     base = "bert." if num_labels is not None else ""
-    out = {f"{base}embeddings.word_embeddings.weight": normal(vocab, HIDDEN),
-           f"{base}embeddings.position_embeddings.weight": normal(POSITIONS, HIDDEN),
-           f"{base}embeddings.token_type_embeddings.weight": normal(2, HIDDEN),
-           **norm(f"{base}embeddings.LayerNorm")}
+    out = {
+        f"{base}embeddings.word_embeddings.weight": normal(vocab, HIDDEN),
+        f"{base}embeddings.position_embeddings.weight": normal(POSITIONS, HIDDEN),
+        f"{base}embeddings.token_type_embeddings.weight": normal(2, HIDDEN),
+        **norm(f"{base}embeddings.LayerNorm"),
+    }
     for i in range(LAYERS):
         p = f"{base}encoder.layer.{i}."
-        for name, (rows, cols) in {"attention.self.query": (HIDDEN, HIDDEN), "attention.self.key": (HIDDEN, HIDDEN),
-                                   "attention.self.value": (HIDDEN, HIDDEN), "attention.output.dense": (HIDDEN, HIDDEN),
-                                   "intermediate.dense": (INTERMEDIATE, HIDDEN), "output.dense": (HIDDEN, INTERMEDIATE)}.items():
+        for name, (rows, cols) in {
+            "attention.self.query": (HIDDEN, HIDDEN),
+            "attention.self.key": (HIDDEN, HIDDEN),
+            "attention.self.value": (HIDDEN, HIDDEN),
+            "attention.output.dense": (HIDDEN, HIDDEN),
+            "intermediate.dense": (INTERMEDIATE, HIDDEN),
+            "output.dense": (HIDDEN, INTERMEDIATE),
+        }.items():
             out[f"{p}{name}.weight"] = normal(rows, cols)
             out[f"{p}{name}.bias"] = normal(rows)
         out.update(norm(f"{p}attention.output.LayerNorm"))
@@ -69,14 +156,24 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 def _sentence_transformers_files(out: Path) -> None:
-    _write_json(out / "modules.json", [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-    ])
-    _write_json(out / "1_Pooling" / "config.json", {
-        "word_embedding_dimension": HIDDEN, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
-        "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False})
+    _write_json(
+        out / "modules.json",
+        [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+        ],
+    )
+    _write_json(
+        out / "1_Pooling" / "config.json",
+        {
+            "word_embedding_dimension": HIDDEN,
+            "pooling_mode_cls_token": False,
+            "pooling_mode_mean_tokens": True,
+            "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False,
+        },
+    )
     (out / "2_Normalize").mkdir(exist_ok=True)
     _write_json(out / "sentence_bert_config.json", {"max_seq_length": POSITIONS, "do_lower_case": True})
 
@@ -84,17 +181,31 @@ def _sentence_transformers_files(out: Path) -> None:
 def golden_requests(variant: str) -> list[dict[str, Any]]:
     window = {"overflow": "window", "window": {"tokens": 32, "overlap": 8}}
     if variant == "embed":
-        return [{"surface": "embeddings", "body": {"input": ["the cat sat on the mat", "a quick brown fox", "x"]}},
-                {"surface": "embeddings", "body": {"input": "happy music today", "dimensions": 16}}]
+        return [
+            {"surface": "embeddings", "body": {"input": ["the cat sat on the mat", "a quick brown fox", "x"]}},
+            {"surface": "embeddings", "body": {"input": "happy music today", "dimensions": 16}},
+        ]
     if variant == "rerank":
         docs = ["paris is the capital of france", "the river flows to the sea", "a small cat", LONG_TEXT]
-        return [{"surface": "rerank", "body": {"query": "capital of france", "documents": docs[:3], "return_documents": True}},
-                {"surface": "rerank", "body": {"query": "is the movie fun", "documents": docs, "options": window}}]
-    texts = ["this movie is great fun", "terrible plot and bad acting", {"text": "refund my order", "text_pair": "billing team"}]
+        return [
+            {
+                "surface": "rerank",
+                "body": {"query": "capital of france", "documents": docs[:3], "return_documents": True},
+            },
+            {"surface": "rerank", "body": {"query": "is the movie fun", "documents": docs, "options": window}},
+        ]
+    texts = [
+        "this movie is great fun",
+        "terrible plot and bad acting",
+        {"text": "refund my order", "text_pair": "billing team"},
+    ]
     first: dict[str, Any] = {"input": texts}
     if variant == "multilabel":
         first["options"] = {"threshold": 0.4}
-    return [{"surface": "classify", "body": first}, {"surface": "classify", "body": {"input": LONG_TEXT, "options": window}}]
+    return [
+        {"surface": "classify", "body": first},
+        {"surface": "classify", "body": {"input": LONG_TEXT, "options": window}},
+    ]
 
 
 def write_encoder_fixture(out: Path, variant: str | None, seed: int) -> list[dict[str, Any]]:
@@ -110,24 +221,45 @@ def write_encoder_fixture(out: Path, variant: str | None, seed: int) -> list[dic
     labels = LABELS.get(variant, ["LABEL_0"] if variant == "rerank" else None)
     config: dict[str, Any] = {
         "architectures": ["BertModel" if labels is None else "BertForSequenceClassification"],
-        "model_type": "bert", "vocab_size": len(vocab), "hidden_size": HIDDEN, "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS, "intermediate_size": INTERMEDIATE, "hidden_act": "gelu",
-        "max_position_embeddings": POSITIONS, "type_vocab_size": 2, "layer_norm_eps": 1e-12, "pad_token_id": 0,
-        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "torch_dtype": "float32",
+        "model_type": "bert",
+        "vocab_size": len(vocab),
+        "hidden_size": HIDDEN,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "intermediate_size": INTERMEDIATE,
+        "hidden_act": "gelu",
+        "max_position_embeddings": POSITIONS,
+        "type_vocab_size": 2,
+        "layer_norm_eps": 1e-12,
+        "pad_token_id": 0,
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "torch_dtype": "float32",
     }
     if labels is not None:
-        config.update(num_labels=len(labels), id2label={str(i): n for i, n in enumerate(labels)},
-                      label2id={n: i for i, n in enumerate(labels)})
+        config.update(
+            num_labels=len(labels),
+            id2label={str(i): n for i, n in enumerate(labels)},
+            label2id={n: i for i, n in enumerate(labels)},
+        )
         if variant == "multilabel":
             config["problem_type"] = "multi_label_classification"
     _write_json(out / "config.json", config)
-    save_file(_tensors(len(vocab), None if labels is None else len(labels), seed), str(out / "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file(
+        _tensors(len(vocab), None if labels is None else len(labels), seed),
+        str(out / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     surfaces = {"embed": ["embeddings"], "rerank": ["rerank"]}.get(variant, ["classify"])
     if variant == "embed":
         _sentence_transformers_files(out)
-    manifest: dict[str, Any] = {"family": "encoder", "surfaces": surfaces, "dtype": "float32",
-                                "max_input_tokens": POSITIONS, "fixture": {"variant": variant, "seed": seed}}
+    manifest: dict[str, Any] = {
+        "family": "encoder",
+        "surfaces": surfaces,
+        "dtype": "float32",
+        "max_input_tokens": POSITIONS,
+        "fixture": {"variant": variant, "seed": seed},
+    }
     if labels is not None and variant != "rerank":
         manifest.update(labels=labels, multi_label=variant == "multilabel")
     write_manifest(out, manifest)

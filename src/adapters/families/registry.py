@@ -17,8 +17,9 @@ from vllm_srun.domain.errors import InvalidRequest
 
 
 class FamilyRegistry:
-    def __init__(self, entries: Iterable[EntryPoint] | None = None,
-                 families: dict[str, tuple[PluginInfo, Family]] | None = None) -> None:
+    def __init__(
+        self, entries: Iterable[EntryPoint] | None = None, families: dict[str, tuple[PluginInfo, Family]] | None = None
+    ) -> None:
         self.plugins: PluginRegistry[Family] = PluginRegistry(FAMILIES_GROUP, entries, families)
 
     def names(self) -> list[str]:

@@ -15,12 +15,12 @@ from vllm_srun.adapters.front.fleet import Fleet
 from vllm_srun.adapters.front.inventory import deployment_card, health, inventory
 from vllm_srun.adapters.front.metrics import FrontMetrics
 from vllm_srun.adapters.front.proxy import Proxy
-from vllm_srun.adapters.http.liveness import live  # the same liveness answer as a worker's
 from vllm_srun.adapters.http.errors import exception_handlers
-from vllm_srun.domain.errors import NotReady
-from vllm_srun.adapters.http.timing import ServerTimingMiddleware
+from vllm_srun.adapters.http.liveness import live  # the same liveness answer as a worker's
 from vllm_srun.adapters.http.openapi import openapi_document
+from vllm_srun.adapters.http.timing import ServerTimingMiddleware
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
+from vllm_srun.domain.errors import NotReady
 
 log = logging.getLogger("vllm_srun.front")
 JSON = "application/json"

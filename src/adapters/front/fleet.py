@@ -91,14 +91,22 @@ class Fleet:
                 command = None
                 if not replica.attached:
                     settings = worker_settings(
-                        spec, device=replica.device or "auto", uds=handle.socket_path or "",
-                        threads=handle.threads, max_request_bytes=max_request_bytes, log_level=worker_log_level,
+                        spec,
+                        device=replica.device or "auto",
+                        uds=handle.socket_path or "",
+                        threads=handle.threads,
+                        max_request_bytes=max_request_bytes,
+                        log_level=worker_log_level,
                     )
                     problems += [f"deployments.{name}: {problem}" for problem in settings.problems()]
                     command = worker_command(settings)
                 deployment.supervisors.append(
                     ReplicaSupervisor(
-                        handle, deployment, command=command, env=env, clock=clock,
+                        handle,
+                        deployment,
+                        command=command,
+                        env=env,
+                        clock=clock,
                         on_event=lambda event, h, detail: events.lifecycle(event, h.deployment, h.id, detail),
                     )
                 )
@@ -118,7 +126,12 @@ class Fleet:
 
     @staticmethod
     def _handle(
-        deployment: str, index: int, replica: ReplicaConfig, pool: Pool, socket_dir: str, n: int,
+        deployment: str,
+        index: int,
+        replica: ReplicaConfig,
+        pool: Pool,
+        socket_dir: str,
+        n: int,
         threads: int | None,
     ) -> ReplicaHandle:
         replica_id = f"{deployment}/{index}"
@@ -131,8 +144,13 @@ class Fleet:
         path = os.path.join(socket_dir, f"w{n}.sock")
         cpu = is_cpu_device(replica.device or "auto")
         return ReplicaHandle(
-            replica_id, deployment, replica, record, WorkerClient(uds=path),
-            socket_path=path, threads=threads if cpu else None,
+            replica_id,
+            deployment,
+            replica,
+            record,
+            WorkerClient(uds=path),
+            socket_path=path,
+            threads=threads if cpu else None,
         )
 
     # ---- lookup --------------------------------------------------------------------------

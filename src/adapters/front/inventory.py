@@ -72,7 +72,11 @@ def deployment_card(deployment: Deployment) -> dict[str, Any]:
 def health(fleet: Fleet, *, draining: bool) -> tuple[bool, dict[str, Any]]:
     """200 only when every deployment has a ready replica and the front is not draining."""
     deployments = {
-        name: {"status": "ready" if d.ready_count() else "not_ready", "ready": d.ready_count(), "desired": len(d.handles)}
+        name: {
+            "status": "ready" if d.ready_count() else "not_ready",
+            "ready": d.ready_count(),
+            "desired": len(d.handles),
+        }
         for name, d in fleet.deployments.items()
     }
     ready = not draining and all(d.ready_count() > 0 for d in fleet.deployments.values())

@@ -33,27 +33,35 @@ class FrontMetrics:
     def __init__(self) -> None:
         r = self.registry = MetricsRegistry()
         self.requests = r.counter(
-            "vllm_sr_requests_total", "Requests answered by the front, by deployment and code", ("deployment", "code"))
+            "vllm_sr_requests_total", "Requests answered by the front, by deployment and code", ("deployment", "code")
+        )
         self.errors = r.counter("vllm_sr_errors_total", "Error responses of the front by code", ("code",))
         self.request_seconds = r.histogram(
-            "vllm_sr_request_duration_seconds", "Request time at the front", ("deployment",), SECONDS_BUCKETS)
+            "vllm_sr_request_duration_seconds", "Request time at the front", ("deployment",), SECONDS_BUCKETS
+        )
         self.outcomes = r.counter(
-            "vllm_sr_dispatch_outcomes_total", "Dispatched requests by replica and outcome", (*REPLICA, "outcome"))
+            "vllm_sr_dispatch_outcomes_total", "Dispatched requests by replica and outcome", (*REPLICA, "outcome")
+        )
         self.in_flight = r.gauge("vllm_sr_replica_in_flight", "Requests in flight per replica", REPLICA)
         self.outstanding = r.gauge(
-            "vllm_sr_replica_outstanding_bytes", "Request bytes outstanding per replica", REPLICA)
+            "vllm_sr_replica_outstanding_bytes", "Request bytes outstanding per replica", REPLICA
+        )
         self.replica_ready = r.gauge("vllm_sr_replica_ready", "1 when the replica takes requests", REPLICA)
         self.ready_replicas = r.gauge("vllm_sr_ready_replicas", "Ready replicas per deployment", ("deployment",))
         self.restarts = r.counter("vllm_sr_replica_restarts_total", "Worker restarts per replica", REPLICA)
         self.ejections = r.counter("vllm_sr_ejections_total", "Outlier ejections per replica", REPLICA)
         self.readmissions = r.counter(
-            "vllm_sr_readmissions_total", "Readmissions of ejected replicas, by reason", (*REPLICA, "reason"))
+            "vllm_sr_readmissions_total", "Readmissions of ejected replicas, by reason", (*REPLICA, "reason")
+        )
         self.withheld = r.counter(
-            "vllm_sr_ejections_withheld_total", "Ejections withheld, by reason", (*REPLICA, "reason"))
+            "vllm_sr_ejections_withheld_total", "Ejections withheld, by reason", (*REPLICA, "reason")
+        )
         self.backoffs = r.counter(
-            "vllm_sr_replica_backoffs_total", "Short backoffs after a failure or timeout", REPLICA)
+            "vllm_sr_replica_backoffs_total", "Short backoffs after a failure or timeout", REPLICA
+        )
         self.cache = r.counter(
-            "vllm_sr_result_cache_total", "Front result cache lookups by outcome (hit|miss)", ("deployment", "outcome"))
+            "vllm_sr_result_cache_total", "Front result cache lookups by outcome (hit|miss)", ("deployment", "outcome")
+        )
 
     def render(self) -> str:
         return self.registry.render()
@@ -71,11 +79,16 @@ class FrontEvents:
             self.metrics.ejections.inc(labels)
             log.warning(
                 "replica_ejected deployment=%s replica=%s seconds=%g ejections_in_a_row=%d",
-                deployment, event.replica, event.seconds, event.ejections_in_a_row,
+                deployment,
+                event.replica,
+                event.seconds,
+                event.ejections_in_a_row,
             )
         elif isinstance(event, ReplicaReadmitted):
             self.metrics.readmissions.inc({**labels, "reason": event.reason})
-            log.warning("replica_readmitted deployment=%s replica=%s reason=%s", deployment, event.replica, event.reason)
+            log.warning(
+                "replica_readmitted deployment=%s replica=%s reason=%s", deployment, event.replica, event.reason
+            )
         elif isinstance(event, EjectionWithheld):
             self.metrics.withheld.inc({**labels, "reason": event.reason})
             log.warning(

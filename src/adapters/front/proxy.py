@@ -22,10 +22,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from vllm_srun.adapters.cancellation import race, wait_disconnect
 from vllm_srun.adapters.front import bodies
 from vllm_srun.adapters.front.fleet import Deployment, Fleet
 from vllm_srun.adapters.front.metrics import FrontMetrics
-from vllm_srun.adapters.cancellation import race, wait_disconnect
 from vllm_srun.adapters.front.responses import send_error, send_response, server_timing
 from vllm_srun.adapters.workers.http_client import WorkerResponse, WorkerUnavailable
 from vllm_srun.domain.errors import (
@@ -155,7 +155,12 @@ class Proxy:
         return response.status, payload, headers, response.headers.get(b"server-timing")
 
     async def _dispatch(
-        self, path: str, doc: dict[str, Any], body: bytes, deployment: Deployment, timeout: float,
+        self,
+        path: str,
+        doc: dict[str, Any],
+        body: bytes,
+        deployment: Deployment,
+        timeout: float,
         receive: Receive,
     ) -> tuple[WorkerResponse, str | None]:
         pool = deployment.pool

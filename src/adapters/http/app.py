@@ -24,8 +24,8 @@ from vllm_srun.adapters.http.liveness import live
 from vllm_srun.adapters.http.openapi import openapi_document
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
-from vllm_srun.adapters.schemas.common import json_encoder
 from vllm_srun.adapters.request_timing import SCOPE_KEY, RequestTiming
+from vllm_srun.adapters.schemas.common import json_encoder
 from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.adapters.surfaces.registry import SURFACE_ROUTES, SurfaceRoute
 from vllm_srun.domain.errors import Cancelled, InvalidRequest, NotReady
@@ -82,7 +82,9 @@ async def health(request: Request[Any, Any, Any]) -> Response[bytes]:
     runtime: Runtime = request.app.state.runtime
     ready, body = runtime.health()
     headers = {} if ready else {"retry-after": str(NotReady.default_retry_after_s)}
-    return Response(content=msgspec.json.encode(body), status_code=200 if ready else 503, media_type=JSON, headers=headers)
+    return Response(
+        content=msgspec.json.encode(body), status_code=200 if ready else 503, media_type=JSON, headers=headers
+    )
 
 
 @get("/metrics")

@@ -21,7 +21,9 @@ def _zstd_decompressor() -> Any:
         try:
             from backports.zstd import ZstdDecompressor  # type: ignore[import-not-found,no-redef]
         except ImportError:
-            raise InvalidRequest("Content-Encoding zstd needs Python 3.14 or the backports.zstd package on the server") from None
+            raise InvalidRequest(
+                "Content-Encoding zstd needs Python 3.14 or the backports.zstd package on the server"
+            ) from None
     return ZstdDecompressor()
 
 

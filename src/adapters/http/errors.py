@@ -42,8 +42,12 @@ STATUS_BY_CODE: dict[str, int] = {
     "not_ready": 503,
     "deadline_exceeded": 504,
 }
-CODE_BY_HTTP_STATUS: dict[int, str] = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large",
-                                       503: "not_ready"}
+CODE_BY_HTTP_STATUS: dict[int, str] = {
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    503: "not_ready",
+}
 INTERNAL_MESSAGE = "internal error; see the server log"
 RETRY_LATER: dict[str, type[RetryLater]] = {cls.code: cls for cls in (Overloaded, NotReady)}
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import msgspec
+
 from vllm_srun.adapters.http.errors import ErrorResponse
 from vllm_srun.adapters.schemas.routes import SURFACE_SCHEMAS, SurfaceSchema
-
 
 REF = "#/components/schemas/{name}"
 
@@ -16,9 +17,14 @@ def _error_responses() -> dict[str, Any]:
     ref = {"$ref": REF.format(name="ErrorResponse")}
     out = {}
     for status, what in (
-        ("400", "invalid_request"), ("404", "model_not_found"), ("413", "request_too_large"),
-        ("422", "unsupported_surface"), ("429", "overloaded"), ("500", "internal_error"),
-        ("503", "not_ready"), ("504", "deadline_exceeded"),
+        ("400", "invalid_request"),
+        ("404", "model_not_found"),
+        ("413", "request_too_large"),
+        ("422", "unsupported_surface"),
+        ("429", "overloaded"),
+        ("500", "internal_error"),
+        ("503", "not_ready"),
+        ("504", "deadline_exceeded"),
     ):
         out[status] = {"description": what, "content": {"application/json": {"schema": ref}}}
     return out
@@ -36,9 +42,17 @@ def openapi_document(routes: Iterable[SurfaceSchema] = SURFACE_SCHEMAS) -> dict[
         paths[r.path] = {
             "post": {
                 "operationId": op,
-                "requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": REF.format(name=r.request_type.__name__)}}}},
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"$ref": REF.format(name=r.request_type.__name__)}}},
+                },
                 "responses": {
-                    "200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": REF.format(name=r.response_type.__name__)}}}},
+                    "200": {
+                        "description": "OK",
+                        "content": {
+                            "application/json": {"schema": {"$ref": REF.format(name=r.response_type.__name__)}}
+                        },
+                    },
                     **_error_responses(),
                 },
             }

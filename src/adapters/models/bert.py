@@ -12,10 +12,11 @@ checkpoint has `classifier.weight` (BERT: pooler + classifier) or `classifier.ou
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -67,13 +68,30 @@ class BertConfig:
         num_labels = len(id2label) if id2label else int(raw.get("num_labels", 2))
         if not id2label:  # the transformers default names
             id2label = {i: f"LABEL_{i}" for i in range(num_labels)}
-        fields = {k: raw[k] for k in (
-            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-            "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "problem_type",
-        ) if k in raw}
+        fields = {
+            k: raw[k]
+            for k in (
+                "vocab_size",
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "intermediate_size",
+                "max_position_embeddings",
+                "type_vocab_size",
+                "layer_norm_eps",
+                "problem_type",
+            )
+            if k in raw
+        }
         pad = raw.get("pad_token_id")
-        cfg = cls(**fields, hidden_act=act, model_type=model_type, num_labels=num_labels, id2label=id2label,
-                  pad_token_id=int(pad) if pad is not None else 0)
+        cfg = cls(
+            **fields,
+            hidden_act=act,
+            model_type=model_type,
+            num_labels=num_labels,
+            id2label=id2label,
+            pad_token_id=int(pad) if pad is not None else 0,
+        )
         if cfg.hidden_size % cfg.num_attention_heads:
             raise ValueError(f"hidden_size {cfg.hidden_size} is not a multiple of {cfg.num_attention_heads} heads")
         return cfg
@@ -108,8 +126,9 @@ class BertEmbeddings(nn.Module):
         h = cfg.hidden_size
         # `_weight` skips the random init (slow on the meta device; every table is loaded anyway)
         self.word_embeddings = nn.Embedding(cfg.vocab_size, h, _weight=torch.empty(cfg.vocab_size, h))
-        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, h,
-                                                _weight=torch.empty(cfg.max_position_embeddings, h))
+        self.position_embeddings = nn.Embedding(
+            cfg.max_position_embeddings, h, _weight=torch.empty(cfg.max_position_embeddings, h)
+        )
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, h, _weight=torch.empty(cfg.type_vocab_size, h))
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.offset = cfg.position_offset
@@ -125,7 +144,7 @@ class BertEmbeddings(nn.Module):
         else:
             x = x + self.token_type_embeddings(token_type_ids)
         # right padding: positions are 0..T-1 (+ offset) for every row; padded slots are masked
-        x = x + self.position_embeddings.weight[self.offset: self.offset + t]
+        x = x + self.position_embeddings.weight[self.offset : self.offset + t]
         return self.LayerNorm(x)
 
 
@@ -164,8 +183,12 @@ class BertEncoder(nn.Module):
     def from_pretrained(cls, folder: Path, dtype: torch.dtype = torch.float32) -> BertEncoder:
         return load_bert(folder, dtype)[0]
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         mask = None
         if attention_mask is not None:  # [B, T] → [B, 1, 1, T] bool, True = attend
             mask = attention_mask.to(torch.bool)[:, None, None, :]
@@ -213,23 +236,39 @@ class BertClassifier(nn.Module):
             raise WeightsError(f"{folder} has no sequence-classification head (no 'classifier.weight')")
         return cls(encoder, head)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         return self.head(self.encoder(input_ids, attention_mask, token_type_ids))
 
 
 def _encoder_state(w: Weights, cfg: BertConfig) -> dict[str, torch.Tensor]:
-    state = {f"embeddings.{n}": w.take(f"embeddings.{n}") for n in (
-        "word_embeddings.weight", "position_embeddings.weight", "token_type_embeddings.weight",
-        "LayerNorm.weight", "LayerNorm.bias")}
+    state = {
+        f"embeddings.{n}": w.take(f"embeddings.{n}")
+        for n in (
+            "word_embeddings.weight",
+            "position_embeddings.weight",
+            "token_type_embeddings.weight",
+            "LayerNorm.weight",
+            "LayerNorm.bias",
+        )
+    }
     for i in range(cfg.num_hidden_layers):
         src, dst = f"encoder.layer.{i}.", f"layers.{i}."
         for kind in ("weight", "bias"):
             state[dst + "qkv." + kind] = torch.cat(
-                w.take_all(f"{src}attention.self.{n}.{kind}" for n in ("query", "key", "value")))
-            for ours, theirs in (("attn_out", "attention.output.dense"), ("attn_norm", "attention.output.LayerNorm"),
-                                 ("ffn_in", "intermediate.dense"), ("ffn_out", "output.dense"),
-                                 ("ffn_norm", "output.LayerNorm")):
+                w.take_all(f"{src}attention.self.{n}.{kind}" for n in ("query", "key", "value"))
+            )
+            for ours, theirs in (
+                ("attn_out", "attention.output.dense"),
+                ("attn_norm", "attention.output.LayerNorm"),
+                ("ffn_in", "intermediate.dense"),
+                ("ffn_out", "output.dense"),
+                ("ffn_norm", "output.LayerNorm"),
+            ):
                 state[f"{dst}{ours}.{kind}"] = w.take(f"{src}{theirs}.{kind}")
     return state
 
@@ -252,8 +291,10 @@ def _assign(module: nn.Module, state: dict[str, torch.Tensor], source: str) -> n
     return module.requires_grad_(False).eval()
 
 
-def load_bert(folder: Path, dtype: torch.dtype = torch.float32,
-              ) -> tuple[BertEncoder, SequenceClassificationHead | None]:
+def load_bert(
+    folder: Path,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[BertEncoder, SequenceClassificationHead | None]:
     """Read config.json and the safetensors of FOLDER: the encoder, and the head when there is one."""
     folder = Path(folder)
     cfg = BertConfig.from_folder(folder)

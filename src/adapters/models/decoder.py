@@ -17,9 +17,9 @@ rows (`attend_split`, no per-row copy of the state's K/V: 1.4× faster at a 2048
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +52,7 @@ class DecoderConfig:
     qk_norm: bool = False
 
     @classmethod
-    def from_dict(cls, raw: dict) -> "DecoderConfig":
+    def from_dict(cls, raw: dict) -> DecoderConfig:
         model_type = str(raw.get("model_type", "")).lower()
         if model_type not in _FAMILIES:
             raise ValueError(f"decoder model_type {model_type!r} is not supported (known: {sorted(_FAMILIES)})")
@@ -86,7 +86,7 @@ class DecoderConfig:
         )
 
     @classmethod
-    def from_folder(cls, folder: str | Path) -> "DecoderConfig":
+    def from_folder(cls, folder: str | Path) -> DecoderConfig:
         return cls.from_dict(json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")))
 
 
@@ -154,8 +154,9 @@ class Attention(nn.Module):
 
     def attend(self, q, k, v, mask: torch.Tensor | None) -> torch.Tensor:
         """SDPA under MASK (True = attend), or causal when MASK is None; then the output projection."""
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
-                                             enable_gqa=self.heads != self.kv_heads)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=self.heads != self.kv_heads
+        )
         return self._project(out)
 
     def attend_split(self, q, k, v, state_k, state_v) -> torch.Tensor:
@@ -211,14 +212,17 @@ class DecoderLM(nn.Module):
         self.model.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.model.layers = nn.ModuleList(_layer(config) for _ in range(config.num_layers))
         self.model.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.lm_head = None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = (
+            None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        )
         # Branch layout on a CPU: attend the state once for all rows (`attend_split`) instead of
         # copying its K/V into every row; False (or another device) uses one SDPA over the copies.
         self.split_attention = True
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path, dtype: torch.dtype = torch.float32,
-                        device: str | torch.device = "cpu") -> "DecoderLM":
+    def from_pretrained(
+        cls, folder: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+    ) -> DecoderLM:
         folder = Path(folder)
         config = DecoderConfig.from_folder(folder)
         files = sorted(folder.glob("*.safetensors"))
@@ -234,13 +238,16 @@ class DecoderLM(nn.Module):
             model = cls(config)
         missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
         if missing or unexpected:
-            raise ValueError(f"weights in {folder} do not fit the {config.model_type} layout: "
-                             f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+            raise ValueError(
+                f"weights in {folder} do not fit the {config.model_type} layout: "
+                f"missing {missing[:5]}, unexpected {unexpected[:5]}"
+            )
         return model.eval().requires_grad_(False)
 
     @classmethod
-    def random(cls, config: DecoderConfig, seed: int = 0, std: float = 0.02,
-               dtype: torch.dtype = torch.float32) -> "DecoderLM":
+    def random(
+        cls, config: DecoderConfig, seed: int = 0, std: float = 0.02, dtype: torch.dtype = torch.float32
+    ) -> DecoderLM:
         """Random weights (normal(0, std); norms near 1) — for fixtures, tests and benches."""
         gen = torch.Generator().manual_seed(seed)
         model = cls(config)
@@ -263,12 +270,19 @@ class DecoderLM(nn.Module):
         """cos/sin [B, 1, T, head_dim] for positions [B, T], computed in FP32 like the reference."""
         dim = self.config.head_dim
         exponent = torch.arange(0, dim, 2, dtype=torch.int64, device=positions.device).float() / dim
-        freqs = positions[..., None].float() * (1.0 / (self.config.rope_theta ** exponent))
+        freqs = positions[..., None].float() * (1.0 / (self.config.rope_theta**exponent))
         angles = torch.cat((freqs, freqs), dim=-1)
         return angles.cos().to(self.dtype)[:, None], angles.sin().to(self.dtype)[:, None]
 
-    def _layers(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
-                prefix: SharedState | None = None, keep: list | None = None, split: bool = False) -> torch.Tensor:
+    def _layers(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None,
+        prefix: SharedState | None = None,
+        keep: list | None = None,
+        split: bool = False,
+    ) -> torch.Tensor:
         """Hidden states before the final norm. MASK None means causal. With PREFIX, each row also
         sees the state's K/V (by `attend_split` with SPLIT, else by copies under MASK); KEEP collects K/V."""
         x = self.model.embed_tokens(ids)
@@ -307,8 +321,9 @@ class DecoderLM(nn.Module):
         return self.model.norm(self._layers(ids, positions, None))
 
     @torch.inference_mode()
-    def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                  positions: torch.Tensor | None = None) -> torch.Tensor:
+    def logits_at(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Next-token logits [B, V] at one position per row (default: each row's last real token)."""
         ids = self._ids(input_ids)
         b, t = ids.shape
@@ -329,8 +344,14 @@ class DecoderLM(nn.Module):
         return SharedState([k for k, _ in keep], [v for _, v in keep], ids.shape[1])
 
     @torch.inference_mode()
-    def branch_logits(self, state: SharedState, branch_ids: torch.Tensor | Sequence[Sequence[int]],
-                      lengths: torch.Tensor | Sequence[int] | None = None, *, chunk: int | None = None) -> torch.Tensor:
+    def branch_logits(
+        self,
+        state: SharedState,
+        branch_ids: torch.Tensor | Sequence[Sequence[int]],
+        lengths: torch.Tensor | Sequence[int] | None = None,
+        *,
+        chunk: int | None = None,
+    ) -> torch.Tensor:
         """Logits [Q, V] after each question's last token; question q sees the state, then itself causally.
 
         `branch_ids`: token lists, or a right-padded [Q, L] tensor with `lengths`. Positions continue
@@ -338,7 +359,7 @@ class DecoderLM(nn.Module):
         """
         ids, lengths = _pad(branch_ids, lengths, self.device)
         step = chunk or max(1, ids.shape[0])
-        out = [self._branch_rows(state, ids[i:i + step], lengths[i:i + step]) for i in range(0, ids.shape[0], step)]
+        out = [self._branch_rows(state, ids[i : i + step], lengths[i : i + step]) for i in range(0, ids.shape[0], step)]
         return torch.cat(out) if out else torch.empty(0, self.config.vocab_size, dtype=self.dtype)
 
     def _branch_rows(self, state: SharedState, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -353,9 +374,12 @@ class DecoderLM(nn.Module):
         return self._head(h[torch.arange(rows, device=ids.device), lengths - 1])
 
     @torch.inference_mode()
-    def packed_tree_logits(self, state_ids: torch.Tensor | Sequence[int],
-                           branch_ids: torch.Tensor | Sequence[Sequence[int]],
-                           lengths: torch.Tensor | Sequence[int] | None = None) -> torch.Tensor:
+    def packed_tree_logits(
+        self,
+        state_ids: torch.Tensor | Sequence[int],
+        branch_ids: torch.Tensor | Sequence[Sequence[int]],
+        lengths: torch.Tensor | Sequence[int] | None = None,
+    ) -> torch.Tensor:
         """The packed-tree layout: one row [state; q1; q2; ...] under a tree mask. Logits [Q, V]."""
         state = self._ids(state_ids).reshape(-1)
         ids, lengths = _pad(branch_ids, lengths, self.device)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -188,22 +188,35 @@ def _tokenizer(meta: _Meta, tokens: list[str]):
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     split = _SPLITS.get(meta.get("tokenizer.ggml.pre"))
     if split is not None:
-        byte_level = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(split), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
+        byte_level = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     tok.pre_tokenizer = byte_level
     tok.decoder = decoders.ByteLevel()
     types = meta.get("tokenizer.ggml.token_type") or []
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t, ty in zip(tokens, types) if ty == _CONTROL and set(t) <= alphabet])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False)
-                    for t, ty in zip(tokens, types) if ty == _USER_DEFINED and t in vocab])
+    tok.add_special_tokens(
+        [
+            AddedToken(t, special=True, normalized=False)
+            for t, ty in zip(tokens, types)
+            if ty == _CONTROL and set(t) <= alphabet
+        ]
+    )
+    tok.add_tokens(
+        [
+            AddedToken(t, special=False, normalized=False)
+            for t, ty in zip(tokens, types)
+            if ty == _USER_DEFINED and t in vocab
+        ]
+    )
     bos = meta.get("tokenizer.ggml.bos_token_id")
     if meta.get("tokenizer.ggml.add_bos_token", False) and bos is not None:
         name = tokens[int(bos)]
         tok.post_processor = processors.TemplateProcessing(
-            single=f"{name} $A", pair=f"{name} $A {name} $B", special_tokens=[(name, int(bos))])
+            single=f"{name} $A", pair=f"{name} $A {name} $B", special_tokens=[(name, int(bos))]
+        )
     else:
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
     return tok

@@ -25,8 +25,14 @@ import torch
 import torch.nn.functional as F
 
 MODES = ("cls", "max", "mean", "mean_sqrt_len", "weightedmean", "lasttoken")
-_ALIASES = {"mean_tokens": "mean", "cls_token": "cls", "max_tokens": "max", "mean_sqrt_len_tokens": "mean_sqrt_len",
-            "weightedmean_tokens": "weightedmean", "last_token": "lasttoken"}
+_ALIASES = {
+    "mean_tokens": "mean",
+    "cls_token": "cls",
+    "max_tokens": "max",
+    "mean_sqrt_len_tokens": "mean_sqrt_len",
+    "weightedmean_tokens": "weightedmean",
+    "last_token": "lasttoken",
+}
 
 
 @dataclass(frozen=True)
@@ -58,8 +64,11 @@ def _modes_from(raw: dict[str, Any]) -> tuple[str, ...]:
     if isinstance(raw.get("pooling_mode"), str):
         name = raw["pooling_mode"]
         return (_ALIASES.get(name, name),)
-    return tuple(m for m in MODES if raw.get(f"pooling_mode_{m}_tokens") or raw.get(f"pooling_mode_{m}_token")
-                 or raw.get(f"pooling_mode_{m}"))
+    return tuple(
+        m
+        for m in MODES
+        if raw.get(f"pooling_mode_{m}_tokens") or raw.get(f"pooling_mode_{m}_token") or raw.get(f"pooling_mode_{m}")
+    )
 
 
 def load_pooling_config(folder: Path, default_mode: str = "mean") -> PoolingConfig:

@@ -11,8 +11,8 @@ Rows are never cut here: a row longer than the model's positions raises ValueErr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -23,8 +23,13 @@ from vllm_srun.adapters.models.tokenization import Encoded
 
 
 class ReferenceEncoder:
-    def __init__(self, encoder: BertEncoder, head: SequenceClassificationHead | None,
-                 pooling: PoolingConfig, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        encoder: BertEncoder,
+        head: SequenceClassificationHead | None,
+        pooling: PoolingConfig,
+        device: torch.device | str = "cpu",
+    ) -> None:
         self.encoder = encoder
         self.head = head
         self.pooling = pooling
@@ -33,8 +38,13 @@ class ReferenceEncoder:
         self.pad_id = self.config.pad_token_id
 
     @classmethod
-    def from_folder(cls, folder: Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
-                    pooling: PoolingConfig | None = None) -> ReferenceEncoder:
+    def from_folder(
+        cls,
+        folder: Path,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        pooling: PoolingConfig | None = None,
+    ) -> ReferenceEncoder:
         """Load FOLDER. Pooling defaults to the folder's sentence-transformers config, else cls for a
         model with a classification head and mean for a bare encoder."""
         encoder, head = load_bert(folder, dtype)

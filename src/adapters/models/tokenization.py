@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
@@ -62,8 +62,9 @@ class TextTokenizer:
     def encode(self, texts: Sequence[str], max_length: int | None = None, truncate: bool = False) -> list[Encoded]:
         return self._run(list(texts), max_length, truncate)
 
-    def encode_pairs(self, pairs: Sequence[tuple[str, str]], max_length: int | None = None,
-                     truncate: bool = False) -> list[Encoded]:
+    def encode_pairs(
+        self, pairs: Sequence[tuple[str, str]], max_length: int | None = None, truncate: bool = False
+    ) -> list[Encoded]:
         return self._run([(a, b) for a, b in pairs], max_length, truncate)
 
     def _run(self, inputs: list, max_length: int | None, truncate: bool) -> list[Encoded]:
@@ -109,8 +110,9 @@ class TextTokenizer:
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
-def write_tiny_wordpiece_tokenizer(folder: Path, vocab_words: Iterable[str], *, lowercase: bool = True,
-                                   model_max_length: int = 512) -> dict[str, int]:
+def write_tiny_wordpiece_tokenizer(
+    folder: Path, vocab_words: Iterable[str], *, lowercase: bool = True, model_max_length: int = 512
+) -> dict[str, int]:
     """Write a BERT-style WordPiece tokenizer (tokenizer.json, vocab.txt, tokenizer_config.json,
     special_tokens_map.json) into FOLDER and return its vocabulary.
 
@@ -127,20 +129,32 @@ def write_tiny_wordpiece_tokenizer(folder: Path, vocab_words: Iterable[str], *, 
     for token in [*SPECIAL_TOKENS, *words, *pieces, *(f"##{c}" for c in pieces)]:
         vocab.setdefault(token, len(vocab))
     tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
-    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                strip_accents=None, lowercase=lowercase)
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
+    )
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
     tok.decoder = decoders.WordPiece(prefix="##")
     tok.add_special_tokens(list(SPECIAL_TOKENS))
     tok.save(str(folder / "tokenizer.json"))
     (folder / "vocab.txt").write_text("".join(f"{t}\n" for t in vocab), encoding="utf-8")
-    specials = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
-                "mask_token": "[MASK]"}
+    specials = {
+        "unk_token": "[UNK]",
+        "sep_token": "[SEP]",
+        "pad_token": "[PAD]",
+        "cls_token": "[CLS]",
+        "mask_token": "[MASK]",
+    }
     (folder / "special_tokens_map.json").write_text(json.dumps(specials, indent=2), encoding="utf-8")
-    config = {**specials, "do_lower_case": lowercase, "tokenizer_class": "BertTokenizer",
-              "model_max_length": model_max_length}
+    config = {
+        **specials,
+        "do_lower_case": lowercase,
+        "tokenizer_class": "BertTokenizer",
+        "model_max_length": model_max_length,
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     return vocab

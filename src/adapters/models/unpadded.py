@@ -16,8 +16,8 @@ pre-packed oneDNN copies.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -69,7 +69,11 @@ class PackedRows:
                 token += (i - start) * lengths[start]
                 start = i
         ids = torch.tensor([t for r in rows for t in r.ids])
-        positions = torch.cat([torch.arange(n) for n in lengths]) if len(runs) > 1 else torch.arange(lengths[0]).repeat(len(rows))
+        positions = (
+            torch.cat([torch.arange(n) for n in lengths])
+            if len(runs) > 1
+            else torch.arange(lengths[0]).repeat(len(rows))
+        )
         types = None
         if any(any(r.type_ids) for r in rows):
             types = torch.tensor([t for r in rows for t in r.type_ids])

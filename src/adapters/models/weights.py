@@ -12,8 +12,8 @@ folder) into one name → tensor map.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import torch
 from safetensors import safe_open
@@ -40,7 +40,7 @@ def safetensors_files(path: Path) -> list[Path]:
 def _canonical(name: str) -> str:
     for prefix in MODEL_PREFIXES:
         if name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
             break
     for old, new in _LEGACY_SUFFIXES.items():
         if name.endswith(old):
@@ -87,7 +87,7 @@ def load_weights(path: Path, dtype: torch.dtype | None = torch.float32) -> Weigh
         except Exception as exc:  # safetensors raises its own error types
             raise WeightsError(f"cannot read {file}: {exc}") from exc
         with handle as f:
-            for raw in f.keys():
+            for raw in f.keys():  # noqa: SIM118 - a safetensors handle is not iterable
                 tensor = f.get_tensor(raw)
                 if not tensor.is_floating_point():
                     continue

@@ -125,7 +125,7 @@ async def check(served: ServedModel, path: Path | None, device: str) -> dict[str
     if path is None:
         return _status("unverified", reason="the package has no golden file")
     try:
-        golden = json.loads(Path(path).read_text(encoding="utf-8"))
+        golden = json.loads(Path(path).read_text(encoding="utf-8"))  # noqa: ASYNC240 - a small file, read once at load
         requests = golden["requests"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return _status("failed", reason=f"unreadable golden file {path.name}: {exc}")
@@ -143,7 +143,12 @@ async def check(served: ServedModel, path: Path | None, device: str) -> dict[str
     ref = pick_reference(golden, device, dtype)
     if ref is None:
         recorded = sorted({r.get("dtype") for r in golden.get("references", [])})
-        return _status("unverified", n, 0, f"no reference recorded at dtype {dtype} (recorded: {', '.join(map(str, recorded)) or 'none'})")
+        return _status(
+            "unverified",
+            n,
+            0,
+            f"no reference recorded at dtype {dtype} (recorded: {', '.join(map(str, recorded)) or 'none'})",
+        )
     tol = TOLERANCE[device_class(device)]
     expected = ref.get("responses", [])
     if len(expected) != n:
@@ -152,7 +157,12 @@ async def check(served: ServedModel, path: Path | None, device: str) -> dict[str
     for i, (want, got) in enumerate(zip(expected, first)):
         diff = compare(want, got, tol)
         if diff:
-            return _status("failed", n, matched, f"request {i} ({requests[i]['surface']}) does not match the reference: {diff}"[:400])
+            return _status(
+                "failed",
+                n,
+                matched,
+                f"request {i} ({requests[i]['surface']}) does not match the reference: {diff}"[:400],
+            )
         matched += 1
     return _status("matched", n, matched, None, reference={"device": ref.get("device"), "dtype": dtype}, tolerance=tol)
 

@@ -5,7 +5,8 @@ scheduled without a batch window, in merged forwards of at most 512 padded token
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

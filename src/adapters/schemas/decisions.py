@@ -9,7 +9,7 @@ Decoders are built once; unknown fields are refused.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta, Struct
@@ -17,7 +17,7 @@ from msgspec import Meta, Struct
 from vllm_srun.adapters.schemas.common import CommonOptions, ResponseMeta, Strict
 
 MAX_QUESTIONS = 1024  # per request; states × questions for a batch
-Content = Union[str, dict[str, Any], list[Any]]
+Content = str | dict[str, Any] | list[Any]
 
 
 class NoulCriteria(Strict):
@@ -46,7 +46,7 @@ class BoxQuestion(Strict, tag_field="type", tag="box"):
     instructions: Content | None = None
 
 
-Question = Union[NoulQuestion, ChoiceQuestion, ScoreQuestion, BoxQuestion]
+Question = NoulQuestion | ChoiceQuestion | ScoreQuestion | BoxQuestion
 Questions = Annotated[dict[str, Question], Meta(min_length=1)]
 
 
@@ -63,7 +63,7 @@ class DecisionsRequest(Strict):
 
 
 class BatchState(Strict):
-    id: Union[str, int]
+    id: str | int
     state: Content
 
 
@@ -105,7 +105,7 @@ class DecisionsResponse(Struct, omit_defaults=True):
 
 
 class BatchResult(Struct):
-    id: Union[str, int]
+    id: str | int
     answers: dict[str, DecisionAnswer]
     usage: DecisionsUsage
 

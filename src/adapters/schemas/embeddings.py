@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
@@ -26,11 +26,11 @@ class VideoUrlInput(Strict, tag_field="type", tag="video_url"):
     video_url: Any
 
 
-InputItem = Union[str, TextInput, ImageUrlInput, VideoUrlInput]
+InputItem = str | TextInput | ImageUrlInput | VideoUrlInput
 
 
 class EmbeddingsRequest(Strict):
-    input: Union[str, Annotated[list[InputItem], Meta(min_length=1)]]
+    input: str | Annotated[list[InputItem], Meta(min_length=1)]
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Annotated[int, Meta(ge=1)] | None = None
@@ -40,7 +40,7 @@ class EmbeddingsRequest(Strict):
 
 class Embedding(Struct):
     index: int
-    embedding: Union[list[float], str]
+    embedding: list[float] | str
     object: str = "embedding"
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
@@ -33,7 +33,7 @@ class PairInput(Strict):
 
 
 class ClassifyRequest(Strict):
-    input: Union[str, Annotated[list[Union[str, PairInput]], Meta(min_length=1)]]
+    input: str | Annotated[list[str | PairInput], Meta(min_length=1)]
     model: str | None = None
     options: ClassifyOptions | None = None
 
@@ -53,7 +53,7 @@ class InputInfo(Struct, omit_defaults=True):
 
 class ClassifyResult(Struct):
     index: int
-    label: Union[str, list[str]]  # single-label: the argmax; multi-label: every label >= threshold
+    label: str | list[str]  # single-label: the argmax; multi-label: every label >= threshold
     probabilities: list[float]  # in the order of the response's `labels`
     input: InputInfo
 
@@ -80,7 +80,7 @@ class RerankOptions(CommonOptions):
 
 class RerankRequest(Strict):
     query: Annotated[str, Meta(min_length=1)]
-    documents: Annotated[list[Union[str, dict[str, Any]]], Meta(min_length=1)]
+    documents: Annotated[list[str | dict[str, Any]], Meta(min_length=1)]
     model: str | None = None
     top_n: Annotated[int, Meta(ge=1)] | None = None
     return_documents: bool | None = None

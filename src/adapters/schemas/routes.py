@@ -46,6 +46,7 @@ SURFACE_SCHEMAS: tuple[SurfaceSchema, ...] = (
     # decision models (R-API-4): /v1/systemone is the path the typesafe-sdk client posts to
     SurfaceSchema("/v1/decisions", "decisions", decisions_decoder, DecisionsRequest, DecisionsResponse),
     SurfaceSchema("/v1/systemone", "systemone", decisions_decoder, DecisionsRequest, DecisionsResponse),
-    SurfaceSchema("/v1/systemone/batches", "systemone_batches", batch_decoder, DecisionsBatchRequest,
-                  DecisionsBatchResponse),
+    SurfaceSchema(
+        "/v1/systemone/batches", "systemone_batches", batch_decoder, DecisionsBatchRequest, DecisionsBatchResponse
+    ),
 )

@@ -16,7 +16,9 @@ from typing import Any
 
 class DeviceThread:
     def __init__(self, name: str = "srun-device") -> None:
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name, initializer=self._init)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=name, initializer=self._init
+        )
         self.ident: int | None = None
 
     def _init(self) -> None:

@@ -21,30 +21,40 @@ class RuntimeMetrics:
     def __init__(self) -> None:
         r = self.registry = MetricsRegistry()
         self.requests = r.counter(
-            "vllm_srun_requests_total", "Requests answered, by model, surface and code", ("model", "surface", "code"))
+            "vllm_srun_requests_total", "Requests answered, by model, surface and code", ("model", "surface", "code")
+        )
         self.errors = r.counter("vllm_srun_errors_total", "Error responses by code", ("code",))
         self.request_seconds = r.histogram(
-            "vllm_srun_request_duration_seconds", "Request time", ("surface",), SECONDS_BUCKETS)
+            "vllm_srun_request_duration_seconds", "Request time", ("surface",), SECONDS_BUCKETS
+        )
         # declared but not observed yet: its HELP and TYPE lines only
         self.queue_seconds = r.histogram(
-            "vllm_srun_queue_duration_seconds", "Time before a request's first forward", ("model",), SECONDS_BUCKETS)
+            "vllm_srun_queue_duration_seconds", "Time before a request's first forward", ("model",), SECONDS_BUCKETS
+        )
         self.forwards = r.counter(
-            "vllm_srun_forwards_total", "Forwards run, by model, lane and outcome", (*FORWARD, "outcome"))
+            "vllm_srun_forwards_total", "Forwards run, by model, lane and outcome", (*FORWARD, "outcome")
+        )
         self.forward_seconds = r.histogram(
-            "vllm_srun_forward_duration_seconds", "Forward time", FORWARD, SECONDS_BUCKETS)
+            "vllm_srun_forward_duration_seconds", "Forward time", FORWARD, SECONDS_BUCKETS
+        )
         self.batch_rows = r.histogram("vllm_srun_batch_rows", "Rows per forward", FORWARD, ROWS_BUCKETS)
         self.batch_tokens = r.histogram(
-            "vllm_srun_batch_tokens", "Counted (padded or packed) tokens per forward", FORWARD, TOKENS_BUCKETS)
+            "vllm_srun_batch_tokens", "Counted (padded or packed) tokens per forward", FORWARD, TOKENS_BUCKETS
+        )
         self.batch_fill = r.histogram(
-            "vllm_srun_batch_fill_ratio", "Real tokens / counted tokens per forward", FORWARD, RATIO_BUCKETS)
+            "vllm_srun_batch_fill_ratio", "Real tokens / counted tokens per forward", FORWARD, RATIO_BUCKETS
+        )
         self.rows = r.counter("vllm_srun_rows_total", "Rows run on a device", FORWARD)
         self.queue_depth = r.gauge("vllm_srun_queue_depth", "Rows waiting for a forward", ("model",))
         self.ready = r.gauge("vllm_srun_ready", "1 when the model is ready", ("model",))
         self.cache = r.counter(
-            "vllm_srun_result_cache_total", "Result cache lookups by outcome (hit|miss)", ("model", "outcome"))
+            "vllm_srun_result_cache_total", "Result cache lookups by outcome (hit|miss)", ("model", "outcome")
+        )
         self.cancelled_rows = r.counter(
             "vllm_srun_cancelled_requests_total",
-            "Requests dropped before they finished (client went away or deadline)", ("model",))
+            "Requests dropped before they finished (client went away or deadline)",
+            ("model",),
+        )
 
     def render(self) -> str:
         return self.registry.render()

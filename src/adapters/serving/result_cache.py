@@ -17,7 +17,6 @@ import msgspec
 from vllm_srun.domain import bounds
 from vllm_srun.domain.cache import LruCache
 
-
 # fields that never change an answer: which name it is asked by, who asks, how it is reported
 _IGNORED = ("model", "user")
 _IGNORED_OPTIONS = ("return_meta", "deadline_ms")
@@ -39,7 +38,9 @@ def canonical_request(req: msgspec.Struct) -> bytes:
 
 class ResultCache:
     def __init__(self, entries: int, counter: Any = None, *, max_bytes: int = bounds.RESULT_CACHE_BYTES) -> None:
-        self._lru: LruCache[tuple[type, bytes]] = LruCache(entries, max_weight=max_bytes, max_entry_weight=max_bytes // 8)
+        self._lru: LruCache[tuple[type, bytes]] = LruCache(
+            entries, max_weight=max_bytes, max_entry_weight=max_bytes // 8
+        )
         self._counter = counter
         self._lock = threading.Lock()
 

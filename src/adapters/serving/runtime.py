@@ -17,8 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from vllm_srun.adapters.contracts import Device, LoadContext, LoadedModel, ModelStore, Progress, quiet
-from vllm_srun.adapters.contracts import surface_contract_problems
+from vllm_srun.adapters.contracts import (
+    Device,
+    LoadContext,
+    LoadedModel,
+    ModelStore,
+    Progress,
+    quiet,
+    surface_contract_problems,
+)
 from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.serving.device_thread import DeviceThread
@@ -87,7 +94,9 @@ class Runtime:
             name = served_name(artifact)
             if name in self.models:
                 raise InvalidRequest(f"model {name!r} is given twice")
-            self.models[name] = ServedModel(name=name, artifact=artifact, args=args, device=device.name, cache=result_cache)
+            self.models[name] = ServedModel(
+                name=name, artifact=artifact, args=args, device=device.name, cache=result_cache
+            )
         self.loaded = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -132,9 +141,16 @@ class Runtime:
         served.folder = folder
         family = self.families.family_for(folder)
         served.sha256 = weights_sha256(folder)  # before the load: engines key their caches by it
-        context = LoadContext(device=self.device, args=served.args, engines=self.engines, engine_choice=self.engine_choice,
-                              threads=self.threads, package_sha256=served.sha256, cache_dir=self.store.engine_cache,
-                              progress=self.progress)
+        context = LoadContext(
+            device=self.device,
+            args=served.args,
+            engines=self.engines,
+            engine_choice=self.engine_choice,
+            threads=self.threads,
+            package_sha256=served.sha256,
+            cache_dir=self.store.engine_cache,
+            progress=self.progress,
+        )
         model = self.device_thread.call(family.load, folder, context)
         problems = surface_contract_problems(model)
         if problems:
@@ -191,7 +207,9 @@ class Runtime:
             if batch.tokens:
                 self.metrics.batch_fill.observe(sum(r.tokens for r in batch.rows) / batch.tokens, labels)
 
-        served.scheduler_loop = SchedulerLoop(scheduler, model.run, self.device_thread, clock=self.clock, on_forward=observe)
+        served.scheduler_loop = SchedulerLoop(
+            scheduler, model.run, self.device_thread, clock=self.clock, on_forward=observe
+        )
         served.scheduler_loop.start()
         self.metrics.queue_depth.set_function(lambda: float(scheduler.queued_rows), {"model": served.name})
 

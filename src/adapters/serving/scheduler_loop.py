@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from vllm_srun.adapters.clock import MonotonicClock
+from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.domain.errors import ForwardFailed
 from vllm_srun.domain.planning import ForwardBatch
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.rows import RowSpec
 from vllm_srun.domain.scheduler import Scheduler
-from vllm_srun.adapters.serving.device_thread import DeviceThread
 
 log = logging.getLogger("vllm_srun.scheduler_loop")
 

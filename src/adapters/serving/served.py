@@ -12,8 +12,8 @@ from typing import Any
 
 from vllm_srun.adapters.cancellation import race
 from vllm_srun.adapters.contracts import LoadedModel
-from vllm_srun.adapters.schemas.common import MAX_INPUTS, ResponseMeta
 from vllm_srun.adapters.request_timing import RequestTiming
+from vllm_srun.adapters.schemas.common import MAX_INPUTS, ResponseMeta
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats, SchedulerLoop
 from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs
@@ -31,7 +31,9 @@ def weights_sha256(folder: Path) -> str:
     """Hash of the files that decide the model's answers (weights, config, tokenizer)."""
     digest = hashlib.sha256()
     for path in sorted(folder.iterdir()):
-        if path.is_file() and (path.suffix in {".safetensors", ".onnx"} or path.name in {"config.json", "tokenizer.json"}):
+        if path.is_file() and (
+            path.suffix in {".safetensors", ".onnx"} or path.name in {"config.json", "tokenizer.json"}
+        ):
             digest.update(path.name.encode())
             with path.open("rb") as fh:
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -70,11 +72,18 @@ class ServedModel:
         if self.model is None or not (self.ready or checking):
             raise NotReady(f"model {self.name!r} is {self.status}" + (f": {self.reason}" if self.reason else ""))
         if surface not in self.model.surfaces:
-            raise UnsupportedSurface(f"model {self.name!r} does not serve {surface} (it serves {', '.join(sorted(self.model.surfaces))})")
+            raise UnsupportedSurface(
+                f"model {self.name!r} does not serve {surface} (it serves {', '.join(sorted(self.model.surfaces))})"
+            )
         return self.model
 
-    async def run(self, rows: Sequence[RowSpec], deadline_ms: float | None, timing: RequestTiming | None,
-                  disconnected: Disconnected | None = None) -> ForwardStats:
+    async def run(
+        self,
+        rows: Sequence[RowSpec],
+        deadline_ms: float | None,
+        timing: RequestTiming | None,
+        disconnected: Disconnected | None = None,
+    ) -> ForwardStats:
         """The rows' outputs once the request's last row ran; drops them on deadline or disconnect."""
         loop = self.scheduler_loop
         assert loop is not None
@@ -94,9 +103,18 @@ class ServedModel:
         model = self.model
         assert model is not None
         if stats is None:
-            return ResponseMeta(numerics=model.numerics, dtype=model.dtype, device=model.device.name,
-                                engine=model.engine.name, queue_ms=0.0, forward_ms=0.0, forwards=0, rows=0,
-                                padded_tokens=0, cache_hit=True)
+            return ResponseMeta(
+                numerics=model.numerics,
+                dtype=model.dtype,
+                device=model.device.name,
+                engine=model.engine.name,
+                queue_ms=0.0,
+                forward_ms=0.0,
+                forwards=0,
+                rows=0,
+                padded_tokens=0,
+                cache_hit=True,
+            )
         return ResponseMeta(
             numerics=model.numerics,
             dtype=model.dtype,
@@ -139,7 +157,12 @@ class ServedModel:
             },
             "limits": {"max_input_tokens": model.max_input_tokens if model else None, "max_inputs": MAX_INPUTS},
             "caps": [
-                {"lane": lane.name, "accounting": lane.accounting.value, "cap_tokens": lane.cap_tokens, "cap_seconds": lane.cap_seconds}
+                {
+                    "lane": lane.name,
+                    "accounting": lane.accounting.value,
+                    "cap_tokens": lane.cap_tokens,
+                    "cap_seconds": lane.cap_seconds,
+                }
                 for lane in (model.lanes if model else ())
             ],
             "golden": dict(self.golden),

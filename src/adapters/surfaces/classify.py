@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from vllm_srun.adapters.contracts import LogitsRow, TextClassifier
+from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.encoder import (
     ClassifyOptions,
@@ -24,7 +25,6 @@ from vllm_srun.adapters.schemas.encoder import (
     WindowOptions,
     WindowSpan,
 )
-from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.common import answer
@@ -59,15 +59,18 @@ def _label(p: np.ndarray, labels: list[str], multi_label: bool, threshold: float
     return [labels[j] for j in order if p[j] >= threshold]
 
 
-async def classify(served: ServedModel, req: ClassifyRequest, timing: RequestTiming | None,
-                   disconnected: Disconnected | None = None) -> ClassifyResponse:
+async def classify(
+    served: ServedModel, req: ClassifyRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
+) -> ClassifyResponse:
     model = served.require_surface("classify")
     assert isinstance(model, TextClassifier)  # checked when the model loaded
     items = _items(req)
     options = req.options or ClassifyOptions()
     mode = overflow_mode(options)
     if options.threshold is not None and not model.multi_label:
-        raise InvalidRequest("options.threshold applies to multi-label heads; this model's head is single-label (softmax)")
+        raise InvalidRequest(
+            "options.threshold applies to multi-label heads; this model's head is single-label (softmax)"
+        )
     threshold = DEFAULT_THRESHOLD if options.threshold is None else options.threshold
     if mode == "window":
         window = options.window or WindowOptions(tokens=model.max_input_tokens)
@@ -85,17 +88,26 @@ async def classify(served: ServedModel, req: ClassifyRequest, timing: RequestTim
         probs = probabilities(np.stack(stats.outputs), model.multi_label)
         results, at = [], 0
         for i, group in enumerate(groups):
-            part = probs[at: at + len(group)]
+            part = probs[at : at + len(group)]
             at += len(group)
             reduced = part.max(axis=0)
             spans = None
             if mode == "window":
-                spans = [WindowSpan(w.start, w.end, len(w.encoded.ids), p.tolist()) for w, p in zip(split[i].windows, part)]
+                spans = [
+                    WindowSpan(w.start, w.end, len(w.encoded.ids), p.tolist()) for w, p in zip(split[i].windows, part)
+                ]
             info = InputInfo(tokens=full[i], truncated=any(e.truncated for e in group), windows=spans)
-            results.append(ClassifyResult(i, _label(reduced, model.labels, model.multi_label, threshold), reduced.tolist(), info))
+            results.append(
+                ClassifyResult(i, _label(reduced, model.labels, model.multi_label, threshold), reduced.tolist(), info)
+            )
         tokens = sum(r.tokens for r in rows)
-        response = ClassifyResponse(model=served.name, labels=list(model.labels), results=results,
-                                       usage=Usage(tokens, tokens), multi_label=model.multi_label)
+        response = ClassifyResponse(
+            model=served.name,
+            labels=list(model.labels),
+            results=results,
+            usage=Usage(tokens, tokens),
+            multi_label=model.multi_label,
+        )
         return response, stats, len(rows)
 
     return await answer(served, "classify", req, options, compute)

@@ -16,8 +16,9 @@ R = TypeVar("R", bound=msgspec.Struct)
 Compute = Callable[[], Awaitable[tuple[R, ForwardStats, int]]]
 
 
-async def answer(served: ServedModel, surface: str, req: msgspec.Struct, options: CommonOptions,
-                 compute: Compute[R]) -> R:
+async def answer(
+    served: ServedModel, surface: str, req: msgspec.Struct, options: CommonOptions, compute: Compute[R]
+) -> R:
     """Answer REQ from the result cache when it can (no forward), else compute and remember it."""
     cache = served.cache
     key = None

@@ -13,18 +13,38 @@ the whole request answers 400 `question_failed` naming the question and its code
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from vllm_srun.adapters.families.decision_rows import AskedQuestion, PreparedQuestion, PreparedState, rows_for
-from vllm_srun.adapters.families.decision_rows import probabilities_per_question
 from vllm_srun.adapters.contracts import QuestionAnswerer
+from vllm_srun.adapters.families.decision_rows import (
+    AskedQuestion,
+    PreparedQuestion,
+    PreparedState,
+    probabilities_per_question,
+    rows_for,
+)
 from vllm_srun.adapters.request_timing import RequestTiming
+from vllm_srun.adapters.schemas.decisions import (
+    MAX_QUESTIONS,
+    BatchResult,
+    BoxQuestion,
+    DecisionAnswer,
+    DecisionsBatchRequest,
+    DecisionsBatchResponse,
+    DecisionsOptions,
+    DecisionsRequest,
+    DecisionsResponse,
+    DecisionsUsage,
+    NoulCriteria,
+    Question,
+    QuestionErrorBody,
+)
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.common import answer
 from vllm_srun.domain.errors import InvalidRequest, QuestionFailed, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
-from vllm_srun.adapters.schemas.decisions import BatchResult, BoxQuestion, DecisionAnswer, DecisionsBatchRequest, DecisionsBatchResponse, DecisionsOptions, DecisionsRequest, DecisionsResponse, DecisionsUsage, MAX_QUESTIONS, NoulCriteria, Question, QuestionErrorBody
 
 NO_FORWARD = ForwardStats((), 0.0, 0.0, 0, 0)
 
@@ -68,8 +88,14 @@ def _check(req: DecisionsRequest | DecisionsBatchRequest, states: int) -> None:
         raise RequestTooLarge(f"states × questions is {states * len(req.questions)} (at most {MAX_QUESTIONS})")
 
 
-async def _run_states(served: ServedModel, model: QuestionAnswerer, prepared: list[PreparedState], options: DecisionsOptions,
-                      timing: RequestTiming | None, disconnected: Disconnected | None) -> tuple[list[dict[str, DecisionAnswer]], ForwardStats, int]:
+async def _run_states(
+    served: ServedModel,
+    model: QuestionAnswerer,
+    prepared: list[PreparedState],
+    options: DecisionsOptions,
+    timing: RequestTiming | None,
+    disconnected: Disconnected | None,
+) -> tuple[list[dict[str, DecisionAnswer]], ForwardStats, int]:
     """Every state's rows in one scheduler request; answers per state, the stats, rows run."""
     rows: list[RowSpec] = []
     spans = []
@@ -78,7 +104,9 @@ async def _run_states(served: ServedModel, model: QuestionAnswerer, prepared: li
         spans.append((len(rows), len(rows) + len(own)))
         rows += own
     stats = await served.run(rows, options.deadline_ms, timing, disconnected) if rows else NO_FORWARD
-    answers = [_answers(p, probabilities_per_question(rows[a:b], stats.outputs[a:b])) for p, (a, b) in zip(prepared, spans)]
+    answers = [
+        _answers(p, probabilities_per_question(rows[a:b], stats.outputs[a:b])) for p, (a, b) in zip(prepared, spans)
+    ]
     return answers, stats, len(rows)
 
 
@@ -92,8 +120,9 @@ def answerer(served: ServedModel) -> QuestionAnswerer:
     return model
 
 
-async def decisions(served: ServedModel, req: DecisionsRequest, timing: RequestTiming | None,
-                    disconnected: Disconnected | None = None) -> DecisionsResponse:
+async def decisions(
+    served: ServedModel, req: DecisionsRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
+) -> DecisionsResponse:
     """/v1/decisions: question errors stay in place."""
     model = answerer(served)
     _check(req, 1)
@@ -101,8 +130,9 @@ async def decisions(served: ServedModel, req: DecisionsRequest, timing: RequestT
     return await _single(served, model, req, prepared, timing, disconnected)
 
 
-async def systemone(served: ServedModel, req: DecisionsRequest, timing: RequestTiming | None,
-                    disconnected: Disconnected | None = None) -> DecisionsResponse:
+async def systemone(
+    served: ServedModel, req: DecisionsRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
+) -> DecisionsResponse:
     """/v1/systemone: a failed question fails the request with 400 `question_failed`."""
     model = answerer(served)
     _check(req, 1)
@@ -116,8 +146,14 @@ async def systemone(served: ServedModel, req: DecisionsRequest, timing: RequestT
     return await _single(served, model, req, prepared, timing, disconnected)
 
 
-async def _single(served: ServedModel, model: QuestionAnswerer, req: DecisionsRequest, prepared: PreparedState,
-                  timing: RequestTiming | None, disconnected: Disconnected | None) -> DecisionsResponse:
+async def _single(
+    served: ServedModel,
+    model: QuestionAnswerer,
+    req: DecisionsRequest,
+    prepared: PreparedState,
+    timing: RequestTiming | None,
+    disconnected: Disconnected | None,
+) -> DecisionsResponse:
     options = req.options or DecisionsOptions()
 
     async def compute() -> tuple[DecisionsResponse, ForwardStats, int]:
@@ -127,8 +163,12 @@ async def _single(served: ServedModel, model: QuestionAnswerer, req: DecisionsRe
     return await answer(served, f"decisions:{model.cache_tag}", req, options, compute)
 
 
-async def systemone_batches(served: ServedModel, req: DecisionsBatchRequest, timing: RequestTiming | None,
-                            disconnected: Disconnected | None = None) -> DecisionsBatchResponse:
+async def systemone_batches(
+    served: ServedModel,
+    req: DecisionsBatchRequest,
+    timing: RequestTiming | None,
+    disconnected: Disconnected | None = None,
+) -> DecisionsBatchResponse:
     """/v1/systemone/batches: many states, the same questions; question errors stay in place."""
     model = answerer(served)
     _check(req, len(req.states))

@@ -11,6 +11,7 @@ import numpy as np
 
 from vllm_srun.adapters.contracts import TextEmbedder
 from vllm_srun.adapters.models.tokenization import Encoded
+from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.embeddings import (
     Embedding,
@@ -20,7 +21,6 @@ from vllm_srun.adapters.schemas.embeddings import (
     EmbeddingsUsage,
     TextInput,
 )
-from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.common import answer
@@ -49,8 +49,9 @@ def embedder(served: ServedModel) -> TextEmbedder:
     return model
 
 
-async def embeddings(served: ServedModel, req: EmbeddingsRequest, timing: RequestTiming | None,
-                     disconnected: Disconnected | None = None) -> EmbeddingsResponse:
+async def embeddings(
+    served: ServedModel, req: EmbeddingsRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
+) -> EmbeddingsResponse:
     model = embedder(served)
     texts = _texts(req)
     options = req.options or EmbeddingsOptions()
@@ -72,8 +73,9 @@ async def embeddings(served: ServedModel, req: EmbeddingsRequest, timing: Reques
     return await answer(served, "embeddings", req, options, compute)
 
 
-def _response(served: ServedModel, model: TextEmbedder, req: EmbeddingsRequest, encoded: list[Encoded],
-              stats: ForwardStats) -> EmbeddingsResponse:
+def _response(
+    served: ServedModel, model: TextEmbedder, req: EmbeddingsRequest, encoded: list[Encoded], stats: ForwardStats
+) -> EmbeddingsResponse:
     vectors = np.stack(stats.outputs).astype(np.float32, copy=False)
     if req.dimensions is not None and req.dimensions < vectors.shape[1]:
         vectors = vectors[:, : req.dimensions]

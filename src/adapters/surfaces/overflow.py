@@ -7,17 +7,15 @@ in every window and slides over its `text_pair` (the document). Each window is o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Sequence
-from typing import Union
+from dataclasses import dataclass
 
 from vllm_srun.adapters.contracts import PairScorer
-from vllm_srun.adapters.schemas.encoder import ClassifyOptions, RerankOptions
-
 from vllm_srun.adapters.models.tokenization import Encoded
+from vllm_srun.adapters.schemas.encoder import ClassifyOptions, RerankOptions
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
 
-Item = Union[str, tuple[str, str]]
+Item = str | tuple[str, str]
 MAX_WINDOW_ROWS = 8192  # windows of one request, all inputs together
 
 
@@ -44,7 +42,9 @@ def overflow_mode(options: ClassifyOptions | RerankOptions) -> str:
     return mode
 
 
-def encode_items(model: PairScorer, items: Sequence[Item], *, truncate: bool, max_length: int | None = None) -> list[Encoded]:
+def encode_items(
+    model: PairScorer, items: Sequence[Item], *, truncate: bool, max_length: int | None = None
+) -> list[Encoded]:
     """One row per input (texts and pairs may mix); over-long inputs are rejected unless TRUNCATE."""
     limit = min(max_length or model.max_input_tokens, model.max_input_tokens)
     out: list[Encoded | None] = [None] * len(items)
@@ -52,10 +52,14 @@ def encode_items(model: PairScorer, items: Sequence[Item], *, truncate: bool, ma
     pairs = [i for i, it in enumerate(items) if not isinstance(it, str)]
     try:
         if singles:
-            for i, enc in zip(singles, model.tokenizer.encode([items[i] for i in singles], max_length=limit, truncate=truncate)):
+            for i, enc in zip(
+                singles, model.tokenizer.encode([items[i] for i in singles], max_length=limit, truncate=truncate)
+            ):
                 out[i] = enc
         if pairs:
-            for i, enc in zip(pairs, model.tokenizer.encode_pairs([items[i] for i in pairs], max_length=limit, truncate=truncate)):
+            for i, enc in zip(
+                pairs, model.tokenizer.encode_pairs([items[i] for i in pairs], max_length=limit, truncate=truncate)
+            ):
                 out[i] = enc
     except ValueError as exc:  # e.g. a limit that leaves no room after the special tokens
         raise InvalidRequest(str(exc)) from None
@@ -82,16 +86,23 @@ def split_overflow_windows(model: PairScorer, items: Sequence[Item], tokens: int
         if pair:
             room -= len(raw.encode(item[0], add_special_tokens=False).ids)
         if room < 1:
-            raise InvalidRequest(f"input[{i}]: a window of {tokens} tokens leaves no room for text" + (" after `text`" if pair else ""))
+            raise InvalidRequest(
+                f"input[{i}]: a window of {tokens} tokens leaves no room for text" + (" after `text`" if pair else "")
+            )
         if overlap >= room:
-            raise InvalidRequest(f"input[{i}]: options.window.overlap {overlap} must be below the {room} text tokens a window holds")
+            raise InvalidRequest(
+                f"input[{i}]: options.window.overlap {overlap} must be below the {room} text tokens a window holds"
+            )
         tok, lock = model.tokenizer.windowing(tokens, overlap, pair)
         with lock:
             first = tok.encode(*item) if pair else tok.encode(item)
         windows = []
         for enc in (first, *first.overflowing):
-            spans = [off for off, seq, special in zip(enc.offsets, enc.sequence_ids, enc.special_tokens_mask)
-                     if not special and seq == (1 if pair else 0)]
+            spans = [
+                off
+                for off, seq, special in zip(enc.offsets, enc.sequence_ids, enc.special_tokens_mask)
+                if not special and seq == (1 if pair else 0)
+            ]
             start, end = (spans[0][0], spans[-1][1]) if spans else (0, 0)
             windows.append(OverflowWindow(Encoded(enc.ids, enc.type_ids, False, len(enc.ids)), start, end))
         rows += len(windows)

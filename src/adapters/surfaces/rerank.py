@@ -16,15 +16,22 @@ import msgspec
 import numpy as np
 
 from vllm_srun.adapters.contracts import LogitsRow, PairScorer
-from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.request_timing import RequestTiming
+from vllm_srun.adapters.schemas.common import MAX_INPUTS
+from vllm_srun.adapters.schemas.encoder import (
+    RerankOptions,
+    RerankRequest,
+    RerankResponse,
+    RerankResult,
+    Usage,
+    WindowOptions,
+)
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.common import answer
 from vllm_srun.adapters.surfaces.overflow import encode_items, overflow_mode, split_overflow_windows
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
 from vllm_srun.domain.rows import RowSpec
-from vllm_srun.adapters.schemas.encoder import RerankOptions, RerankRequest, RerankResponse, RerankResult, Usage, WindowOptions
 
 
 def _text(doc: str | dict[str, Any], rank_fields: list[str] | None, i: int) -> str:
@@ -33,7 +40,9 @@ def _text(doc: str | dict[str, Any], rank_fields: list[str] | None, i: int) -> s
     fields = rank_fields or ["text"]
     missing = [f for f in fields if not isinstance(doc.get(f), str)]
     if missing:
-        raise InvalidRequest(f"documents[{i}] has no text field {missing[0]!r} (a document is a string or {{\"text\": ...}})")
+        raise InvalidRequest(
+            f'documents[{i}] has no text field {missing[0]!r} (a document is a string or {{"text": ...}})'
+        )
     if rank_fields is None:
         return doc["text"]
     return "\n".join(f"{f}: {doc[f]}" for f in fields)
@@ -45,8 +54,9 @@ def _cut(model: PairScorer, text: str, max_tokens: int) -> str:
     return text if len(enc.ids) <= max_tokens else text[: enc.offsets[max_tokens - 1][1]]
 
 
-async def rerank(served: ServedModel, req: RerankRequest, timing: RequestTiming | None,
-                 disconnected: Disconnected | None = None) -> RerankResponse:
+async def rerank(
+    served: ServedModel, req: RerankRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
+) -> RerankResponse:
     model = served.require_surface("rerank")
     assert isinstance(model, PairScorer)  # checked when the model loaded
     if len(req.documents) > MAX_INPUTS:
@@ -61,7 +71,9 @@ async def rerank(served: ServedModel, req: RerankRequest, timing: RequestTiming 
     pairs = [(req.query, t) for t in texts]
     if mode == "window":
         window = options.window or WindowOptions(tokens=model.max_input_tokens)
-        groups = [[w.encoded for w in s.windows] for s in split_overflow_windows(model, pairs, window.tokens, window.overlap)]
+        groups = [
+            [w.encoded for w in s.windows] for s in split_overflow_windows(model, pairs, window.tokens, window.overlap)
+        ]
     else:
         groups = [[e] for e in encode_items(model, pairs, truncate=mode == "truncate")]
 
@@ -72,7 +84,7 @@ async def rerank(served: ServedModel, req: RerankRequest, timing: RequestTiming 
         scores = 1.0 / (1.0 + np.exp(-logits))
         best, at = [], 0
         for group in groups:
-            best.append(float(scores[at: at + len(group)].max()))
+            best.append(float(scores[at : at + len(group)].max()))
             at += len(group)
         order = sorted(range(len(best)), key=lambda i: (-best[i], i))
         results = [RerankResult(i, best[i]) for i in order]

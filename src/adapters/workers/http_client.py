@@ -49,11 +49,7 @@ class _Connection:
         self.idle_since = 0.0
 
     def usable(self, now: float) -> bool:
-        return (
-            not self.writer.is_closing()
-            and not self.reader.at_eof()
-            and now - self.idle_since < IDLE_TIMEOUT_S
-        )
+        return not self.writer.is_closing() and not self.reader.at_eof() and now - self.idle_since < IDLE_TIMEOUT_S
 
     def close(self) -> None:
         self.writer.close()
@@ -88,9 +84,7 @@ class WorkerClient:
             if self.uds is not None:
                 reader, writer = await asyncio.open_unix_connection(self.uds, limit=HEAD_LIMIT)
             else:
-                reader, writer = await asyncio.open_connection(
-                    self.host, self.port, limit=HEAD_LIMIT, ssl=self.tls
-                )
+                reader, writer = await asyncio.open_connection(self.host, self.port, limit=HEAD_LIMIT, ssl=self.tls)
                 sock = writer.get_extra_info("socket")
                 if sock is not None:
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -118,9 +112,13 @@ class WorkerClient:
     ) -> WorkerResponse:
         head = (
             f"{method} {self.base_path}{path} HTTP/1.1\r\n".encode()
-            + b"host: " + self._host_header
-            + b"\r\ncontent-type: " + content_type
-            + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n"
+            + b"host: "
+            + self._host_header
+            + b"\r\ncontent-type: "
+            + content_type
+            + b"\r\ncontent-length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
         )
         conn = self._take_idle()
         reused = conn is not None

@@ -94,21 +94,19 @@ class WorkerProcess:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.last_lines.clear()
-        self.popen = subprocess.Popen(
+        self.popen = subprocess.Popen(  # noqa: ASYNC220 - fork+exec returns at once; the exit is awaited
             self.command,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=self.env,
             start_new_session=True,
-            preexec_fn=_die_with_parent if _PRCTL is not None else None,  # noqa: PLW1509
+            preexec_fn=_die_with_parent if _PRCTL is not None else None,
         )
         self.started_at = time.monotonic()
         self.exited = loop.create_future()
         assert self.popen.stdout is not None
-        await loop.connect_read_pipe(
-            lambda: _LineRelay(self.name, self.last_lines, self.output), self.popen.stdout
-        )
+        await loop.connect_read_pipe(lambda: _LineRelay(self.name, self.last_lines, self.output), self.popen.stdout)
         self._watch_exit(loop, self.popen, self.exited)
 
     def _watch_exit(
@@ -121,9 +119,7 @@ class WorkerProcess:
         try:
             fd = os.pidfd_open(popen.pid)
         except (AttributeError, OSError):
-            waiter = threading.Thread(
-                target=lambda: (popen.wait(), loop.call_soon_threadsafe(finish)), daemon=True
-            )
+            waiter = threading.Thread(target=lambda: (popen.wait(), loop.call_soon_threadsafe(finish)), daemon=True)
             waiter.start()
             return
 

@@ -162,9 +162,7 @@ class ReplicaSupervisor:
     async def _probe(self) -> None:
         handle = self.handle
         try:
-            response = await asyncio.wait_for(
-                handle.client.request("GET", "/health"), PROBE_TIMEOUT_S
-            )
+            response = await asyncio.wait_for(handle.client.request("GET", "/health"), PROBE_TIMEOUT_S)
         except TimeoutError:
             self._probe_failed(f"no answer within {PROBE_TIMEOUT_S:g} s")
             return
@@ -198,11 +196,7 @@ class ReplicaSupervisor:
             record.mark_failed(f"not answering /health ({handle.probe_failures} probes): {error}")
             self.on_event("replica_unhealthy", handle, record.failed_reason or error)
         process = handle.process
-        if (
-            process is not None
-            and process.running
-            and now - self._unresponsive_since >= UNRESPONSIVE_KILL_S
-        ):
+        if process is not None and process.running and now - self._unresponsive_since >= UNRESPONSIVE_KILL_S:
             self.on_event("replica_killed", handle, f"unresponsive for {UNRESPONSIVE_KILL_S:g} s")
             process.kill_now()
 
