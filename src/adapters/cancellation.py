@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -23,7 +23,7 @@ import anyio
 from vllm_srun.domain.errors import Cancelled, DeadlineExceeded
 
 T = TypeVar("T")
-Receive = Callable[[], Awaitable[dict[str, Any]]]
+Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 
 
 async def wait_disconnect(receive: Receive) -> None:

@@ -134,7 +134,8 @@ def resolve_config(ns: argparse.Namespace):  # type: ignore[no-untyped-def]
         refuse("; ".join(exc.problems))
     if model is None and not config.deployments:
         model = DEFAULT_MODEL  # like `vllm-srun serve`: the embedded default
-    platform, gpus = ns.platform, []
+    platform = ns.platform
+    gpus: list[int] = []
     placing = ns.data_parallel_size is not None or ns.device_ids
     if platform in (None, "auto") and placing and _unplaced(config):
         from vllm_srun.adapters.devices.torch_devices import detect_gpus

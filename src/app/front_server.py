@@ -19,7 +19,9 @@ import signal
 import socket
 import sys
 import tempfile
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 
@@ -178,7 +180,7 @@ def run_front(front: PreparedFront, *, drain_timeout_s: float = 30.0) -> int:
     try:
         import uvloop
 
-        run_loop = uvloop.run
+        run_loop: Callable[[Coroutine[Any, Any, int]], int] = uvloop.run
     except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
         run_loop = asyncio.run
     try:

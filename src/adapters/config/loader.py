@@ -97,14 +97,18 @@ class _Pruning:
     """A copy of the data from which what each problem is about is pruned, one line each."""
 
     def __init__(self, data: Any, source: str) -> None:
-        self.work, self.source, self.problems = copy.deepcopy(data), source, []
+        self.work, self.source = copy.deepcopy(data), source
+        self.problems: list[str] = []
         self.refused: set[tuple[Any, ...]] = set()  # fields whose value was refused (and pruned)
         self.dropped: dict[tuple[Any, ...], list[int]] = {}  # list (as written) → pruned indices
 
     def prune(self, error: str) -> bool:
         """Report msgspec's `error` in one line and prune it; False when nothing is left."""
         # ERROR matches any text (its location part is optional), so there is always a match
-        message, about_key, where = ERROR.fullmatch(error).groups()  # type: ignore[union-attr]
+        match = ERROR.fullmatch(error)
+        if match is None:
+            raise AssertionError(f"msgspec error {error!r} does not fit the ERROR pattern")
+        message, about_key, where = match.groups()
         path: list[Any] = []  # into the pruned copy
         written: list[Any] = []  # the same place in the data as written
         for name, index in STEP.findall(where or ""):
@@ -208,6 +212,7 @@ def _display(path: list[Any]) -> str:
 
 def _show(value: Any) -> str:
     if isinstance(value, (dict, list)) or value is None:
-        return {dict: "a mapping", list: "a list"}.get(type(value), "null")
+        kinds: dict[type[Any], str] = {dict: "a mapping", list: "a list"}
+        return kinds.get(type(value), "null")
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vllm_srun.adapters.models.bert import BertEncoder, SequenceClassificationHead
+from vllm_srun.adapters.models.bert import BertEncoder, BertLayer, SequenceClassificationHead
 from vllm_srun.domain.kernels import bucket_rows
 
 # the batch-size hint the weights are reordered for; any value >= 2 gave the same blocked kernel
@@ -101,7 +101,7 @@ class PackedLinear:
 class PackedLayer:
     __slots__ = ("attn_out", "ffn_in", "ffn_out", "qkv")
 
-    def __init__(self, layer: nn.Module, activation: str) -> None:
+    def __init__(self, layer: BertLayer, activation: str) -> None:
         self.qkv = PackedLinear(layer.qkv)
         self.attn_out = PackedLinear(layer.attn_out)
         self.ffn_in = PackedLinear(layer.ffn_in, activation)
@@ -115,7 +115,7 @@ class PackedEncoder:
     def __init__(self, encoder: BertEncoder, head: SequenceClassificationHead | None) -> None:
         act = encoder.config.hidden_act
         self.encoder = encoder
-        self.layers = [PackedLayer(layer, act) for layer in encoder.layers]
+        self.layers = [PackedLayer(layer, act) for layer in encoder.blocks]
         self.pooler = PackedLinear(head.pooler.dense) if head is not None else None
         self.classifier = PackedLinear(head.classifier) if head is not None else None
         self.fused_activation = act in FUSED_ACTIVATIONS

@@ -32,6 +32,7 @@ from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import (
     LayerLinears,
+    Linear,
     PackedRows,
     eager_linears,
     hidden_states,
@@ -105,8 +106,10 @@ class NativeEncoder:
             raise ValueError("this model has no sequence-classification head")
         with torch.inference_mode():
             hidden, rows = self._hidden(batch)
-            fast = self.packed is not None and self.plan.use_fast(int(rows.ids.shape[0]))
-            head = self.packed.logits if fast else reference.head
+            packed = self.packed
+            if packed is not None and not self.plan.use_fast(int(rows.ids.shape[0])):
+                packed = None  # eager serves a forward of this size
+            head: Linear = packed.logits if packed is not None else reference.head
             return reference.numpy(unpadded_classify(hidden, rows, head))
 
 

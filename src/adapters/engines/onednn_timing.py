@@ -58,7 +58,7 @@ def time_linears(
     times themselves swing. A size that looks lost is timed again and judged on both samples.
     Stops after the first size where the packed copies are measurably slower (the plan ends there).
     Each timing's `fast_s` is `eager_s` (median) ÷ that median ratio."""
-    layer, fast = reference.encoder.layers[0], packed.layers[0]
+    layer, fast = reference.encoder.blocks[0], packed.layers[0]
     hidden, inner = layer.qkv.in_features, layer.ffn_out.in_features
     gen = torch.Generator().manual_seed(0)
 
@@ -83,7 +83,8 @@ def time_linears(
     with torch.inference_mode():
         for rows in sizes:
             x, f = torch.randn(rows, hidden, generator=gen), torch.randn(rows, inner, generator=gen)
-            eager(x, f), packed_run(x, f)  # warm both (oneDNN builds its primitive for this shape)
+            eager(x, f)  # warm both (oneDNN builds its primitive for this shape)
+            packed_run(x, f)
             reps = max(3, min(9, 2048 // rows))  # about 1 s in all for MiniLM on 2 quiet cores
             sample = pairs(x, f, reps)
             timing = _timing(rows, sample)
@@ -116,7 +117,7 @@ def cpu_model() -> str:
 
 def timing_key(reference: ReferenceEncoder, sizes: Sequence[int]) -> dict[str, Any]:
     """What the timings depend on: machine, threads, kernels' versions, layer shapes, grid."""
-    layer = reference.encoder.layers[0]
+    layer = reference.encoder.blocks[0]
     return {
         "format": FORMAT,
         "cpu": cpu_model(),

@@ -121,14 +121,15 @@ def prepare(
         out.questions.append(item)
         try:
             item.rendered = render_question(asked.kind, asked.instructions, asked.criteria, tokens.single)
-            answer_ids = [tokens.single(k) for k in item.rendered.answer_keys]
-            if any(i is None for i in answer_ids) or len(set(answer_ids)) != len(answer_ids):
+            singles = [tokens.single(k) for k in item.rendered.answer_keys]
+            answer_ids = [i for i in singles if i is not None]
+            if len(answer_ids) != len(singles) or len(set(answer_ids)) != len(answer_ids):
                 raise QuestionError(
                     "invalid_question",
                     "this model's tokenizer has no single distinct token for each "
                     f"answer ({', '.join(item.rendered.answer_keys)})",
                 )
-            item.answer_ids = tuple(answer_ids)  # type: ignore[arg-type]
+            item.answer_ids = tuple(answer_ids)
             bodies.append(template.question_part(item.rendered.body, tokens.bos))
         except QuestionError as exc:
             item.error = exc

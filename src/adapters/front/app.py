@@ -77,8 +77,8 @@ class FrontApp:
         self.proxy = proxy
         self.reports = Litestar(
             route_handlers=[list_models, front_health, live, front_inventory, front_metrics, openapi],
-            middleware=[ServerTimingMiddleware],
-            exception_handlers=exception_handlers(),  # type: ignore[arg-type]  # litestar's handler type is invariant in the exception
+            middleware=[ServerTimingMiddleware],  # type: ignore[list-item]  # litestar types a middleware's scope as its TypedDicts; ours is raw ASGI (a plain dict)
+            exception_handlers=exception_handlers(),
             openapi_config=None,
             debug=False,
             logging_config=None,
@@ -91,4 +91,4 @@ class FrontApp:
         if scope["type"] == "http" and scope["method"] == "POST":
             await self.proxy(scope, receive, send)
         else:
-            await self.reports(scope, receive, send)  # type: ignore[arg-type]
+            await self.reports(scope, receive, send)  # type: ignore[arg-type]  # litestar types the ASGI scope as TypedDicts; the server's is a plain dict

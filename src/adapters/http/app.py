@@ -24,7 +24,7 @@ from vllm_srun.adapters.http.liveness import live
 from vllm_srun.adapters.http.openapi import openapi_document
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
-from vllm_srun.adapters.request_timing import SCOPE_KEY, RequestTiming
+from vllm_srun.adapters.request_timing import timing_of
 from vllm_srun.adapters.schemas.common import json_encoder
 from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.adapters.surfaces.registry import SURFACE_ROUTES, SurfaceRoute
@@ -37,7 +37,7 @@ def _surface_handler(route: SurfaceRoute, runtime: Runtime, max_request_bytes: i
     metrics = runtime.metrics
 
     async def handle(request: Request[Any, Any, Any]) -> Response[bytes]:
-        timing: RequestTiming = request.scope[SCOPE_KEY]  # type: ignore[literal-required]  # our middleware's key
+        timing = timing_of(request.scope)
         model_label = "-"
         code = "ok"
         try:
@@ -109,8 +109,8 @@ def create_app(runtime: Runtime, *, max_request_bytes: int, load_on_startup: boo
     handlers = [_surface_handler(r, runtime, max_request_bytes) for r in SURFACE_ROUTES]
     app = Litestar(
         route_handlers=[*handlers, list_models, health, live, metrics, openapi],
-        middleware=[ServerTimingMiddleware],
-        exception_handlers=exception_handlers(),  # type: ignore[arg-type]  # litestar's handler type is invariant in the exception
+        middleware=[ServerTimingMiddleware],  # type: ignore[list-item]  # litestar types a middleware's scope as its TypedDicts; ours is raw ASGI (a plain dict)
+        exception_handlers=exception_handlers(),
         on_startup=[on_startup],
         on_shutdown=[on_shutdown],
         request_max_body_size=max_request_bytes,

@@ -13,11 +13,11 @@ exception type) and the front's raw-ASGI proxy sends the same parts itself.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
+from litestar.types import ExceptionHandlersMap
 from msgspec import Struct
 
 from vllm_srun.adapters.schemas.common import json_encoder
@@ -117,6 +117,6 @@ def _handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     return error_response(exc)
 
 
-def exception_handlers() -> dict[type[Exception], Callable[[Request[Any, Any, Any], Exception], Response[bytes]]]:
+def exception_handlers() -> ExceptionHandlersMap:
     """litestar's `exception_handlers`, keyed by exception type."""
     return {DomainError: _handle, HTTPException: _handle, Exception: _handle}

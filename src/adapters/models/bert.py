@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +34,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 ROBERTA_TYPES = frozenset({"roberta", "xlm-roberta", "camembert"})
 SUPPORTED_TYPES = frozenset({"bert"}) | ROBERTA_TYPES
+_M = TypeVar("_M", bound=nn.Module)
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,11 @@ class BertEncoder(nn.Module):
         self.embeddings = BertEmbeddings(cfg)
         self.layers = nn.ModuleList(BertLayer(cfg) for _ in range(cfg.num_hidden_layers))
 
+    @property
+    def blocks(self) -> list[BertLayer]:
+        """The transformer blocks, typed (an `nn.ModuleList` yields plain modules)."""
+        return cast("list[BertLayer]", list(self.layers))
+
     @classmethod
     def from_pretrained(cls, folder: Path, dtype: torch.dtype = torch.float32) -> BertEncoder:
         return load_bert(folder, dtype)[0]
@@ -283,7 +289,7 @@ def _head_state(w: Weights) -> dict[str, torch.Tensor] | None:
     return {f"{ours}.{k}": w.take(f"{theirs}.{k}") for ours, theirs in names.items() for k in ("weight", "bias")}
 
 
-def _assign(module: nn.Module, state: dict[str, torch.Tensor], source: str) -> nn.Module:
+def _assign(module: _M, state: dict[str, torch.Tensor], source: str) -> _M:
     try:
         module.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:  # shape mismatches between config.json and the tensors

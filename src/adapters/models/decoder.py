@@ -20,6 +20,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -165,15 +166,18 @@ class Attention(nn.Module):
         The state part runs once for all rows' queries (one flash call, no mask, GQA groups as
         batch heads), the own part per row (causal); the two are merged by their log-sum-exps.
         """
+        flash = _FLASH_CPU
+        if flash is None:
+            raise RuntimeError("split attention needs torch's CPU flash attention (torch >= 2.3)")
         rows, _, t, d = q.shape
         g, rep = self.kv_heads, self.heads // self.kv_heads
         grouped = q.reshape(1, rows, g, rep * t, d).transpose(1, 2).reshape(1, g, rows * rep * t, d)
-        out_s, lse_s = _FLASH_CPU(grouped, state_k, state_v)[:2]
+        out_s, lse_s = flash(grouped, state_k, state_v)[:2]
         out_s = out_s.reshape(g, rows, rep, t, d).transpose(0, 1).reshape(rows, self.heads, t, d)
         lse_s = lse_s.reshape(g, rows, rep, t).transpose(0, 1).reshape(rows, self.heads, t)
         if rep > 1:
             k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        out_o, lse_o = _FLASH_CPU(q, k, v, is_causal=True)[:2]
+        out_o, lse_o = flash(q, k, v, is_causal=True)[:2]
         weight = torch.sigmoid(lse_s.float() - lse_o.float()).unsqueeze(-1)
         return self._project((out_o.float() + (out_s.float() - out_o.float()) * weight).to(q.dtype))
 
@@ -193,13 +197,31 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-def _layer(c: DecoderConfig) -> nn.Module:
-    layer = nn.Module()
-    layer.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-    layer.self_attn = Attention(c)
-    layer.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-    layer.mlp = MLP(c)
-    return layer
+class DecoderLayer(nn.Module):
+    """One block (`model.layers.N`): attention then MLP, each after its norm. No forward of its
+    own: `DecoderLM._layers` runs the pieces."""
+
+    def __init__(self, c: DecoderConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.self_attn = Attention(c)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.mlp = MLP(c)
+
+
+class DecoderBody(nn.Module):
+    """`model.*` of the checkpoints: the embeddings, the blocks, the final norm."""
+
+    def __init__(self, c: DecoderConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.num_layers))
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+    @property
+    def blocks(self) -> list[DecoderLayer]:
+        """The blocks, typed (an `nn.ModuleList` yields plain modules)."""
+        return cast("list[DecoderLayer]", list(self.layers))
 
 
 class DecoderLM(nn.Module):
@@ -208,11 +230,8 @@ class DecoderLM(nn.Module):
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.config = config
-        self.model = nn.Module()
-        self.model.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.model.layers = nn.ModuleList(_layer(config) for _ in range(config.num_layers))
-        self.model.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.lm_head = (
+        self.model = DecoderBody(config)
+        self.lm_head: nn.Linear | None = (
             None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         )
         # Branch layout on a CPU: attend the state once for all rows (`attend_split`) instead of
@@ -285,14 +304,16 @@ class DecoderLM(nn.Module):
     ) -> torch.Tensor:
         """Hidden states before the final norm. MASK None means causal. With PREFIX, each row also
         sees the state's K/V (by `attend_split` with SPLIT, else by copies under MASK); KEEP collects K/V."""
+        if split and prefix is None:
+            raise ValueError("split attention needs the shared state (PREFIX)")
         x = self.model.embed_tokens(ids)
         cos, sin = self._rope(positions)
-        for i, layer in enumerate(self.model.layers):
+        for i, layer in enumerate(self.model.blocks):
             attn = layer.self_attn
             q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin)
             if keep is not None:
                 keep.append((k.contiguous(), v.contiguous()))
-            if split:
+            if split and prefix is not None:
                 x = x + attn.attend_split(q, k, v, prefix.keys[i], prefix.values[i])
             else:
                 if prefix is not None:

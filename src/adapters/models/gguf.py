@@ -180,12 +180,12 @@ def _tokenizer(meta: _Meta, tokens: list[str]):
     spell = _byte_alphabet()
     alphabet = set(spell.values())
     vocab: dict[str, int] = {}
-    for i, tok in enumerate(tokens):
-        text = tok if set(tok) <= alphabet else "".join(spell[b] for b in tok.encode("utf-8"))
+    for i, piece in enumerate(tokens):
+        text = piece if set(piece) <= alphabet else "".join(spell[b] for b in piece.encode("utf-8"))
         vocab.setdefault(text, i)
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    byte_level: pre_tokenizers.PreTokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     split = _SPLITS.get(meta.get("tokenizer.ggml.pre"))
     if split is not None:
         byte_level = pre_tokenizers.Sequence(
@@ -244,7 +244,7 @@ def _tokenizer_config(meta: _Meta, tokens: list[str], config: dict) -> dict:
     return out
 
 
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
+def _atomic(path: Path, write: Callable[[Path], object]) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(tmp)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
-from vllm_srun.adapters.models.bert import BertEncoder, SequenceClassificationHead
+from vllm_srun.adapters.models.bert import BertEncoder, BertLayer
 from vllm_srun.adapters.models.pooling import PoolingConfig, pool
 from vllm_srun.adapters.models.tokenization import Encoded
 
@@ -37,10 +38,13 @@ class LayerLinears:
     ffn_out: Linear
 
 
+def _ffn_in_act(layer: BertLayer, x: torch.Tensor) -> torch.Tensor:
+    return layer.act(layer.ffn_in(x))
+
+
 def eager_linears(encoder: BertEncoder) -> list[LayerLinears]:
     return [
-        LayerLinears(layer.qkv, layer.attn_out, lambda x, layer=layer: layer.act(layer.ffn_in(x)), layer.ffn_out)
-        for layer in encoder.layers
+        LayerLinears(layer.qkv, layer.attn_out, partial(_ffn_in_act, layer), layer.ffn_out) for layer in encoder.blocks
     ]
 
 
@@ -96,7 +100,7 @@ def hidden_states(encoder: BertEncoder, packed: PackedRows, linears: Sequence[La
         x = x + emb.token_type_embeddings(packed.types)
     x = emb.LayerNorm(x)
     n_tokens, h = x.shape
-    for layer, lin in zip(encoder.layers, linears):
+    for layer, lin in zip(encoder.blocks, linears):
         heads = layer.heads
         qkv = lin.qkv(x)
         attended = qkv.new_empty(n_tokens, h)
@@ -120,7 +124,7 @@ def pooled(hidden: torch.Tensor, packed: PackedRows, cfg: PoolingConfig) -> torc
     return packed.unsort(torch.cat(parts))
 
 
-def classify(hidden: torch.Tensor, packed: PackedRows, head: SequenceClassificationHead) -> torch.Tensor:
+def classify(hidden: torch.Tensor, packed: PackedRows, head: Linear) -> torch.Tensor:
     """Logits from each row's first ([CLS]) token, [B, labels] in the caller's order."""
     cls = hidden[packed.starts]
     return packed.unsort(head(cls[:, None, :]))

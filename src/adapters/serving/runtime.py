@@ -14,6 +14,7 @@ import gc
 import logging
 import threading
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,6 +53,11 @@ class ReadinessChecks(Protocol):
     async def golden(self, served: ServedModel) -> dict[str, Any]:
         """R-GOLD-1 on the event loop: the card's `golden` entry (status `failed` is final)."""
         ...
+
+
+def _ready_value(served: ServedModel) -> float:
+    """The `ready` gauge of one model, read at every scrape."""
+    return 1.0 if served.ready else 0.0
 
 
 def served_name(artifact: str) -> str:
@@ -118,7 +124,7 @@ class Runtime:
     def start_loading(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         for served in self.models.values():
-            self.metrics.ready.set_function(lambda s=served: 1.0 if s.ready else 0.0, {"model": served.name})
+            self.metrics.ready.set_function(partial(_ready_value, served), {"model": served.name})
         threading.Thread(target=self._load_all, name="srun-loader", daemon=True).start()
 
     def _load_all(self) -> None:

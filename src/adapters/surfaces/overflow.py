@@ -48,29 +48,36 @@ def encode_items(
     """One row per input (texts and pairs may mix); over-long inputs are rejected unless TRUNCATE."""
     limit = min(max_length or model.max_input_tokens, model.max_input_tokens)
     out: list[Encoded | None] = [None] * len(items)
-    singles = [i for i, it in enumerate(items) if isinstance(it, str)]
-    pairs = [i for i, it in enumerate(items) if not isinstance(it, str)]
+    singles: list[int] = []
+    texts: list[str] = []
+    pairs: list[int] = []
+    text_pairs: list[tuple[str, str]] = []
+    for i, it in enumerate(items):
+        if isinstance(it, str):
+            singles.append(i)
+            texts.append(it)
+        else:
+            pairs.append(i)
+            text_pairs.append(it)
     try:
         if singles:
-            for i, enc in zip(
-                singles, model.tokenizer.encode([items[i] for i in singles], max_length=limit, truncate=truncate)
-            ):
+            for i, enc in zip(singles, model.tokenizer.encode(texts, max_length=limit, truncate=truncate)):
                 out[i] = enc
         if pairs:
-            for i, enc in zip(
-                pairs, model.tokenizer.encode_pairs([items[i] for i in pairs], max_length=limit, truncate=truncate)
-            ):
+            for i, enc in zip(pairs, model.tokenizer.encode_pairs(text_pairs, max_length=limit, truncate=truncate)):
                 out[i] = enc
     except ValueError as exc:  # e.g. a limit that leaves no room after the special tokens
         raise InvalidRequest(str(exc)) from None
-    for i, enc in enumerate(out):
-        assert enc is not None
-        if len(enc.ids) > limit:
+    rows: list[Encoded] = []
+    for i, row in enumerate(out):
+        assert row is not None
+        if len(row.ids) > limit:
             raise InvalidRequest(
-                f"input[{i}] has {enc.n_tokens} tokens, over the limit of {limit}; set options.overflow to "
+                f"input[{i}] has {row.n_tokens} tokens, over the limit of {limit}; set options.overflow to "
                 '"truncate" to cut it or to "window" to read it in windows'
             )
-    return out  # type: ignore[return-value]
+        rows.append(row)
+    return rows
 
 
 def split_overflow_windows(model: PairScorer, items: Sequence[Item], tokens: int, overlap: int) -> list[WindowedInput]:

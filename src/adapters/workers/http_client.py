@@ -195,7 +195,7 @@ def _parse_head(raw: bytes) -> tuple[int, dict[bytes, bytes]]:
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    parts = []
+    parts: list[bytes] = []
     while True:
         size_line = await reader.readuntil(b"\r\n")
         size = int(size_line.split(b";", 1)[0].strip(), 16)
