@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def resolve_config(ns: argparse.Namespace):  # type: ignore[no-untyped-def]
+def resolve_config(ns: argparse.Namespace):
     """The canonical config: the file (or an empty one), then the flags; refuses on a problem."""
     from vllm_srun.adapters.catalog import DEFAULT_MODEL
     from vllm_srun.adapters.config.loader import load_config_file
@@ -162,7 +162,7 @@ def resolve_config(ns: argparse.Namespace):  # type: ignore[no-untyped-def]
         refuse("; ".join(exc.problems))
 
 
-def _unplaced(config) -> bool:  # type: ignore[no-untyped-def]
+def _unplaced(config) -> bool:
     """The default deployment has no declared placement yet (the CLI must resolve `auto`)."""
     name = config.default_deployment_name()
     deployment = config.deployments.get(name) if name else None

@@ -116,7 +116,7 @@ class _Server(uvicorn.Server):
     """uvicorn without its own signal handling: the front drains first."""
 
     @contextlib.contextmanager
-    def capture_signals(self):  # type: ignore[no-untyped-def, override]
+    def capture_signals(self):
         yield
 
 

@@ -15,7 +15,7 @@ from vllm_srun.domain.planning import Budget
 from vllm_srun.domain.simulation import DeviceModel, TraceRequest, simulate, synthetic_trace
 
 
-def add_parser(sub: argparse._SubParsersAction, positive_int, window_ms) -> None:  # type: ignore[no-untyped-def]
+def add_parser(sub: argparse._SubParsersAction, positive_int, window_ms) -> None:
     p = sub.add_parser("simulate", help="replay a load against a device cost model with the real scheduler")
     p.add_argument(
         "--trace", type=Path, default=None, help='JSON lines {"t": s, "rows": [tokens…]}; default: synthetic'

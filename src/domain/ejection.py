@@ -73,7 +73,7 @@ class OutlierDetection:
     def ejection_seconds(self, ejections_in_a_row: int) -> float:
         """How long the next ejection lasts, given how many came right before it."""
         doublings = min(ejections_in_a_row, 32)  # 2^32 × 1 ms is far past the one-hour cap
-        ms = min(self.base_ejection_ms * (2**doublings), self.effective_max_ejection_ms)
+        ms = min(self.base_ejection_ms << doublings, self.effective_max_ejection_ms)
         return ms / 1000.0
 
     def max_ejected(self, replica_count: int) -> int:

@@ -5,7 +5,7 @@ Their bounds and defaults are those of `bounds.py`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from vllm_srun.domain import bounds
 from vllm_srun.domain.devices import class_limits
@@ -54,7 +54,3 @@ def resolve_limits(args: EngineArgs, device_kind: str, memory_bytes: int | None)
         tokens_source="set" if args.max_num_batched_tokens is not None else "class",
         memory_class=limits.memory_class,
     )
-
-
-def with_overrides(base: EngineArgs, **changes: object) -> EngineArgs:
-    return replace(base, **{k: v for k, v in changes.items() if v is not None})

@@ -99,7 +99,9 @@ class Replica:
             restarts=self.restarts,
             consecutive_timeouts=self.consecutive_timeouts,
             ejections=self.ejections_total,
-            ejected_for_s=max(0.0, self.ejected_until - now) if self.is_ejected(now) else 0.0,
+            ejected_for_s=max(0.0, self.ejected_until - now)
+            if self.ejected_until is not None and self.is_ejected(now)
+            else 0.0,
             reason=self.failed_reason or self.incompatible_reason,
         )
 

@@ -24,7 +24,7 @@ everywhere.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
@@ -49,10 +49,14 @@ FIELD_HINTS = {
 Device = Annotated[str, Meta(pattern=f"^({bounds.REPLICA_DEVICE.pattern})$")]
 Endpoint = Annotated[str, Meta(pattern=ENDPOINT_PATTERN)]
 Name = Annotated[str, Meta(min_length=1, pattern=r"^\S(.*\S)?$")]
-# msgspec reads a Literal's values at run time; mypy wants them spelled out, but they are the
-# bounds module's choices, stated once there
-Dtype = Literal[bounds.DTYPE.choices]  # type: ignore[valid-type]
-EngineName = Literal[bounds.ENGINE.choices]  # type: ignore[valid-type]
+# msgspec reads a Literal's values at run time: the bounds module's choices, stated once there.
+# A type checker cannot read them, so it sees the fields as strings.
+if TYPE_CHECKING:
+    Dtype = str
+    EngineName = str
+else:
+    Dtype = Literal[bounds.DTYPE.choices]
+    EngineName = Literal[bounds.ENGINE.choices]
 
 
 def _range(setting: bounds.IntSetting[Any] | bounds.FloatSetting[Any]) -> Meta:

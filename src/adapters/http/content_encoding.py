@@ -16,10 +16,10 @@ from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
 
 def _zstd_decompressor() -> Any:
     try:
-        from compression.zstd import ZstdDecompressor  # type: ignore[import-not-found]  # Python >= 3.14
+        from compression.zstd import ZstdDecompressor
     except ImportError:
         try:
-            from backports.zstd import ZstdDecompressor  # type: ignore[import-not-found,no-redef]
+            from backports.zstd import ZstdDecompressor
         except ImportError:
             raise InvalidRequest(
                 "Content-Encoding zstd needs Python 3.14 or the backports.zstd package on the server"

@@ -45,7 +45,7 @@ class SurfaceRoute:
         return self.schema.surface
 
     @property
-    def decoder(self) -> msgspec.json.Decoder:  # type: ignore[type-arg]  # decodes any of the request types
+    def decoder(self) -> msgspec.json.Decoder:
         return self.schema.decoder
 
 
