@@ -15,11 +15,14 @@ A full replica (in-flight at the cap) can never take a request. Within a tier: t
 outstanding bytes, ties to the least recently assigned (one pool-wide sequence), then the
 declared order. No tier has anyone: `Overloaded` when some up replica exists (all are full),
 else `NotReady`; both carry `retry_after_s`.
+
+`exclude` leaves replicas out of one pick: a request that never reached its replica (the
+connection could not be opened) is offered to the others, each at most once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 
 from .ejection import EjectionPolicy, OutlierDetection, PoolEvent
 from .errors import NotReady, Overloaded
@@ -91,13 +94,15 @@ class Pool:
             return 2
         return 1
 
-    def pick(self, request_bytes: int, now: float) -> ReplicaId:
-        """Choose a replica for one request and charge it one in-flight slot and its bytes."""
+    def pick(self, request_bytes: int, now: float, *, exclude: Collection[ReplicaId] = ()) -> ReplicaId:
+        """Choose a replica for one request and charge it one in-flight slot and its bytes;
+        replicas in `exclude` are not considered (nor counted in the refusal)."""
         if request_bytes < 0:
             raise ValueError("request_bytes must be >= 0")
         best: Replica | None = None
         best_key: tuple[int, int, int] | None = None
-        for replica in self._replicas.values():
+        candidates = [r for r in self._replicas.values() if r.id not in exclude] if exclude else self._replicas.values()
+        for replica in candidates:
             tier = self.dispatch_tier(replica, now)
             if tier is None:
                 continue
@@ -105,7 +110,7 @@ class Pool:
             if best_key is None or key < best_key:
                 best, best_key = replica, key
         if best is None:
-            raise self._refusal(now)
+            raise self._refusal(candidates)
         self._assignments += 1
         best.last_assigned = self._assignments
         best.in_flight += 1
@@ -144,9 +149,10 @@ class Pool:
         """Readmit replicas whose ejection cooldown ran out; call it now and then for logs."""
         return self.policy.expire(list(self._replicas.values()), now)
 
-    def _refusal(self, now: float) -> Overloaded | NotReady:
-        seconds = retry_after_seconds(self._replicas.values(), self.max_in_flight)
-        if any(replica.up for replica in self._replicas.values()):
+    def _refusal(self, candidates: Iterable[Replica]) -> Overloaded | NotReady:
+        listed = list(candidates)
+        seconds = retry_after_seconds(listed, self.max_in_flight)
+        if any(replica.up for replica in listed):
             return Overloaded(f"every ready replica has {self.max_in_flight} requests in flight", seconds)
         return NotReady("no replica of this deployment is ready", seconds)
 

@@ -162,6 +162,49 @@ def test_a_worker_that_drops_the_connection_fails_fast_with_502() -> None:
     scenario(go)
 
 
+def test_a_replica_that_cannot_be_connected_to_passes_the_request_on() -> None:
+    """A refused connect never reached the replica: the request goes to another replica (each
+    tried at most once); the unreachable one counts a failure and backs off; 502 only when no
+    replica is left."""
+
+    async def go() -> None:
+        worker = await FakeWorker().start()
+        with socket.socket() as spare:
+            spare.bind(("127.0.0.1", 0))
+            gone = f"http://127.0.0.1:{spare.getsockname()[1]}"
+        healthy = {"endpoint": worker.endpoint, "model": worker.model}
+        config = config_for(
+            {
+                "primary": {
+                    "artifact": "a",
+                    "replicas": [{"endpoint": gone, "model": worker.model}, healthy],
+                    "result_cache_entries": 0,
+                },
+                "alone": {"artifact": "a", "replicas": [healthy]},
+            }
+        )
+        async with Front(config) as front:
+            await front.ready("primary", 1)
+            await front.ready("alone", 1)
+            pool = front.fleet.deployments["primary"].pool
+            pool["primary/0"].mark_ready()  # as if it had answered before its host went away
+            answers = await asyncio.gather(*(front.post({"model": "primary", "input": f"x{i}"}) for i in range(6)))
+            assert [r.status_code for r in answers] == [200] * 6
+            failed = {"deployment": "primary", "replica": "primary/0", "outcome": "failed"}
+            assert front.metrics.outcomes.get(failed) >= 1
+            assert pool["primary/0"].state(time.monotonic()).value == "backoff"
+            assert [replica.in_flight for replica in pool] == [0, 0]
+            # nothing else to try: the refused connect is the answer
+            alone = front.fleet.deployments["alone"]
+            await worker.stop()  # no longer listening; its pooled connections dropped below
+            alone.handles["alone/0"].client.close_idle()
+            r = await front.post({"model": "alone", "input": "y"})
+            assert r.status_code == 502 and "cannot connect" in r.json()["error"]["message"]
+            assert [replica.in_flight for replica in alone.pool] == [0]
+
+    scenario(go)
+
+
 def test_a_single_worker_deployment_caches_answers_in_the_front() -> None:
     async def go() -> None:
         worker = await FakeWorker().start()

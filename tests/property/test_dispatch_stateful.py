@@ -63,20 +63,23 @@ class DispatchMachine(RuleBasedStateMachine):
         backing_off = replica.backoff_until > now
         return 3 if ejected else 2 if backing_off else 1
 
-    @rule(size=st.integers(0, 5_000))
-    def pick(self, size: int) -> None:
+    @rule(size=st.integers(0, 5_000), data=st.data())
+    def pick(self, size: int, data: st.DataObject) -> None:
+        """A pick, now and then with some replicas excluded (a retry after a failed connect)."""
         now = self.clock.now()
+        exclude = data.draw(st.frozensets(st.sampled_from(self.ids), max_size=len(self.ids)) | st.just(frozenset()))
+        considered = [r for r in self.pool if r.id not in exclude]
         ranked = sorted(
             (tier, r.outstanding_bytes, self.assigned_at[r.id], self.ids.index(r.id), r.id)
-            for r in self.pool
+            for r in considered
             if (tier := self._tier(r)) is not None
         )
-        any_up = any(r.up for r in self.pool)
+        any_up = any(r.up for r in considered)
         try:
-            chosen = self.pool.pick(size, now)
+            chosen = self.pool.pick(size, now, exclude=exclude)
         except Overloaded as error:
             assert not ranked and any_up
-            assert all(r.in_flight >= self.cap for r in self.pool if r.up)
+            assert all(r.in_flight >= self.cap for r in considered if r.up)
             assert error.retry_after_s >= 1
             return
         except NotReady as error:
@@ -84,7 +87,7 @@ class DispatchMachine(RuleBasedStateMachine):
             assert error.retry_after_s >= 1
             return
         assert ranked, "picked although nothing could take the request"
-        assert chosen == ranked[0][-1]
+        assert chosen == ranked[0][-1] and chosen not in exclude
         chosen_tier = ranked[0][0]
         # never a full replica, never a worse tier while a better one can take it
         assert self.pool[chosen].in_flight <= self.cap

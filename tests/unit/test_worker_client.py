@@ -4,12 +4,15 @@ bodies, broken connections and cancellation (adapters/workers/http_client.py).""
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
-from vllm_srun.adapters.workers.http_client import WorkerClient, WorkerUnavailable
+from vllm_srun.adapters.workers import http_client
+from vllm_srun.adapters.workers.http_client import WorkerClient, WorkerUnavailable, WorkerUnreachable
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
@@ -116,9 +119,32 @@ def test_a_cancelled_request_closes_its_connection(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
-def test_no_worker_is_worker_unavailable(tmp_path: Path) -> None:
+def test_no_worker_is_worker_unreachable(tmp_path: Path) -> None:
     async def go() -> None:
-        with pytest.raises(WorkerUnavailable, match="cannot connect"):
+        with pytest.raises(WorkerUnreachable, match="cannot connect"):  # a WorkerUnavailable: never sent
             await WorkerClient(uds=str(tmp_path / "missing.sock")).request("GET", "/health")
+        with socket.socket() as spare:  # a TCP port nobody listens on: refused
+            spare.bind(("127.0.0.1", 0))
+            port = spare.getsockname()[1]
+        with pytest.raises(WorkerUnreachable, match="cannot connect"):
+            await WorkerClient(host="127.0.0.1", port=port).request("GET", "/health")
+
+    asyncio.run(go())
+
+
+def test_a_handshake_that_never_completes_is_unreachable_within_the_connect_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def black_hole(*args: object, **kwargs: object) -> None:
+        await asyncio.sleep(3600)  # SYNs into a host that went away
+
+    monkeypatch.setattr(http_client, "CONNECT_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(http_client.asyncio, "open_connection", black_hole)
+
+    async def go() -> None:
+        started = time.monotonic()
+        with pytest.raises(WorkerUnreachable, match="no answer within 0.05 s"):
+            await WorkerClient(host="10.231.0.2", port=8100).request("GET", "/health")
+        assert time.monotonic() - started < 1.0
 
     asyncio.run(go())

@@ -10,8 +10,13 @@ millisecond (`bench/front_overhead.py`). Per request:
    an answer → its outcome; the deadline → 504 `deadline_exceeded` (outcome `timeout`); the
    worker gone → 502 `worker_failed` at once (outcome `failed`); the client gone → 499 logged
    (outcome `cancelled`). Giving up on a request closes its worker connection, so the worker
-   drops its queued rows;
-5. `Pool.release` exactly once, whatever happened; its events go to logs, metrics and probes.
+   drops its queued rows. A replica that could not even be connected to (`WorkerUnreachable`:
+   refused, no route, no handshake within a second) never saw the request: it counts as
+   `failed` for that replica, and the request goes to another replica (each at most once,
+   within the same deadline); 502 only when none is left;
+5. `Pool.release` exactly once per pick, whatever happened; its events go to logs, metrics and
+   probes. A replica that failed or timed out also drops its idle connections, so a host
+   that went away is reached again through fresh connections (and a fresh name lookup).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from vllm_srun.adapters.front import bodies
 from vllm_srun.adapters.front.fleet import Deployment, Fleet
 from vllm_srun.adapters.front.metrics import FrontMetrics
 from vllm_srun.adapters.front.responses import send_error, send_response, server_timing
-from vllm_srun.adapters.workers.http_client import WorkerResponse, WorkerUnavailable
+from vllm_srun.adapters.workers.http_client import WorkerResponse, WorkerUnavailable, WorkerUnreachable
 from vllm_srun.domain.errors import (
     Cancelled,
     DeadlineExceeded,
@@ -163,37 +168,73 @@ class Proxy:
         timeout: float,
         receive: Receive,
     ) -> tuple[WorkerResponse, str | None]:
+        deadline = self.clock() + timeout
+        replica_id = deployment.pool.pick(len(body), self.clock())  # Overloaded / NotReady carry retry_after_s
+        tried = [replica_id]
+        while True:
+            try:
+                return await self._send(path, doc, body, deployment, replica_id, (deadline, timeout), receive)
+            except WorkerUnreachable as exc:
+                failed = WorkerFailed(f"replica {replica_id} failed: {exc}")
+                if self.clock() >= deadline:
+                    raise failed from None
+                try:  # never sent: another replica may take it, else the 502 stands
+                    replica_id = deployment.pool.pick(len(body), self.clock(), exclude=tried)
+                except DomainError:
+                    raise failed from None
+                tried.append(replica_id)
+                log.debug("%s unreachable (%s); sending the request to %s", tried[-2], exc, replica_id)
+
+    async def _send(
+        self,
+        path: str,
+        doc: dict[str, Any],
+        body: bytes,
+        deployment: Deployment,
+        replica_id: str,
+        budget: tuple[float, float],
+        receive: Receive,
+    ) -> tuple[WorkerResponse, str | None]:
+        """One try on the picked replica until the deadline (`budget`: the deadline and the
+        request's whole timeout), released exactly once; raises WorkerUnreachable when the
+        replica could not be connected to."""
+        deadline, budget_s = budget
         pool = deployment.pool
         size = len(body)
-        replica_id = pool.pick(size, self.clock())  # Overloaded / NotReady carry retry_after_s
         handle = deployment.handles[replica_id]
         outcome = Outcome.FAILED
+        broken = False  # the connection failed or was given up: the replica's idle ones go too
         sent_at = self.clock()
         payload = bodies.for_worker(doc, body, handle.worker_model, handle.attached)
         try:
             response = await race(
                 lambda: handle.client.request("POST", path, payload),
-                deadline_s=timeout,
+                deadline_s=max(0.0, deadline - sent_at),
                 disconnected=lambda: wait_disconnect(receive),
-                deadline_message=f"no answer within {timeout * 1000:g} ms (timeout_ms or options.deadline_ms)",
+                deadline_message=f"no answer within {budget_s * 1000:g} ms (timeout_ms or options.deadline_ms)",
             )
             outcome = outcome_of(response.status)
             if response.status == 503:
                 handle.probe_now()
             return response, handle.worker_model
         except DeadlineExceeded:  # the worker connection was closed: the worker drops the rows
-            outcome = Outcome.TIMEOUT
+            outcome, broken = Outcome.TIMEOUT, True
             raise
         except Cancelled:
             outcome = Outcome.CANCELLED
             raise
+        except WorkerUnreachable:
+            outcome, broken = Outcome.FAILED, True
+            raise
         except WorkerUnavailable as exc:
-            outcome = Outcome.FAILED
+            outcome, broken = Outcome.FAILED, True
             raise WorkerFailed(f"replica {replica_id} failed: {exc}") from None
         except asyncio.CancelledError:
             outcome = Outcome.CANCELLED
             raise
         finally:
+            if broken:
+                handle.client.close_idle()
             events = pool.release(replica_id, outcome, self.clock(), request_bytes=size, started_at=sent_at)
             self.metrics.outcomes.inc({"deployment": deployment.name, "replica": replica_id, "outcome": outcome.value})
             if events:

@@ -14,6 +14,9 @@ Semantics the front relies on:
 - An idle pooled connection the worker already closed is detected, or, when the close races
   the write, the request is retried once on a fresh connection (nothing was read, so the
   worker never saw it).
+- A connection that cannot be opened (refused, no route to the host, or no answer within
+  `CONNECT_TIMEOUT_S`) is `WorkerUnreachable`: the request was never sent, so the front may
+  offer it to another replica.
 """
 
 from __future__ import annotations
@@ -25,12 +28,17 @@ import time
 from dataclasses import dataclass
 
 IDLE_TIMEOUT_S = 15.0  # below uvicorn's 30 s keep-alive, so the worker never closes first
+CONNECT_TIMEOUT_S = 1.0  # a handshake the kernel completes: longer means the host is gone or its SYNs are lost
 MAX_IDLE = 64
 HEAD_LIMIT = 64 * 1024
 
 
 class WorkerUnavailable(ConnectionError):
     """The worker could not be reached, or the connection broke before a full response."""
+
+
+class WorkerUnreachable(WorkerUnavailable):
+    """No connection could be opened: the request was not sent."""
 
 
 @dataclass(slots=True)
@@ -81,15 +89,20 @@ class WorkerClient:
 
     async def _connect(self) -> _Connection:
         try:
-            if self.uds is not None:
-                reader, writer = await asyncio.open_unix_connection(self.uds, limit=HEAD_LIMIT)
-            else:
-                reader, writer = await asyncio.open_connection(self.host, self.port, limit=HEAD_LIMIT, ssl=self.tls)
-                sock = writer.get_extra_info("socket")
-                if sock is not None:
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                if self.uds is not None:
+                    reader, writer = await asyncio.open_unix_connection(self.uds, limit=HEAD_LIMIT)
+                else:
+                    reader, writer = await asyncio.open_connection(
+                        self.host, self.port, limit=HEAD_LIMIT, ssl=self.tls
+                    )
+                    sock = writer.get_extra_info("socket")
+                    if sock is not None:
+                        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except TimeoutError:
+            raise WorkerUnreachable(f"cannot connect to {self!r}: no answer within {CONNECT_TIMEOUT_S:g} s") from None
         except OSError as exc:
-            raise WorkerUnavailable(f"cannot connect to {self!r}: {exc.strerror or exc}") from None
+            raise WorkerUnreachable(f"cannot connect to {self!r}: {exc.strerror or exc}") from None
         return _Connection(reader, writer)
 
     def _take_idle(self) -> _Connection | None:

@@ -4,6 +4,8 @@ when it dies (R-REP-2, R-REP-4).
 - Probes: `GET /health` every 0.5 s while starting, every 5 s once ready, 2 s timeout; an
   outlier event (`ProbeHealth`) probes at once. A ready replica is taken out after 3 failed
   probes in a row and comes back with the next good one.
+- A failed probe drops the replica's idle connections (an attached host that went away is
+  reached again through fresh connections and a fresh name lookup).
 - Ready: a 200 from /health, then its card from /v1/models, compared with the deployment
   (`compat.py`); the first compatible card becomes the pool's reference.
 - Exit of a managed worker: noticed at once (`process.py`); the replica is `failed` and the
@@ -186,6 +188,7 @@ class ReplicaSupervisor:
         handle, record = self.handle, self.handle.record
         handle.probe_failures += 1
         handle.last_probe_error = error
+        handle.client.close_idle()  # they lead where the probe could not go; requests open fresh ones
         starting = not self._ready_once and not handle.attached
         if starting:  # the socket is not there yet, or the worker is busy loading
             return
