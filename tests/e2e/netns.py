@@ -114,16 +114,16 @@ def _alive(pid: int) -> bool:
 
 def _free_subnets(count: int) -> list[ipaddress.IPv4Network]:
     """`count` /30s of POOL that overlap no address or route on this machine."""
-    taken = []
+    taken: list[ipaddress.IPv4Network] = []
     for line in ip("-4", "-o", "addr", "show", check=False).stdout.splitlines():
         found = re.search(r"inet (\S+)", line)
         if found:
-            taken.append(ipaddress.ip_interface(found[1]).network)
+            taken.append(ipaddress.IPv4Interface(found[1]).network)
     for line in ip("-4", "route", "show", "table", "all", check=False).stdout.splitlines():
         target = line.split()[0] if line.split() else ""
         if target and target not in ("default", "broadcast", "local", "unreachable"):
             try:
-                taken.append(ipaddress.ip_network(target if "/" in target else f"{target}/32", strict=False))
+                taken.append(ipaddress.IPv4Network(target if "/" in target else f"{target}/32", strict=False))
             except ValueError:
                 continue
     start = (os.getpid() * 7919) % (POOL.num_addresses // 4)  # spread parallel sessions
@@ -131,7 +131,7 @@ def _free_subnets(count: int) -> list[ipaddress.IPv4Network]:
     chosen: list[ipaddress.IPv4Network] = []
     for offset in range(len(subnets)):
         candidate = subnets[(start + offset) % len(subnets)]
-        if not any(candidate.overlaps(net) for net in taken):  # type: ignore[arg-type]
+        if not any(candidate.overlaps(net) for net in taken):
             chosen.append(candidate)
             if len(chosen) == count:
                 return chosen

@@ -208,6 +208,7 @@ def test_a_host_whose_link_goes_down_fails_only_its_requests_and_is_readmitted(
     # every failure was the downed host's: the survivor answered everything it was sent
     assert outcomes(front, survivor, "timeout", "failed") == 0
     assert outcomes(front, victim, "timeout", "failed") - failed_before == len(failures)
+    assert all(answered > down_at for _, answered in failures)  # nothing failed before the link went down
     assert all(sent < out_at for sent, _ in failures)  # once out of dispatch, nothing more fails
     assert any(status == 200 and sent > out_at for sent, _, status in results)  # the survivor serves
     assert metric(front, "vllm_sr_ejections_total", replica=survivor) == 0
@@ -220,7 +221,9 @@ def test_a_host_whose_link_goes_down_fails_only_its_requests_and_is_readmitted(
     before = outcomes(front, victim, "ok")
 
     async def burst(n: int) -> list[int]:
-        answers = await asyncio.gather(*(post_once(front.base, "/v1/embeddings", body(f"back {n} {i}")) for i in range(8)))
+        answers = await asyncio.gather(
+            *(post_once(front.base, "/v1/embeddings", body(f"back {n} {i}")) for i in range(8))
+        )
         return [status for status, _, _ in answers]
 
     deadline = time.monotonic() + 30

@@ -158,8 +158,57 @@ def test_attached_and_managed_replicas_name_models_correctly() -> None:
         "deployments.primary.replicas[2]: needs 'device' (a managed worker) or 'endpoint' (an attached runtime)",
         "deployments.primary.replicas[3]: 'device' cannot be combined with 'endpoint' "
         "(an attached runtime places itself)",
-        "deployments.primary.replicas[5]: the same endpoint and model are listed twice",
+        "deployments.primary.replicas[5]: endpoint http://host:8102 is already replicas[4] "
+        "(one runtime is one replica; run another runtime to add capacity)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("http://host:8100", "http://host:8100/"),
+        ("http://HOST:80", "http://host"),
+        ("https://host", "https://host:443/"),
+        ("http://[fd00::2]:8100", "http://[FD00::2]:8100"),
+    ],
+)
+def test_one_runtime_is_one_replica_however_its_endpoint_is_spelled(first: str, second: str) -> None:
+    text = f"artifact: a\nreplicas: [{{endpoint: '{first}', model: m}}, {{endpoint: '{second}', model: other}}]"
+    assert only_problem(deployment_yaml(text)).startswith(
+        f"deployments.primary.replicas[1]: endpoint {second} is already replicas[0]"
+    )
+
+
+def test_distinct_endpoints_and_paths_are_distinct_runtimes() -> None:
+    load_config_text(
+        deployment_yaml(
+            "artifact: a\nreplicas: [{endpoint: 'http://h:8100', model: m}, {endpoint: 'http://h:8101', model: m},"
+            " {endpoint: 'https://h:8100', model: m}, {endpoint: 'http://h:8100/b', model: m}]"
+        )
+    )
+
+
+def test_one_runtime_model_cannot_serve_two_deployments() -> None:
+    text = """
+        global:
+          model_catalog:
+            deployments:
+              a: {artifact: x, replicas: [{endpoint: 'http://h:8100', model: m}]}
+              b: {artifact: x, endpoint: 'http://h:8100/', model: m}
+              c: {artifact: y, endpoint: 'http://h:8100', model: n}
+        """
+    assert problems_of(textwrap.dedent(text)) == [
+        "deployments.b: http://h:8100/ model m is already a replica of deployments.a "
+        "(two deployments would each count its load as their own)"
+    ]
+
+
+@pytest.mark.parametrize("port", [0, 65536, 99999])
+def test_an_endpoint_port_out_of_range_is_refused(port: int) -> None:
+    endpoint = f"http://h:{port}"
+    assert only_problem(deployment_yaml(f"artifact: a\nreplicas: [{{endpoint: '{endpoint}', model: m}}]")) == (
+        f"deployments.primary.replicas[0].endpoint: port {port} is out of range (1-65535), got '{endpoint}'"
+    )
 
 
 def test_deployment_level_endpoint_needs_model_and_model_needs_endpoint() -> None:
@@ -198,12 +247,24 @@ def test_device_names_that_are_refused(device: str) -> None:
     )
 
 
-@pytest.mark.parametrize("endpoint", ["http://h", "https://h.example:8100", "http://10.0.0.2:80/v1"])
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "http://h",
+        "https://h.example:8100",
+        "http://10.0.0.2:80/v1",
+        "http://[fd00::2]:8100",
+        "http://vllm-srun-worker-0.vllm-srun-worker.default.svc.cluster.local:8100",
+    ],
+)
 def test_endpoints_that_load(endpoint: str) -> None:
     load_config_text(deployment_yaml(f"artifact: a\nreplicas: [{{endpoint: '{endpoint}', model: m}}]"))
 
 
-@pytest.mark.parametrize("endpoint", ["h:8100", "ftp://h", "http://", "unix:///tmp/s", "http://h:8100 x"])
+@pytest.mark.parametrize(
+    "endpoint",
+    ["h:8100", "ftp://h", "http://", "unix:///tmp/s", "http://h:8100 x", "http://h/?a=1", "http://u@h", "http://[h]"],
+)
 def test_endpoints_that_are_refused(endpoint: str) -> None:
     problem = only_problem(deployment_yaml(f"artifact: a\nendpoint: '{endpoint}'\nmodel: m"))
     assert problem.startswith("deployments.primary.endpoint: expected an http:// or https:// URL")

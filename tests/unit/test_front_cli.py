@@ -140,6 +140,43 @@ def test_every_config_problem_is_on_the_one_line(tmp_path: Path, capsys: pytest.
     assert "max_num_seqs: expected an integer >= 1" in line and "colour: unknown field" in line
 
 
+@pytest.mark.parametrize(
+    ("placement", "problem"),
+    [
+        (
+            "replicas: [{endpoint: 'host:8100', model: m}]",
+            "deployments.primary.replicas[0].endpoint: expected an http:// or https:// URL",
+        ),
+        (
+            "replicas: [{endpoint: 'http://h:8100'}]",
+            "deployments.primary.replicas[0]: an attached replica ('endpoint') names its model with 'model'",
+        ),
+        (
+            "replicas: [{endpoint: 'http://h:8100', model: m, device: 'cuda:0'}]",
+            "deployments.primary.replicas[0]: 'device' cannot be combined with 'endpoint'",
+        ),
+        (
+            "replicas: [{endpoint: 'http://h:8100', model: m}, {endpoint: 'http://h:8100/', model: m}]",
+            "deployments.primary.replicas[1]: endpoint http://h:8100/ is already replicas[0]",
+        ),
+    ],
+)
+def test_bad_endpoint_replicas_are_refused_in_one_line_before_anything_starts(
+    placement: str, problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vllm_srun.app import front_server
+
+    def started(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the front started preparing workers for a refused config")
+
+    monkeypatch.setattr(front_server, "prepare_front", started)
+    config = tmp_path / "bad.yaml"
+    config.write_text(
+        f"global:\n  model_catalog:\n    deployments:\n      primary:\n        artifact: a\n        {placement}\n"
+    )
+    assert refusal(["serve", "--config", str(config)], capsys).startswith(f"vllm-sr: error: {problem}")
+
+
 def test_a_window_the_worker_refuses_is_refused_by_the_config(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -143,8 +143,13 @@ def test_a_handshake_that_never_completes_is_unreachable_within_the_connect_time
 
     async def go() -> None:
         started = time.monotonic()
-        with pytest.raises(WorkerUnreachable, match="no answer within 0.05 s"):
+        with pytest.raises(WorkerUnreachable, match=r"no answer within 0\.05 s"):
             await WorkerClient(host="10.231.0.2", port=8100).request("GET", "/health")
         assert time.monotonic() - started < 1.0
 
     asyncio.run(go())
+
+
+def test_an_ipv6_endpoint_is_named_in_brackets_in_the_host_header() -> None:
+    assert WorkerClient(host="fd00::2", port=8100)._host_header == b"[fd00::2]:8100"
+    assert WorkerClient(host="worker-0.workers", port=8100)._host_header == b"worker-0.workers:8100"

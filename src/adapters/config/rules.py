@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
-from .schema import DEPLOYMENT_NAME_PATTERN
+from .schema import DEPLOYMENT_NAME_PATTERN, ENDPOINT_PATTERN
 
 
 def relation_problems(data: dict[Any, Any]) -> list[str]:
@@ -25,6 +26,7 @@ def relation_problems(data: dict[Any, Any]) -> list[str]:
     catalog = glob.get("model_catalog")
     deployments = catalog.get("deployments") if isinstance(catalog, dict) else None
     deployments = deployments if isinstance(deployments, dict) else {}
+    attached_by: dict[tuple[str, Any], str] = {}  # (endpoint, model) → the deployment attaching it
     for name, deployment in deployments.items():
         path = f"deployments.{name}"
         if not isinstance(name, str) or not re.match(DEPLOYMENT_NAME_PATTERN, name):
@@ -33,6 +35,16 @@ def relation_problems(data: dict[Any, Any]) -> list[str]:
             )
         if isinstance(deployment, dict):
             problems.extend(deployment_problems(path, deployment))
+            for where, entry in _placements(path, deployment):
+                identity = endpoint_identity(entry.get("endpoint"))
+                if identity is None:
+                    continue
+                other = attached_by.setdefault((identity, entry.get("model")), path)
+                if other != path:
+                    problems.append(
+                        f"{where}: {entry['endpoint']} model {entry.get('model')} is already a replica of {other} "
+                        "(two deployments would each count its load as their own)"
+                    )
     system = data.get("system")
     decision = system.get("decision_model") if isinstance(system, dict) else None
     target = decision.get("deployment") if isinstance(decision, dict) else None
@@ -58,7 +70,7 @@ def deployment_problems(path: str, d: dict[str, Any]) -> list[str]:
         problems.append(f"{path}: 'model' names the model of an attached runtime and needs 'endpoint'")
     listed = replicas if isinstance(replicas, list) else []
     entries = [item for item in listed if isinstance(item, dict)]
-    seen: set[tuple[Any, Any]] = set()
+    seen: dict[str, int] = {}  # an endpoint's identity → the replica that listed it first
     for index, replica in enumerate(listed):
         if not isinstance(replica, dict):
             continue
@@ -66,10 +78,14 @@ def deployment_problems(path: str, d: dict[str, Any]) -> list[str]:
         problems.extend(_placement_problems(where, replica, "an attached replica"))
         if replica.get("device") is None and replica.get("endpoint") is None:
             problems.append(f"{where}: needs 'device' (a managed worker) or 'endpoint' (an attached runtime)")
-        key = (replica.get("endpoint"), replica.get("model"))
-        if key[0] is not None and key in seen:
-            problems.append(f"{where}: the same endpoint and model are listed twice")
-        seen.add(key)
+        identity = endpoint_identity(replica.get("endpoint"))
+        if identity is not None and identity in seen:
+            problems.append(
+                f"{where}: endpoint {replica['endpoint']} is already replicas[{seen[identity]}] "
+                "(one runtime is one replica; run another runtime to add capacity)"
+            )
+        elif identity is not None:
+            seen[identity] = index
     attached = d.get("endpoint") is not None or any(r.get("endpoint") for r in entries)
     if attached and d.get("max_model_len") is not None:
         problems.append(
@@ -85,8 +101,38 @@ def deployment_problems(path: str, d: dict[str, Any]) -> list[str]:
     return problems
 
 
+def endpoint_identity(endpoint: Any) -> str | None:
+    """The runtime an endpoint reaches, spelled one way (scheme and host in lower case, the
+    port explicit, no trailing slash): `http://H:80/` and `http://h` are one runtime. None for
+    a value that is not an endpoint (the schema reports it) or whose port is out of range."""
+    if not isinstance(endpoint, str) or not re.match(ENDPOINT_PATTERN, endpoint):
+        return None
+    url = urlsplit(endpoint)
+    try:
+        port = url.port if url.port is not None else (443 if url.scheme.lower() == "https" else 80)
+    except ValueError:
+        return None
+    if port == 0:
+        return None
+    host = url.hostname or ""
+    return f"{url.scheme.lower()}://{f'[{host}]' if ':' in host else host}:{port}{url.path.rstrip('/')}"
+
+
+def _placements(path: str, deployment: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(where, entry) of each placement a deployment writes: its replicas, or itself."""
+    replicas = deployment.get("replicas")
+    if isinstance(replicas, list):
+        return [(f"{path}.replicas[{i}]", r) for i, r in enumerate(replicas) if isinstance(r, dict)]
+    return [(path, deployment)]
+
+
 def _placement_problems(path: str, entry: dict[str, Any], what: str) -> list[str]:
     problems = []
+    endpoint = entry.get("endpoint")
+    if isinstance(endpoint, str) and re.match(ENDPOINT_PATTERN, endpoint):
+        port = re.match(r"^[^:]+://(?:\[[^\]]*\]|[^/:]*)(?::(\d+))?", endpoint)
+        if port and port[1] is not None and not 1 <= int(port[1]) <= 65535:
+            problems.append(f"{path}.endpoint: port {int(port[1])} is out of range (1-65535), got {endpoint!r}")
     if entry.get("endpoint") is not None:
         if entry.get("device") is not None:
             problems.append(f"{path}: 'device' cannot be combined with 'endpoint' (an attached runtime places itself)")

@@ -33,14 +33,14 @@ from vllm_srun.domain import bounds
 from vllm_srun.domain.ejection import ONE_HOUR_MS, OutlierDetection
 
 DEFAULT_DEPLOYMENT = "primary"
-ENDPOINT_PATTERN = r"^https?://[^\s/?#:@]+(:[0-9]{1,5})?(/[^\s]*)?$"
+ENDPOINT_PATTERN = r"^https?://([^\s/?#:@\[\]]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[^\s?#]*)?$"
 DEPLOYMENT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 MAX_REPLICAS = 64
 
 # How a bad value of a field is described: "expected <hint>, got <value>".
 FIELD_HINTS = {
     "device": bounds.REPLICA_DEVICE.rule(),
-    "endpoint": "an http:// or https:// URL such as http://host:8100",
+    "endpoint": "an http:// or https:// URL such as http://host:8100 (no query, fragment or user)",
     "dtype": bounds.DTYPE.rule(),
     "engine": bounds.ENGINE.rule(),
     "provider": "model_runtime",

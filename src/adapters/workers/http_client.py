@@ -81,7 +81,8 @@ class WorkerClient:
         self.uds, self.host, self.port = uds, host, port
         self.tls = ssl.create_default_context() if tls else None
         self.base_path = base_path.rstrip("/")
-        self._host_header = (host_header if uds else f"{host}:{port}").encode()
+        named = f"[{host}]" if host and ":" in host else host  # an IPv6 address in brackets
+        self._host_header = (host_header if uds else f"{named}:{port}").encode()
         self._idle: list[_Connection] = []
 
     def __repr__(self) -> str:
@@ -93,9 +94,7 @@ class WorkerClient:
                 if self.uds is not None:
                     reader, writer = await asyncio.open_unix_connection(self.uds, limit=HEAD_LIMIT)
                 else:
-                    reader, writer = await asyncio.open_connection(
-                        self.host, self.port, limit=HEAD_LIMIT, ssl=self.tls
-                    )
+                    reader, writer = await asyncio.open_connection(self.host, self.port, limit=HEAD_LIMIT, ssl=self.tls)
                     sock = writer.get_extra_info("socket")
                     if sock is not None:
                         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
