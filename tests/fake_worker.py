@@ -30,7 +30,7 @@ class FakeWorker:
     _server: asyncio.AbstractServer | None = None
 
     async def start(self) -> FakeWorker:
-        self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._connection, "127.0.0.1", self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 

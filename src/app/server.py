@@ -16,6 +16,8 @@ from vllm_srun.domain import bounds
 from vllm_srun.domain.dtypes import needs_bf16_warning
 from vllm_srun.domain.engine_args import EngineArgs
 
+GRACEFUL_SHUTDOWN_S = 30  # after SIGTERM, in-flight requests may finish this long (deploy/kubernetes grace)
+
 
 def check_worker(container: WorkerContainer, args: EngineArgs) -> list[str]:
     """Refuse (ValueError, one line) what cannot run before anything loads: a device that is not
@@ -72,6 +74,6 @@ def run_server(
         access_log=False,
         log_level=log_level,
         timeout_keep_alive=30,
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
     uvicorn.Server(config).run()

@@ -168,19 +168,21 @@ def test_a_replica_that_cannot_be_connected_to_passes_the_request_on() -> None:
     replica is left."""
 
     async def go() -> None:
-        worker = await FakeWorker().start()
+        worker, lone = await FakeWorker().start(), await FakeWorker().start()
         with socket.socket() as spare:
             spare.bind(("127.0.0.1", 0))
             gone = f"http://127.0.0.1:{spare.getsockname()[1]}"
-        healthy = {"endpoint": worker.endpoint, "model": worker.model}
         config = config_for(
             {
                 "primary": {
                     "artifact": "a",
-                    "replicas": [{"endpoint": gone, "model": worker.model}, healthy],
+                    "replicas": [
+                        {"endpoint": gone, "model": worker.model},
+                        {"endpoint": worker.endpoint, "model": worker.model},
+                    ],
                     "result_cache_entries": 0,
                 },
-                "alone": {"artifact": "a", "replicas": [healthy]},
+                "alone": attached(lone),
             }
         )
         async with Front(config) as front:
@@ -196,11 +198,36 @@ def test_a_replica_that_cannot_be_connected_to_passes_the_request_on() -> None:
             assert [replica.in_flight for replica in pool] == [0, 0]
             # nothing else to try: the refused connect is the answer
             alone = front.fleet.deployments["alone"]
-            await worker.stop()  # no longer listening; its pooled connections dropped below
+            await lone.stop()  # no longer listening; its pooled connections dropped below
             alone.handles["alone/0"].client.close_idle()
             r = await front.post({"model": "alone", "input": "y"})
             assert r.status_code == 502 and "cannot connect" in r.json()["error"]["message"]
             assert [replica.in_flight for replica in alone.pool] == [0]
+        await worker.stop()
+
+    scenario(go)
+
+
+def test_an_attached_runtime_that_appears_late_goes_from_failed_to_starting_to_ready() -> None:
+    """A runtime not listening yet (a pod being scheduled) fails its probes; once it answers
+    while loading it is `starting`, not `failed`; ready, it serves."""
+
+    async def go() -> None:
+        with socket.socket() as spare:
+            spare.bind(("127.0.0.1", 0))
+            port = spare.getsockname()[1]
+        worker = FakeWorker(port=port, healthy=False)
+        async with Front(config_for({"primary": attached(worker)})) as front:
+            record = front.fleet.deployments["primary"].pool["primary/0"]
+            await until(lambda: record.failed_reason is not None)
+            assert "not answering /health" in (record.failed_reason or "")
+            await worker.start()  # listening, still loading: 503
+            await until(lambda: record.failed_reason is None)
+            assert record.state(time.monotonic()).value == "starting"
+            worker.healthy = True
+            await front.ready("primary", 1)
+            assert (await front.post({"input": "late"})).status_code == 200
+        await worker.stop()
 
     scenario(go)
 

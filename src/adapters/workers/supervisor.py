@@ -3,7 +3,8 @@ when it dies (R-REP-2, R-REP-4).
 
 - Probes: `GET /health` every 0.5 s while starting, every 5 s once ready, 2 s timeout; an
   outlier event (`ProbeHealth`) probes at once. A ready replica is taken out after 3 failed
-  probes in a row and comes back with the next good one.
+  probes in a row and comes back with the next good one; one that answers again but is still
+  loading (503) is `starting` again rather than `failed`.
 - A failed probe drops the replica's idle connections (an attached host that went away is
   reached again through fresh connections and a fresh name lookup).
 - Ready: a 200 from /health, then its card from /v1/models, compared with the deployment
@@ -72,6 +73,7 @@ class ReplicaSupervisor:
         self._stopping = False
         self._ready_once = False
         self._unresponsive_since: float | None = None
+        self._unhealthy = False  # failed_reason says only that probes failed
         self._task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
 
@@ -177,6 +179,9 @@ class ReplicaSupervisor:
         status, reason = _health_reason(response.body)
         handle.probe_failures = 0
         self._unresponsive_since = None
+        if self._unhealthy and status != "failed":  # it answers again (still loading): starting, not failed
+            handle.record.failed_reason = None
+            self._unhealthy = False
         if status == "failed":
             if handle.record.failed_reason is None:
                 handle.record.mark_failed(reason or "the worker reports failed")
@@ -197,6 +202,7 @@ class ReplicaSupervisor:
             self._unresponsive_since = now
         if handle.probe_failures >= FAILED_PROBES and record.failed_reason is None:
             record.mark_failed(f"not answering /health ({handle.probe_failures} probes): {error}")
+            self._unhealthy = True
             self.on_event("replica_unhealthy", handle, record.failed_reason or error)
         process = handle.process
         if process is not None and process.running and now - self._unresponsive_since >= UNRESPONSIVE_KILL_S:
@@ -208,6 +214,7 @@ class ReplicaSupervisor:
         handle.probe_failures = 0
         handle.last_probe_error = None
         self._unresponsive_since = None
+        self._unhealthy = False
         if record.ready and record.failed_reason is None:
             return  # serving (or known incompatible) already
         try:
