@@ -163,6 +163,9 @@ class FakeProbe:
     bf16_on_mps: bool = True
     asked: list[int] = field(default_factory=list)
 
+    def may_have_gpu(self) -> bool:
+        return self.machine.gpu_platform is not None or self.machine.mps
+
     def inventory(self) -> DeviceInventory:
         return self.machine
 

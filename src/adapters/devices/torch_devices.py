@@ -10,6 +10,8 @@ the CPU. What torch knows about the machine reaches the rules through a `DeviceP
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -174,6 +176,10 @@ class MpsDevice:
 class DeviceProbe(Protocol):
     """What the machine offers, as the device rules need it."""
 
+    def may_have_gpu(self) -> bool:
+        """False when no GPU can be here (no driver's device node): `auto` then asks nothing more."""
+        ...
+
     def inventory(self) -> DeviceInventory: ...
 
     def gpu_memory(self, index: int) -> GpuMemory: ...
@@ -181,8 +187,21 @@ class DeviceProbe(Protocol):
     def mps_bf16(self) -> bool: ...
 
 
+# device nodes without which no GPU driver can be reached: NVIDIA, AMD (ROCm), NVIDIA under WSL2
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
+def gpu_possible() -> bool:
+    """Whether this host could have a GPU torch drives: a GPU driver's device node, or a Mac (MPS).
+    When it cannot, `--device auto` is the CPU without importing torch (a torch-free family stays so)."""
+    return sys.platform == "darwin" or any(os.path.exists(node) for node in GPU_DEVICE_NODES)
+
+
 class TorchProbe:
     """Asks torch (imported on first use)."""
+
+    def may_have_gpu(self) -> bool:
+        return gpu_possible()
 
     def inventory(self) -> DeviceInventory:
         import torch
@@ -229,6 +248,9 @@ def open_device(name: str, probe: DeviceProbe | None = None, progress: Progress 
     if kind == "cpu":
         return CpuDevice()  # no torch import for the CPU
     probe = probe or TorchProbe()
+    if kind == "auto" and not probe.may_have_gpu():  # torch is not even imported
+        progress(f"device: auto: no GPU device node here ({', '.join(GPU_DEVICE_NODES)}); the CPU")
+        return CpuDevice()
     inventory = probe.inventory()
     gpus: list[GpuMemory] = []
     if kind == "auto" and inventory.gpu_platform is not None:
