@@ -161,8 +161,9 @@ def section_parity(device: Any, work: Path) -> None:
 def section_kernels(device: Any) -> None:
     import torch
 
-    from vllm_srun.adapters.engines.gpu_kernels import decoder_kernels, encoder_kernels
     from vllm_srun.adapters.engines.native import NativeEncoder
+    from vllm_srun.adapters.engines.triton_decoder import decoder_kernels
+    from vllm_srun.adapters.engines.triton_encoder import encoder_kernels
     from vllm_srun.adapters.models.bert import BertConfig, BertEncoder
     from vllm_srun.adapters.models.decoder import DecoderConfig, DecoderLM
     from vllm_srun.adapters.models.pooling import PoolingConfig
@@ -171,7 +172,11 @@ def section_kernels(device: Any) -> None:
 
     torch.manual_seed(0)
     minilm = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
-    encoder = BertEncoder(minilm).eval().requires_grad_(False).to(device.torch_device)
+    encoder = BertEncoder(minilm).eval().requires_grad_(False)
+    for table in (encoder.embeddings.word_embeddings, encoder.embeddings.position_embeddings):
+        torch.nn.init.normal_(table.weight, std=0.02)  # built without init (every table is loaded, normally)
+    torch.nn.init.normal_(encoder.embeddings.token_type_embeddings.weight, std=0.02)
+    encoder = encoder.to(device.torch_device)
     reference = ReferenceEncoder(encoder, None, PoolingConfig(("mean",), True), device.torch_device)
     found = encoder_kernels(reference, device, say, env={})
     if isinstance(found, str):

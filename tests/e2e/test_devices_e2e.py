@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -49,3 +50,18 @@ def test_auto_serves_on_the_cpu_without_a_gpu(encoder_fixture, tmp_path: Path) -
         assert card["device"] == "cpu" and card["ready"] and card["engine_args"]["memory_class"] == "cpu"
         assert card["engine_args"]["calibration"] is None  # calibration runs on GPU workers only
         assert httpx.post(f"{base}/v1/embeddings", json={"input": "hello"}).status_code == 200
+
+
+def test_the_gpu_check_stops_at_once_without_a_gpu() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: bench/gpu_check.py would run")
+    script = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=subprocess_env()
+    )
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("gpu_check: no GPU is visible"), lines
+    assert time.monotonic() - started < 60

@@ -171,3 +171,20 @@ def test_auto_resolves_through_the_container_and_refusals_are_one_line(package: 
     mps_ort.device.override(providers.Object(FakeDevice(kind="mps", native_dtypes=frozenset({"float32"}))))
     with pytest.raises(ValueError, match="the onnxruntime engine has no execution provider for mps devices"):
         check_worker(mps_ort, EngineArgs())
+
+
+def test_a_calibration_that_breaks_leaves_the_class_budget_and_says_why(package: Path) -> None:
+    def cost(tokens: int) -> float:
+        if tokens >= 4_096:
+            raise RuntimeError("injected kernel fault")
+        return 1e-3
+
+    with serving(_container(package, _gpu(cost))) as (client, _):
+        card = _card(client)
+        args = card["engine_args"]
+        assert card["ready"] and (args["max_num_batched_tokens"], args["max_num_batched_tokens_source"]) == (
+            16_384,
+            "class",
+        )
+        assert args["calibration"] == {"status": "failed", "reason": "RuntimeError: injected kernel fault"}
+        assert client.post("/v1/embeddings", json={"input": "still served"}).status_code == 200

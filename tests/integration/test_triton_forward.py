@@ -7,6 +7,7 @@ whose answers differ is never used; one is used only at the sizes where it was m
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import pytest
@@ -14,20 +15,15 @@ import torch
 
 from tests.fakes import FakeDevice
 from vllm_srun.adapters.engines import gpu_kernels
-from vllm_srun.adapters.engines.gpu_kernels import (
-    FORCED,
-    GpuDecoderKernels,
-    GpuEncoderKernels,
-    KernelChoice,
-    TritonDecoderOps,
-    choose,
-)
+from vllm_srun.adapters.engines.gpu_kernels import FORCED, KernelChoice, choose
 from vllm_srun.adapters.engines.native import NativeEncoder
 from vllm_srun.adapters.engines.native_decoder import NativeDecoder
+from vllm_srun.adapters.engines.triton_decoder import GpuDecoderKernels, TritonDecoderOps
+from vllm_srun.adapters.engines.triton_encoder import GpuEncoderKernels, fused_ffn_in
 from vllm_srun.adapters.models.decoder import DecoderLM
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import TextTokenizer
-from vllm_srun.adapters.models.unpadded import eager_linears
+from vllm_srun.adapters.models.unpadded import LayerLinears, eager_linears
 from vllm_srun.domain.kernels import SizePlan
 
 triton = pytest.importorskip("triton")
@@ -41,9 +37,7 @@ TEXTS = ["a", "the quick brown fox jumps", "over the lazy dog " * 6, "red", "blu
 def _forced_encoder(reference: ReferenceEncoder) -> GpuEncoderKernels:
     cfg = reference.config
     fused = [
-        gpu_kernels.LayerLinears(
-            b.qkv, b.attn_out, gpu_kernels.partial(gpu_kernels.fused_ffn_in, b, cfg.hidden_act), b.ffn_out
-        )
+        LayerLinears(b.qkv, b.attn_out, partial(fused_ffn_in, b, cfg.hidden_act), b.ffn_out)
         for b in reference.encoder.blocks
     ]
     forced = [KernelChoice(name, FORCED, 0.0) for name in ("bias_gelu", "add_layer_norm", "varlen_attention")]
@@ -143,3 +137,34 @@ def test_triton_is_refused_off_gpus_at_other_dtypes_and_on_meta() -> None:
     assert "meta" in (why(FakeDevice(kind="cuda", index=0), torch.float32, torch.float32) or "")
     assert gpu_kernels.mode({"VLLM_SRUN_TRITON": "0"}) == "off" and gpu_kernels.mode({}) == "auto"
     assert SizePlan().switch_tokens is None
+
+
+def test_a_cpu_install_never_imports_triton(encoder_fixture, decision_fixture) -> None:  # type: ignore[no-untyped-def]
+    """Triton is a GPU extra: with it unimportable, both families load and answer on the CPU."""
+    import subprocess
+    import sys
+
+    from tests.stores import subprocess_env
+
+    script = f"""
+import sys
+sys.modules["triton"] = None  # any import of triton now fails
+from pathlib import Path
+from vllm_srun.adapters.contracts import LoadContext
+from vllm_srun.adapters.devices.torch_devices import open_device
+from vllm_srun.adapters.engines.registry import EngineRegistry
+from vllm_srun.adapters.families.decision import DecisionFamily
+from vllm_srun.adapters.families.decision_rows import QuestionRow
+from vllm_srun.adapters.families.encoder import EncoderFamily
+from vllm_srun.domain.engine_args import EngineArgs
+context = LoadContext(device=open_device("auto"), args=EngineArgs(), engines=EngineRegistry())
+encoder = EncoderFamily().load(Path({str(encoder_fixture("embed"))!r}), context)
+assert len(encoder.run("text", encoder.tokenize(["a red bird"], truncate=True))) == 1
+decision = DecisionFamily().load(Path({str(decision_fixture("llama"))!r}), context)
+assert len(decision.run("text", [QuestionRow((3, 4, 5), (0, 1))])) == 1
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=subprocess_env(), timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr

@@ -14,7 +14,7 @@ The card reports the outcome as `kernels: {linear: onednn_packed|eager, reason, 
 readiness check and the probe run after this, through `embed`/`classify_logits`: the path that serves.
 
 On a GPU the same unpadded forward runs on the device (rows laid back to back, every index tensor
-placed there), and the fused Triton kernels (`gpu_kernels.py`: bias+GELU, residual+LayerNorm, the
+placed there), and the fused Triton kernels (`triton_encoder.py`: bias+GELU, residual+LayerNorm, the
 variable-length attention) serve the forward sizes where load-time timings found them faster; the
 card says so under `kernels.triton`.
 """
@@ -32,8 +32,8 @@ import torch
 
 from vllm_srun.adapters.contracts import Device
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
-from vllm_srun.adapters.engines.gpu_kernels import GpuEncoderKernels, encoder_kernels
 from vllm_srun.adapters.engines.onednn_timing import measure
+from vllm_srun.adapters.engines.triton_encoder import GpuEncoderKernels, encoder_kernels
 from vllm_srun.adapters.models.pooling import pool
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
@@ -181,7 +181,7 @@ def gpu_encoder(
     reference: ReferenceEncoder, device: Device, progress: Progress, env: Mapping[str, str]
 ) -> NativeEncoder:
     """The native engine on a GPU: the unpadded forward, with the fused Triton kernels where they
-    passed their check and were measured faster (`gpu_kernels.py`)."""
+    passed their check and were measured faster (`triton_encoder.py`)."""
     found = encoder_kernels(reference, device, progress, env)
     base = {"linear": "eager", "attention": "sdpa per run of equal-length rows"}
     if isinstance(found, str):

@@ -2,7 +2,7 @@
 
 Rows are right-padded (padded accounting). The shared-context branch layout (R-SC) runs through
 `prefix_kv` / `branch_logits`. Eager torch on a CPU; on a GPU at the published BF16 the fused
-Triton kernels (residual + RMSNorm, SiLU·mul; `gpu_kernels.py`) serve each call whose size (its
+Triton kernels (residual + RMSNorm, SiLU·mul; `triton_decoder.py`) serve each call whose size (its
 tokens) is one where load-time timings found them faster (R-DT-3).
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vllm_srun.adapters.contracts import Device, Progress
-from vllm_srun.adapters.engines.gpu_kernels import GpuDecoderKernels, decoder_kernels
+from vllm_srun.adapters.engines.triton_decoder import GpuDecoderKernels, decoder_kernels
 from vllm_srun.adapters.models.decoder import DecoderLM, DecoderOps
 from vllm_srun.domain.lanes import Accounting
 

@@ -2,7 +2,7 @@
 
 - `native`: our torch code; encoders run unpadded with the oneDNN fast path where it is measured
   safe and faster (`native.py`), decoders eager (`native_decoder.py`); on GPUs both take fused
-  Triton kernels at the forward sizes where they were measured faster (`gpu_kernels.py`);
+  Triton kernels at the forward sizes where they were measured faster (`gpu_kernels.py`, `triton_encoder.py`, `triton_decoder.py`);
 - `onnxruntime`: ONNX Runtime for encoders (`onnxruntime.py`), on the CPU or a GPU's execution provider.
 
 Each plugin imports its engine module only when it builds, so `--engine native` never imports

@@ -16,7 +16,7 @@ eager forward within rounding (`tests/unit/test_triton_kernels.py`, run on a CPU
 `TRITON_INTERPRET=1`, which Triton reads once, at its import: `tests/conftest.py` sets it on
 machines without a GPU); the engines use one only where load-time timings found it faster
 (`engines/gpu_kernels.py`). This module imports triton; nothing imports it on a CPU install
-(`engines/gpu_kernels.py` asks for it only on a GPU).
+(`engines/triton_encoder.py` and `triton_decoder.py` import it only when a GPU forward uses a kernel).
 """
 
 import math

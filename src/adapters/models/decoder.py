@@ -14,7 +14,7 @@ and a branch state's K/V can be kept and reused. On a CPU the state part is atte
 rows (`attend_split`, no per-row copy of the state's K/V: 1.4× faster at a 2048-token state).
 
 The residual adds with their RMSNorms and the SwiGLU product go through a `DecoderOps` (eager
-torch here; fused Triton kernels on GPUs, `engines/gpu_kernels.py`), chosen per call. Weights and
+torch here; fused Triton kernels on GPUs, `engines/triton_decoder.py`), chosen per call. Weights and
 every tensor a call creates live on the model's device (`from_pretrained(..., device=...)`);
 token ids may come from the host and are moved once.
 """

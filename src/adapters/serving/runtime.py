@@ -220,9 +220,12 @@ class Runtime:
         self.progress(f"load: calibrating the token budget of {served.name} on {self.device.name}")
         try:
             found = self.device_thread.call(self.calibrator.calibrate, model, limits, self.device, self.progress)
-        except CalibrationFailed as exc:
-            served.calibration = {"status": "failed", "reason": str(exc)}
-            self.progress(f"load: {served.name} keeps its class budget ({exc})")
+        except Exception as exc:  # the golden check passed: the model serves on its class budget, the card says why
+            if not isinstance(exc, CalibrationFailed):
+                log.exception("calibration of %s failed", served.name)
+            reason = str(exc) if isinstance(exc, CalibrationFailed) else f"{type(exc).__name__}: {exc}"
+            served.calibration = {"status": "failed", "reason": reason[:300]}
+            self.progress(f"load: {served.name} keeps its class budget ({reason[:300]})")
             return
         served.limits = calibrated_limits(limits, found.tokens)
         served.calibration = found.card()
