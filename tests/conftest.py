@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.stores import session_store, set_engine_cache
+
+
+def _run_triton_interpreted() -> None:
+    """Triton kernels run under Triton's interpreter on a machine without a GPU (R-DEV-3): Triton
+    reads TRITON_INTERPRET once, when it is imported, so it is set here, before any test imports it.
+    On a GPU machine the kernels compile and run on the GPU (`pytest -m gpu`)."""
+    if "TRITON_INTERPRET" in os.environ or importlib.util.find_spec("triton") is None:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+_run_triton_interpreted()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -72,3 +89,17 @@ def decision_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[
         return made[variant, seed]
 
     return get
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`gpu` tests skip on a machine without a GPU (torch is asked only when one is collected)."""
+    marked = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not marked:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a GPU (torch.cuda.is_available() is False)")
+    for item in marked:
+        item.add_marker(skip)

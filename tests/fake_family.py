@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from tests.fakes import FakeDevice
 from vllm_srun.adapters.contracts import (
+    CalibrationForward,
     EngineRefused,
     EngineRequest,
     Family,
@@ -43,7 +45,7 @@ from vllm_srun.adapters.families.decision_rows import (
 )
 from vllm_srun.adapters.families.manifest import read_manifest, write_manifest
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer, write_tiny_wordpiece_tokenizer
-from vllm_srun.domain.lanes import Accounting, Lane
+from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens
 from vllm_srun.domain.rows import DEFAULT_LANE
 from vllm_srun.domain.shared_context import SHARED_LANE, should_share
 
@@ -176,6 +178,8 @@ class FakeModel(LoadedModel):
 
     # forwards
     def run(self, lane: str, payloads: Sequence[Any]) -> list[Any]:
+        if isinstance(self.device, FakeDevice):  # a fake GPU: its clock and memory see the forward
+            self.device.ran(forward_tokens((_row_tokens(p) for p in payloads), Accounting.PACKED))
         out: list[Any] = []
         for p in payloads:
             if isinstance(p, SharedRow):
@@ -188,6 +192,13 @@ class FakeModel(LoadedModel):
                 out.append(self.fake.vector(p.ids))
         return out
 
+    def calibration_forward(self, tokens: int) -> CalibrationForward:
+        """Rows of the input limit's length adding up to about TOKENS (R-DEV-2)."""
+        n = self.max_input_tokens
+        lengths = [n] * max(1, tokens // n) + ([tokens % n] if tokens > n and tokens % n >= 8 else [])
+        rows = [Encoded([1 + (r + i) % 30 for i in range(k)], [0] * k, False, k) for r, k in enumerate(lengths)]
+        return CalibrationForward(DEFAULT_LANE, rows, forward_tokens(lengths, Accounting.PACKED))
+
     def probe_payloads(self) -> list[Encoded]:
         return self.tokenize(
             ["cat", "the dog is red", "a great movie with good music and a boring plot"], truncate=True
@@ -195,6 +206,16 @@ class FakeModel(LoadedModel):
 
     def card_section(self) -> dict[str, Any]:
         return {**self.fake.describe(), "fake": {"torch_loaded": "torch" in sys.modules}}
+
+
+def _row_tokens(payload: Any) -> int:
+    if isinstance(payload, SharedRow):
+        return len(payload.state_ids) + sum(len(q.ids) for q in payload.questions)
+    if isinstance(payload, QuestionRow):
+        return len(payload.ids)
+    if isinstance(payload, LogitsRow):
+        return len(payload.encoded.ids)
+    return len(payload.ids)
 
 
 def golden_requests() -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_srun.domain.devices import DeviceInventory, GpuMemory
 from vllm_srun.domain.errors import ModelNotFound
 
 
@@ -64,16 +65,41 @@ class FakeForward:
         return list(payloads)
 
 
+class OutOfMemoryError(RuntimeError):
+    """What a fake device raises for a forward too big for it (named like torch's)."""
+
+
 @dataclass(frozen=True)
 class FakeDevice:
-    """A `Device` of any kind and memory size (R-DEV-1 classes), without the hardware."""
+    """A `Device` of any kind and memory size (R-DEV-1 classes), without the hardware. Torch calls
+    it `meta`: any tensor a family creates on it has no data, so placement is checked
+    (`tests/device_guard.py`). With a COST curve (seconds of a forward of N counted tokens, None:
+    out of memory) and a CLOCK, a fake family's forwards (`ran`) advance the clock and leave a
+    memory peak of BYTES_PER_TOKEN × N: a GPU whose timings the calibration can read (R-DEV-2)."""
 
     kind: str = "cpu"
     index: int | None = None
     total: int | None = None
     free: int | None = None
     native_dtypes: frozenset[str] = frozenset({"float32"})
+    cost: Callable[[int], float | None] | None = field(default=None, compare=False)
+    clock: FakeClock | None = field(default=None, compare=False)
+    bytes_per_token: int = 0
     synchronized: list[int] = field(default_factory=list, compare=False)
+    peaks: list[int] = field(default_factory=list, compare=False)
+    forwards: list[int] = field(default_factory=list, compare=False)  # counted tokens of each forward run
+
+    def ran(self, tokens: int) -> None:
+        """A forward of TOKENS counted tokens ran here."""
+        self.forwards.append(tokens)
+        if self.cost is None:
+            return
+        seconds = self.cost(tokens)
+        if seconds is None:
+            raise OutOfMemoryError(f"fake {self.name}: out of memory for {tokens} tokens")
+        if self.clock is not None:
+            self.clock.advance(seconds)
+        self.peaks.append(self.bytes_per_token * tokens)
 
     @property
     def name(self) -> str:
@@ -91,6 +117,12 @@ class FakeDevice:
 
     def synchronize(self) -> None:
         self.synchronized.append(1)
+
+    def reset_peak_memory(self) -> None:
+        self.peaks.clear()
+
+    def peak_memory(self) -> int | None:
+        return max(self.peaks) if self.peaks else None
 
 
 @dataclass
@@ -112,3 +144,35 @@ class FakeStore:
     def pull(self, name: str, progress: Callable[[str], None]) -> Path:
         self.pulled.append(name)
         return self.resolve(name, progress)
+
+
+# ---- machines, as torch would describe them (`adapters/devices/torch_devices.DeviceProbe`) ----
+CUDA2 = DeviceInventory("cuda", 2, build="torch 2.13.0, CUDA 12.8")
+HIP1 = DeviceInventory("rocm", 1, build="torch 2.13.0, HIP 6.4")
+CPU_BUILD = DeviceInventory(None, 0, build="torch 2.13.0+cpu")
+NO_GPU_VISIBLE = DeviceInventory("cuda", 0, build="torch 2.13.0, CUDA 12.8")
+MAC = DeviceInventory(None, 0, mps=True, build="torch 2.13.0")
+
+
+@dataclass
+class FakeProbe:
+    """A machine as torch would describe it."""
+
+    machine: DeviceInventory
+    memory: dict[int, tuple[int, int]] = field(default_factory=dict)  # index → (free, total)
+    bf16_on_mps: bool = True
+    asked: list[int] = field(default_factory=list)
+
+    def may_have_gpu(self) -> bool:
+        return self.machine.gpu_platform is not None or self.machine.mps
+
+    def inventory(self) -> DeviceInventory:
+        return self.machine
+
+    def gpu_memory(self, index: int) -> GpuMemory:
+        self.asked.append(index)
+        free, total = self.memory[index]
+        return GpuMemory(index, total, free)
+
+    def mps_bf16(self) -> bool:
+        return self.bf16_on_mps

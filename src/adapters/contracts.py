@@ -43,9 +43,11 @@ if TYPE_CHECKING:  # types only: the contracts import no family code
 
 __all__ = [
     "SURFACE_CONTRACTS",
+    "CalibrationForward",
     "Clock",
     "DecoderEngine",
     "Device",
+    "DevicePreflight",
     "EncoderEngine",
     "Engine",
     "EnginePlugin",
@@ -117,6 +119,15 @@ class Device(Protocol):
 
     def synchronize(self) -> None:
         """Wait until queued work finished (timings on asynchronous devices)."""
+        ...
+
+    def reset_peak_memory(self) -> None:
+        """Start measuring the peak of device memory allocated from now (calibration, R-DEV-2)."""
+        ...
+
+    def peak_memory(self) -> int | None:
+        """Bytes allocated at the peak since `reset_peak_memory`, beyond what was allocated then;
+        None when the device reports none."""
         ...
 
 
@@ -224,6 +235,16 @@ class EnginePlugin(Protocol):
         ...
 
 
+@runtime_checkable
+class DevicePreflight(Protocol):
+    """An engine plugin that can tell, before any weights load, that it cannot run on a device
+    (e.g. ONNX Runtime without the GPU's execution provider); `--engine NAME` asks it at startup."""
+
+    def device_refusal(self, device: Device) -> str | None:
+        """One line saying what is missing to run on DEVICE, or None."""
+        ...
+
+
 class EngineSelector(Protocol):
     """Picks the engine plugin `--engine` names (`auto`: the first that accepts) and builds."""
 
@@ -270,6 +291,15 @@ class LoadContext:
         return self.engines.build(self.engine_choice, self.engine_request(kind, model, **extra), self.progress)
 
 
+@dataclass(frozen=True)
+class CalibrationForward:
+    """Rows of one merged forward the calibration times (R-DEV-2)."""
+
+    lane: str
+    payloads: Sequence[Any]
+    tokens: int  # as the lane counts them (R-BAT-2)
+
+
 class LoadedModel(abc.ABC):
     """A loaded package, ready to run forwards. Attributes are set by the family's `load`."""
 
@@ -295,6 +325,16 @@ class LoadedModel(abc.ABC):
     def probe_payloads(self) -> Sequence[Any]:
         """Rows of the first lane, of mixed lengths, for the batch-invariance probe; () for none."""
         return ()
+
+    def calibration_forward(self, tokens: int) -> CalibrationForward | None:
+        """One merged forward of about TOKENS counted tokens of the first lane, for the GPU knee
+        calibration (R-DEV-2); None when the family offers none (its class budget stays)."""
+        return None
+
+    def longest_row_tokens(self) -> int:
+        """Counted tokens of the longest row one forward may hold (calibration sizes stop at
+        max_num_seqs of them)."""
+        return self.max_input_tokens
 
     def card_section(self) -> dict[str, Any]:
         """Family-specific card fields (R-API-6)."""

@@ -110,8 +110,8 @@ def serve(ns: argparse.Namespace) -> int:
     problems = settings.problems()
     if problems:
         refuse("; ".join(problems))
-    device = "cpu" if ns.device == "auto" else ns.device
-    refusal = dtype_refusal(ns.dtype, device, ns.engine)
+    device = ns.device  # `auto` becomes a device when the container opens it (check_worker)
+    refusal = None if device == "auto" else dtype_refusal(ns.dtype, device, ns.engine)
     if refusal:
         refuse(refusal)
     args = settings.engine_args

@@ -17,7 +17,7 @@ from dependency_injector import containers, providers
 
 from vllm_srun.adapters.clock import MonotonicClock
 from vllm_srun.adapters.contracts import Progress, quiet
-from vllm_srun.adapters.devices.torch_devices import open_device
+from vllm_srun.adapters.devices.torch_devices import TorchProbe, open_device
 from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.front.app import FrontApp
@@ -27,6 +27,7 @@ from vllm_srun.adapters.front.proxy import Proxy
 from vllm_srun.adapters.http.app import create_app
 from vllm_srun.adapters.model_store import LocalModelStore
 from vllm_srun.adapters.readiness.golden import LoadTimeChecks
+from vllm_srun.adapters.serving.calibration import KneeCalibrator
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
@@ -37,7 +38,7 @@ from vllm_srun.domain.engine_args import EngineArgs
 
 class WorkerContainer(containers.DeclarativeContainer):
     """`vllm-srun serve`: store, plugins, device, device thread, metrics, cache, readiness checks,
-    the runtime and its HTTP app."""
+    the GPU calibration, the runtime and its HTTP app."""
 
     config = providers.Configuration()
 
@@ -45,11 +46,13 @@ class WorkerContainer(containers.DeclarativeContainer):
     store = providers.Singleton(LocalModelStore.from_env)
     families = providers.Singleton(FamilyRegistry)
     engines = providers.Singleton(EngineRegistry)
-    device = providers.Singleton(open_device, config.device)
+    device_probe = providers.Singleton(TorchProbe)  # what torch says the machine has (tests: a fake)
+    device = providers.Singleton(open_device, config.device, probe=device_probe, progress=config.progress)
     device_thread = providers.Singleton(DeviceThread)
     metrics = providers.Singleton(RuntimeMetrics)
     result_cache = providers.Singleton(ResultCache, config.result_cache_entries, metrics.provided.cache)
     readiness = providers.Singleton(LoadTimeChecks, check_golden=config.check_golden)
+    calibrator = providers.Singleton(KneeCalibrator)
 
     runtime = providers.Singleton(
         Runtime,
@@ -63,6 +66,7 @@ class WorkerContainer(containers.DeclarativeContainer):
         result_cache=result_cache,
         clock=clock,
         readiness=readiness,
+        calibrator=calibrator,
         engine_choice=config.engine,
         threads=config.threads,
         progress=config.progress,

@@ -13,7 +13,7 @@ import uvicorn
 from vllm_srun.app.container import WorkerContainer
 from vllm_srun.app.preflight import engine_arg_refusal
 from vllm_srun.domain import bounds
-from vllm_srun.domain.dtypes import needs_bf16_warning
+from vllm_srun.domain.dtypes import dtype_refusal, needs_bf16_warning
 from vllm_srun.domain.engine_args import EngineArgs
 
 GRACEFUL_SHUTDOWN_S = 30  # after SIGTERM, in-flight requests may finish this long (deploy/kubernetes grace)
@@ -21,12 +21,18 @@ GRACEFUL_SHUTDOWN_S = 30  # after SIGTERM, in-flight requests may finish this lo
 
 def check_worker(container: WorkerContainer, args: EngineArgs) -> list[str]:
     """Refuse (ValueError, one line) what cannot run before anything loads: a device that is not
-    here, an engine that is not installed, engine args the packages do not take (R-ARG-2).
-    Returns warnings (e.g. bfloat16 on a CPU without native BF16, R-DT-2)."""
+    here (or a GPU index out of range, `rocm` on a CUDA build), a dtype the device has no kernels
+    for, an engine that is not installed or cannot run on the device, engine args the packages do
+    not take (R-ARG-2). Returns warnings (e.g. bfloat16 on a CPU without native BF16, R-DT-2)."""
     families = container.families()  # PluginConflict is a ValueError
     engines = container.engines()
-    device = container.device()  # DeviceUnavailable is a ValueError
-    engines.resolve_name(container.config.engine())  # EngineRefused is a ValueError
+    device = container.device()  # DeviceRefused is a ValueError
+    engine = engines.resolve_name(container.config.engine())  # EngineRefused is a ValueError
+    refusal = dtype_refusal(args.dtype, device.name, engine, device.native_dtypes) or engines.device_refusal(
+        engine, device
+    )
+    if refusal:
+        raise ValueError(refusal)
     refusal = engine_arg_refusal(
         [artifact for artifact, _ in container.config.models()],
         args,

@@ -243,7 +243,7 @@ DEVICE = PatternSetting(
     pattern=r"cpu|auto|mps|(cuda|rocm)(:[0-9]+)?",
     default="cpu",
     spelled="one of cpu, auto, mps, cuda[:N], rocm[:N]",
-    help="where the models run; auto: the CPU",
+    help="where the models run; auto: the first GPU with room, else the CPU",
 )
 # A deployment's replica names its GPU by index (`cuda:0`), so workers never share one by accident.
 REPLICA_DEVICE = PatternSetting(

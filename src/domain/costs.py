@@ -21,6 +21,14 @@ class CostModel:
     def samples(self, lane: str) -> int:
         return self._samples.get(lane, 0)
 
+    def seed(self, lane: str, seconds_per_token: float) -> None:
+        """Start LANE from a measured cost (e.g. the GPU calibration's, R-DEV-2) instead of the
+        prior; the next observation moves it by the EMA, not outright."""
+        if seconds_per_token <= 0:
+            raise ValueError(f"a cost per token must be > 0, got {seconds_per_token}")
+        self._per_token[lane] = seconds_per_token
+        self._samples[lane] = max(self._samples.get(lane, 0), 1)
+
     def observe(self, lane: str, tokens: int, seconds: float) -> None:
         if tokens <= 0 or seconds < 0:
             return

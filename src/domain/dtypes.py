@@ -14,6 +14,8 @@ DTYPES = DTYPE.choices
 PUBLISHED: dict[str, str] = {"encoder": "float32", "multimodal": "float32", "decision": "bfloat16"}
 
 GPU_KINDS = frozenset({"cuda", "rocm"})
+# devices with half-precision kernels of their own (MPS is Apple's GPU)
+HALF_KINDS = GPU_KINDS | {"mps"}
 
 
 def device_kind(device: str) -> str:
@@ -26,29 +28,40 @@ def device_class(device: str) -> str:
     return "cpu" if device_kind(device) == "cpu" else "gpu"
 
 
-def auto_dtype(family: str, device: str) -> str:
-    """R-DT-1: the published precision, except a BF16 model on a CPU computes in FP32."""
+def auto_dtype(family: str, device: str, native: frozenset[str] | None = None) -> str:
+    """R-DT-1: the published precision, except a BF16 model on a CPU computes in FP32 (and so
+    on a device whose NATIVE dtypes, when known, lack the published one, e.g. a pre-Ampere GPU)."""
     published = PUBLISHED.get(family, "float32")
     if device_kind(device) == "cpu" and published != "float32":
+        return "float32"
+    if native is not None and published not in native:
         return "float32"
     return published
 
 
-def resolve_dtype(requested: str, family: str, device: str) -> str:
+def resolve_dtype(requested: str, family: str, device: str, native: frozenset[str] | None = None) -> str:
     """The dtype a model computes in: `auto` follows the table; any other value is taken as is."""
     if requested not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (got {requested!r})")
-    return auto_dtype(family, device) if requested == "auto" else requested
+    return auto_dtype(family, device, native) if requested == "auto" else requested
 
 
-def dtype_refusal(requested: str, device: str, engine: str) -> str | None:
-    """R-ARG-2 / R-DT-2: why this dtype cannot run here (one line), or None when it can."""
+def dtype_refusal(requested: str, device: str, engine: str, native: frozenset[str] | None = None) -> str | None:
+    """R-ARG-2 / R-DT-2: why this dtype cannot run here (one line), or None when it can.
+
+    DEVICE is the device's name; NATIVE its native dtypes once the device is open (then a GPU or
+    MPS device without kernels for the asked half precision is refused too). A CPU may run
+    bfloat16 without native kernels (emulated, warned: `needs_bf16_warning`)."""
     if requested not in DTYPES:
         return f"--dtype must be one of {', '.join(DTYPES)} (got {requested!r})"
-    if requested == "float16" and device_kind(device) not in GPU_KINDS:
+    kind = device_kind(device)
+    if requested == "float16" and kind not in HALF_KINDS:
         return f"--dtype float16 runs on GPUs only (device {device}); use auto, float32 or bfloat16"
     if engine == "onnxruntime" and requested != "auto":
         return f"--dtype {requested}: the onnxruntime engine runs only dtype auto"
+    if native is not None and kind != "cpu" and requested in ("float16", "bfloat16") and requested not in native:
+        runs = ", ".join(sorted(native))
+        return f"--dtype {requested}: device {device} has no {requested} kernels (it runs {runs}); use auto or float32"
     return None
 
 

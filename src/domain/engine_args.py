@@ -1,11 +1,11 @@
-"""Engine arguments (R-ARG) and how unset batch limits are resolved (R-DEV-1).
+"""Engine arguments (R-ARG) and how unset batch limits are resolved (R-DEV-1) and calibrated (R-DEV-2).
 
 Their bounds and defaults are those of `bounds.py`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vllm_srun.domain import bounds
 from vllm_srun.domain.devices import class_limits
@@ -54,3 +54,10 @@ def resolve_limits(args: EngineArgs, device_kind: str, memory_bytes: int | None)
         tokens_source="set" if args.max_num_batched_tokens is not None else "class",
         memory_class=limits.memory_class,
     )
+
+
+def calibrated_limits(limits: BatchingLimits, tokens: int) -> BatchingLimits:
+    """LIMITS with a calibrated token budget (R-DEV-2); a value the user set is never changed."""
+    if limits.tokens_source == "set":
+        return limits
+    return replace(limits, max_num_batched_tokens=tokens, tokens_source="calibrated")

@@ -129,3 +129,60 @@ def bucket_rows(rows: int, exact_up_to: int = 16, steps_per_octave: int = 16, al
     octave = 1 << (rows - 1).bit_length() - 1  # the power of two just below ROWS
     step = max(align, octave // steps_per_octave)
     return -(-rows // step) * step
+
+
+@dataclass(frozen=True, slots=True)
+class SizePlan:
+    """A fast kernel chosen per forward size (GPU kernels, R-DT-3): a forward of T tokens takes it
+    when it was measurably faster at the smallest measured size >= T; past the largest size
+    measured, and wherever it did not win, the reference kernel serves. Never slower, by
+    construction, at any size that was measured."""
+
+    verdicts: tuple[tuple[int, bool], ...] = ()  # (measured tokens, fast won), by tokens
+
+    def use_fast(self, tokens: int) -> bool:
+        for size, fast in self.verdicts:
+            if tokens <= size:
+                return fast
+        return False
+
+    @property
+    def enabled(self) -> bool:
+        return any(fast for _, fast in self.verdicts)
+
+    @property
+    def switch_tokens(self) -> int | None:
+        """The smallest size past which the kernel differs from a 1-token forward's; None: one
+        kernel at every size."""
+        if not self.enabled:
+            return None
+        first = self.use_fast(1)
+        for size, fast in self.verdicts:
+            if fast != first:
+                return max(size_before for size_before, _ in self.verdicts if size_before < size)
+        return self.verdicts[-1][0] if first else None
+
+    def fast_ranges(self) -> list[tuple[int, int]]:
+        """The (from, to) token ranges served by the fast kernel, for the card."""
+        ranges: list[tuple[int, int]] = []
+        low = 1
+        for size, fast in self.verdicts:
+            if fast:
+                if ranges and ranges[-1][1] == low - 1:
+                    ranges[-1] = (ranges[-1][0], size)
+                else:
+                    ranges.append((low, size))
+            low = size + 1
+        return ranges
+
+
+def plan_by_size(timings: Iterable[KernelTiming], min_speedup: float = DEFAULT_MIN_SPEEDUP) -> SizePlan:
+    """The per-size plan of TIMINGS: fast wherever it won by at least MIN_SPEEDUP."""
+    if min_speedup <= 0:
+        raise ValueError(f"min_speedup must be > 0, got {min_speedup}")
+    ordered = sorted(timings, key=lambda t: t.tokens)
+    if any(t.tokens < 1 for t in ordered):
+        raise ValueError("a timing below 1 token")
+    if len({t.tokens for t in ordered}) != len(ordered):
+        raise ValueError("two timings of the same size")
+    return SizePlan(tuple((t.tokens, t.speedup >= min_speedup) for t in ordered))

@@ -83,6 +83,10 @@ class Scheduler:
         self._queued_tokens = sum(round_up(r.tokens) for r in self._queue)
         return True
 
+    def set_budget(self, budget: Budget) -> None:
+        """New batching limits (a calibrated token budget, R-DEV-2) for every plan from now on."""
+        self.budget = budget
+
     # ---- planning -------------------------------------------------------------------------
     @property
     def busy(self) -> bool:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.integration.serving import serving
+from vllm_srun.adapters.devices.torch_devices import CpuDevice
 from vllm_srun.adapters.engines import native, onednn_timing
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import NativeEncoder, native_encoder
@@ -99,7 +100,7 @@ def test_packed_classifier_head_is_batch_invariant(encoder_fixture) -> None:  # 
 
 def test_gates_fall_back_to_eager_with_a_reason(minilm, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     reference = minilm[0]
-    off = native_encoder(reference, "cpu", lambda _m: None, env={"VLLM_SRUN_ONEDNN": "0"})
+    off = native_encoder(reference, CpuDevice(), lambda _m: None, env={"VLLM_SRUN_ONEDNN": "0"})
     assert off.packed is None and off.describe()["kernels"] == {
         "linear": "eager",
         "reason": "turned off (VLLM_SRUN_ONEDNN=0)",
@@ -109,12 +110,12 @@ def test_gates_fall_back_to_eager_with_a_reason(minilm, monkeypatch) -> None:  #
     assert "FP32 only" in onednn_unsupported("cpu", torch.bfloat16)
     monkeypatch.setattr("platform.machine", lambda: "aarch64")
     assert "not an x86 CPU" in onednn_unsupported("cpu", torch.float32)
-    assert "x86" in native_encoder(reference, "cpu", lambda _m: None, env={}).describe()["kernels"]["reason"]
+    assert "x86" in native_encoder(reference, CpuDevice(), lambda _m: None, env={}).describe()["kernels"]["reason"]
 
 
 def test_bfloat16_weights_keep_eager(encoder_fixture) -> None:  # type: ignore[no-untyped-def]
     reference = ReferenceEncoder.from_folder(encoder_fixture("embed"), dtype=torch.bfloat16)
-    kernels = native_encoder(reference, "cpu", lambda _m: None, env={}).describe()["kernels"]
+    kernels = native_encoder(reference, CpuDevice(), lambda _m: None, env={}).describe()["kernels"]
     assert kernels["linear"] == "eager" and "bfloat16" in kernels["reason"]
 
 
@@ -122,7 +123,7 @@ def test_the_plan_from_timings_picks_the_path_per_shape(minilm, monkeypatch, tmp
     reference = minilm[0]
     fake = [KernelTiming(n, 1.0, 1.0 / s) for n, s in ((17, 1.8), (34, 1.5), (67, 1.1), (133, 0.8))]
     monkeypatch.setattr(onednn_timing, "time_linears", lambda *a, **k: fake)
-    engine = native_encoder(reference, "cpu", lambda _m: None, env={}, cache_dir=tmp_path)
+    engine = native_encoder(reference, CpuDevice(), lambda _m: None, env={}, cache_dir=tmp_path)
     assert engine.plan == KernelPlan(67) and engine.kernel_switch_tokens == 67
     kernels = engine.describe()["kernels"]
     assert kernels["linear"] == "onednn_packed" and kernels["packed_up_to_tokens"] == 67
@@ -147,8 +148,8 @@ def test_timings_are_measured_once_per_machine_and_shape(minilm, monkeypatch, tm
         return [KernelTiming(n, 1.0, 0.5) for n in sizes]
 
     monkeypatch.setattr(onednn_timing, "time_linears", fake)
-    first = native_encoder(reference, "cpu", lambda _m: None, env={}, cache_dir=tmp_path)
-    second = native_encoder(reference, "cpu", lambda _m: None, env={}, cache_dir=tmp_path)
+    first = native_encoder(reference, CpuDevice(), lambda _m: None, env={}, cache_dir=tmp_path)
+    second = native_encoder(reference, CpuDevice(), lambda _m: None, env={}, cache_dir=tmp_path)
     assert len(measured) == 1 and measured[0] == onednn_timing.timed_sizes(4096)
     assert first.describe()["kernels"]["timings"] == "measured" and second.describe()["kernels"]["timings"] == "cached"
     assert first.plan == second.plan == KernelPlan(2048)
@@ -188,7 +189,6 @@ def test_a_fast_path_ending_below_512_tokens_is_approximate_without_a_probe(
     """Merged forwards of an exact model reach 512 padded tokens: a forward that changes kernels
     before that cannot be batch-invariant, whatever the probe's small batches would show."""
     from vllm_srun.adapters.contracts import LoadContext
-    from vllm_srun.adapters.devices.torch_devices import CpuDevice
     from vllm_srun.adapters.engines.registry import EngineRegistry
     from vllm_srun.adapters.families.encoder import EncoderFamily
     from vllm_srun.adapters.readiness.probe import probe_model

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.integration.serving import serving
-from vllm_srun.adapters.contracts import EngineRequest, quiet
+from vllm_srun.adapters.contracts import EngineRefused, EngineRequest, quiet
 from vllm_srun.adapters.devices.torch_devices import CpuDevice, TorchGpuDevice
 from vllm_srun.adapters.engines.onnx_export import export_encoder
 from vllm_srun.adapters.engines.registry import EngineRegistry
@@ -126,11 +126,15 @@ def test_a_package_graph_is_used_when_it_fits(encoder_fixture, tmp_path: Path) -
     assert fallback.describe()["kernels"]["graph"] == "exported"
 
 
-def test_only_cpu_and_fp32(encoder_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_gpu_needs_its_execution_provider_and_fp32(encoder_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     reference = ReferenceEncoder.from_folder(encoder_fixture("embed"))
-    with pytest.raises(ValueError, match="CPU"):
-        request = EngineRequest("encoder", reference, TorchGpuDevice("cuda", 0), cache_dir=tmp_path)
-        EngineRegistry().build("onnxruntime", request, quiet)
+    import onnxruntime
+
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():  # this machine's CPU build
+        with pytest.raises(EngineRefused, match="needs onnxruntime's CUDAExecutionProvider, which this build") as no:
+            request = EngineRequest("encoder", reference, TorchGpuDevice("cuda", 0), cache_dir=tmp_path)
+            EngineRegistry().build("onnxruntime", request, quiet)
+        assert "install onnxruntime-gpu" in str(no.value) and "\n" not in str(no.value)
     with pytest.raises(ValueError, match="FP32"):
         export_encoder(
             ReferenceEncoder.from_folder(encoder_fixture("embed"), dtype=torch.bfloat16), tmp_path / "x.onnx"
@@ -170,3 +174,55 @@ def test_server_with_the_onnxruntime_engine_answers_every_surface(encoder_fixtur
     with serving([(folders[1], EngineArgs(dtype="bfloat16"))], engine="onnxruntime") as (client, _):
         card = client.get("/v1/models").json()["data"][0]
         assert card["status"] == "failed" and "dtype auto" in card["reason"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "available", "chosen"),
+    [
+        ("cpu", ["CPUExecutionProvider"], ["CPUExecutionProvider"]),
+        (
+            "cuda",
+            ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
+            [("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"],
+        ),
+        (
+            "rocm",
+            ["MIGraphXExecutionProvider", "CPUExecutionProvider"],
+            [("MIGraphXExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"],
+        ),
+        (
+            "rocm",
+            ["ROCMExecutionProvider", "MIGraphXExecutionProvider", "CPUExecutionProvider"],
+            [("ROCMExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"],
+        ),
+    ],
+)
+def test_the_gpus_execution_provider_when_the_build_has_it(kind: str, available: list[str], chosen: list) -> None:  # type: ignore[type-arg]
+    from tests.fakes import FakeDevice
+    from vllm_srun.adapters.engines.onnxruntime import execution_providers
+
+    device = FakeDevice(kind=kind, index=None if kind == "cpu" else 1)
+    assert execution_providers(device, available, "1.23.0") == chosen
+
+
+@pytest.mark.parametrize(
+    ("kind", "why"),
+    [
+        ("cuda", "the onnxruntime engine on cuda:0 needs onnxruntime's CUDAExecutionProvider, which this build "
+         "(onnxruntime 1.23.0: CPUExecutionProvider) lacks; install onnxruntime-gpu"),
+        ("rocm", "needs onnxruntime's ROCMExecutionProvider or MIGraphXExecutionProvider"),
+        ("mps", "the onnxruntime engine has no execution provider for mps devices (device mps); use --engine native"),
+    ],
+)  # fmt: skip
+def test_a_missing_provider_is_refused_with_one_line_naming_it(kind: str, why: str) -> None:
+    from tests.fakes import FakeDevice
+    from vllm_srun.adapters.engines.onnxruntime import execution_providers
+    from vllm_srun.adapters.engines.plugins import OnnxRuntimePlugin
+
+    device = FakeDevice(kind=kind, index=None if kind == "mps" else 0)
+    with pytest.raises(EngineRefused) as refused:
+        execution_providers(device, ["CPUExecutionProvider"], "1.23.0")
+    assert why in str(refused.value) and "\n" not in str(refused.value)
+    if kind == "mps":  # no onnxruntime build has it: refused before any weights load, whatever is installed
+        assert OnnxRuntimePlugin().device_refusal(device) == str(refused.value)
+    assert OnnxRuntimePlugin().device_refusal(FakeDevice(kind="cpu")) is None

@@ -35,7 +35,7 @@ def test_any_other_value_is_taken_as_is() -> None:
     ("dtype", "device", "engine", "refused"),
     [
         ("float16", "cpu", "auto", "GPUs only"),
-        ("float16", "mps", "native", "GPUs only"),
+        ("float16", "mps", "native", None),  # Apple's GPU computes float16
         ("float16", "cuda:0", "auto", None),
         ("bfloat16", "cpu", "auto", None),
         ("float32", "cpu", "onnxruntime", "onnxruntime"),
@@ -50,6 +50,32 @@ def test_refusals(dtype: str, device: str, engine: str, refused: str | None) -> 
         assert why is None
     else:
         assert why is not None and refused in why and "\n" not in why
+
+
+@pytest.mark.parametrize(
+    ("dtype", "device", "native", "refused"),
+    [
+        ("bfloat16", "mps", {"float32", "float16"}, "device mps has no bfloat16 kernels (it runs float16, float32)"),
+        ("bfloat16", "mps", {"float32", "float16", "bfloat16"}, None),
+        ("bfloat16", "cuda:0", {"float32", "float16"}, "device cuda:0 has no bfloat16 kernels"),  # pre-Ampere
+        ("float16", "cuda:0", {"float32", "float16"}, None),
+        ("bfloat16", "cpu", {"float32"}, None),  # a CPU emulates BF16 (warned)
+        ("float16", "cpu", {"float32", "bfloat16"}, "GPUs only"),
+        ("auto", "mps", {"float32"}, None),
+    ],
+)
+def test_refusals_against_the_devices_native_dtypes(
+    dtype: str, device: str, native: set[str], refused: str | None
+) -> None:
+    why = dtype_refusal(dtype, device, "native", frozenset(native))
+    assert why is None if refused is None else (why is not None and refused in why and "\n" not in why)
+
+
+def test_auto_falls_back_to_float32_where_the_published_precision_is_not_native() -> None:
+    assert auto_dtype("decision", "cuda:0", frozenset({"float32", "float16", "bfloat16"})) == "bfloat16"
+    assert auto_dtype("decision", "cuda:0", frozenset({"float32", "float16"})) == "float32"  # e.g. a V100
+    assert auto_dtype("decision", "cpu", frozenset({"float32", "bfloat16"})) == "float32"  # R-DT-1 on a CPU
+    assert resolve_dtype("auto", "encoder", "mps", frozenset({"float32"})) == "float32"
 
 
 def test_bf16_warning_only_on_a_cpu_without_native_bf16() -> None:

@@ -8,9 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vllm_srun.domain.kernels import (
+    DEFAULT_MIN_SPEEDUP,
     KernelPlan,
     KernelTiming,
+    SizePlan,
     bucket_rows,
+    plan_by_size,
     plan_kernels,
     timing_grid,
 )
@@ -109,3 +112,31 @@ def test_bucket_rows_is_monotone_and_bounded() -> None:
     buckets = [bucket_rows(n) for n in range(1, 4097)]
     assert buckets == sorted(buckets)
     assert len(set(buckets)) <= 120  # oneDNN builds a primitive per shape: keep the set small
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 1 << 16), st.floats(0.2, 5.0)), min_size=1, max_size=8, unique_by=lambda t: t[0])
+)
+def test_a_gpu_kernel_serves_only_sizes_covered_by_a_measured_win(points: list[tuple[int, float]]) -> None:
+    """R-DT-3 on GPUs (`plan_by_size`): a forward of T tokens takes the fast kernel exactly when the
+    smallest measured size >= T was measurably faster; never past the largest size measured."""
+    timings = [KernelTiming(tokens, 1.0, 1.0 / speedup) for tokens, speedup in points]
+    plan = plan_by_size(timings)
+    ordered = sorted(timings, key=lambda t: t.tokens)
+    for probe in {1, *(t.tokens for t in ordered), *(t.tokens + 1 for t in ordered)}:
+        covering = next((t for t in ordered if t.tokens >= probe), None)
+        want = covering is not None and covering.speedup >= DEFAULT_MIN_SPEEDUP
+        assert plan.use_fast(probe) == want
+    assert plan.enabled == any(t.speedup >= DEFAULT_MIN_SPEEDUP for t in ordered)
+    for low, high in plan.fast_ranges():
+        assert plan.use_fast(low) and plan.use_fast(high) and not plan.use_fast(high + 1)
+        assert low == 1 or not plan.use_fast(low - 1)
+
+
+def test_size_plan_edges() -> None:
+    plan = plan_by_size([KernelTiming(64, 1.0, 2.0), KernelTiming(256, 1.0, 0.5), KernelTiming(1024, 1.0, 0.5)])
+    assert [plan.use_fast(t) for t in (1, 64, 65, 1024, 1025)] == [False, False, True, True, False]
+    assert plan.switch_tokens == 64 and plan.fast_ranges() == [(65, 1024)]
+    assert SizePlan().switch_tokens is None and not SizePlan().enabled
+    with pytest.raises(ValueError, match="same size"):
+        plan_by_size([KernelTiming(64, 1.0, 1.0), KernelTiming(64, 1.0, 2.0)])

@@ -12,6 +12,11 @@
    measured (and won at the small ones), eager the rest.
 The card reports the outcome as `kernels: {linear: onednn_packed|eager, reason, ...}`. The
 readiness check and the probe run after this, through `embed`/`classify_logits`: the path that serves.
+
+On a GPU the same unpadded forward runs on the device (rows laid back to back, every index tensor
+placed there), and the fused Triton kernels (`triton_encoder.py`: bias+GELU, residual+LayerNorm, the
+variable-length attention) serve the forward sizes where load-time timings found them faster; the
+card says so under `kernels.triton`.
 """
 
 from __future__ import annotations
@@ -25,12 +30,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from vllm_srun.adapters.contracts import Device
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.onednn_timing import measure
+from vllm_srun.adapters.engines.triton_encoder import GpuEncoderKernels, encoder_kernels
 from vllm_srun.adapters.models.pooling import pool
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import (
+    EAGER_OPS,
+    ForwardOps,
     LayerLinears,
     Linear,
     PackedRows,
@@ -62,9 +71,11 @@ class NativeEncoder:
         packed: PackedEncoder | None = None,
         plan: KernelPlan | None = None,
         kernels: dict[str, Any] | None = None,
+        gpu: GpuEncoderKernels | None = None,
     ) -> None:
         plan = plan or KernelPlan()
         self.reference = reference
+        self.gpu = gpu
         self.packed = packed if plan.enabled else None
         self.plan = plan if packed is not None else KernelPlan()
         self.kernels = kernels or {"linear": "eager", "reason": "reference kernels"}
@@ -77,6 +88,8 @@ class NativeEncoder:
 
     @property
     def kernel_switch_tokens(self) -> int | None:
+        if self.gpu is not None:
+            return self.gpu.switch_tokens
         return self.plan.fast_up_to if self.packed is not None else None
 
     def describe(self) -> dict[str, Any]:
@@ -90,10 +103,15 @@ class NativeEncoder:
             return self._packed_linears
         return self._eager_linears
 
+    def _kernels(self, tokens: int) -> tuple[list[LayerLinears], ForwardOps]:
+        if self.gpu is not None:
+            return self.gpu.for_tokens(tokens)
+        return self._linears(tokens), EAGER_OPS
+
     def _hidden(self, batch: Sequence[Any]) -> tuple[torch.Tensor, PackedRows]:
-        rows = PackedRows.build(batch)
-        tokens = int(rows.ids.shape[0])
-        return hidden_states(self.reference.encoder, rows, self._linears(tokens)), rows
+        rows = PackedRows.build(batch, self.reference.device)
+        linears, ops = self._kernels(rows.tokens)
+        return hidden_states(self.reference.encoder, rows, linears, ops), rows
 
     def embed(self, batch: Sequence[Any]) -> np.ndarray:
         with torch.inference_mode():
@@ -159,21 +177,40 @@ def _mode(env: Mapping[str, str]) -> str:
     return "auto"
 
 
+def gpu_encoder(
+    reference: ReferenceEncoder, device: Device, progress: Progress, env: Mapping[str, str]
+) -> NativeEncoder:
+    """The native engine on a GPU: the unpadded forward, with the fused Triton kernels where they
+    passed their check and were measured faster (`triton_encoder.py`)."""
+    found = encoder_kernels(reference, device, progress, env)
+    base = {"linear": "eager", "attention": "sdpa per run of equal-length rows"}
+    if isinstance(found, str):
+        progress(f"load: eager kernels on {device.name} ({found})")
+        return NativeEncoder(reference, kernels={**base, "triton": None, "reason": found})
+    progress(f"load: Triton kernels on {device.name}: {found.card()}")
+    return NativeEncoder(
+        reference, kernels={**base, "triton": found.card(), "reason": "Triton where faster"}, gpu=found
+    )
+
+
 def native_encoder(
     reference: ReferenceEncoder,
-    device: str,
+    device: Device,
     progress: Progress,
     *,
     largest_forward_tokens: int = 4096,
     cache_dir: Path | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> NativeEncoder:
-    """The native engine for REFERENCE, with the oneDNN fast path where it is safe and faster (module doc)."""
+    """The native engine for REFERENCE, with the oneDNN fast path where it is safe and faster (module
+    doc), or on a GPU the fused Triton kernels where they are faster."""
+    if device.kind != "cpu":
+        return gpu_encoder(reference, device, progress, env)
     mode = _mode(env)
     if mode == "off":
         return _eager(reference, f"turned off ({ENV}={env[ENV]})", progress)
     dtype = next(reference.encoder.parameters()).dtype
-    unsupported = onednn_unsupported(device, dtype)
+    unsupported = onednn_unsupported(device.name, dtype)
     if unsupported:
         return _eager(reference, unsupported, progress)
     try:

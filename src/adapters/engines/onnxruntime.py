@@ -1,8 +1,12 @@
 """The ONNX Runtime engine for encoders (`--engine onnxruntime`, dtype auto only; R-DEV-3).
 
-`onnx_encoder(reference, ...)` serves the model the encoder family loaded with ONNX Runtime's CPU
-execution provider: the package's own graph when the family passes one that gives what the model
-serves, else our exported graph (`onnx_export.cached_export`, cached by the package's sha256).
+`onnx_encoder(reference, ...)` serves the model the encoder family loaded with ONNX Runtime: the
+CPU execution provider on the CPU, the CUDA (or ROCm / MIGraphX) execution provider on a GPU when
+the installed build has it (`execution_providers`; without it the engine is refused with one line
+naming the missing provider, before any weights load when `--engine onnxruntime` is asked for).
+It runs the package's own graph when the family passes one that gives what the model serves, else
+our exported graph (`onnx_export.cached_export`, cached by the package's sha256, exported from a
+host copy of the model).
 Rows are planned in the same lane as on the native engine, but counted padded (one session.run
 on right-padded ids is one forward; the native engine counts packed tokens).
 Session threads follow the worker's `--threads` (intra-op), with one inter-op thread.
@@ -20,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vllm_srun.adapters.contracts import Device, EngineRefused
 from vllm_srun.adapters.engines.onnx_export import INPUTS, cached_export
 from vllm_srun.adapters.models.pooling import pool
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
@@ -27,6 +32,40 @@ from vllm_srun.domain.lanes import Accounting
 
 Progress = Callable[[str], None]
 NUMPY_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+CPU_PROVIDER = "CPUExecutionProvider"
+# the execution providers that run a device kind, in order of preference
+GPU_PROVIDERS = {
+    "cuda": ("CUDAExecutionProvider",),
+    "rocm": ("ROCMExecutionProvider", "MIGraphXExecutionProvider"),
+}
+GPU_BUILDS = {"cuda": "onnxruntime-gpu", "rocm": "onnxruntime-rocm or onnxruntime-migraphx"}
+
+
+def execution_providers(device: Device, available: list[str], version: str) -> list[Any]:
+    """The providers a session on DEVICE runs with (the device's own, then the CPU's for the
+    nodes it lacks); EngineRefused with one line naming what is missing."""
+    if device.kind == "cpu":
+        return [CPU_PROVIDER]
+    wanted = GPU_PROVIDERS.get(device.kind)
+    if wanted is None:
+        raise EngineRefused(
+            f"the onnxruntime engine has no execution provider for {device.kind} devices (device {device.name}); "
+            "use --engine native"
+        )
+    found = next((p for p in wanted if p in available), None)
+    if found is None:
+        raise EngineRefused(
+            f"the onnxruntime engine on {device.name} needs onnxruntime's {' or '.join(wanted)}, which this "
+            f"build (onnxruntime {version}: {', '.join(available)}) lacks; install {GPU_BUILDS[device.kind]}"
+        )
+    return [(found, {"device_id": device.index or 0}), CPU_PROVIDER]
+
+
+def providers_for(device: Device) -> list[Any]:
+    """`execution_providers` for DEVICE with this process's onnxruntime."""
+    import onnxruntime as ort
+
+    return execution_providers(device, list(ort.get_available_providers()), ort.__version__)
 
 
 def session_options(threads: int | None) -> Any:
@@ -41,10 +80,14 @@ def session_options(threads: int | None) -> Any:
     return opts
 
 
-def open_session(path: Path, threads: int | None) -> Any:
+def open_session(path: Path, threads: int | None, providers: list[Any] | None = None) -> Any:
     import onnxruntime as ort
 
-    return ort.InferenceSession(str(path), session_options(threads), providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), session_options(threads), providers=providers or [CPU_PROVIDER])
+
+
+def provider_name(provider: Any) -> str:
+    return provider[0] if isinstance(provider, tuple) else str(provider)
 
 
 class OnnxEncoder:
@@ -57,6 +100,7 @@ class OnnxEncoder:
         self.session = session
         self.graph = graph
         self.threads = threads
+        self.provider = session.get_providers()[0]
         self.inputs = {i.name: NUMPY_TYPES.get(i.type, np.int64) for i in session.get_inputs()}
         outputs = session.get_outputs()
         self.outputs = [o.name for o in outputs]
@@ -82,14 +126,14 @@ class OnnxEncoder:
         return {
             "kernels": {
                 "runtime": f"onnxruntime {ort.__version__}",
-                "provider": "CPUExecutionProvider",
+                "provider": self.provider,
                 "graph": self.graph,
                 "intra_op_threads": self.threads,
             }
         }
 
     def _feed(self, batch: Sequence[Any]) -> tuple[dict[str, np.ndarray], torch.Tensor | None]:
-        ids, mask, types = self.reference.tensors(batch)
+        ids, mask, types = self.reference.tensors(batch, device="cpu")  # ONNX Runtime takes host arrays
         arrays = {
             "input_ids": ids.numpy(),
             "attention_mask": (mask if mask is not None else torch.ones_like(ids)).numpy(),
@@ -120,27 +164,26 @@ class OnnxEncoder:
 def onnx_encoder(
     reference: ReferenceEncoder,
     *,
-    device: str,
+    device: Device,
     threads: int | None,
     progress: Progress,
     onnx_file: Path | None = None,
     cache_dir: Path | None = None,
     package_sha256: str | None = None,
 ) -> OnnxEncoder:
-    """Serve REFERENCE's model with ONNX Runtime (module doc)."""
-    if device.split(":")[0] != "cpu":
-        raise ValueError(f"the onnxruntime engine runs on the CPU here (device {device}); use --engine native")
+    """Serve REFERENCE's model with ONNX Runtime on DEVICE (module doc)."""
+    providers = providers_for(device)
     if onnx_file is not None:
-        session = open_session(onnx_file, threads)
+        session = open_session(onnx_file, threads, providers)
         why_not = OnnxEncoder.fits(session, needs_logits=reference.head is not None)
         if why_not is None:
             progress(f"load: onnxruntime serving the package's {onnx_file.name}")
             return OnnxEncoder(reference, session, f"package {onnx_file.name}", threads)
         progress(f"load: the package's {onnx_file.name} does not fit ({why_not}); exporting ours")
-    path, source = cached_export(reference, cache_dir, package_sha256, progress)
-    session = open_session(path, threads)
+    path, source = cached_export(reference.on_host(), cache_dir, package_sha256, progress)
+    session = open_session(path, threads, providers)
     if source == "temporary":
         path.unlink(missing_ok=True)  # the session holds the graph in memory
         path.parent.rmdir()
-    progress(f"load: onnxruntime serving our exported graph ({source})")
+    progress(f"load: onnxruntime serving our exported graph ({source}) on {provider_name(providers[0])}")
     return OnnxEncoder(reference, session, {"cached": "exported (cached)"}.get(source, "exported"), threads)

@@ -1,8 +1,9 @@
 """The engine plugins this package registers (entry points of group `vllm_srun.engines`).
 
 - `native`: our torch code; encoders run unpadded with the oneDNN fast path where it is measured
-  safe and faster (`native.py`), decoders eager (`native_decoder.py`);
-- `onnxruntime`: ONNX Runtime for encoders (`onnxruntime.py`).
+  safe and faster (`native.py`), decoders eager (`native_decoder.py`); on GPUs both take fused
+  Triton kernels at the forward sizes where they were measured faster (`gpu_kernels.py`, `triton_encoder.py`, `triton_decoder.py`);
+- `onnxruntime`: ONNX Runtime for encoders (`onnxruntime.py`), on the CPU or a GPU's execution provider.
 
 Each plugin imports its engine module only when it builds, so `--engine native` never imports
 onnxruntime.
@@ -10,7 +11,7 @@ onnxruntime.
 
 from __future__ import annotations
 
-from vllm_srun.adapters.contracts import Engine, EngineRefused, EngineRequest, Progress
+from vllm_srun.adapters.contracts import Device, Engine, EngineRefused, EngineRequest, Progress
 
 
 def use_threads(threads: int | None) -> None:
@@ -33,20 +34,30 @@ class NativePlugin:
 
             return native_encoder(
                 request.model,
-                request.device.name,
+                request.device,
                 progress,
                 largest_forward_tokens=request.largest_forward_tokens,
                 cache_dir=request.cache_dir,
             )
         if request.kind == "decoder":
-            from vllm_srun.adapters.engines.native_decoder import NativeDecoder
+            from vllm_srun.adapters.engines.native_decoder import native_decoder
 
-            return NativeDecoder(request.model)
+            return native_decoder(request.model, request.device, progress)
         raise EngineRefused(f"the native engine has no forward for {request.kind} models")
 
 
 class OnnxRuntimePlugin:
     name = "onnxruntime"
+
+    def device_refusal(self, device: Device) -> str | None:
+        """What this process's onnxruntime lacks to run on DEVICE (checked before any weights load)."""
+        from vllm_srun.adapters.engines.onnxruntime import providers_for
+
+        try:
+            providers_for(device)
+        except EngineRefused as exc:
+            return str(exc)
+        return None
 
     def build(self, request: EngineRequest, progress: Progress) -> Engine:
         if request.kind != "encoder":
@@ -56,7 +67,7 @@ class OnnxRuntimePlugin:
 
         return onnx_encoder(
             request.model,
-            device=request.device.name,
+            device=request.device,
             threads=request.threads,
             progress=progress,
             onnx_file=request.package_graph,

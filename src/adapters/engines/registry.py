@@ -8,7 +8,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from importlib.metadata import EntryPoint
 
-from vllm_srun.adapters.contracts import Engine, EnginePlugin, EngineRefused, EngineRequest, Progress
+from vllm_srun.adapters.contracts import (
+    Device,
+    DevicePreflight,
+    Engine,
+    EnginePlugin,
+    EngineRefused,
+    EngineRequest,
+    Progress,
+)
 from vllm_srun.adapters.plugins import ENGINES_GROUP, PluginInfo, PluginRegistry
 
 AUTO = "auto"
@@ -38,6 +46,14 @@ class EngineRegistry:
         if requested != AUTO and requested not in self.plugins:
             raise EngineRefused(f"unknown engine {requested!r} (installed: {', '.join(self.choices())})")
         return requested
+
+    def device_refusal(self, requested: str, device: Device) -> str | None:
+        """Why engine REQUESTED cannot run on DEVICE (one line, before any weights load), or None.
+        `auto` is never refused here: another engine may serve."""
+        if requested == AUTO:
+            return None
+        plugin = self.plugins.get(requested)
+        return plugin.device_refusal(device) if isinstance(plugin, DevicePreflight) else None
 
     def build(self, requested: str, request: EngineRequest, progress: Progress) -> Engine:
         if self.resolve_name(requested) != AUTO:

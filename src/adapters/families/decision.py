@@ -4,7 +4,9 @@ tokens. Surface `decisions` (/v1/decisions, /v1/systemone, /v1/systemone/batches
 
 Two lanes: `text` (padded; one row per question, the whole prompt) and `shared` (packed; one row
 per shared request: the state once, then every question as a branch of it, R-SC). Published
-BF16: `--dtype auto` computes in FP32 on a CPU and BF16 on a GPU (R-DT-1).
+BF16: `--dtype auto` computes in FP32 on a CPU and BF16 on a GPU (R-DT-1). Weights and every
+tensor a forward creates live on the worker's device; merged forwards stay within 4,096 counted
+tokens on a CPU and about 0.3 s of device time on a GPU (R-BAT-7).
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.contracts import Family, LoadContext, LoadedModel, PackageInfo, as_decoder_engine
+from vllm_srun.adapters.contracts import (
+    CalibrationForward,
+    Family,
+    LoadContext,
+    LoadedModel,
+    PackageInfo,
+    as_decoder_engine,
+)
 from vllm_srun.adapters.families.decision_fixture import VARIANTS, write_decision_fixture
 from vllm_srun.adapters.families.decision_prompts import choose_template
 from vllm_srun.adapters.families.decision_rows import (
@@ -29,14 +38,16 @@ from vllm_srun.adapters.families.decision_rows import (
     prepare,
 )
 from vllm_srun.adapters.families.manifest import read_manifest
-from vllm_srun.domain.dtypes import resolve_dtype
-from vllm_srun.domain.lanes import Accounting, Lane
+from vllm_srun.domain.calibration import TIME_CAP_S
+from vllm_srun.domain.dtypes import dtype_refusal, resolve_dtype
+from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens
 from vllm_srun.domain.rows import DEFAULT_LANE
 from vllm_srun.domain.shared_context import SHARED_LANE, BreakEven, break_even_tokens, should_share
 
 DECODER_MODEL_TYPES = frozenset({"llama", "smollm", "smollm2", "qwen2", "qwen3"})
 CPU_CAP_TOKENS = 4096  # R-BAT-7: merged forwards on a CPU stay within this many counted tokens
 BRANCH_CHUNK = 64  # questions of one shared row run this many at a time (memory)
+CALIBRATION_ROW_TOKENS = 512  # calibration forwards are prompts of this many tokens (or the input limit)
 SURFACES = frozenset({"decisions"})
 
 
@@ -77,9 +88,10 @@ class DecisionModel(LoadedModel):
         args = context.args
         device = context.device
         self.device = device
-        self.dtype = resolve_dtype(args.dtype, "decision", device.name)
-        if self.dtype == "float16" and device.kind not in ("cuda", "rocm"):
-            raise ValueError(f"dtype float16 runs on GPUs only (device {device.name})")
+        self.dtype = resolve_dtype(args.dtype, "decision", device.name, device.native_dtypes)
+        refusal = dtype_refusal(args.dtype, device.name, context.engine_choice, device.native_dtypes)
+        if refusal:
+            raise ValueError(refusal)
         self.package_limit = package_limit(folder)
         if args.max_model_len is not None and args.max_model_len > self.package_limit:
             raise ValueError(
@@ -87,7 +99,7 @@ class DecisionModel(LoadedModel):
             )
         self.max_model_len = args.max_model_len
         self.max_input_tokens = min(self.package_limit, args.max_model_len or self.package_limit)
-        context.progress(f"load: reading decoder weights of {folder.name} ({self.dtype})")
+        context.progress(f"load: reading decoder weights of {folder.name} ({self.dtype}, {device.name})")
         lm = DecoderLM.from_pretrained(folder, dtype=getattr(torch, self.dtype), device=device.torch_device)
         self.decoder = as_decoder_engine(context.build_engine("decoder", lm))
         self.engine = self.decoder
@@ -95,9 +107,10 @@ class DecisionModel(LoadedModel):
         template = choose_template(manifest.get("prompt_template"), lambda t: tokenizer.token_to_id(t) is not None)
         self.tokens = PromptTokens(tokenizer, template, _bos(folder))
         cap = CPU_CAP_TOKENS if device.kind == "cpu" else None
+        seconds = None if device.kind == "cpu" else TIME_CAP_S
         self.lanes = (
-            Lane(DEFAULT_LANE, Accounting.PADDED, cap_tokens=cap),
-            Lane(SHARED_LANE, Accounting.PACKED, cap_tokens=cap),
+            Lane(DEFAULT_LANE, Accounting.PADDED, cap_tokens=cap, cap_seconds=seconds),
+            Lane(SHARED_LANE, Accounting.PACKED, cap_tokens=cap, cap_seconds=seconds),
         )
         pinned = (manifest.get("shared_context") or {}).get("break_even_tokens")
         self.enable_shared_context = True if args.enable_shared_context is None else bool(args.enable_shared_context)
@@ -138,11 +151,12 @@ class DecisionModel(LoadedModel):
         import torch
 
         width = max(len(r.ids) for r in rows)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)  # built on the host, moved once
         lengths = torch.tensor([len(r.ids) for r in rows])
         for i, r in enumerate(rows):
             ids[i, : len(r.ids)] = torch.tensor(r.ids, dtype=torch.long)
-        logits = self.decoder.logits_at(ids, lengths - 1)
+        device = self.device.torch_device
+        logits = self.decoder.logits_at(ids.to(device), (lengths - 1).to(device))
         return _restricted(logits, [r.answer_ids for r in rows])
 
     def _shared(self, row: SharedRow) -> list[np.ndarray]:
@@ -154,6 +168,17 @@ class DecisionModel(LoadedModel):
         """Rows of mixed lengths for the batch-invariance probe (R-BAT-5)."""
         vocab = self.decoder.vocab_size
         return [QuestionRow(tuple((7 * i + 3) % vocab for i in range(n)), (0, 1)) for n in (3, 7, 12, 20, 33)]
+
+    def calibration_forward(self, tokens: int) -> CalibrationForward:
+        """Prompts of the input limit's length (at most 512 tokens) adding up to TOKENS padded
+        tokens in the `text` lane (R-DEV-2)."""
+        length = max(1, min(self.max_input_tokens, CALIBRATION_ROW_TOKENS))
+        vocab = self.decoder.vocab_size
+        rows = [
+            QuestionRow(tuple((613 * r + 7 * i + 3) % vocab for i in range(length)), (0, 1))
+            for r in range(max(1, tokens // length))
+        ]
+        return CalibrationForward(DEFAULT_LANE, rows, forward_tokens([length] * len(rows), Accounting.PADDED))
 
     def warm_up(self) -> None:
         """One forward of each lane, then the shared-context break-even on this backbone and device."""
@@ -213,13 +238,21 @@ def _seconds(fn: Any) -> float:
 
 
 def _restricted(logits: Any, answer_ids: Sequence[Sequence[int]]) -> list[np.ndarray]:
-    """Per row, the softmax (FP64) over only that row's answer tokens, in the order given."""
+    """Per row, the softmax (FP64) over only that row's answer tokens, in the order given: one
+    gather on the device, one copy to the host."""
     import torch
 
-    out = []
-    for row, ids in zip(logits, answer_ids, strict=True):
-        picked = row[torch.as_tensor(list(ids), dtype=torch.long, device=row.device)].double()
-        out.append(torch.softmax(picked, dim=-1).cpu().numpy())
+    if len(answer_ids) != logits.shape[0]:
+        raise ValueError(f"{logits.shape[0]} rows of logits for {len(answer_ids)} answer sets")
+    rows = torch.tensor([i for i, ids in enumerate(answer_ids) for _ in ids], dtype=torch.long)
+    tokens = torch.tensor([t for ids in answer_ids for t in ids], dtype=torch.long)
+    picked = logits[rows.to(logits.device), tokens.to(logits.device)].double().cpu().numpy()
+    out, start = [], 0
+    for ids in answer_ids:
+        x = picked[start : start + len(ids)]
+        start += len(ids)
+        e = np.exp(x - x.max())
+        out.append(e / e.sum())
     return out
 
 

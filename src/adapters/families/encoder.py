@@ -1,6 +1,8 @@
 """The encoder family (R-PKG-2): BERT-style encoders serving embeddings (and, with a head,
 classify / rerank). Rows are tokenized texts; one lane, counted as the engine's forwards are
-(packed on the native engine, padded on ONNX Runtime)."""
+(packed on the native engine, padded on ONNX Runtime). Weights live on the worker's device; on a
+CPU merged forwards stay within 4,096 counted tokens, on a GPU within about 0.3 s of device time at
+the lane's cost per token (R-BAT-7), which the GPU calibration measures first (R-DEV-2)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.adapters.contracts import Family, LoadContext, LoadedModel, LogitsRow, PackageInfo, as_encoder_engine
+from vllm_srun.adapters.contracts import (
+    CalibrationForward,
+    Family,
+    LoadContext,
+    LoadedModel,
+    LogitsRow,
+    PackageInfo,
+    as_encoder_engine,
+)
 from vllm_srun.adapters.families.encoder_fixture import VARIANTS, write_encoder_fixture
 from vllm_srun.adapters.families.manifest import read_manifest
 from vllm_srun.adapters.models.tokenization import Encoded
-from vllm_srun.domain.dtypes import auto_dtype, resolve_dtype
-from vllm_srun.domain.lanes import Lane
+from vllm_srun.domain.calibration import TIME_CAP_S
+from vllm_srun.domain.dtypes import auto_dtype, dtype_refusal, resolve_dtype
+from vllm_srun.domain.lanes import Lane, forward_tokens
 from vllm_srun.domain.rows import DEFAULT_LANE
 
 ENCODER_MODEL_TYPES = frozenset({"bert"})
@@ -22,6 +33,7 @@ ENCODER_MODEL_TYPES = frozenset({"bert"})
 # R-BAT-7: on a CPU a padded forward has a sweet spot; past it a forward is slower per row
 # (bench/embeddings_load.py). Merged forwards of an encoder stay within this many padded tokens.
 CPU_CAP_TOKENS = 4096
+CALIBRATION_ROW_TOKENS = 512  # calibration forwards are rows of this many tokens (or the input limit)
 
 SURFACES = frozenset({"embeddings", "classify", "rerank"})
 GOLDEN_FILE = "golden.json"
@@ -68,13 +80,16 @@ class EncoderModel(LoadedModel):
         manifest = read_manifest(folder)
         device = context.device
         self.device = device
-        self.dtype = resolve_dtype(context.args.dtype, "encoder", device.name)
-        if self.dtype == "float16" and device.kind not in ("cuda", "rocm"):
-            raise ValueError(f"dtype float16 runs on GPUs only (device {device.name})")
+        self.dtype = resolve_dtype(context.args.dtype, "encoder", device.name, device.native_dtypes)
+        refusal = dtype_refusal(context.args.dtype, device.name, context.engine_choice, device.native_dtypes)
+        if refusal:
+            raise ValueError(refusal)
         if context.engine_choice == "onnxruntime" and self.dtype != auto_dtype("encoder", device.name):
             raise ValueError(f"the onnxruntime engine runs only dtype auto (asked: {context.args.dtype})")
-        context.progress(f"load: reading weights of {folder.name} ({self.dtype})")
-        self.reference = ReferenceEncoder.from_folder(folder, dtype=getattr(torch, self.dtype))
+        context.progress(f"load: reading weights of {folder.name} ({self.dtype}, {device.name})")
+        self.reference = ReferenceEncoder.from_folder(
+            folder, dtype=getattr(torch, self.dtype), device=device.torch_device
+        )
         graph = folder / "model.onnx"
         self.forward = as_encoder_engine(
             context.build_engine(
@@ -95,8 +110,15 @@ class EncoderModel(LoadedModel):
         self.labels = list(self.reference.labels) if self.reference.has_classifier else []
         self.multi_label = bool(manifest.get("multi_label", cfg.problem_type == "multi_label_classification"))
         self.surfaces = _surfaces(manifest, cfg.num_labels if self.reference.has_classifier else None)
-        cap = CPU_CAP_TOKENS if device.kind == "cpu" else None
-        self.lanes = (Lane(DEFAULT_LANE, self.forward.accounting, cap_tokens=cap),)
+        cpu = device.kind == "cpu"
+        self.lanes = (
+            Lane(
+                DEFAULT_LANE,
+                self.forward.accounting,
+                cap_tokens=CPU_CAP_TOKENS if cpu else None,
+                cap_seconds=None if cpu else TIME_CAP_S,
+            ),
+        )
         golden = folder / GOLDEN_FILE
         self.golden_file = golden if golden.is_file() else None
 
@@ -145,6 +167,21 @@ class EncoderModel(LoadedModel):
         if "embeddings" in self.surfaces:
             return rows
         return [LogitsRow(r) for r in rows]
+
+    def calibration_forward(self, tokens: int) -> CalibrationForward:
+        """Rows of the input limit's length (at most 512 tokens) adding up to about TOKENS (R-DEV-2)."""
+        length = max(1, min(self.max_input_tokens, CALIBRATION_ROW_TOKENS))
+        vocab = self.reference.config.vocab_size
+        lengths = [length] * max(1, tokens // length)
+        rest = tokens - sum(lengths)
+        if rest >= 8:
+            lengths.append(rest)
+        rows = [
+            Encoded([(997 * r + 31 * i + 101) % vocab for i in range(n)], [0] * n, False, n)
+            for r, n in enumerate(lengths)
+        ]
+        payloads: list[Any] = rows if "embeddings" in self.surfaces else [LogitsRow(row) for row in rows]
+        return CalibrationForward(DEFAULT_LANE, payloads, forward_tokens(lengths, self.lanes[0].accounting))
 
     def card_section(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.forward.describe())

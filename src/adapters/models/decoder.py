@@ -12,6 +12,11 @@ falls behind as questions grow (bench/shared_context.py: 128 questions on a 512-
 SmolLM2-135M shape, one CPU thread: branch 10.8 s, packed 15.9 s, unshared 168 s; equal up to 32),
 and a branch state's K/V can be kept and reused. On a CPU the state part is attended once for all
 rows (`attend_split`, no per-row copy of the state's K/V: 1.4× faster at a 2048-token state).
+
+The residual adds with their RMSNorms and the SwiGLU product go through a `DecoderOps` (eager
+torch here; fused Triton kernels on GPUs, `engines/triton_decoder.py`), chosen per call. Weights and
+every tensor a call creates live on the model's device (`from_pretrained(..., device=...)`);
+token ids may come from the host and are moved once.
 """
 
 from __future__ import annotations
@@ -186,6 +191,23 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
 
 
+class DecoderOps:
+    """The residual + RMSNorm steps and the MLP of a block, in eager torch (the reference)."""
+
+    name = "eager"
+
+    def add_rms_norm(self, x: torch.Tensor, delta: torch.Tensor, norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x + delta, norm(x + delta))."""
+        x = x + delta
+        return x, norm(x)
+
+    def mlp(self, mlp: MLP, x: torch.Tensor) -> torch.Tensor:
+        return mlp(x)
+
+
+EAGER_OPS = DecoderOps()
+
+
 class MLP(nn.Module):
     def __init__(self, c: DecoderConfig) -> None:
         super().__init__()
@@ -249,10 +271,11 @@ class DecoderLM(nn.Module):
             raise FileNotFoundError(f"no *.safetensors weights in {folder}")
         state: dict[str, torch.Tensor] = {}
         for file in files:
-            state.update(load_file(str(file), device=str(device)))
+            state.update(load_file(str(file), device="cpu"))
         if config.tie_word_embeddings:
             state.pop("lm_head.weight", None)
-        state = {k: v.to(dtype) for k, v in state.items() if not k.endswith(_IGNORED_SUFFIXES)}
+        # cast on the host (half the bytes to move when the model computes in 16 bits), then place
+        state = {k: v.to(dtype).to(device) for k, v in state.items() if not k.endswith(_IGNORED_SUFFIXES)}
         with torch.device("meta"):
             model = cls(config)
         missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
@@ -301,27 +324,36 @@ class DecoderLM(nn.Module):
         prefix: SharedState | None = None,
         keep: list | None = None,
         split: bool = False,
+        ops: DecoderOps | None = None,
     ) -> torch.Tensor:
         """Hidden states before the final norm. MASK None means causal. With PREFIX, each row also
-        sees the state's K/V (by `attend_split` with SPLIT, else by copies under MASK); KEEP collects K/V."""
+        sees the state's K/V (by `attend_split` with SPLIT, else by copies under MASK); KEEP collects K/V.
+        Each block's MLP output is added to the residual together with the next block's input norm."""
         if split and prefix is None:
             raise ValueError("split attention needs the shared state (PREFIX)")
+        ops = ops or EAGER_OPS
         x = self.model.embed_tokens(ids)
         cos, sin = self._rope(positions)
+        pending: torch.Tensor | None = None  # the previous block's MLP output, not yet added
         for i, layer in enumerate(self.model.blocks):
             attn = layer.self_attn
-            q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin)
+            if pending is None:
+                normed = layer.input_layernorm(x)
+            else:
+                x, normed = ops.add_rms_norm(x, pending, layer.input_layernorm)
+            q, k, v = attn.qkv(normed, cos, sin)
             if keep is not None:
                 keep.append((k.contiguous(), v.contiguous()))
             if split and prefix is not None:
-                x = x + attn.attend_split(q, k, v, prefix.keys[i], prefix.values[i])
+                attended = attn.attend_split(q, k, v, prefix.keys[i], prefix.values[i])
             else:
                 if prefix is not None:
                     k = torch.cat((prefix.keys[i].expand(q.shape[0], -1, -1, -1), k), dim=2)
                     v = torch.cat((prefix.values[i].expand(q.shape[0], -1, -1, -1), v), dim=2)
-                x = x + attn.attend(q, k, v, mask)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return x
+                attended = attn.attend(q, k, v, mask)
+            x, normed = ops.add_rms_norm(x, attended, layer.post_attention_layernorm)
+            pending = ops.mlp(layer.mlp, normed)
+        return x if pending is None else x + pending
 
     def _head(self, h: torch.Tensor) -> torch.Tensor:
         """Logits [N, V] for hidden rows [N, H] taken before the final norm."""
@@ -343,25 +375,30 @@ class DecoderLM(nn.Module):
 
     @torch.inference_mode()
     def logits_at(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        *,
+        ops: DecoderOps | None = None,
     ) -> torch.Tensor:
         """Next-token logits [B, V] at one position per row (default: each row's last real token)."""
         ids = self._ids(input_ids)
         b, t = ids.shape
         if positions is None:
             positions = attention_mask.sum(1) - 1 if attention_mask is not None else torch.full((b,), t - 1)
-        h = self._layers(ids, torch.arange(t, device=ids.device).expand(b, t), None)
+        h = self._layers(ids, torch.arange(t, device=ids.device).expand(b, t), None, ops=ops)
         return self._head(h[torch.arange(b, device=h.device), positions.to(h.device).long()])
 
     # ---------------------------------------------------------------- shared context (R-SC)
     @torch.inference_mode()
-    def prefix_kv(self, state_ids: torch.Tensor | Sequence[int]) -> SharedState:
+    def prefix_kv(self, state_ids: torch.Tensor | Sequence[int], *, ops: DecoderOps | None = None) -> SharedState:
         """Run a state ([S] or [1, S]) once, causally, and keep every layer's keys and values."""
         ids = self._ids(state_ids).reshape(1, -1)
         if ids.shape[1] < 1:
             raise ValueError("a shared state needs at least one token")
         keep: list = []
-        self._layers(ids, torch.arange(ids.shape[1], device=ids.device)[None], None, keep=keep)
+        self._layers(ids, torch.arange(ids.shape[1], device=ids.device)[None], None, keep=keep, ops=ops)
         return SharedState([k for k, _ in keep], [v for _, v in keep], ids.shape[1])
 
     @torch.inference_mode()
@@ -372,6 +409,7 @@ class DecoderLM(nn.Module):
         lengths: torch.Tensor | Sequence[int] | None = None,
         *,
         chunk: int | None = None,
+        ops: DecoderOps | None = None,
     ) -> torch.Tensor:
         """Logits [Q, V] after each question's last token; question q sees the state, then itself causally.
 
@@ -380,10 +418,17 @@ class DecoderLM(nn.Module):
         """
         ids, lengths = _pad(branch_ids, lengths, self.device)
         step = chunk or max(1, ids.shape[0])
-        out = [self._branch_rows(state, ids[i : i + step], lengths[i : i + step]) for i in range(0, ids.shape[0], step)]
-        return torch.cat(out) if out else torch.empty(0, self.config.vocab_size, dtype=self.dtype)
+        out = [
+            self._branch_rows(state, ids[i : i + step], lengths[i : i + step], ops)
+            for i in range(0, ids.shape[0], step)
+        ]
+        if not out:
+            return torch.empty(0, self.config.vocab_size, dtype=self.dtype, device=self.device)
+        return torch.cat(out)
 
-    def _branch_rows(self, state: SharedState, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    def _branch_rows(
+        self, state: SharedState, ids: torch.Tensor, lengths: torch.Tensor, ops: DecoderOps | None = None
+    ) -> torch.Tensor:
         rows, t = ids.shape
         split = self.split_attention and _FLASH_CPU is not None and ids.device.type == "cpu"
         mask = None
@@ -391,7 +436,7 @@ class DecoderLM(nn.Module):
             causal = torch.ones(t, t, dtype=torch.bool, device=ids.device).tril()
             mask = torch.cat((torch.ones(t, state.length, dtype=torch.bool, device=ids.device), causal), dim=1)
         positions = (state.length + torch.arange(t, device=ids.device)).expand(rows, t)
-        h = self._layers(ids, positions, mask, prefix=state, split=split)
+        h = self._layers(ids, positions, mask, prefix=state, split=split, ops=ops)
         return self._head(h[torch.arange(rows, device=ids.device), lengths - 1])
 
     @torch.inference_mode()
@@ -416,10 +461,11 @@ class DecoderLM(nn.Module):
 
 
 def _pad(branch_ids, lengths, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token lists or a padded tensor → ([Q, L] long, lengths [Q] long); every question needs ≥ 1 token."""
+    """Token lists or a padded tensor → ([Q, L] long, lengths [Q] long) on DEVICE; every question
+    needs ≥ 1 token (checked on the host, before anything moves)."""
     if isinstance(branch_ids, torch.Tensor):
         ids = branch_ids.to(device=device, dtype=torch.long)
-        lens = torch.full((ids.shape[0],), ids.shape[1]) if lengths is None else torch.as_tensor(lengths)
+        lens = torch.full((ids.shape[0],), ids.shape[1]) if lengths is None else torch.as_tensor(lengths).cpu()
     else:
         rows = [list(r) for r in branch_ids]
         width = max((len(r) for r in rows), default=0)
@@ -428,10 +474,9 @@ def _pad(branch_ids, lengths, device) -> tuple[torch.Tensor, torch.Tensor]:
             ids[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
         ids = ids.to(device)
         lens = torch.tensor([len(r) for r in rows])
-    lens = lens.to(device=device, dtype=torch.long)
     if lens.numel() and (int(lens.min()) < 1 or int(lens.max()) > ids.shape[1]):
         raise ValueError("every question needs at least one token (and no more than its padded width)")
-    return ids, lens
+    return ids, lens.to(device=device, dtype=torch.long)
 
 
 def restricted_probs(logits: torch.Tensor, token_id_sets: Sequence[Sequence[int]]) -> list[torch.Tensor]:

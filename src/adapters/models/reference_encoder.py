@@ -11,6 +11,7 @@ Rows are never cut here: a row longer than the model's positions raises ValueErr
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -67,8 +68,19 @@ class ReferenceEncoder:
     def dimensions(self) -> int:
         return self.config.hidden_size * len(self.pooling.modes)
 
-    def tensors(self, batch: Sequence[Encoded]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """input_ids [B, T], mask [B, T] bool or None (all rows full), token types [B, T] or None (all 0)."""
+    def on_host(self) -> ReferenceEncoder:
+        """This model, or a copy of it on the CPU when it lives on another device (e.g. for an ONNX export)."""
+        if self.device.type == "cpu":
+            return self
+        encoder = copy.deepcopy(self.encoder).to("cpu")
+        head = copy.deepcopy(self.head).to("cpu") if self.head is not None else None
+        return ReferenceEncoder(encoder, head, self.pooling, "cpu")
+
+    def tensors(
+        self, batch: Sequence[Encoded], device: torch.device | str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """input_ids [B, T], mask [B, T] bool or None (all rows full), token types [B, T] or None (all 0),
+        built on the host and placed on DEVICE (default: the model's)."""
         if not batch:
             raise ValueError("empty batch")
         lengths = [len(e.ids) for e in batch]
@@ -87,10 +99,11 @@ class ReferenceEncoder:
         mask = None
         if ragged:
             mask = torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]
-        if self.device.type != "cpu":
-            ids = ids.to(self.device, non_blocking=True)
-            types = types.to(self.device, non_blocking=True) if types is not None else None
-            mask = mask.to(self.device, non_blocking=True) if mask is not None else None
+        place = torch.device(device) if device is not None else self.device
+        if place.type != "cpu":
+            ids = ids.to(place, non_blocking=True)
+            types = types.to(place, non_blocking=True) if types is not None else None
+            mask = mask.to(place, non_blocking=True) if mask is not None else None
         return ids, mask, types
 
     @staticmethod

@@ -11,7 +11,10 @@ read each row's own tokens; answers come back in the caller's row order.
 Rows are independent except through the shapes of the linear layers' matrix products, so a
 forward's answers equal each row run alone up to rounding (`tests/integration/test_unpadded.py`).
 The linears are passed in (`LayerLinears`), so the same forward runs on eager `nn.Linear`s or on
-pre-packed oneDNN copies.
+pre-packed oneDNN copies; so are attention and the residual + norm steps (`ForwardOps`), so on a
+GPU one launch of a variable-length attention kernel can serve every row and head instead of one
+SDPA per run (`engines/gpu_kernels.py`). `PackedRows.build(batch, device)` puts every index
+tensor the forward uses on the model's device.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def eager_linears(encoder: BertEncoder) -> list[LayerLinears]:
 
 @dataclass(frozen=True, slots=True)
 class PackedRows:
-    """A forward's rows sorted longest first and laid back to back."""
+    """A forward's rows sorted longest first and laid back to back (tensors on the model's device)."""
 
     order: list[int]  # sorted position → caller's row index
     runs: list[tuple[int, int, int, int]]  # (first row, end row, length, first token) of equal-length rows
@@ -58,9 +61,16 @@ class PackedRows:
     positions: torch.Tensor  # [N]
     types: torch.Tensor | None  # [N], None when every type id is 0
     starts: torch.Tensor  # [B] first token of each sorted row
+    bounds: torch.Tensor  # int32 [B + 1]: each sorted row's first token, then N (variable-length kernels)
+    inverse: torch.Tensor  # [B]: caller's row index → sorted position
+    longest: int
+
+    @property
+    def tokens(self) -> int:
+        return int(self.ids.shape[0])
 
     @classmethod
-    def build(cls, batch: Sequence[Encoded]) -> PackedRows:
+    def build(cls, batch: Sequence[Encoded], device: torch.device | str = "cpu") -> PackedRows:
         if not batch:
             raise ValueError("empty batch")
         order = sorted(range(len(batch)), key=lambda i: -len(batch[i].ids))
@@ -81,16 +91,49 @@ class PackedRows:
         types = None
         if any(any(r.type_ids) for r in rows):
             types = torch.tensor([t for r in rows for t in r.type_ids])
-        starts = torch.tensor([0, *lengths[:-1]]).cumsum(0)
-        return cls(order, runs, ids, positions, types, starts)
+        bounds = torch.tensor([0, *lengths], dtype=torch.int32).cumsum(0, dtype=torch.int32)
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[torch.tensor(order)] = torch.arange(len(order))
+        if torch.device(device).type != "cpu":  # built on the host, moved once
+            ids, positions, bounds, inverse = (
+                t.to(device, non_blocking=True) for t in (ids, positions, bounds, inverse)
+            )
+            types = types.to(device, non_blocking=True) if types is not None else None
+        starts = bounds[:-1].long()
+        return cls(order, runs, ids, positions, types, starts, bounds, inverse, lengths[0])
 
     def unsort(self, sorted_rows: torch.Tensor) -> torch.Tensor:
-        out = torch.empty_like(sorted_rows)
-        out[torch.tensor(self.order)] = sorted_rows
-        return out
+        """Rows in sorted order → the caller's order."""
+        return sorted_rows.index_select(0, self.inverse)
 
 
-def hidden_states(encoder: BertEncoder, packed: PackedRows, linears: Sequence[LayerLinears]) -> torch.Tensor:
+class ForwardOps:
+    """Attention and the residual + norm steps of the unpadded forward, in eager torch: SDPA per run
+    of equal-length rows, then `norm(delta + residual)`. GPU kernels subclass it."""
+
+    name = "eager"
+
+    def attention(self, qkv: torch.Tensor, packed: PackedRows, heads: int) -> torch.Tensor:
+        """[N, 3·H] → [N, H]: each row attends to its own tokens only."""
+        n_tokens, h = qkv.shape[0], qkv.shape[1] // 3
+        attended = qkv.new_empty(n_tokens, h)
+        for first, end, length, token in packed.runs:
+            rows = end - first
+            span = qkv[token : token + rows * length].view(rows, length, 3, heads, h // heads).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(span[0], span[1], span[2])
+            attended[token : token + rows * length] = a.transpose(1, 2).reshape(rows * length, h)
+        return attended
+
+    def add_norm(self, delta: torch.Tensor, residual: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
+        return norm(delta + residual)
+
+
+EAGER_OPS = ForwardOps()
+
+
+def hidden_states(
+    encoder: BertEncoder, packed: PackedRows, linears: Sequence[LayerLinears], ops: ForwardOps = EAGER_OPS
+) -> torch.Tensor:
     """The last hidden state of every real token, [N, H], rows in sorted order."""
     emb = encoder.embeddings
     x = emb.word_embeddings(packed.ids) + emb.position_embeddings.weight[emb.offset + packed.positions]
@@ -99,18 +142,10 @@ def hidden_states(encoder: BertEncoder, packed: PackedRows, linears: Sequence[La
     else:
         x = x + emb.token_type_embeddings(packed.types)
     x = emb.LayerNorm(x)
-    n_tokens, h = x.shape
     for layer, lin in zip(encoder.blocks, linears):
-        heads = layer.heads
-        qkv = lin.qkv(x)
-        attended = qkv.new_empty(n_tokens, h)
-        for first, end, length, token in packed.runs:
-            rows = end - first
-            span = qkv[token : token + rows * length].view(rows, length, 3, heads, h // heads).permute(2, 0, 3, 1, 4)
-            a = F.scaled_dot_product_attention(span[0], span[1], span[2])
-            attended[token : token + rows * length] = a.transpose(1, 2).reshape(rows * length, h)
-        x = layer.attn_norm(lin.attn_out(attended) + x)
-        x = layer.ffn_norm(lin.ffn_out(lin.ffn_in_act(x)) + x)
+        attended = ops.attention(lin.qkv(x), packed, layer.heads)
+        x = ops.add_norm(lin.attn_out(attended), x, layer.attn_norm)
+        x = ops.add_norm(lin.ffn_out(lin.ffn_in_act(x)), x, layer.ffn_norm)
     return x
 
 

@@ -4,7 +4,9 @@ It builds nothing it depends on: the composition root (`app/container.py`) hands
 store, the family and engine plugins, the device, the device thread, metrics, the result cache,
 the clock and the load-time readiness checks. Loading runs on a background thread: resolve the
 package, pick its family, load it on the device thread, check its surfaces' contracts, warm it
-up, probe batch invariance (R-BAT-5), start its scheduler loop, run the golden check (R-GOLD-1).
+up, probe batch invariance (R-BAT-5), start its scheduler loop, run the golden check (R-GOLD-1)
+and, on a GPU worker, calibrate an unset token budget (R-DEV-2), whose cost per token also seeds
+the scheduler's cost model (R-BAT-7's device-seconds caps).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
 from vllm_srun.adapters.serving.served import ServedModel, weights_sha256
-from vllm_srun.domain.engine_args import EngineArgs, resolve_limits
+from vllm_srun.domain.calibration import Calibration, CalibrationFailed
+from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs, calibrated_limits, resolve_limits
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound
 from vllm_srun.domain.planning import Budget, ForwardBatch
 from vllm_srun.domain.ports import Clock
@@ -53,6 +56,16 @@ class ReadinessChecks(Protocol):
     async def golden(self, served: ServedModel) -> dict[str, Any]:
         """R-GOLD-1 on the event loop: the card's `golden` entry (status `failed` is final)."""
         ...
+
+
+class Calibrator(Protocol):
+    """The GPU knee calibration (`serving/calibration.py`, R-DEV-2)."""
+
+    def applies(self, device: Device) -> bool: ...
+
+    def calibrate(
+        self, model: LoadedModel, limits: BatchingLimits, device: Device, progress: Progress
+    ) -> Calibration: ...
 
 
 def _ready_value(served: ServedModel) -> float:
@@ -79,6 +92,7 @@ class Runtime:
         result_cache: ResultCache,
         clock: Clock,
         readiness: ReadinessChecks,
+        calibrator: Calibrator | None = None,
         engine_choice: str = "auto",
         threads: int | None = None,
         progress: Progress = quiet,
@@ -92,6 +106,7 @@ class Runtime:
         self.result_cache = result_cache  # one per worker (R-PERF-3)
         self.clock = clock
         self.readiness = readiness
+        self.calibrator = calibrator
         self.engine_choice = engine_choice
         self.threads = threads
         self.progress = progress
@@ -176,6 +191,7 @@ class Runtime:
         asyncio.run_coroutine_threadsafe(self._start_scheduler_loop(served), self._loop).result()
         if not self._golden_check(served):
             return
+        self._calibrate(served)
         served.status = "ready"
         self.progress(f"load: {served.name} ready ({model.family}, {', '.join(sorted(model.surfaces))})")
 
@@ -191,6 +207,42 @@ class Runtime:
             served.reason = f"golden check failed: {reason}"
             return False
         return True
+
+    def _calibrate(self, served: ServedModel) -> None:
+        """R-DEV-2 on a GPU worker: time merged forwards, keep the knee; a set value stays."""
+        model, limits = served.model, served.limits
+        assert model is not None and limits is not None
+        if self.calibrator is None or not self.calibrator.applies(self.device):
+            return
+        if limits.tokens_source == "set":
+            served.calibration = {"status": "skipped", "reason": "max_num_batched_tokens is set"}
+            return
+        self.progress(f"load: calibrating the token budget of {served.name} on {self.device.name}")
+        try:
+            found = self.device_thread.call(self.calibrator.calibrate, model, limits, self.device, self.progress)
+        except Exception as exc:  # the golden check passed: the model serves on its class budget, the card says why
+            if not isinstance(exc, CalibrationFailed):
+                log.exception("calibration of %s failed", served.name)
+            reason = str(exc) if isinstance(exc, CalibrationFailed) else f"{type(exc).__name__}: {exc}"
+            served.calibration = {"status": "failed", "reason": reason[:300]}
+            self.progress(f"load: {served.name} keeps its class budget ({reason[:300]})")
+            return
+        served.limits = calibrated_limits(limits, found.tokens)
+        served.calibration = found.card()
+        assert self._loop is not None
+        asyncio.run_coroutine_threadsafe(self._apply_calibration(served, found), self._loop).result()
+        self.progress(
+            f"load: {served.name} max_num_batched_tokens {found.tokens} calibrated (limited by {found.limited_by}; "
+            f"{found.seconds_per_token:.3g} s/token; timed {[(t.tokens, t.seconds) for t in found.timings]})"
+        )
+
+    async def _apply_calibration(self, served: ServedModel, found: Calibration) -> None:
+        """On the loop: the scheduler plans with the calibrated budget, its first lane's cost starts
+        from the measured one (R-BAT-7's device-seconds caps)."""
+        loop, limits, model = served.scheduler_loop, served.limits, served.model
+        assert loop is not None and limits is not None and model is not None
+        loop.scheduler.set_budget(Budget(limits.max_num_seqs, limits.max_num_batched_tokens))
+        loop.scheduler.costs.seed(model.lanes[0].name, found.seconds_per_token)
 
     async def _start_scheduler_loop(self, served: ServedModel) -> None:
         model = served.model

@@ -61,6 +61,7 @@ class ServedModel:
     sha256: str | None = None
     golden: dict[str, Any] = field(default_factory=_pending_golden)
     plugins: list[dict[str, str]] = field(default_factory=list)  # the family and engine plugins in use
+    calibration: dict[str, Any] | None = None  # R-DEV-2 on a GPU worker: the figures, or why not
 
     @property
     def ready(self) -> bool:
@@ -149,6 +150,7 @@ class ServedModel:
                 "max_num_batched_tokens": limits.max_num_batched_tokens if limits else self.args.max_num_batched_tokens,
                 "max_num_batched_tokens_source": limits.tokens_source if limits else None,
                 "memory_class": limits.memory_class if limits else None,  # R-DEV-1: the row unset limits came from
+                "calibration": self.calibration,  # R-DEV-2: GPU workers only
                 "batch_window_ms": self.args.batch_window_ms,
                 "dtype": self.args.dtype,
                 # the value in force: a decision model's (family default on), False for families without the path

@@ -18,7 +18,8 @@ T = TypeVar("T")
 
 
 def is_cpu_device(device: str) -> bool:
-    """A worker whose forwards run on the CPU (`auto` resolves to the CPU in the worker)."""
+    """A worker whose forwards may run on the CPU, so it gets a CPU thread budget (`auto` is the CPU
+    unless the worker finds a GPU with room)."""
     return device in ("cpu", "auto")
 
 
