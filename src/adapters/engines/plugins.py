@@ -1,7 +1,8 @@
 """The engine plugins this package registers (entry points of group `vllm_srun.engines`).
 
 - `native`: our torch code; encoders run unpadded with the oneDNN fast path where it is measured
-  safe and faster (`native.py`), decoders eager (`native_decoder.py`);
+  safe and faster (`native.py`), decoders eager (`native_decoder.py`), dual encoders (the
+  multimodal family's CLIP and SigLIP) eager (`native_dual.py`);
 - `onnxruntime`: ONNX Runtime for encoders (`onnxruntime.py`).
 
 Each plugin imports its engine module only when it builds, so `--engine native` never imports
@@ -26,7 +27,7 @@ class NativePlugin:
     name = "native"
 
     def build(self, request: EngineRequest, progress: Progress) -> Engine:
-        if request.kind in ("encoder", "decoder"):
+        if request.kind in ("encoder", "decoder", "dual_encoder"):
             use_threads(request.threads)
         if request.kind == "encoder":
             from vllm_srun.adapters.engines.native import native_encoder
@@ -42,6 +43,10 @@ class NativePlugin:
             from vllm_srun.adapters.engines.native_decoder import NativeDecoder
 
             return NativeDecoder(request.model)
+        if request.kind == "dual_encoder":
+            from vllm_srun.adapters.engines.native_dual import NativeDualEncoder
+
+            return NativeDualEncoder(request.model)
         raise EngineRefused(f"the native engine has no forward for {request.kind} models")
 
 
