@@ -48,7 +48,7 @@ def open_image(data: bytes, limits: MediaLimits) -> Image.Image:
         except Image.UnidentifiedImageError:
             raise MediaError(f"not an image in a supported format ({', '.join(IMAGE_FORMATS)})") from None
         except Exception as exc:  # any parser error on hostile bytes is the input's fault
-            raise MediaError(f"unreadable image header ({type(exc).__name__})") from None
+            raise MediaError(f"unreadable image header ({_reason(exc)})") from None
     width, height = image.size
     if width < 1 or height < 1:
         raise MediaError(f"the image is {width}×{height} pixels")
@@ -61,14 +61,21 @@ def open_image(data: bytes, limits: MediaLimits) -> Image.Image:
         image.load()
         return ImageOps.exif_transpose(image)
     except Exception as exc:  # truncated data, bad chunks, broken EXIF
-        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise MediaError(f"corrupt or truncated image ({reason})") from None
+        raise MediaError(f"corrupt or truncated image ({_reason(exc)})") from None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:120]
 
 
 class PillowAvDecoder:
     """Images with pillow, videos with PyAV (`video.py`); both preprocessed as the package says."""
 
     def __init__(self) -> None:
+        # our own pixel limit (checked from the header, before decoding) replaces pillow's,
+        # which would refuse only past twice its 89 M pixels, in other words
+        Image.MAX_IMAGE_PIXELS = None
         self._tables: dict[ImagePreprocess, np.ndarray] = {}
 
     def tables(self, spec: ImagePreprocess) -> np.ndarray:
