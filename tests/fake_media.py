@@ -3,8 +3,9 @@
 - `exit` — the process dies on the spot (a media worker crashing in a native library);
 - `sleep:S;…` — takes S seconds first (a slow decode, to be killed or timed out);
 - `bad` — a `MediaError` (bad media);
-- anything else — pixels of shape [3, 4, 4] (a video: [frames, 3, 4, 4]) filled with a value
-  decided by the bytes alone: equal bytes give equal pixels in any process.
+- anything else — pixels of shape [3, H, W] (a video: [frames, 3, H, W]) filled with a value
+  decided by the bytes alone (equal bytes give equal pixels in any process); H × W is what the
+  preprocessing makes (`output_size()`), 4 × 4 without one.
 Loaded by media worker processes as `tests.fake_media:FakeDecoder`.
 """
 
@@ -35,8 +36,14 @@ class FakeDecoder:
 
     def image(self, data: bytes, limits: MediaLimits, preprocess: Any) -> np.ndarray:
         self._act(data)
-        return np.full((3, 4, 4), _value(data), dtype=np.float32)
+        return np.full((3, *_size(preprocess)), _value(data), dtype=np.float32)
 
     def video_frames(self, data: bytes, frames: int, limits: MediaLimits, preprocess: Any) -> np.ndarray:
         self._act(data)
-        return np.stack([np.full((3, 4, 4), _value(data + bytes([i])), dtype=np.float32) for i in range(frames)])
+        size = _size(preprocess)
+        return np.stack([np.full((3, *size), _value(data + bytes([i])), dtype=np.float32) for i in range(frames)])
+
+
+def _size(preprocess: Any) -> tuple[int, int]:
+    size = preprocess.output_size() if preprocess is not None else None
+    return size or (4, 4)

@@ -13,11 +13,15 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Callable
+from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
 from tests.fake_media import FakeDecoder
+from tests.prometheus_text import metric
 from vllm_srun.adapters.contracts import MediaError, MediaLimits, MediaWorkerDied
 from vllm_srun.adapters.media.pool import MediaWorkerPool
 from vllm_srun.adapters.media.preprocess import ImagePreprocess
@@ -165,3 +169,45 @@ def test_bytes_bound_the_cache_too() -> None:
         }
 
     asyncio.run(run())
+
+
+def test_a_request_whose_media_worker_dies_fails_alone(multimodal_fixture: Callable[..., Path]) -> None:
+    """Served in-process with one real media worker running the fake decoder: the request whose
+    image kills its worker answers 500 naming the input and saying it may be retried; the
+    requests around it are answered; a new worker serves the next ones."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dependency_injector import providers
+
+    from tests.integration.serving import container_for, serving
+    from vllm_srun.adapters.media.samples import data_url
+
+    container = container_for([multimodal_fixture("clip")], media_workers=1, result_cache_entries=0, check_golden=False)
+    container.media.override(
+        providers.Singleton(MediaService, 1, decoder=FAKE, metrics=container.metrics, workers_source="set")
+    )
+
+    def image(data: bytes) -> dict[str, object]:
+        return {"type": "image_url", "image_url": {"url": data_url(data, "image/png")}}
+
+    with serving(container) as (client, rt):
+        assert next(iter(rt.models.values())).status == "ready"
+
+        def post(items: list[object]) -> httpx.Response:
+            return client.post("/v1/embeddings", json={"input": items})
+
+        bodies = [["text", image(f"sleep:0.2;{i}".encode())] for i in range(4)]
+        bodies.insert(2, ["text", image(b"exit")])
+        with ThreadPoolExecutor(5) as pool:
+            answers = list(pool.map(post, bodies))
+        died = answers.pop(2)
+        assert died.status_code == 500
+        error = died.json()["error"]
+        assert error["code"] == "internal_error"
+        assert error["message"].startswith("input[1]: the media worker decoding it (pid ")
+        assert "exited with status 3; it was replaced; retry the request" in error["message"]
+        assert all(a.status_code == 200 for a in answers)
+        assert post(["again", image(b"fine")]).status_code == 200
+        card = client.get("/v1/models").json()["data"][0]["media"]
+        assert card["workers_replaced"] == 1 and len(card["worker_pids"]) == 1
+        assert metric(client.get("/metrics").text, "vllm_srun_media_workers_replaced_total", reason="exited") == 1

@@ -23,6 +23,23 @@ from vllm_srun.adapters.media.preprocess import ImagePreprocess, pixels
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
 
 
+SIGNATURES = (
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"GIF8", "GIF"),
+    (b"BM", "BMP"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+)
+
+
+def signature(data: bytes) -> str | None:
+    """The supported format DATA's first bytes claim, if any."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WEBP"
+    return next((name for magic, name in SIGNATURES if data.startswith(magic)), None)
+
+
 def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):.1f} MiB"
 
@@ -46,6 +63,9 @@ def open_image(data: bytes, limits: MediaLimits) -> Image.Image:
                 "the image header declares more pixels than pillow ever decodes (a decompression bomb)"
             ) from None
         except Image.UnidentifiedImageError:
+            claimed = signature(data)
+            if claimed is not None:
+                raise MediaError(f"corrupt {claimed} image: its header cannot be read") from None
             raise MediaError(f"not an image in a supported format ({', '.join(IMAGE_FORMATS)})") from None
         except Exception as exc:  # any parser error on hostile bytes is the input's fault
             raise MediaError(f"unreadable image header ({_reason(exc)})") from None
