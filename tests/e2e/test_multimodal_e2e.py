@@ -124,3 +124,12 @@ def test_media_workers_flag_is_validated_before_any_load() -> None:
     assert done.stderr.strip().splitlines() == [
         "vllm-srun serve: error: argument --media-workers: expected an integer between 0 and 64, got -1"
     ]
+
+
+def test_the_docs_example(server: str) -> None:
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "multimodal_embeddings.py"
+    out = subprocess.run(
+        [sys.executable, str(example), server, "tiny-clip"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("16 dimensions; text·image ")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from vllm_srun.adapters.contracts import MediaError, MediaLimits
+from vllm_srun.adapters.media.ports import MediaError, MediaLimits
 from vllm_srun.adapters.media.preprocess import ImagePreprocess, pixels
 
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")

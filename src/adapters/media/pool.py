@@ -22,7 +22,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from vllm_srun.adapters.contracts import MediaError, MediaWorkerDied
+from vllm_srun.adapters.media.ports import MediaError, MediaWorkerDied
 
 log = logging.getLogger("vllm_srun.media")
 WORKER_MODULE = "vllm_srun.adapters.media.worker"

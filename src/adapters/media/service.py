@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.contracts import MediaLimits
 from vllm_srun.adapters.media.pool import DEFAULT_DECODER, MediaWorkerPool
+from vllm_srun.adapters.media.ports import MediaLimits
 from vllm_srun.adapters.media.worker import load_decoder
 from vllm_srun.domain.cache import LruCache
 from vllm_srun.domain.media import DECODE_CACHE_BYTES, DECODE_CACHE_ENTRIES

@@ -17,7 +17,7 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
-from vllm_srun.adapters.contracts import MediaError
+from vllm_srun.adapters.media.ports import MediaError
 
 METHODS = frozenset({"image", "video_frames"})
 READY = b"ready"
