@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -103,3 +103,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs a GPU (torch.cuda.is_available() is False)")
     for item in marked:
         item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def multimodal_fixture(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """get(variant="clip", seed=0) → a tiny multimodal package (CLIP or SigLIP layout, with
+    preprocessor_config.json, srun.json and golden.json) written by our fixture writer, once per
+    session; folder `tiny-VARIANT`."""
+    from vllm_srun.app.fixtures import write_fixture
+
+    made: dict[tuple[str, int], Path] = {}
+
+    def get(variant: str = "clip", seed: int = 0) -> Path:
+        if (variant, seed) not in made:
+            root = tmp_path_factory.mktemp(f"multimodal-{variant}-{seed}")
+            made[variant, seed] = write_fixture(
+                root / f"tiny-{variant}", "multimodal", variant, seed, store=session_store()
+            )
+        return made[variant, seed]
+
+    return get

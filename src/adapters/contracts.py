@@ -11,13 +11,16 @@ relies on these declarations and on nothing else of a family or an engine:
   imports an engine module;
 - on a **device** (`Device`): kind, index, memory, native dtypes, synchronize;
 - packages come from a **model store** (`ModelStore`), time from the domain's `Clock`;
-- media inputs (images, videos) are decoded by a `MediaDecoder`.
+- media inputs (images, videos) are decoded and preprocessed by a `MediaDecoder` (in media
+  worker processes or a thread), reached from the event loop through a `MediaLoader` that keeps
+  the decode cache.
 
 A surface (`/v1/embeddings`, `/v1/classify`, `/v1/rerank`, `/v1/decisions`) states what it
 needs of a model as a Protocol of its own (`TextEmbedder`, `TextClassifier`, `PairScorer`,
-`QuestionAnswerer`); a model that lists the surface implements it, and the runtime checks that
-at load (`surface_contract_problems`), so a family that forgets one fails to load with a reason
-instead of failing requests.
+`QuestionAnswerer`), plus the extensions a model may add (`MediaEmbedder`: image and video
+items on `/v1/embeddings`); a model that lists the surface implements it, and the runtime checks
+that at load (`surface_contract_problems`), so a family that forgets one fails to load with a
+reason instead of failing requests.
 
 Families and engines are found through package entry points (`adapters/plugins.py`); the
 composition root (`app/container.py`) wires the rest. The domain keeps its own pure ports
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from vllm_srun.adapters.media.ports import MediaDecoder, MediaError, MediaLimits, MediaLoader, MediaWorkerDied
 from vllm_srun.domain.engine_args import EngineArgs
 from vllm_srun.domain.lanes import Accounting, Lane
 from vllm_srun.domain.ports import Clock
@@ -48,6 +52,7 @@ __all__ = [
     "DecoderEngine",
     "Device",
     "DevicePreflight",
+    "DualEncoderEngine",
     "EncoderEngine",
     "Engine",
     "EnginePlugin",
@@ -59,15 +64,21 @@ __all__ = [
     "LoadedModel",
     "LogitsRow",
     "MediaDecoder",
+    "MediaEmbedder",
+    "MediaError",
     "MediaLimits",
+    "MediaLoader",
+    "MediaWorkerDied",
     "ModelStore",
     "PackageInfo",
     "PairScorer",
     "Progress",
     "QuestionAnswerer",
+    "SurfaceContract",
     "TextClassifier",
     "TextEmbedder",
     "as_decoder_engine",
+    "as_dual_encoder_engine",
     "as_encoder_engine",
     "quiet",
     "surface_contract_problems",
@@ -193,6 +204,20 @@ class DecoderEngine(Engine, Protocol):
         ...
 
 
+@runtime_checkable
+class DualEncoderEngine(Engine, Protocol):
+    """The multimodal family's forward over a CLIP-style dual encoder: token id rows or
+    preprocessed pixels in, L2-normalized float32 embeddings of one shared space out."""
+
+    def embed_text(self, batch: Sequence[Sequence[int]]) -> Any:
+        """[rows, dimensions] for token id rows."""
+        ...
+
+    def embed_images(self, pixels: Sequence[Any]) -> Any:
+        """[rows, dimensions] for float32 [3, H, W] pixel arrays."""
+        ...
+
+
 class EngineRefused(ValueError):
     """An engine plugin cannot serve this model here (one line saying why)."""
 
@@ -208,6 +233,13 @@ def as_decoder_engine(engine: Engine) -> DecoderEngine:
     """ENGINE as a decoder forward, or EngineRefused when it has none."""
     if not isinstance(engine, DecoderEngine):
         raise EngineRefused(f"the {engine.name} engine has no decoder forward")
+    return engine
+
+
+def as_dual_encoder_engine(engine: Engine) -> DualEncoderEngine:
+    """ENGINE as a dual-encoder forward, or EngineRefused when it has none."""
+    if not isinstance(engine, DualEncoderEngine):
+        raise EngineRefused(f"the {engine.name} engine has no dual-encoder forward")
     return engine
 
 
@@ -421,28 +453,58 @@ class QuestionAnswerer(Protocol):
     def share(self, prepared: PreparedState) -> bool: ...
 
 
-# the contract a model must implement to list a surface
-SURFACE_CONTRACTS: dict[str, type] = {
-    "embeddings": TextEmbedder,
-    "classify": TextClassifier,
-    "rerank": PairScorer,
-    "decisions": QuestionAnswerer,
+@runtime_checkable
+class MediaEmbedder(Protocol):
+    """`/v1/embeddings` image and video items, on top of `TextEmbedder`'s text. Each image is one
+    row of the `media_lane` counting `image_tokens` (payload: the float32 [3, H, W] pixels the
+    `MediaLoader` made with `preprocess`); a video is `frames` such rows, sampled uniformly over
+    its duration (default `video_frames`, at most `video_limits.max_frames`). One vector per row;
+    the surface mean-pools a video's frame vectors (and normalizes them when `normalized`).
+    Every limit is checked before a forward is spent."""
+
+    modalities: frozenset[str]  # of "text", "image", "video"
+    media_lane: str
+    image_tokens: int
+    image_limits: MediaLimits
+    video_limits: MediaLimits
+    video_frames: int
+    preprocess: Any  # what the decoder does to every image and frame (`media/preprocess.ImagePreprocess`)
+
+
+@dataclass(frozen=True)
+class SurfaceContract:
+    """What a model that lists a surface implements (`required`), and the extensions it may add
+    (e.g. `MediaEmbedder` on embeddings: a text-only encoder is complete without it)."""
+
+    required: type
+    extensions: tuple[type, ...] = ()
+
+
+SURFACE_CONTRACTS: dict[str, SurfaceContract] = {
+    "embeddings": SurfaceContract(TextEmbedder, (MediaEmbedder,)),
+    "classify": SurfaceContract(TextClassifier),
+    "rerank": SurfaceContract(PairScorer),
+    "decisions": SurfaceContract(QuestionAnswerer),
 }
 
 
 def surface_contract_problems(model: LoadedModel) -> list[str]:
-    """One line per listed surface whose contract MODEL does not implement (or that is unknown)."""
+    """One line per listed surface whose contract MODEL does not implement (or that is unknown),
+    and one when it says it reads media (`modalities`) without implementing `MediaEmbedder`."""
     problems = []
     for surface in sorted(model.surfaces):
         contract = SURFACE_CONTRACTS.get(surface)
         if contract is None:
             problems.append(f"lists unknown surface {surface!r} (known: {', '.join(sorted(SURFACE_CONTRACTS))})")
-        elif not isinstance(model, contract):
-            problems.append(f"lists surface {surface!r} but does not implement {contract.__name__}")
+        elif not isinstance(model, contract.required):
+            problems.append(f"lists surface {surface!r} but does not implement {contract.required.__name__}")
+    media = set(getattr(model, "modalities", ())) - {"text"}
+    if media and not isinstance(model, MediaEmbedder):
+        problems.append(f"reads {', '.join(sorted(media))} but does not implement MediaEmbedder")
     return problems
 
 
-# ---- stores and media -------------------------------------------------------------------------
+# ---- stores (the media ports live in `media/ports.py` and are exported from here) -------------
 class ModelStore(Protocol):
     """Resolves a model argument to a package folder (R-PKG-1, R-PKG-4)."""
 
@@ -460,26 +522,4 @@ class ModelStore(Protocol):
 
     def pull(self, name: str, progress: Progress) -> Path:
         """Place a catalog model in the store; raises ModelNotFound."""
-        ...
-
-
-@dataclass(frozen=True)
-class MediaLimits:
-    """Bounds checked before pixels are decoded (R-MEDIA)."""
-
-    max_bytes: int
-    max_pixels: int
-    max_frames: int = 0
-    max_duration_s: float = 0.0
-
-
-class MediaDecoder(Protocol):
-    """Turns image and video bytes into RGB frames (used by the multimodal family, R-MEDIA)."""
-
-    def image(self, data: bytes, limits: MediaLimits) -> Any:
-        """One RGB image; raises ValueError with one line for bad or oversize media."""
-        ...
-
-    def video_frames(self, data: bytes, frames: int, limits: MediaLimits) -> list[Any]:
-        """FRAMES RGB frames sampled uniformly over the video's duration."""
         ...

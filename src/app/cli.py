@@ -35,6 +35,7 @@ SERVE_SETTINGS = (
     bounds.THREADS,
     bounds.LOG_LEVEL,
     bounds.RESULT_CACHE_ENTRIES,
+    bounds.MEDIA_WORKERS,
 )
 
 
@@ -57,10 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     fixture = sub.add_parser("fixture", help="write a tiny random-weight model package (with its golden file)")
     fixture.add_argument("out", metavar="OUT", help="the folder to create (new or empty)")
     fixture.add_argument(
-        "--family", required=True, help="encoder or decision (other families register their own writers)"
+        "--family",
+        required=True,
+        help="encoder, decision or multimodal (other families register their own writers)",
     )
     fixture.add_argument(
-        "--variant", default=None, help="encoder: embed, classify, multilabel or rerank; decision: llama or qwen3"
+        "--variant",
+        default=None,
+        help="encoder: embed, classify, multilabel or rerank; decision: llama or qwen3; multimodal: clip or siglip",
     )
     fixture.add_argument("--seed", type=non_negative_int, default=0)
     fixture.add_argument("--no-golden", action="store_true", help="skip recording golden.json")
@@ -99,6 +104,7 @@ def serve_settings(ns: argparse.Namespace) -> WorkerSettings:
             max_model_len=ns.max_model_len,
         ),
         result_cache_entries=ns.result_cache_entries,
+        media_workers=ns.media_workers,
         max_request_bytes=ns.max_request_bytes,
         threads=ns.threads,
         log_level=ns.log_level,
@@ -126,6 +132,7 @@ def serve(ns: argparse.Namespace) -> int:
         progress=_progress,
         max_request_bytes=ns.max_request_bytes,
         result_cache_entries=ns.result_cache_entries,
+        media_workers=ns.media_workers,
     )
     try:
         for warning in check_worker(container, args):

@@ -25,6 +25,7 @@ from vllm_srun.adapters.front.fleet import Fleet
 from vllm_srun.adapters.front.metrics import FrontEvents, FrontMetrics
 from vllm_srun.adapters.front.proxy import Proxy
 from vllm_srun.adapters.http.app import create_app
+from vllm_srun.adapters.media.service import MediaService
 from vllm_srun.adapters.model_store import LocalModelStore
 from vllm_srun.adapters.readiness.golden import LoadTimeChecks
 from vllm_srun.adapters.serving.calibration import KneeCalibrator
@@ -53,6 +54,9 @@ class WorkerContainer(containers.DeclarativeContainer):
     result_cache = providers.Singleton(ResultCache, config.result_cache_entries, metrics.provided.cache)
     readiness = providers.Singleton(LoadTimeChecks, check_golden=config.check_golden)
     calibrator = providers.Singleton(KneeCalibrator)
+    media = providers.Singleton(
+        MediaService, config.media_workers, metrics=metrics, workers_source=config.media_workers_source
+    )
 
     runtime = providers.Singleton(
         Runtime,
@@ -67,6 +71,7 @@ class WorkerContainer(containers.DeclarativeContainer):
         clock=clock,
         readiness=readiness,
         calibrator=calibrator,
+        media=media,
         engine_choice=config.engine,
         threads=config.threads,
         progress=config.progress,
@@ -85,8 +90,16 @@ def worker_container(
     max_request_bytes: int = bounds.MAX_REQUEST_BYTES.default,
     result_cache_entries: int = bounds.RESULT_CACHE_ENTRIES.default,
     check_golden: bool = True,
+    media_workers: int | None = None,
 ) -> WorkerContainer:
-    """A worker container with every setting given (defaults: the CLI's)."""
+    """A worker container with every setting given (defaults: the CLI's; `media_workers` None:
+    one per 16 CPUs of the budget, 1 to 4)."""
+    source = "set"
+    if media_workers is None:
+        from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
+        from vllm_srun.domain.media import default_media_workers
+
+        media_workers, source = default_media_workers(front_cpu_budget()), "default"
     container = WorkerContainer()
     container.config.from_dict(
         {
@@ -98,6 +111,8 @@ def worker_container(
             "max_request_bytes": max_request_bytes,
             "result_cache_entries": result_cache_entries,
             "check_golden": check_golden,
+            "media_workers": media_workers,
+            "media_workers_source": source,
         }
     )
     return container

@@ -50,6 +50,7 @@ DEPLOYMENT_SETTINGS = (
     bounds.DTYPE,
     bounds.MAX_MODEL_LEN,
     bounds.RESULT_CACHE_ENTRIES,
+    bounds.MEDIA_WORKERS,
     bounds.ENABLE_SHARED_CONTEXT,
     bounds.TIMEOUT_MS,
 )

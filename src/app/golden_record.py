@@ -38,6 +38,7 @@ async def _answers(
         engine=engine,
         result_cache_entries=0,
         check_golden=False,
+        media_workers=0,  # the same pixels as media workers give (R-MEDIA), without starting any
     )
     if families is not None:
         container.families.override(providers.Object(families))

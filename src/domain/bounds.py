@@ -224,6 +224,14 @@ RESULT_CACHE_ENTRIES = IntSetting(
     default=1024,
     help=f"answers kept in the LRU result cache, at most {RESULT_CACHE_BYTES // MIB} MiB of them; 0 turns it off",
 )
+MEDIA_WORKERS: IntSetting[int | None] = IntSetting(
+    name="media_workers",
+    low=0,
+    high=64,
+    default=None,
+    shown="one per 16 CPUs of the budget, 1 to 4",
+    help="processes that decode and resize images and videos (R-MEDIA); 0 decodes in the request path",
+)
 MAX_REQUEST_BYTES = IntSetting(
     name="max_request_bytes",
     low=1,

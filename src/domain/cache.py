@@ -74,6 +74,10 @@ class LruCache(Generic[V]):
             self.stats.evictions += 1
         return key in self._entries
 
+    def weights(self) -> list[tuple[Hashable, int]]:
+        """(key, weight) of every entry, least recently used first (a snapshot)."""
+        return [(key, weight) for key, (_, weight) in self._entries.items()]
+
     def clear(self) -> None:
         self._entries.clear()
         self.weight = 0

@@ -66,3 +66,10 @@ class MaxLengthExceeded(DomainError):
 
 class QuestionFailed(DomainError):
     code = "question_failed"
+
+
+class MediaFailed(DomainError):
+    """Decoding a request's media failed for a reason of the server's (a media worker died):
+    only that request fails; the message says which input and that it may be retried."""
+
+    code = "internal_error"

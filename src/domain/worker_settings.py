@@ -26,6 +26,7 @@ class WorkerSettings:
     uds: str | None = bounds.UDS.default
     engine_args: EngineArgs = field(default_factory=EngineArgs)
     result_cache_entries: int = bounds.RESULT_CACHE_ENTRIES.default
+    media_workers: int | None = bounds.MEDIA_WORKERS.default
     max_request_bytes: int = bounds.MAX_REQUEST_BYTES.default
     threads: int | None = bounds.THREADS.default
     log_level: str = bounds.LOG_LEVEL.default
@@ -45,6 +46,7 @@ class WorkerSettings:
             (bounds.DTYPE, args.dtype),
             (bounds.MAX_MODEL_LEN, args.max_model_len),
             (bounds.RESULT_CACHE_ENTRIES, self.result_cache_entries),
+            (bounds.MEDIA_WORKERS, self.media_workers),
             (bounds.ENGINE, self.engine),
             (bounds.ENABLE_SHARED_CONTEXT, args.enable_shared_context),
             (bounds.THREADS, self.threads),

@@ -4,6 +4,7 @@ other families plug in their own writers."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -86,8 +87,26 @@ def test_refusals_and_other_families(tmp_path: Path) -> None:
     families = FamilyRegistry(families={"toy": (PluginInfo("vllm_srun.families", "toy", "toy-dist", "1.0"), Toy())})
     out = write_fixture(tmp_path / "toy", "toy", "only", 5, golden=False, families=families)
     assert (out / "toy.txt").read_text() == "only-5"
-    assert families.names() == ["decision", "encoder", "toy"] or sorted(families.names()) == [
-        "decision",
-        "encoder",
-        "toy",
-    ]
+    assert sorted(families.names()) == ["decision", "encoder", "multimodal", "toy"]
+
+
+@pytest.mark.parametrize("variant", ["clip", "siglip"])
+def test_multimodal_fixtures_are_deterministic_and_detected(
+    tmp_path: Path, variant: str, multimodal_fixture: Callable[..., Path]
+) -> None:
+    a = write_fixture(tmp_path / "a", "multimodal", variant, 3, golden=False)
+    b = write_fixture(tmp_path / "b", "multimodal", variant, 3, golden=False)
+    c = write_fixture(tmp_path / "c", "multimodal", variant, 4, golden=False)
+    assert _files(a) == _files(b)
+    assert (a / "model.safetensors").read_bytes() != (c / "model.safetensors").read_bytes()
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "preprocessor_config.json", "srun.json"):
+        assert (a / name).exists(), name
+    assert FamilyRegistry().family_for(a).name == "multimodal"
+    (a / "srun.json").unlink()  # detected from config.json's model_type alone
+    assert FamilyRegistry().family_for(a).name == "multimodal"
+    # the golden file, media data URLs included, is the same every time it is recorded
+    again = write_fixture(tmp_path / f"tiny-{variant}", "multimodal", variant, 0)
+    recorded = json.loads((multimodal_fixture(variant) / "golden.json").read_text())
+    assert json.loads((again / "golden.json").read_text()) == recorded
+    kinds = {item["type"] for r in recorded["requests"] for item in r["body"]["input"] if isinstance(item, dict)}
+    assert kinds == {"text", "image_url", "video_url"}

@@ -4,6 +4,11 @@ Rules submit requests (several lanes, any lengths), cancel them, advance the clo
 fail forwards. Invariants are checked after every step against a simple model of what was
 asked for: every row planned exactly once, budgets, token counts, lanes, exactly-once answers
 in input order, the window, and cancelled rows never reaching the engine.
+
+Two lanes as the multimodal family has them (R-BAT-6): `text` and `media`, each with its own
+accounting and cap, and a different device cost per token (media rows cost far more). The
+scheduler learns each lane's cost from its own forwards, and every planning round runs the
+lane it estimates cheaper first, each lane's forwards together.
 """
 
 from __future__ import annotations
@@ -14,11 +19,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from tests.fakes import EngineFailure, FakeClock, FakeForward
 from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens, round_up
-from vllm_srun.domain.planning import Budget, lane_token_limit
+from vllm_srun.domain.planning import Budget, ForwardBatch, lane_token_limit
 from vllm_srun.domain.rows import RowSpec
 from vllm_srun.domain.scheduler import Scheduler
 
 LANES = ("text", "media")
+COST = {"text": 1e-5, "media": 4e-4}  # device seconds per counted token of each lane
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -33,13 +39,16 @@ class SchedulerMachine(RuleBasedStateMachine):
         max_tokens=st.sampled_from([8, 16, 64, 256, 1024]),
         window_ms=st.sampled_from([0.0, 1.0, 2.0, 50.0]),
         packed=st.booleans(),
+        media_packed=st.booleans(),
         cap=st.sampled_from([None, 32, 128]),
+        media_cap=st.sampled_from([None, 64]),
         invariant_model=st.booleans(),
     )
     @precondition(lambda self: self.scheduler is None)
-    def configure(self, max_seqs, max_tokens, window_ms, packed, cap, invariant_model) -> None:  # type: ignore[no-untyped-def]
+    def configure(self, max_seqs, max_tokens, window_ms, packed, media_packed, cap, media_cap, invariant_model) -> None:  # type: ignore[no-untyped-def]
         accounting = Accounting.PACKED if packed else Accounting.PADDED
-        self.lanes = [Lane("text", accounting, cap_tokens=cap), Lane("media", accounting)]
+        media_accounting = Accounting.PACKED if media_packed else Accounting.PADDED
+        self.lanes = [Lane("text", accounting, cap_tokens=cap), Lane("media", media_accounting, cap_tokens=media_cap)]
         self.budget = Budget(max_seqs, max_tokens)
         self.window_s = 0.0 if invariant_model else window_ms / 1000
         self.scheduler = Scheduler(self.lanes, self.budget, window_s=window_ms / 1000, batch_invariant=invariant_model)
@@ -91,6 +100,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert oldest is not None
             assert full or now >= oldest + self.window_s, (now, oldest, self.window_s, state_before)
         self._check_batch(batch)
+        if not had_plan:
+            self._check_round([batch, *self.scheduler._plan])  # the whole round just planned
         self.engine.fail_next = 1 if fail else 0
         try:
             outputs = self.engine.run(batch.lane, [r.payload for r in batch.rows])
@@ -100,7 +111,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.ran.extend((r.request_id, r.index) for r in batch.rows)
             return
         self.ran.extend((r.request_id, r.index) for r in batch.rows)
-        for answer in self.scheduler.complete(batch, outputs, 0.001):
+        for answer in self.scheduler.complete(batch, outputs, COST[batch.lane] * batch.tokens):
             assert answer.request_id not in self.answered, "answered twice"
             assert answer.request_id not in self.cancelled and answer.request_id not in self.failed
             self.answered[answer.request_id] = answer.outputs
@@ -123,6 +134,23 @@ class SchedulerMachine(RuleBasedStateMachine):
         for r in batch.rows:
             assert r.request_id not in self.cancelled, "a cancelled row reached the engine"
             assert (r.request_id, r.index) not in self.ran, "a row ran twice"
+
+    def _check_round(self, plan: list[ForwardBatch]) -> None:
+        """One planning round: each lane's forwards together, the cheaper lane's first."""
+        order = [b.lane for b in plan]
+        lanes = list(dict.fromkeys(order))
+        assert order == sorted(order, key=lanes.index), "a lane's forwards are split by another lane's"
+        costs = self.scheduler.costs
+        estimates = [costs.estimate(lane, sum(b.tokens for b in plan if b.lane == lane)) for lane in lanes]
+        assert [(e, lane) for e, lane in zip(estimates, lanes)] == sorted(zip(estimates, lanes)), "costlier lane first"
+
+    @invariant()
+    def each_lane_keeps_its_own_cost(self) -> None:
+        if self.scheduler is None:
+            return
+        for lane in LANES:
+            if self.scheduler.costs.samples(lane):
+                assert abs(self.scheduler.costs.seconds_per_token(lane) - COST[lane]) <= 1e-12
 
     def _open(self) -> set[int]:
         return set(self.submitted) - set(self.answered) - self.cancelled - self.failed

@@ -145,6 +145,7 @@ class DeploymentConfig(Section, kw_only=True):
     enable_shared_context: bool | None = None
     max_model_len: Annotated[int, _range(bounds.MAX_MODEL_LEN)] | None = None
     result_cache_entries: Annotated[int, _range(bounds.RESULT_CACHE_ENTRIES)] | None = None
+    media_workers: Annotated[int, _range(bounds.MEDIA_WORKERS)] | None = None
     # dispatch and outlier ejection (R-REP-3, R-REP-5)
     timeout_ms: Annotated[int, _range(bounds.TIMEOUT_MS)] | None = None
     outlier_detection: OutlierDetectionConfig | None = None
@@ -169,6 +170,7 @@ ENGINE_ARG_FIELDS = (
     "enable_shared_context",
     "max_model_len",
     "result_cache_entries",
+    "media_workers",
     "timeout_ms",
 )
 

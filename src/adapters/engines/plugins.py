@@ -2,7 +2,9 @@
 
 - `native`: our torch code; encoders run unpadded with the oneDNN fast path where it is measured
   safe and faster (`native.py`), decoders eager (`native_decoder.py`); on GPUs both take fused
-  Triton kernels at the forward sizes where they were measured faster (`gpu_kernels.py`, `triton_encoder.py`, `triton_decoder.py`);
+  Triton kernels at the forward sizes where they were measured faster (`gpu_kernels.py`,
+  `triton_encoder.py`, `triton_decoder.py`); dual encoders (the multimodal family's CLIP and
+  SigLIP) run eager (`native_dual.py`);
 - `onnxruntime`: ONNX Runtime for encoders (`onnxruntime.py`), on the CPU or a GPU's execution provider.
 
 Each plugin imports its engine module only when it builds, so `--engine native` never imports
@@ -27,7 +29,7 @@ class NativePlugin:
     name = "native"
 
     def build(self, request: EngineRequest, progress: Progress) -> Engine:
-        if request.kind in ("encoder", "decoder"):
+        if request.kind in ("encoder", "decoder", "dual_encoder"):
             use_threads(request.threads)
         if request.kind == "encoder":
             from vllm_srun.adapters.engines.native import native_encoder
@@ -43,6 +45,10 @@ class NativePlugin:
             from vllm_srun.adapters.engines.native_decoder import native_decoder
 
             return native_decoder(request.model, request.device, progress)
+        if request.kind == "dual_encoder":
+            from vllm_srun.adapters.engines.native_dual import NativeDualEncoder
+
+            return NativeDualEncoder(request.model)
         raise EngineRefused(f"the native engine has no forward for {request.kind} models")
 
 

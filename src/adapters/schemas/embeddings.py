@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta, Struct
 
 from vllm_srun.adapters.schemas.common import CommonOptions, ResponseMeta, Strict
+from vllm_srun.domain.media import VIDEO_MAX_FRAMES
 
 
 class EmbeddingsOptions(CommonOptions):
     overflow: Literal["reject", "truncate"] = "reject"
+    frames: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=VIDEO_MAX_FRAMES,
+                description="frames sampled uniformly over each video's duration (default: the model's "
+                "media.video.frames; at most its media.video.max_frames)",
+            ),
+        ]
+        | None
+    ) = None
+
+
+class MediaUrl(Strict):
+    url: Annotated[
+        str, Meta(description="a data: URL, base64 (data:image/png;base64,...); no other scheme is ever fetched")
+    ]
 
 
 class TextInput(Strict, tag_field="type", tag="text"):
@@ -19,11 +38,16 @@ class TextInput(Strict, tag_field="type", tag="text"):
 
 
 class ImageUrlInput(Strict, tag_field="type", tag="image_url"):
-    image_url: Any
+    """An image (PNG, JPEG, WebP, GIF, BMP, TIFF) for a model that reads images (card: embedding.modalities)."""
+
+    image_url: MediaUrl | str
 
 
 class VideoUrlInput(Strict, tag_field="type", tag="video_url"):
-    video_url: Any
+    """A video (MP4/MOV, WebM/Matroska, AVI, GIF, MPEG-TS) for a model that reads videos: its sampled
+    frames are embedded as images and mean-pooled."""
+
+    video_url: MediaUrl | str
 
 
 InputItem = str | TextInput | ImageUrlInput | VideoUrlInput

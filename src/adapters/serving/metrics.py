@@ -50,6 +50,29 @@ class RuntimeMetrics:
         self.cache = r.counter(
             "vllm_srun_result_cache_total", "Result cache lookups by outcome (hit|miss)", ("model", "outcome")
         )
+        # media (R-MEDIA, R-PERF-4): the worker's decode cache and media workers, shared by its models
+        self.media_cache = r.counter(
+            "vllm_srun_media_decode_cache_total",
+            "Decode cache lookups by kind (image|video) and outcome (hit|miss)",
+            ("kind", "outcome"),
+        )
+        self.media_cache_entries = r.gauge(
+            "vllm_srun_media_decode_cache_entries", "Decoded inputs kept in the cache, by kind", ("kind",)
+        )
+        self.media_cache_bytes = r.gauge(
+            "vllm_srun_media_decode_cache_bytes", "Bytes of decoded pixels kept in the cache, by kind", ("kind",)
+        )
+        self.media_decode_seconds = r.histogram(
+            "vllm_srun_media_decode_duration_seconds",
+            "Decode and preprocess time of one input",
+            ("kind",),
+            SECONDS_BUCKETS,
+        )
+        self.media_workers_replaced = r.counter(
+            "vllm_srun_media_workers_replaced_total",
+            "Media worker processes replaced after they died (exited) or overran their time (timeout) holding a job",
+            ("reason",),
+        )
         self.cancelled_rows = r.counter(
             "vllm_srun_cancelled_requests_total",
             "Requests dropped before they finished (client went away or deadline)",

@@ -24,6 +24,8 @@ from vllm_srun.adapters.contracts import (
     Device,
     LoadContext,
     LoadedModel,
+    MediaEmbedder,
+    MediaLoader,
     ModelStore,
     Progress,
     quiet,
@@ -93,6 +95,7 @@ class Runtime:
         clock: Clock,
         readiness: ReadinessChecks,
         calibrator: Calibrator | None = None,
+        media: MediaLoader | None = None,
         engine_choice: str = "auto",
         threads: int | None = None,
         progress: Progress = quiet,
@@ -107,6 +110,7 @@ class Runtime:
         self.clock = clock
         self.readiness = readiness
         self.calibrator = calibrator
+        self.media = media  # decodes images and videos (R-MEDIA), started when a model reads them
         self.engine_choice = engine_choice
         self.threads = threads
         self.progress = progress
@@ -181,6 +185,12 @@ class Runtime:
         if model.engine.name in self.engines.names():
             served.plugins.append(self.engines.info(model.engine.name).card())
         served.limits = resolve_limits(served.args, self.device.kind, self.device.memory_total())
+        if isinstance(model, MediaEmbedder):
+            if self.media is None:
+                raise ValueError(f"the {family.name} family's model reads media, and this worker has no media loader")
+            self.progress("load: starting the media decoders")
+            self.media.start()
+            served.media = self.media
         served.status = "warming"
         self.progress(f"load: warming {served.name}")
         self.device_thread.call(model.warm_up)
@@ -275,6 +285,8 @@ class Runtime:
         for served in self.models.values():
             if served.scheduler_loop is not None:
                 await served.scheduler_loop.stop()
+        if self.media is not None:
+            await self.media.stop()
         self.device_thread.shutdown()
 
     # ---- health ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.adapters.cancellation import race
-from vllm_srun.adapters.contracts import LoadedModel
+from vllm_srun.adapters.contracts import LoadedModel, MediaLoader
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS, ResponseMeta
 from vllm_srun.adapters.serving.result_cache import ResultCache
@@ -32,7 +32,8 @@ def weights_sha256(folder: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(folder.iterdir()):
         if path.is_file() and (
-            path.suffix in {".safetensors", ".onnx"} or path.name in {"config.json", "tokenizer.json"}
+            path.suffix in {".safetensors", ".onnx"}
+            or path.name in {"config.json", "tokenizer.json", "preprocessor_config.json"}
         ):
             digest.update(path.name.encode())
             with path.open("rb") as fh:
@@ -62,6 +63,7 @@ class ServedModel:
     golden: dict[str, Any] = field(default_factory=_pending_golden)
     plugins: list[dict[str, str]] = field(default_factory=list)  # the family and engine plugins in use
     calibration: dict[str, Any] | None = None  # R-DEV-2 on a GPU worker: the figures, or why not
+    media: MediaLoader | None = None  # set for a model that reads images or videos (R-MEDIA)
 
     @property
     def ready(self) -> bool:
@@ -176,4 +178,6 @@ class ServedModel:
         }
         if model is not None:
             card.update(model.card_section())
+        if self.media is not None:
+            card["media"] = {**card.get("media", {}), **self.media.card()}
         return card

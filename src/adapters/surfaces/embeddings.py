@@ -1,16 +1,24 @@
 """POST /v1/embeddings (R-API-1): inputs → rows → vectors, OpenAI-compatible.
 
-What it needs of a model is the `TextEmbedder` contract (`adapters/contracts.py`).
+What it needs of a model is the `TextEmbedder` contract (`adapters/contracts.py`); a model that
+also implements `MediaEmbedder` reads `image_url` and `video_url` items (`data:` URLs only):
+each image is one row of the model's media lane, each video one row per sampled frame, whose
+vectors are mean-pooled (and normalized for a normalized model). Everything about an input is
+checked before any forward: its kind against the model's modalities, the URL, the limits and
+the decoding (a bad input answers 400 naming its index, and costs no forward).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.contracts import TextEmbedder
-from vllm_srun.adapters.models.tokenization import Encoded
+from vllm_srun.adapters.contracts import MediaEmbedder, MediaError, MediaWorkerDied, TextEmbedder
+from vllm_srun.adapters.media.data_url import data_url_bytes
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.embeddings import (
@@ -19,28 +27,57 @@ from vllm_srun.adapters.schemas.embeddings import (
     EmbeddingsRequest,
     EmbeddingsResponse,
     EmbeddingsUsage,
+    ImageUrlInput,
+    InputItem,
     TextInput,
+    VideoUrlInput,
 )
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.common import answer
-from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge, UnsupportedSurface
+from vllm_srun.domain.errors import InvalidRequest, MediaFailed, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
 
 
-def _texts(req: EmbeddingsRequest) -> list[str]:
-    items = [req.input] if isinstance(req.input, str) else req.input
+@dataclass(frozen=True, slots=True)
+class _Media:
+    index: int
+    kind: str  # image | video
+    data: bytes
+
+
+def _items(req: EmbeddingsRequest) -> list[InputItem]:
+    items: list[InputItem] = [req.input] if isinstance(req.input, str) else list(req.input)
     if len(items) > MAX_INPUTS:
         raise RequestTooLarge(f"too many inputs: {len(items)} (at most {MAX_INPUTS})")
-    texts: list[str] = []
+    return items
+
+
+def _url(item: ImageUrlInput | VideoUrlInput) -> str:
+    ref = item.image_url if isinstance(item, ImageUrlInput) else item.video_url
+    return ref if isinstance(ref, str) else ref.url
+
+
+def _split(items: list[InputItem], model: TextEmbedder) -> tuple[list[tuple[int, str]], list[_Media]]:
+    """(index, text) of the text items and the media items (decoded from their data: URLs)."""
+    media_model = model if isinstance(model, MediaEmbedder) else None
+    reads = sorted(media_model.modalities) if media_model is not None else ["text"]
+    texts: list[tuple[int, str]] = []
+    media: list[_Media] = []
     for i, item in enumerate(items):
-        if isinstance(item, str):
-            texts.append(item)
-        elif isinstance(item, TextInput):
-            texts.append(item.text)
-        else:
-            raise UnsupportedSurface(f"input[{i}] is {type(item).__name__}: this model reads text only")
-    return texts
+        if isinstance(item, (str, TextInput)):
+            texts.append((i, item if isinstance(item, str) else item.text))
+            continue
+        kind = "image" if isinstance(item, ImageUrlInput) else "video"
+        if media_model is None or kind not in media_model.modalities:
+            what = "an image" if kind == "image" else "a video"
+            raise UnsupportedSurface(f"input[{i}] is {what}: this model reads {', '.join(reads)} only")
+        limits = media_model.image_limits if kind == "image" else media_model.video_limits
+        try:
+            media.append(_Media(i, kind, data_url_bytes(_url(item), kind, limits.max_bytes)))
+        except MediaError as exc:
+            raise InvalidRequest(f"input[{i}]: {exc}") from None
+    return texts, media
 
 
 def embedder(served: ServedModel) -> TextEmbedder:
@@ -49,34 +86,92 @@ def embedder(served: ServedModel) -> TextEmbedder:
     return model
 
 
+async def _decode(served: ServedModel, model: MediaEmbedder, media: list[_Media], frames: int) -> list[Any]:
+    """Pixels of every media item ([3, H, W] per image, [frames, 3, H, W] per video), decoded
+    concurrently; the first failure (by input index) fails the request."""
+    loader = served.media
+    assert loader is not None, "a media model is served without a media loader"
+
+    def one(m: _Media) -> Any:
+        if m.kind == "image":
+            return loader.image(m.data, model.image_limits, model.preprocess)
+        return loader.video(m.data, frames, model.video_limits, model.preprocess)
+
+    results = await asyncio.gather(*(one(m) for m in media), return_exceptions=True)
+    for m, result in zip(media, results):
+        if isinstance(result, MediaError):
+            raise InvalidRequest(f"input[{m.index}]: {result}")
+        if isinstance(result, MediaWorkerDied):
+            raise MediaFailed(f"input[{m.index}]: {result}; retry the request")
+        if isinstance(result, BaseException):
+            raise result
+    return list(results)
+
+
 async def embeddings(
     served: ServedModel, req: EmbeddingsRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
 ) -> EmbeddingsResponse:
     model = embedder(served)
-    texts = _texts(req)
+    items = _items(req)
     options = req.options or EmbeddingsOptions()
     if req.dimensions is not None and req.dimensions > model.dimensions:
         raise InvalidRequest(f"dimensions {req.dimensions} is larger than the model's {model.dimensions}")
-    encoded = model.tokenize(texts, truncate=options.overflow == "truncate")
-    for i, enc in enumerate(encoded):
+    text_items, media = _split(items, model)
+    media_model = model if isinstance(model, MediaEmbedder) else None
+    frames = 0
+    if media_model is not None:
+        frames = options.frames or media_model.video_frames
+        if any(m.kind == "video" for m in media) and frames > media_model.video_limits.max_frames:
+            raise InvalidRequest(
+                f"options.frames {frames} is over the model's limit of {media_model.video_limits.max_frames}"
+            )
+    encoded = model.tokenize([t for _, t in text_items], truncate=options.overflow == "truncate")
+    for (i, _), enc in zip(text_items, encoded):
         if len(enc.ids) > model.max_input_tokens:
             raise InvalidRequest(
                 f"input[{i}] has {enc.n_tokens} tokens, over the model's limit of {model.max_input_tokens}; "
                 'set options.overflow to "truncate" to cut it'
             )
-    rows = [RowSpec(len(enc.ids), enc) for enc in encoded]
+    text_rows = {i: RowSpec(len(enc.ids), enc) for (i, _), enc in zip(text_items, encoded)}
 
     async def compute() -> tuple[EmbeddingsResponse, ForwardStats, int]:
+        spans: list[tuple[int, int]] = []  # each input's rows: (first, count)
+        rows: list[RowSpec] = []
+        decoded = await _decode(served, media_model, media, frames) if media_model is not None and media else []
+        pixels = iter(decoded)
+        for i in range(len(items)):
+            start = len(rows)
+            if i in text_rows:
+                rows.append(text_rows[i])
+            else:
+                assert media_model is not None
+                got = next(pixels)
+                stack = [got] if got.ndim == 3 else list(got)
+                rows.extend(RowSpec(media_model.image_tokens, p, media_model.media_lane) for p in stack)
+            spans.append((start, len(rows) - start))
         stats = await served.run(rows, options.deadline_ms, timing, disconnected)
-        return _response(served, model, req, encoded, stats), stats, len(rows)
+        return _response(served, model, req, rows, spans, stats), stats, len(rows)
 
     return await answer(served, "embeddings", req, options, compute)
 
 
 def _response(
-    served: ServedModel, model: TextEmbedder, req: EmbeddingsRequest, encoded: list[Encoded], stats: ForwardStats
+    served: ServedModel,
+    model: TextEmbedder,
+    req: EmbeddingsRequest,
+    rows: list[RowSpec],
+    spans: list[tuple[int, int]],
+    stats: ForwardStats,
 ) -> EmbeddingsResponse:
-    vectors = np.stack(stats.outputs).astype(np.float32, copy=False)
+    outputs = [np.asarray(o, dtype=np.float32) for o in stats.outputs]
+    pooled = []
+    for start, count in spans:
+        if count == 1:
+            pooled.append(outputs[start])
+            continue
+        mean = np.mean(np.stack(outputs[start : start + count]), axis=0)  # a video: its frames' mean
+        pooled.append(mean / max(float(np.linalg.norm(mean)), 1e-12) if model.normalized else mean)
+    vectors = np.stack(pooled).astype(np.float32, copy=False)
     if req.dimensions is not None and req.dimensions < vectors.shape[1]:
         vectors = vectors[:, : req.dimensions]
         if model.normalized:
@@ -88,5 +183,5 @@ def _response(
         ]
     else:
         data = [Embedding(i, v.tolist()) for i, v in enumerate(vectors)]
-    tokens = sum(len(enc.ids) for enc in encoded)
+    tokens = sum(r.tokens for r in rows)
     return EmbeddingsResponse(data=data, model=served.name, usage=EmbeddingsUsage(tokens, tokens))

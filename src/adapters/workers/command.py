@@ -49,6 +49,7 @@ def worker_settings(
         uds=uds,
         engine_args=args,
         result_cache_entries=_or(deployment.result_cache_entries, defaults.result_cache_entries),
+        media_workers=deployment.media_workers,
         max_request_bytes=(
             defaults.max_request_bytes if max_request_bytes is None else max_request_bytes + REQUEST_BYTES_SLACK
         ),

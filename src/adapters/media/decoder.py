@@ -1,0 +1,120 @@
+"""The `MediaDecoder` of this package: pillow for images, PyAV for videos (R-MEDIA).
+
+Every check that can refuse an input runs before its pixels are decoded: the byte size, the
+format (images: PNG, JPEG, WebP, GIF, BMP, TIFF; videos: `video.py`), and the pixel count read
+from the header (a decompression bomb is refused without inflating it). Then the image is
+decoded, turned upright by its EXIF orientation, and preprocessed (`preprocess.py`). Whatever
+goes wrong with the bytes is a `MediaError` with one line; nothing a hostile input does escapes
+as another exception.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from vllm_srun.adapters.media.ports import MediaError, MediaLimits
+from vllm_srun.adapters.media.preprocess import ImagePreprocess, pixels
+
+IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
+
+
+SIGNATURES = (
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"GIF8", "GIF"),
+    (b"BM", "BMP"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+)
+
+
+def signature(data: bytes) -> str | None:
+    """The supported format DATA's first bytes claim, if any."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WEBP"
+    return next((name for magic, name in SIGNATURES if data.startswith(magic)), None)
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def check_size(data: bytes, limit: int, what: str) -> None:
+    if not data:
+        raise MediaError(f"the {what} is empty")
+    if len(data) > limit:
+        raise MediaError(f"the {what} is {len(data)} bytes ({_mib(len(data))}), over the limit of {limit} bytes")
+
+
+def open_image(data: bytes, limits: MediaLimits) -> Image.Image:
+    """The decoded, upright image; MediaError for anything bad or oversize."""
+    check_size(data, limits.max_bytes, "image")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            image = Image.open(io.BytesIO(data), formats=IMAGE_FORMATS)
+        except Image.DecompressionBombError:
+            raise MediaError(
+                "the image header declares more pixels than pillow ever decodes (a decompression bomb)"
+            ) from None
+        except Image.UnidentifiedImageError:
+            claimed = signature(data)
+            if claimed is not None:
+                raise MediaError(f"corrupt {claimed} image: its header cannot be read") from None
+            raise MediaError(f"not an image in a supported format ({', '.join(IMAGE_FORMATS)})") from None
+        except Exception as exc:  # any parser error on hostile bytes is the input's fault
+            raise MediaError(f"unreadable image header ({_reason(exc)})") from None
+    width, height = image.size
+    if width < 1 or height < 1:
+        raise MediaError(f"the image is {width}×{height} pixels")
+    if width * height > limits.max_pixels:
+        raise MediaError(
+            f"the image is {width}×{height} = {width * height} pixels, over the limit of {limits.max_pixels} "
+            "(refused before decoding)"
+        )
+    try:
+        image.load()
+        return ImageOps.exif_transpose(image)
+    except Exception as exc:  # truncated data, bad chunks, broken EXIF
+        raise MediaError(f"corrupt or truncated image ({_reason(exc)})") from None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:120]
+
+
+class PillowAvDecoder:
+    """Images with pillow, videos with PyAV (`video.py`); both preprocessed as the package says."""
+
+    def __init__(self) -> None:
+        # our own pixel limit (checked from the header, before decoding) replaces pillow's,
+        # which would refuse only past twice its 89 M pixels, in other words
+        Image.MAX_IMAGE_PIXELS = None
+        self._tables: dict[ImagePreprocess, np.ndarray] = {}
+
+    def tables(self, spec: ImagePreprocess) -> np.ndarray:
+        found = self._tables.get(spec)
+        if found is None:
+            found = self._tables[spec] = spec.tables()
+        return found
+
+    def image(self, data: bytes, limits: MediaLimits, preprocess: Any) -> np.ndarray:
+        spec: ImagePreprocess = preprocess
+        image = open_image(data, limits)
+        try:
+            return pixels(image, spec, self.tables(spec))
+        except MemoryError:
+            raise MediaError("the image is too large to preprocess") from None
+
+    def video_frames(self, data: bytes, frames: int, limits: MediaLimits, preprocess: Any) -> np.ndarray:
+        from vllm_srun.adapters.media.video import sample_video
+
+        spec: ImagePreprocess = preprocess
+        tables = self.tables(spec)
+        return sample_video(data, frames, limits, lambda image: pixels(image, spec, tables))
