@@ -19,6 +19,7 @@ from vllm_srun.adapters.clock import MonotonicClock
 from vllm_srun.adapters.contracts import Progress, quiet
 from vllm_srun.adapters.devices.torch_devices import open_device
 from vllm_srun.adapters.engines.registry import EngineRegistry
+from vllm_srun.adapters.engines.threads import TorchThreadContext
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.front.app import FrontApp
 from vllm_srun.adapters.front.fleet import Fleet
@@ -32,6 +33,7 @@ from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.domain import bounds
+from vllm_srun.domain.adaptive_threads import Mode
 from vllm_srun.domain.engine_args import EngineArgs
 
 
@@ -47,6 +49,7 @@ class WorkerContainer(containers.DeclarativeContainer):
     engines = providers.Singleton(EngineRegistry)
     device = providers.Singleton(open_device, config.device)
     device_thread = providers.Singleton(DeviceThread)
+    thread_context = providers.Singleton(TorchThreadContext)  # every forward declares its count (R-CPU-2)
     metrics = providers.Singleton(RuntimeMetrics)
     result_cache = providers.Singleton(ResultCache, config.result_cache_entries, metrics.provided.cache)
     readiness = providers.Singleton(LoadTimeChecks, check_golden=config.check_golden)
@@ -66,6 +69,11 @@ class WorkerContainer(containers.DeclarativeContainer):
         engine_choice=config.engine,
         threads=config.threads,
         progress=config.progress,
+        thread_context=thread_context,
+        thread_budget=config.thread_budget,
+        adaptive_threads=config.adaptive_threads,
+        wait_policy=config.wait_policy,
+        deterministic=config.deterministic,
     )
 
     app = providers.Singleton(create_app, runtime=runtime, max_request_bytes=config.max_request_bytes)
@@ -81,6 +89,10 @@ def worker_container(
     max_request_bytes: int = bounds.MAX_REQUEST_BYTES.default,
     result_cache_entries: int = bounds.RESULT_CACHE_ENTRIES.default,
     check_golden: bool = True,
+    thread_budget: int | None = None,
+    adaptive_threads: Mode = Mode.OFF,
+    wait_policy: str | None = None,
+    deterministic: bool = False,
 ) -> WorkerContainer:
     """A worker container with every setting given (defaults: the CLI's)."""
     container = WorkerContainer()
@@ -94,6 +106,10 @@ def worker_container(
             "max_request_bytes": max_request_bytes,
             "result_cache_entries": result_cache_entries,
             "check_golden": check_golden,
+            "thread_budget": thread_budget,
+            "adaptive_threads": adaptive_threads,
+            "wait_policy": wait_policy,
+            "deterministic": deterministic,
         }
     )
     return container

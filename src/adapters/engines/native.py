@@ -55,6 +55,7 @@ class NativeEncoder:
     """Our torch encoder; forwards the plan sends to the fast path run on the packed copies."""
 
     name = "native"
+    forward_threads = True  # torch kernels read the count each forward declares
 
     def __init__(
         self,
@@ -78,6 +79,15 @@ class NativeEncoder:
     @property
     def kernel_switch_tokens(self) -> int | None:
         return self.plan.fast_up_to if self.packed is not None else None
+
+    @property
+    def determinism(self) -> str:
+        """Packed for every forward: the packed linears give a row the same bits in any forward
+        (R-BAT-5's probe confirms it at load), so rows may share forwards. Eager `F.linear`
+        changes bits with the row count, so each row runs alone."""
+        if self.packed is not None and self.plan.covers(FORCED_UP_TO):
+            return "batch_invariant"
+        return "rows_alone"
 
     def describe(self) -> dict[str, Any]:
         return {"kernels": dict(self.kernels)}
@@ -167,9 +177,14 @@ def native_encoder(
     largest_forward_tokens: int = 4096,
     cache_dir: Path | None = None,
     env: Mapping[str, str] = os.environ,
+    deterministic: bool = False,
 ) -> NativeEncoder:
-    """The native engine for REFERENCE, with the oneDNN fast path where it is safe and faster (module doc)."""
+    """The native engine for REFERENCE, with the oneDNN fast path where it is safe and faster
+    (module doc). DETERMINISTIC (`--deterministic`): the packed copies serve every forward where
+    they can (they are batch-invariant), whatever the timings say."""
     mode = _mode(env)
+    if deterministic and mode == "auto":
+        mode = "force"
     if mode == "off":
         return _eager(reference, f"turned off ({ENV}={env[ENV]})", progress)
     dtype = next(reference.encoder.parameters()).dtype
@@ -191,11 +206,12 @@ def native_encoder(
     }
     if mode == "force":
         plan = KernelPlan(FORCED_UP_TO)
+        why = "--deterministic" if ENV not in env else f"{ENV}={env[ENV]}"
         kernels.update(
             packed_up_to_tokens=None,
-            reason=f"every forward ({ENV}={env[ENV]}); answers within {NUMERICS_TOL:g} of eager",
+            reason=f"every forward ({why}); answers within {NUMERICS_TOL:g} of eager",
         )
-        progress(f"load: linear kernels oneDNN packed for every forward ({ENV}={env[ENV]})")
+        progress(f"load: linear kernels oneDNN packed for every forward ({why})")
         packed.warm(WARM_UP_TO)
         return NativeEncoder(reference, packed, plan, kernels)
     timings, source = measure(reference, packed, largest_forward_tokens, cache_dir, progress)

@@ -17,6 +17,9 @@ class NativeDecoder:
     name = "native"
     accounting = Accounting.PADDED
     kernel_switch_tokens: int | None = None
+    forward_threads = True  # torch kernels read the count each forward declares
+    # padded eager forwards change a row's bits with its batch; a row alone is reproducible
+    determinism = "rows_alone"
 
     def __init__(self, lm: DecoderLM) -> None:
         self.lm = lm
