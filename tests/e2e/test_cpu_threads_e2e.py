@@ -21,7 +21,22 @@ from vllm_srun.domain.threads import budget_threads
 
 CLI = [sys.executable, "-m", "vllm_srun.app.cli"]
 BUDGET = budget_threads(front_cpu_budget())
-WORDS = "route this billing request to the refund team because the invoice was late again".split()
+WORDS = [
+    "route",
+    "this",
+    "billing",
+    "request",
+    "to",
+    "the",
+    "refund",
+    "team",
+    "because",
+    "the",
+    "invoice",
+    "was",
+    "late",
+    "again",
+]
 
 
 def _refusal(flags: list[str], env: dict[str, str] | None = None) -> tuple[int, list[str], str]:

@@ -18,7 +18,24 @@ from hypothesis import strategies as st
 from tests.e2e.server import running_server
 
 pytestmark = pytest.mark.slow
-WORDS = "the of billing refund late order crash login weather flight hotel review urgent human agent plan".split()
+WORDS = [
+    "the",
+    "of",
+    "billing",
+    "refund",
+    "late",
+    "order",
+    "crash",
+    "login",
+    "weather",
+    "flight",
+    "hotel",
+    "review",
+    "urgent",
+    "human",
+    "agent",
+    "plan",
+]
 TEXT = st.lists(st.sampled_from(WORDS), min_size=1, max_size=60).map(" ".join)
 RUNS = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
