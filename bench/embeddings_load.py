@@ -86,13 +86,19 @@ def main() -> None:
         *args.serve_args.split(),
     ]
 
-    # the in-process references compute with the same thread count as the server
-    import torch
+    # the in-process references compute with the server's thread count and OpenMP wait policy
+    import os
 
     from vllm_srun.app.cli import default_threads
+    from vllm_srun.domain.threads import WAIT_POLICY_ENV, omp_wait_policy
 
     flags = args.serve_args.split()
     threads = int(flags[flags.index("--threads") + 1]) if "--threads" in flags else default_threads()
+    policy = omp_wait_policy(threads, os.environ)
+    if policy is not None:
+        os.environ[WAIT_POLICY_ENV] = policy  # before torch loads OpenMP
+    import torch
+
     torch.set_num_threads(threads)
     print(
         f"# embeddings load (wrk): {args.connections} connections, {args.seconds:g} s per run, "
