@@ -1,111 +1,175 @@
-"""A small, cheap load generator for the benchmarks: keep-alive HTTP/1.1 over asyncio streams.
+"""Shared helpers of the load benchmarks: `wrk` as the client, servers as real processes.
 
-httpx costs about a millisecond of CPU per request; on a 2-core machine that would be taken
-from the server under test. This client costs a few tens of microseconds.
+The client is `wrk` (Debian package `wrk`), a C load generator whose CPU use is a small fraction of
+a Python client's, so on a small machine the client does not take the cores the server under test
+needs. `wrk_load` writes a Lua script that cycles through a list of request bodies (each wrk
+connection starts at its own offset) and prints wrk's summary as one JSON line, which is parsed
+into a `LoadResult` (requests, seconds, p50/p99/mean latency, errors).
+
+Load runs for a duration, not a request count (wrk's model); `warm_up` runs a short load first.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+
+# Each wrk thread runs this script in its own Lua state. Bodies are one JSON document per line.
+LUA = r"""
+local bodies = {}
+for line in io.lines(os.getenv("SRUN_WRK_BODIES")) do bodies[#bodies + 1] = line end
+local path = os.getenv("SRUN_WRK_PATH")
+local method = os.getenv("SRUN_WRK_METHOD")
+local headers = {["Content-Type"] = "application/json"}
+local next_body = 0
+local threads = {}
+
+function setup(thread)
+  thread:set("offset", #threads * 7919)
+  threads[#threads + 1] = thread
+end
+
+function init(args)
+  next_body = offset or 0
+end
+
+function request()
+  next_body = next_body + 1
+  if method == "GET" then return wrk.format("GET", path) end
+  return wrk.format("POST", path, headers, bodies[(next_body % #bodies) + 1])
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write("SRUN_WRK_JSON " .. string.format(
+    '{"requests": %d, "duration_us": %d, "p50_us": %d, "p90_us": %d, "p99_us": %d, "mean_us": %f, '
+    .. '"max_us": %d, "connect": %d, "read": %d, "write": %d, "status": %d, "timeout": %d}\n',
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(90),
+    latency:percentile(99), latency.mean, latency.max, e.connect, e.read, e.write, e.status, e.timeout))
+end
+"""
 
 
 @dataclass
 class LoadResult:
     requests: int
     seconds: float
-    latencies: list[float]
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
     errors: int
 
     @property
     def rps(self) -> float:
-        return self.requests / self.seconds
+        return self.requests / self.seconds if self.seconds > 0 else 0.0
 
-    def pct(self, q: float) -> float:
-        xs = sorted(self.latencies)
-        return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000 if xs else float("nan")
-
-
-class Connection:
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-            self.writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        head = (
-            f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n\r\n"
-        ).encode()
-        self.writer.write(head + body)
-        assert self.reader is not None
-        status_line = await self.reader.readline()
-        status = int(status_line.split()[1])
-        length = 0
-        while True:
-            line = await self.reader.readline()
-            if line in (b"\r\n", b""):
-                break
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value.strip())
-        payload = await self.reader.readexactly(length)
-        return status, payload
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+    def line(self, name: str, width: int = 34) -> str:
+        return (
+            f"{name:{width}s} {self.rps:8.1f} req/s  p50 {self.p50_ms:8.2f} ms  p99 {self.p99_ms:8.2f} ms  "
+            f"errors {self.errors}"
+        )
 
 
-async def _run_load(host: str, port: int, bodies: Sequence[bytes], clients: int) -> LoadResult:
-    queue: asyncio.Queue[bytes] = asyncio.Queue()
-    for b in bodies:
-        queue.put_nowait(b)
-    latencies: list[float] = []
-    errors = 0
+def merged(results: Sequence[LoadResult]) -> LoadResult:
+    """Several runs as one: requests and seconds add up, latencies are request-weighted means of
+    the runs' percentiles (an approximation; each run's own figures are exact)."""
+    total = sum(r.requests for r in results) or 1
 
-    async def client() -> None:
-        nonlocal errors
-        conn = Connection(host, port)
-        try:
-            while True:
-                try:
-                    body = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                t0 = time.perf_counter()
-                status, _ = await conn.post("/v1/embeddings", body)
-                latencies.append(time.perf_counter() - t0)
-                if status != 200:
-                    errors += 1
-        finally:
-            conn.close()
+    def weighted(attr: str) -> float:
+        return sum(getattr(r, attr) * r.requests for r in results) / total
 
-    start = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
-    return LoadResult(len(bodies), time.perf_counter() - start, latencies, errors)
+    return LoadResult(
+        sum(r.requests for r in results),
+        sum(r.seconds for r in results),
+        weighted("p50_ms"),
+        weighted("p90_ms"),
+        weighted("p99_ms"),
+        weighted("mean_ms"),
+        sum(r.errors for r in results),
+    )
 
 
-def run_load(base: str, bodies: Sequence[bytes], clients: int) -> LoadResult:
-    host, port = base.removeprefix("http://").split(":")
-    return asyncio.run(_run_load(host, int(port), bodies, clients))
+def wrk_binary() -> str:
+    found = shutil.which("wrk")
+    if found is None:
+        raise SystemExit("bench: `wrk` is not installed (Debian: apt-get install -y wrk)")
+    return found
+
+
+def wrk_load(
+    base: str,
+    bodies: Sequence[bytes],
+    *,
+    connections: int,
+    seconds: float,
+    path: str = "/v1/embeddings",
+    method: str = "POST",
+    threads: int = 1,
+    timeout_s: float = 30.0,
+) -> LoadResult:
+    """CONNECTIONS closed-loop keep-alive connections POST the BODIES (cycled) to BASE+PATH for
+    SECONDS; one wrk thread by default (a second client thread only takes a core from the server)."""
+    if not bodies:
+        raise ValueError("no bodies")
+    if any(b"\n" in b for b in bodies):
+        raise ValueError("a body spans lines; send compact JSON")
+    with tempfile.TemporaryDirectory(prefix="srun-wrk-") as tmp:
+        script, data = Path(tmp) / "cycle.lua", Path(tmp) / "bodies.jsonl"
+        script.write_text(LUA)
+        data.write_bytes(b"\n".join(bodies) + b"\n")
+        env = {**os.environ, "SRUN_WRK_BODIES": str(data), "SRUN_WRK_PATH": path, "SRUN_WRK_METHOD": method}
+        cmd = [
+            wrk_binary(),
+            f"-t{max(1, min(threads, connections))}",
+            f"-c{connections}",
+            f"-d{max(1, round(seconds))}s",
+            f"--timeout={max(1, round(timeout_s))}s",
+            "-s",
+            str(script),
+            base,
+        ]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    for line in out.stdout.splitlines():
+        if line.startswith("SRUN_WRK_JSON "):
+            doc = json.loads(line.removeprefix("SRUN_WRK_JSON "))
+            errors = sum(doc[k] for k in ("connect", "read", "write", "status", "timeout"))
+            return LoadResult(
+                doc["requests"],
+                doc["duration_us"] / 1e6,
+                doc["p50_us"] / 1000,
+                doc["p90_us"] / 1000,
+                doc["p99_us"] / 1000,
+                doc["mean_us"] / 1000,
+                errors,
+            )
+    raise RuntimeError(f"wrk printed no summary (exit {out.returncode}): {out.stderr.strip()[:300]}")
+
+
+def warm_up(base: str, bodies: Sequence[bytes], seconds: float = 2.0, path: str = "/v1/embeddings") -> None:
+    wrk_load(base, bodies, connections=8, seconds=seconds, path=path)
 
 
 def embeddings_body(text: str) -> bytes:
-    return json.dumps({"input": text}).encode()
+    return json.dumps({"input": text}, separators=(",", ":")).encode()
+
+
+def machine_load() -> str:
+    """`uptime`'s load averages and the CPU count, to print next to the figures."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
 def free_port() -> int:
@@ -114,42 +178,63 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_ready(base: str, proc: subprocess.Popen, what: str, timeout: float, path: str = "/health") -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{base}{path}", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not become ready in {timeout:.0f} s")
+        time.sleep(0.2)
+
+
 @contextmanager
-def process(module: str, *args: str, timeout: float = 180) -> Iterator[tuple[str, int]]:
+def command(
+    argv: Sequence[str], port: int, what: str, *, timeout: float = 300, health: str = "/health", env=None
+) -> Iterator[tuple[str, int]]:
+    """Run ARGV (a server listening on PORT) until it answers 200 on HEALTH: (base URL, pid)."""
+    with tempfile.TemporaryDirectory(prefix="srun-bench-") as tmp, (Path(tmp) / "server.log").open("wb") as log:
+        proc = subprocess.Popen(list(argv), stdout=log, stderr=log, start_new_session=True, env=env)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            try:
+                wait_ready(base, proc, what, timeout, health)
+            except RuntimeError:
+                log.flush()
+                tail = (Path(tmp) / "server.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{what} did not start; its log ends:\n{tail}") from None
+            yield base, proc.pid
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)  # a front stops its own workers
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+@contextmanager
+def process(module: str, *args: str, timeout: float = 300) -> Iterator[tuple[str, int]]:
     """Start `python -m MODULE serve ARGS --port P`, wait for /health 200: (base URL, pid)."""
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", module, "serve", *args, "--port", str(port), "--log-level", "warning"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{module} exited with {proc.returncode}")
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{module} did not become ready")
-            time.sleep(0.2)
-        yield base, proc.pid
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # a front stops its own workers
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    argv = [sys.executable, "-m", module, "serve", *args, "--port", str(port), "--log-level", "warning"]
+    with command(argv, port, module, timeout=timeout) as found:
+        yield found
 
 
 @contextmanager
-def server(*args: str, timeout: float = 180) -> Iterator[str]:
+def server(*args: str, timeout: float = 300) -> Iterator[str]:
     """A `vllm-srun serve ARGS` worker on a free port."""
     with process("vllm_srun.app.cli", *args, timeout=timeout) as (base, _pid):
         yield base
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

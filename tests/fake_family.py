@@ -105,6 +105,8 @@ class FakeForward:
     name = "fake"
     accounting = Accounting.PACKED
     kernel_switch_tokens: int | None = None
+    forward_threads = False  # no threads to vary: a hash of the ids
+    determinism = "batch_invariant"  # a row's answer is decided by its ids alone
 
     def describe(self) -> dict[str, Any]:
         return {"kernels": {"fake": "sha256 of the token ids"}}

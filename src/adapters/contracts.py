@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # types only: the contracts import no family code
     from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 
 __all__ = [
+    "DETERMINISM_METHODS",
     "SURFACE_CONTRACTS",
     "CalibrationForward",
     "Clock",
@@ -77,6 +78,7 @@ __all__ = [
     "SurfaceContract",
     "TextClassifier",
     "TextEmbedder",
+    "ThreadContext",
     "as_decoder_engine",
     "as_dual_encoder_engine",
     "as_encoder_engine",
@@ -170,6 +172,36 @@ class Engine(Protocol):
         """Card fields, e.g. `{"kernels": {"linear": "onednn_packed", "reason": ...}}`."""
         ...
 
+    @property
+    def forward_threads(self) -> bool:
+        """Whether each forward runs on the intra-op thread count declared in the process's
+        `ThreadContext` (torch engines), so adaptive threads can vary it (R-CPU-2); False for an
+        engine whose count is fixed when it is built (an ONNX Runtime session)."""
+        ...
+
+    @property
+    def determinism(self) -> str | None:
+        """How this engine honours `--deterministic`: `batch_invariant` (a row gets the same bits
+        in any forward it shares, at any size), `rows_alone` (only a row run alone is reproducible,
+        so the scheduler runs one row per forward), or None: it cannot (the worker refuses)."""
+        ...
+
+
+DETERMINISM_METHODS = ("batch_invariant", "rows_alone")
+
+
+class ThreadContext(Protocol):
+    """The process's per-forward thread context (R-CPU-2): every forward declares the intra-op
+    thread count it runs on, on the device thread, just before it runs; nothing else in the
+    process sets a count, so models never inherit each other's."""
+
+    @property
+    def current(self) -> int | None:
+        """The count the last forward declared (None before any)."""
+        ...
+
+    def declare(self, threads: int) -> None: ...
+
 
 @runtime_checkable
 class EncoderEngine(Engine, Protocol):
@@ -255,6 +287,7 @@ class EngineRequest:
     package_graph: Path | None = None  # a graph the package ships (e.g. model.onnx)
     largest_forward_tokens: int = 4096  # the family's cap on one forward (kernel plans measure up to it)
     cache_dir: Path | None = None  # where engines keep exported graphs and kernel timings
+    deterministic: bool = False  # `--deterministic`: prefer kernels that give a row the same bits in any batch
 
 
 class EnginePlugin(Protocol):
@@ -307,6 +340,7 @@ class LoadContext:
     package_sha256: str | None = None
     cache_dir: Path | None = None
     progress: Progress = quiet
+    deterministic: bool = False  # `--deterministic`: answers may not depend on batch, load or timings
 
     def engine_request(self, kind: str, model: Any, **extra: Any) -> EngineRequest:
         return EngineRequest(
@@ -316,6 +350,7 @@ class LoadContext:
             threads=self.threads,
             package_sha256=self.package_sha256,
             cache_dir=self.cache_dir,
+            deterministic=self.deterministic,
             **extra,
         )
 
@@ -343,6 +378,7 @@ class LoadedModel(abc.ABC):
     engine: Engine
     max_input_tokens: int
     batch_invariant: bool = False  # set from the batch-invariance probe (R-BAT-5)
+    deterministic: str | None = None  # `--deterministic` in force: how (a DETERMINISM_METHODS value)
     enable_shared_context: bool = False  # in force (R-SC); False for families without the path
     cache_tag: str = ""  # what besides the weights decides an answer (keys the result cache)
     golden_file: Path | None = None  # the package's recorded requests and answers (R-GOLD-1)
@@ -374,6 +410,8 @@ class LoadedModel(abc.ABC):
 
     @property
     def numerics(self) -> str:
+        if self.deterministic is not None:
+            return "deterministic"
         return "exact" if self.batch_invariant else "approximate"
 
 

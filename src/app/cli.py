@@ -6,15 +6,24 @@ Every refusal is one line on stderr and a non-zero exit, before any model loads 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from vllm_srun.adapters.catalog import CATALOG, DEFAULT_MODEL
 from vllm_srun.app.flags import OneLineParser, add_setting, arg_type, non_negative_int, positive_int
 from vllm_srun.domain import bounds
+from vllm_srun.domain.adaptive_threads import ADAPTIVE_ENV, Mode, parse_mode
 from vllm_srun.domain.dtypes import dtype_refusal
 from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.threads import (
+    WAIT_POLICY_ENV,
+    budget_threads,
+    omp_wait_policy,
+    standalone_threads,
+    threads_refusal,
+)
 from vllm_srun.domain.worker_settings import WorkerSettings
 
 PROG = "vllm-srun"
@@ -36,6 +45,7 @@ SERVE_SETTINGS = (
     bounds.LOG_LEVEL,
     bounds.RESULT_CACHE_ENTRIES,
     bounds.MEDIA_WORKERS,
+    bounds.DETERMINISTIC,
 )
 
 
@@ -80,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def default_threads() -> int:
+    """`vllm-srun serve`'s forward threads when `--threads` is not given: the whole CPU budget."""
     from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
     from vllm_srun.domain.threads import standalone_threads
 
@@ -108,7 +119,32 @@ def serve_settings(ns: argparse.Namespace) -> WorkerSettings:
         max_request_bytes=ns.max_request_bytes,
         threads=ns.threads,
         log_level=ns.log_level,
+        deterministic=ns.deterministic,
     )
+
+
+def cpu_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[int, int, Mode, str | None]:
+    """(forward threads, the budget's whole CPUs, adaptive mode, OpenMP wait policy to set), or a
+    one-line refusal (R-ARG-2, R-CPU): a thread count above the budget, an unknown adaptive mode,
+    `--deterministic` with adaptive mode 2 or with an engine that cannot honour it."""
+    from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
+
+    budget_cpus = front_cpu_budget()
+    refusal = threads_refusal(ns.threads, budget_cpus)
+    if refusal:
+        refuse(refusal)
+    try:
+        adaptive = parse_mode(env.get(ADAPTIVE_ENV))
+    except ValueError as exc:
+        refuse(str(exc))
+    if ns.deterministic and adaptive is Mode.SERVE:
+        refuse(f"--deterministic answers at one thread count; {ADAPTIVE_ENV}=2 serves others (use 0 or 1)")
+    if ns.deterministic and ns.engine == "onnxruntime":
+        refuse(
+            "--deterministic: the onnxruntime engine cannot answer bit-identically in any batch; use --engine native"
+        )
+    threads = ns.threads or standalone_threads(budget_cpus)
+    return threads, budget_threads(budget_cpus), adaptive, omp_wait_policy(threads, env)
 
 
 def serve(ns: argparse.Namespace) -> int:
@@ -120,6 +156,9 @@ def serve(ns: argparse.Namespace) -> int:
     refusal = None if device == "auto" else dtype_refusal(ns.dtype, device, ns.engine)
     if refusal:
         refuse(refusal)
+    threads, budget, adaptive, policy = cpu_settings(ns, os.environ)
+    if policy is not None:  # before torch (and its OpenMP) loads: it reads the policy once
+        os.environ[WAIT_POLICY_ENV] = policy
     args = settings.engine_args
     from vllm_srun.app.container import worker_container
     from vllm_srun.app.server import check_worker, run_worker
@@ -128,11 +167,15 @@ def serve(ns: argparse.Namespace) -> int:
         [(m, args) for m in ns.models or [DEFAULT_MODEL]],
         device=device,
         engine=ns.engine,
-        threads=ns.threads or default_threads(),
+        threads=threads,
         progress=_progress,
         max_request_bytes=ns.max_request_bytes,
         result_cache_entries=ns.result_cache_entries,
         media_workers=ns.media_workers,
+        thread_budget=budget,
+        adaptive_threads=adaptive,
+        wait_policy=policy or os.environ.get(WAIT_POLICY_ENV) or None,
+        deterministic=ns.deterministic,
     )
     try:
         for warning in check_worker(container, args):

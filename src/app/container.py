@@ -19,6 +19,7 @@ from vllm_srun.adapters.clock import MonotonicClock
 from vllm_srun.adapters.contracts import Progress, quiet
 from vllm_srun.adapters.devices.torch_devices import TorchProbe, open_device
 from vllm_srun.adapters.engines.registry import EngineRegistry
+from vllm_srun.adapters.engines.threads import TorchThreadContext
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.front.app import FrontApp
 from vllm_srun.adapters.front.fleet import Fleet
@@ -34,6 +35,7 @@ from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.domain import bounds
+from vllm_srun.domain.adaptive_threads import Mode
 from vllm_srun.domain.engine_args import EngineArgs
 
 
@@ -50,6 +52,7 @@ class WorkerContainer(containers.DeclarativeContainer):
     device_probe = providers.Singleton(TorchProbe)  # what torch says the machine has (tests: a fake)
     device = providers.Singleton(open_device, config.device, probe=device_probe, progress=config.progress)
     device_thread = providers.Singleton(DeviceThread)
+    thread_context = providers.Singleton(TorchThreadContext)  # every forward declares its count (R-CPU-2)
     metrics = providers.Singleton(RuntimeMetrics)
     result_cache = providers.Singleton(ResultCache, config.result_cache_entries, metrics.provided.cache)
     readiness = providers.Singleton(LoadTimeChecks, check_golden=config.check_golden)
@@ -75,6 +78,11 @@ class WorkerContainer(containers.DeclarativeContainer):
         engine_choice=config.engine,
         threads=config.threads,
         progress=config.progress,
+        thread_context=thread_context,
+        thread_budget=config.thread_budget,
+        adaptive_threads=config.adaptive_threads,
+        wait_policy=config.wait_policy,
+        deterministic=config.deterministic,
     )
 
     app = providers.Singleton(create_app, runtime=runtime, max_request_bytes=config.max_request_bytes)
@@ -91,6 +99,10 @@ def worker_container(
     result_cache_entries: int = bounds.RESULT_CACHE_ENTRIES.default,
     check_golden: bool = True,
     media_workers: int | None = None,
+    thread_budget: int | None = None,
+    adaptive_threads: Mode = Mode.OFF,
+    wait_policy: str | None = None,
+    deterministic: bool = False,
 ) -> WorkerContainer:
     """A worker container with every setting given (defaults: the CLI's; `media_workers` None:
     one per 16 CPUs of the budget, 1 to 4)."""
@@ -113,6 +125,10 @@ def worker_container(
             "check_golden": check_golden,
             "media_workers": media_workers,
             "media_workers_source": source,
+            "thread_budget": thread_budget,
+            "adaptive_threads": adaptive_threads,
+            "wait_policy": wait_policy,
+            "deterministic": deterministic,
         }
     )
     return container

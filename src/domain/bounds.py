@@ -243,8 +243,22 @@ THREADS: IntSetting[int | None] = IntSetting(
     name="threads",
     low=1,
     default=None,
-    shown="the CPU budget less one, at least 1",
-    help="CPU threads for forwards",
+    shown="the whole CPU budget (affinity and cgroup quota), at least 1",
+    help="CPU threads for forwards; at most the CPU budget",
+)
+DETERMINISTIC = SwitchSetting(
+    name="deterministic",
+    default=False,
+    help="answer every input bit-identically whatever its batch, the load, the cache or the thread count; "
+    "refused where the engine cannot honour it",
+)
+# an environment variable of the worker, not a flag: `VLLM_SRUN_CPU_ADAPTIVE_THREADS` (R-CPU-2)
+CPU_ADAPTIVE_THREADS = ChoiceSetting(
+    name="cpu_adaptive_threads",
+    choices=("0", "1", "2"),
+    default="0",
+    help="0: off; 1: learn each forward size's fastest thread count from shadow forwards and report it; "
+    "2: also serve the learned counts once their shadows matched",
 )
 DEVICE = PatternSetting(
     name="device",

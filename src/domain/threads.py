@@ -1,11 +1,12 @@
-"""CPU thread budget of a managed CPU worker (R-CPU-1), and parsers for where the budget
-comes from. The adapter reads `/sys/fs/cgroup/cpu.max` (v2) or `cpu.cfs_quota_us` and
+"""CPU thread budget of a worker (R-CPU-1), the standalone default, the OpenMP wait policy, and
+parsers for where the budget comes from. The adapter reads `/sys/fs/cgroup/cpu.max` (v2) or `cpu.cfs_quota_us` and
 `cpu.cfs_period_us` (v1) and the process affinity; these functions only parse and decide.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 MAX_WORKER_THREADS = 16
 THREADS_ENV = "VLLM_SRUN_CPU_THREADS"
@@ -100,11 +101,55 @@ def _quota_cpus(quota: str, period: str, *, source: str) -> float:
 
 
 def standalone_threads(budget_cpus: float) -> int:
-    """Default forward threads of a `vllm-srun serve` started by hand: the CPU budget less one
-    CPU kept for the event loop and tokenizing, at least 1, at most MAX_WORKER_THREADS.
+    """Default forward threads of a `vllm-srun serve` started by hand: the whole CPU budget it may
+    run on (whole CPUs of its cgroup quota and affinity), at least 1.
 
-    On a small machine a forward's OpenMP team that shares its cores with the event loop (and
-    whatever else runs there) stalls at every barrier: on 2 CPUs under load, 2 threads served
-    5x fewer requests than 1 (bench/embeddings_load.py --serve-args '--threads 2').
+    Measured with `wrk` (a client that takes almost no CPU from the server) on 2 CPUs, MiniLM at
+    2 threads served about twice the requests of 1 thread (bench/threads.py). A worker that shares
+    its cores with other busy processes keeps that only with passive OpenMP waits
+    (`omp_wait_policy`); the front's managed workers keep R-CPU-1's half of the budget.
     """
-    return max(1, min(MAX_WORKER_THREADS, int(budget_cpus) - 1))
+    if not math.isfinite(budget_cpus) or budget_cpus <= 0:
+        raise ValueError(f"CPU budget must be a positive number of CPUs, got {budget_cpus!r}")
+    return max(1, math.floor(budget_cpus))
+
+
+def budget_threads(budget_cpus: float) -> int:
+    """The most forward threads a worker may be given: the budget's whole CPUs, at least 1."""
+    return standalone_threads(budget_cpus)
+
+
+def threads_refusal(threads: int | None, budget_cpus: float) -> str | None:
+    """Why `--threads N` cannot run here (one line), or None: more threads than the CPUs this
+    process may run on only make an OpenMP team wait for its own members."""
+    if threads is None:
+        return None
+    most = budget_threads(budget_cpus)
+    if threads > most:
+        return (
+            f"--threads {threads} is above this process's CPU budget of {most} CPU(s) "
+            "(its affinity and cgroup quota); use at most that"
+        )
+    return None
+
+
+# GNU OpenMP reads its wait policy once, when the library loads (torch's import)
+WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
+SPIN_COUNT_ENV = "GOMP_SPINCOUNT"
+
+
+def omp_wait_policy(threads: int, env: Mapping[str, str]) -> str | None:
+    """The OpenMP wait policy a worker sets for its forwards, or None to leave it alone.
+
+    With more than one forward thread: `PASSIVE` (a team member that finished its share sleeps at
+    the barrier instead of spinning), unless the environment already says how to wait
+    (`OMP_WAIT_POLICY` or `GOMP_SPINCOUNT`). Spinning members take the cores the late member, the
+    event loop and other processes need: on 2 shared CPUs (load average 4-5), MiniLM at 2 threads
+    served 23 req/s spinning and 116-132 passive (1 thread: 120-190; bench/threads.py prints both).
+    One thread has no team, so nothing to set.
+    """
+    if threads <= 1:
+        return None
+    if env.get(WAIT_POLICY_ENV, "").strip() or env.get(SPIN_COUNT_ENV, "").strip():
+        return None
+    return "PASSIVE"

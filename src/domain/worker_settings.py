@@ -30,6 +30,7 @@ class WorkerSettings:
     max_request_bytes: int = bounds.MAX_REQUEST_BYTES.default
     threads: int | None = bounds.THREADS.default
     log_level: str = bounds.LOG_LEVEL.default
+    deterministic: bool = bounds.DETERMINISTIC.default
 
     def _valued(self) -> list[tuple[bounds.Setting[Any], object]]:
         """Every setting with its value, in the order `to_argv()` writes them."""
@@ -51,6 +52,7 @@ class WorkerSettings:
             (bounds.ENABLE_SHARED_CONTEXT, args.enable_shared_context),
             (bounds.THREADS, self.threads),
             (bounds.MAX_REQUEST_BYTES, self.max_request_bytes),
+            (bounds.DETERMINISTIC, self.deterministic),
         ]
 
     def problems(self) -> list[str]:

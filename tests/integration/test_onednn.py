@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.integration.serving import serving
+from vllm_srun.adapters.devices.cpu_features import cpu_has_native_bf16
 from vllm_srun.adapters.devices.torch_devices import CpuDevice
 from vllm_srun.adapters.engines import native, onednn_timing
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
@@ -107,16 +108,38 @@ def test_gates_fall_back_to_eager_with_a_reason(minilm, monkeypatch) -> None:  #
     }
     assert off.kernel_switch_tokens is None
     assert "not a CPU" in onednn_unsupported("cuda:0", torch.float32)
-    assert "FP32 only" in onednn_unsupported("cpu", torch.bfloat16)
+    assert "without native BF16" in onednn_unsupported("cpu", torch.bfloat16, native_bf16=False)
+    assert "FP32 or BF16 only" in onednn_unsupported("cpu", torch.float16)
     monkeypatch.setattr("platform.machine", lambda: "aarch64")
     assert "not an x86 CPU" in onednn_unsupported("cpu", torch.float32)
     assert "x86" in native_encoder(reference, CpuDevice(), lambda _m: None, env={}).describe()["kernels"]["reason"]
 
 
-def test_bfloat16_weights_keep_eager(encoder_fixture) -> None:  # type: ignore[no-untyped-def]
+def test_bfloat16_keeps_eager_on_a_cpu_without_native_bf16(encoder_fixture, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("vllm_srun.adapters.devices.cpu_features.cpu_has_native_bf16", lambda: False)
     reference = ReferenceEncoder.from_folder(encoder_fixture("embed"), dtype=torch.bfloat16)
     kernels = native_encoder(reference, CpuDevice(), lambda _m: None, env={}).describe()["kernels"]
     assert kernels["linear"] == "eager" and "bfloat16" in kernels["reason"]
+
+
+@pytest.mark.skipif(not cpu_has_native_bf16(), reason="this CPU has no native BF16 (avx512_bf16/amx_bf16)")
+def test_bfloat16_runs_onednn_packed_kernels_within_0999_cosine_of_fp32(minilm_dir: Path, tmp_path: Path) -> None:
+    """R-DT-2 on a CPU with native BF16: `--dtype bfloat16` encoders run oneDNN's BF16 kernels on
+    packed weights (where the load-time timings send a forward there; forced here) or torch's own
+    BF16 linears, and every MiniLM embedding keeps a cosine of at least 0.999 to FP32's."""
+    fp32 = ReferenceEncoder.from_folder(minilm_dir)
+    bf16_reference = ReferenceEncoder.from_folder(minilm_dir, dtype=torch.bfloat16)
+    packed = native_encoder(bf16_reference, CpuDevice(), lambda _m: None, env={"VLLM_SRUN_ONEDNN": "1"})
+    kernels = packed.describe()["kernels"]
+    assert kernels["linear"] == "onednn_packed" and kernels["dtype"] == "bfloat16", kernels
+    assert kernels["numerics_gap"] <= native.NUMERICS_TOL_BY_DTYPE[torch.bfloat16]
+    batch = _rows([2, 5, 9, 17, 33, 64, 64, 128, 200, 256], seed=3)
+    want = fp32.embed(batch)
+    for engine in (packed, NativeEncoder(bf16_reference)):
+        got = engine.embed(batch)
+        assert got.dtype == np.float32
+        cosine = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+        assert cosine.min() >= 0.999, cosine
 
 
 def test_the_plan_from_timings_picks_the_path_per_shape(minilm, monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -49,6 +49,7 @@ SETTINGS = st.builds(
     max_request_bytes=ints(bounds.MAX_REQUEST_BYTES),
     threads=maybe(ints(bounds.THREADS)),
     log_level=st.sampled_from(bounds.LOG_LEVEL.choices),
+    deterministic=st.booleans(),
 )
 
 

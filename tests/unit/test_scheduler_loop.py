@@ -21,7 +21,7 @@ from vllm_srun.domain.scheduler import Scheduler
 def make(engine, *, window_ms: float = 2.0, seqs: int = 64, invariant: bool = False):  # type: ignore[no-untyped-def]
     scheduler = Scheduler([Lane("text")], Budget(seqs, 4096), window_s=window_ms / 1000, batch_invariant=invariant)
     device = DeviceThread()
-    return SchedulerLoop(scheduler, engine, device), device
+    return SchedulerLoop(scheduler, lambda batch, payloads: engine(batch.lane, payloads), device), device
 
 
 def test_concurrent_requests_merge_and_answer_in_order() -> None:

@@ -9,9 +9,12 @@ from hypothesis import strategies as st
 from vllm_srun.domain.threads import (
     InvalidThreadOverride,
     cpu_budget,
+    omp_wait_policy,
     parse_cgroup_v1_cpu_quota,
     parse_cgroup_v2_cpu_max,
     parse_cpu_list,
+    standalone_threads,
+    threads_refusal,
     worker_threads,
 )
 
@@ -105,7 +108,23 @@ def test_cpu_list_and_budget() -> None:
     assert worker_threads(cpu_budget(parse_cgroup_v2_cpu_max("400000 100000"), 64), None) == 2
 
 
-def test_standalone_threads_keep_a_cpu_for_the_event_loop() -> None:
-    from vllm_srun.domain.threads import standalone_threads
+def test_standalone_threads_use_the_whole_budget() -> None:
+    assert [standalone_threads(b) for b in (0.5, 1, 2, 2.5, 8, 64)] == [1, 1, 2, 2, 8, 64]
+    with pytest.raises(ValueError):
+        standalone_threads(0)
 
-    assert [standalone_threads(b) for b in (0.5, 1, 2, 2.5, 8, 64)] == [1, 1, 1, 1, 7, 16]
+
+def test_a_thread_count_above_the_budget_is_refused_in_one_line() -> None:
+    assert threads_refusal(None, 2) is None
+    assert threads_refusal(2, 2.5) is None
+    refusal = threads_refusal(3, 2.5)
+    assert refusal is not None and "--threads 3" in refusal and "2 CPU(s)" in refusal and "\n" not in refusal
+    assert threads_refusal(1, 0.5) is None  # a budget under one CPU still runs one thread
+
+
+def test_passive_openmp_waits_with_a_team_unless_the_environment_says_otherwise() -> None:
+    assert omp_wait_policy(1, {}) is None  # one thread: no team, nothing waits
+    assert omp_wait_policy(2, {}) == "PASSIVE"
+    assert omp_wait_policy(8, {"OMP_WAIT_POLICY": "active"}) is None
+    assert omp_wait_policy(8, {"GOMP_SPINCOUNT": "10000"}) is None
+    assert omp_wait_policy(8, {"OMP_WAIT_POLICY": " "}) == "PASSIVE"

@@ -14,6 +14,11 @@ zero rows up to a bucket (`domain.kernels.bucket_rows`, at least 2: a lone row i
 where oneDNN picks another kernel): oneDNN builds a primitive per input shape (about 1 ms each,
 measured here), so serving sees a bounded set of shapes, built for short forwards at load (`warm`).
 
+The copies are FP32, or BF16 on a CPU with native BF16 (AVX512-BF16 or AMX; `--dtype bfloat16`):
+oneDNN's BF16 kernels then do the linears (BF16 inputs and weights, FP32 accumulation), as torch's
+own BF16 `F.linear` does on such a CPU, but on pre-packed weights. A CPU without native BF16
+keeps eager BF16 (R-DT-2's warning).
+
 `onednn_unsupported(device, dtype)` says why the path cannot run here (None when it can).
 """
 
@@ -43,22 +48,32 @@ FUSED_ACTIVATIONS: dict[str, tuple[str, str]] = {
 X86 = frozenset({"x86_64", "amd64", "i386", "i686", "x86"})
 
 
-def onednn_unsupported(device: str, dtype: torch.dtype) -> str | None:
-    """Why the packed path cannot run for a model on DEVICE in DTYPE; None when it can."""
+def onednn_unsupported(device: str, dtype: torch.dtype, native_bf16: bool | None = None) -> str | None:
+    """Why the packed path cannot run for a model on DEVICE in DTYPE; None when it can.
+    NATIVE_BF16: whether the CPU computes BF16 natively (None: read /proc/cpuinfo)."""
     if device.split(":")[0] != "cpu":
         return f"device {device} is not a CPU"
     if platform.machine().lower() not in X86:
         return f"{platform.machine()} is not an x86 CPU"
-    if dtype != torch.float32:
-        return f"dtype {str(dtype).removeprefix('torch.')}: the packed copies are FP32 only"
+    if dtype == torch.bfloat16:
+        if native_bf16 is None:
+            from vllm_srun.adapters.devices.cpu_features import cpu_has_native_bf16
+
+            native_bf16 = cpu_has_native_bf16()
+        if not native_bf16:
+            return "dtype bfloat16 on a CPU without native BF16 (no avx512_bf16/amx_bf16): the packed copies need it"
+    elif dtype != torch.float32:
+        return f"dtype {str(dtype).removeprefix('torch.')}: the packed copies are FP32 or BF16 only"
     if not torch.backends.mkldnn.is_available():
         return "this torch build has no oneDNN (mkldnn)"
     try:  # feature gate: the ops exist and give F.linear's numbers on a small layer
         w, b, x = torch.randn(8, 16), torch.randn(8), torch.randn(3, 16)
+        w, b, x = w.to(dtype), b.to(dtype), x.to(dtype)
         y = torch.ops.mkldnn._linear_pointwise(
             x, torch.ops.mkldnn._reorder_linear_weight(w, PACK_HINT), b, "none", [], ""
         )
-        if not torch.allclose(y, F.linear(x, w, b), atol=1e-4):
+        tol = 1e-4 if dtype == torch.float32 else 5e-2
+        if not torch.allclose(y.float(), F.linear(x, w, b).float(), atol=tol, rtol=tol):
             return "oneDNN's packed linear disagrees with F.linear on a test layer"
     except (RuntimeError, AttributeError) as exc:
         return f"oneDNN packed linears are unavailable: {exc}"[:200]
@@ -115,6 +130,7 @@ class PackedEncoder:
     def __init__(self, encoder: BertEncoder, head: SequenceClassificationHead | None) -> None:
         act = encoder.config.hidden_act
         self.encoder = encoder
+        self.dtype = next(encoder.parameters()).dtype
         self.layers = [PackedLayer(layer, act) for layer in encoder.blocks]
         self.pooler = PackedLinear(head.pooler.dense) if head is not None else None
         self.classifier = PackedLinear(head.classifier) if head is not None else None
@@ -126,13 +142,14 @@ class PackedEncoder:
         sizes = sorted({bucket_rows(n) for n in range(1, max(2, up_to_rows) + 1)})
         layer = self.layers[0]
         hidden = self.encoder.config.hidden_size
+        dtype = self.dtype
         with torch.inference_mode():
             for rows in sizes:
-                x = torch.zeros(rows, hidden)
+                x = torch.zeros(rows, hidden, dtype=dtype)
                 layer.qkv.rows(x), layer.attn_out.rows(x), layer.ffn_out.rows(layer.ffn_in.rows(x))
             if self.pooler is not None and self.classifier is not None:
                 for rows in sizes[:8]:
-                    self.classifier.rows(torch.tanh(self.pooler.rows(torch.zeros(rows, hidden))))
+                    self.classifier.rows(torch.tanh(self.pooler.rows(torch.zeros(rows, hidden, dtype=dtype))))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         assert self.pooler is not None and self.classifier is not None

@@ -20,6 +20,9 @@ from vllm_srun.domain.lanes import Accounting
 class NativeDecoder:
     name = "native"
     accounting = Accounting.PADDED
+    forward_threads = True  # torch kernels read the count each forward declares
+    # padded eager forwards change a row's bits with its batch; a row alone is reproducible
+    determinism = "rows_alone"
 
     def __init__(self, lm: DecoderLM, gpu: GpuDecoderKernels | None = None, reason: str = "reference kernels") -> None:
         self.lm = lm

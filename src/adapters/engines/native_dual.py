@@ -22,6 +22,9 @@ class NativeDualEncoder:
     name = "native"
     accounting = Accounting.PADDED  # text rows pad to the longest; every image row has the same length
     kernel_switch_tokens: int | None = None
+    forward_threads = True  # torch kernels read the count each forward declares
+    # padded eager forwards change a row's bits with its batch; a row alone is reproducible
+    determinism = "rows_alone"
 
     def __init__(self, network: DualEncoder) -> None:
         self.network = network

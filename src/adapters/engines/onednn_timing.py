@@ -83,6 +83,7 @@ def time_linears(
     with torch.inference_mode():
         for rows in sizes:
             x, f = torch.randn(rows, hidden, generator=gen), torch.randn(rows, inner, generator=gen)
+            x, f = x.to(packed.dtype), f.to(packed.dtype)
             eager(x, f)  # warm both (oneDNN builds its primitive for this shape)
             packed_run(x, f)
             reps = max(3, min(9, 2048 // rows))  # about 1 s in all for MiniLM on 2 quiet cores
@@ -123,6 +124,7 @@ def timing_key(reference: ReferenceEncoder, sizes: Sequence[int]) -> dict[str, A
         "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "threads": torch.get_num_threads(),
+        "dtype": str(next(reference.encoder.parameters()).dtype).removeprefix("torch."),
         "torch": torch.__version__,
         "pack_hint": PACK_HINT,
         "hidden": layer.qkv.in_features,

@@ -94,6 +94,9 @@ class OnnxEncoder:
     name = "onnxruntime"
     accounting = Accounting.PADDED  # one session.run on right-padded rows
     kernel_switch_tokens: int | None = None  # one set of kernels at every size
+    forward_threads = False  # the session's intra-op threads are fixed when it is built
+    # ONNX Runtime's CPU kernels were not shown to give a row the same bits in any batch here
+    determinism: str | None = None
 
     def __init__(self, reference: ReferenceEncoder, session: Any, graph: str, threads: int | None) -> None:
         self.reference = reference

@@ -17,12 +17,12 @@ from vllm_srun.adapters.contracts import Device, Engine, EngineRefused, EngineRe
 
 
 def use_threads(threads: int | None) -> None:
-    """Run this thread's torch forwards on THREADS intra-op threads (the device thread builds
-    the engine, so the count holds for every forward it runs)."""
+    """Build (and time kernels) on THREADS intra-op threads: the device thread builds the engine.
+    Every forward then declares its own count in the process's thread context (`threads.py`)."""
     if threads:
-        import torch
+        from vllm_srun.adapters.engines.threads import TorchThreadContext
 
-        torch.set_num_threads(threads)
+        TorchThreadContext().declare(threads)
 
 
 class NativePlugin:
@@ -40,6 +40,7 @@ class NativePlugin:
                 progress,
                 largest_forward_tokens=request.largest_forward_tokens,
                 cache_dir=request.cache_dir,
+                deterministic=request.deterministic,
             )
         if request.kind == "decoder":
             from vllm_srun.adapters.engines.native_decoder import native_decoder

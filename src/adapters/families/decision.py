@@ -115,6 +115,10 @@ class DecisionModel(LoadedModel):
         pinned = (manifest.get("shared_context") or {}).get("break_even_tokens")
         self.enable_shared_context = True if args.enable_shared_context is None else bool(args.enable_shared_context)
         self.break_even = BreakEven(int(pinned), "manifest") if pinned is not None else None
+        if self.break_even is None and context.deterministic:
+            # a break-even timed at load would make the path a request takes (shared or not, whose
+            # answers agree only up to rounding) depend on the machine's load at start
+            self.break_even = BreakEven(0, "deterministic")
         self.cache_tag = self._cache_tag()
         golden = Path(folder) / "golden.json"
         self.golden_file = golden if golden.is_file() else None

@@ -1,8 +1,8 @@
 """The device thread: every forward of a process runs here, off the event loop (one OpenMP team
 on a CPU; on a GPU, one lock per device serialises launches).
 
-It knows nothing of torch: an engine that runs on torch sets its thread count when it is built,
-which happens on this thread (`Family.load` runs here), so the count applies to every forward.
+It knows nothing of torch: each forward declares its thread count in the process's thread
+context just before it runs (`serving/forward_threads.py`, `engines/threads.py`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ class DeviceThread:
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Blocking call from a non-loop thread (loading, warm-up, golden checks)."""
         return self._pool.submit(fn, *args).result()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
+        """Queue a call without waiting for it (from any thread, the device thread included: it
+        runs after the calls queued before it)."""
+        return self._pool.submit(fn, *args)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -1,7 +1,8 @@
 """The worker's metrics (R-API-7): every `vllm_srun_*` series, declared with its label names.
 
 Documented in docs/metrics.md (a test keeps that table and these declarations equal).
-Increments happen on the event loop; the device thread only reports through the loop.
+Increments happen on the event loop; the device thread only reports through the loop
+(`call_soon_threadsafe`).
 """
 
 from __future__ import annotations
@@ -77,6 +78,17 @@ class RuntimeMetrics:
             "vllm_srun_cancelled_requests_total",
             "Requests dropped before they finished (client went away or deadline)",
             ("model",),
+        )
+
+        self.adaptive_learned = r.gauge(
+            "vllm_srun_adaptive_threads_learned",
+            "Learned forward thread count of a forward-size bucket (0 until learned), R-CPU-2",
+            ("model", "bucket"),
+        )
+        self.adaptive_shadows = r.counter(
+            "vllm_srun_adaptive_shadows_total",
+            "Shadow forwards of adaptive threads, by thread count and outcome (match|drift)",
+            ("model", "threads", "outcome"),
         )
 
     def render(self) -> str:

@@ -4,14 +4,18 @@ It builds nothing it depends on: the composition root (`app/container.py`) hands
 store, the family and engine plugins, the device, the device thread, metrics, the result cache,
 the clock and the load-time readiness checks. Loading runs on a background thread: resolve the
 package, pick its family, load it on the device thread, check its surfaces' contracts, warm it
-up, probe batch invariance (R-BAT-5), start its scheduler loop, run the golden check (R-GOLD-1)
-and, on a GPU worker, calibrate an unset token budget (R-DEV-2), whose cost per token also seeds
-the scheduler's cost model (R-BAT-7's device-seconds caps).
+up, probe batch invariance (R-BAT-5), start its scheduler loop (its forwards run through a
+`ForwardRunner`: declared thread counts, adaptive threads, R-CPU-2), run the golden check
+(R-GOLD-1) and, on a GPU worker, calibrate an unset token budget (R-DEV-2), whose cost per token
+also seeds the scheduler's cost model (R-BAT-7's device-seconds caps). With `--deterministic` the
+engine says how it honours it (`Engine.determinism`): a batch-invariant engine whose probe passes
+merges rows as usual; any other runs one row per forward.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import threading
@@ -28,16 +32,19 @@ from vllm_srun.adapters.contracts import (
     MediaLoader,
     ModelStore,
     Progress,
+    ThreadContext,
     quiet,
     surface_contract_problems,
 )
 from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.serving.device_thread import DeviceThread
+from vllm_srun.adapters.serving.forward_threads import ForwardRunner
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
 from vllm_srun.adapters.serving.served import ServedModel, weights_sha256
+from vllm_srun.domain.adaptive_threads import BUCKET_EDGES, Mode, ThreadLearner, bucket_label, candidate_counts
 from vllm_srun.domain.calibration import Calibration, CalibrationFailed
 from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs, calibrated_limits, resolve_limits
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound
@@ -75,6 +82,11 @@ def _ready_value(served: ServedModel) -> float:
     return 1.0 if served.ready else 0.0
 
 
+def _learned_value(learner: ThreadLearner, bucket: int) -> float:
+    """A bucket's learned thread count (0 until learned), read at every scrape."""
+    return float(learner.learned(bucket) or 0)
+
+
 def served_name(artifact: str) -> str:
     path = Path(artifact)
     return path.name if path.name else artifact
@@ -99,7 +111,14 @@ class Runtime:
         engine_choice: str = "auto",
         threads: int | None = None,
         progress: Progress = quiet,
+        thread_context: ThreadContext | None = None,
+        thread_budget: int | None = None,
+        adaptive_threads: Mode = Mode.OFF,
+        wait_policy: str | None = None,
+        deterministic: bool = False,
     ) -> None:
+        if deterministic and adaptive_threads is Mode.SERVE:
+            raise ValueError("--deterministic serves every forward at one thread count: adaptive mode 2 cannot apply")
         self.store = store
         self.families = families
         self.engines = engines
@@ -114,6 +133,11 @@ class Runtime:
         self.engine_choice = engine_choice
         self.threads = threads
         self.progress = progress
+        self.thread_context = thread_context
+        self.thread_budget = thread_budget
+        self.adaptive_threads = adaptive_threads
+        self.wait_policy = wait_policy
+        self.deterministic = deterministic
         self.models: dict[str, ServedModel] = {}
         for artifact, args in models:
             name = served_name(artifact)
@@ -175,6 +199,7 @@ class Runtime:
             package_sha256=served.sha256,
             cache_dir=self.store.engine_cache,
             progress=self.progress,
+            deterministic=self.deterministic,
         )
         model = self.device_thread.call(family.load, folder, context)
         problems = surface_contract_problems(model)
@@ -197,13 +222,72 @@ class Runtime:
         invariant = self.device_thread.call(self.readiness.probe, model)  # R-BAT-5, before the scheduler exists
         if invariant is not None:
             model.batch_invariant = invariant
+        if self.deterministic:
+            self._make_deterministic(served, model)
+        served.forward_runner = self._forward_runner(served, model)
         assert self._loop is not None
         asyncio.run_coroutine_threadsafe(self._start_scheduler_loop(served), self._loop).result()
-        if not self._golden_check(served):
+        passed = self._golden_check(served)
+        self.device_thread.call(served.forward_runner.golden_done, served.golden["status"])
+        if not passed:
             return
         self._calibrate(served)
         served.status = "ready"
         self.progress(f"load: {served.name} ready ({model.family}, {', '.join(sorted(model.surfaces))})")
+
+    def _make_deterministic(self, served: ServedModel, model: LoadedModel) -> None:
+        """`--deterministic`: merged forwards where the engine is batch-invariant and the probe
+        agrees; one row per forward otherwise; refused when the engine cannot honour it."""
+        method = model.engine.determinism
+        if method is None:
+            raise ValueError(
+                f"--deterministic: the {model.engine.name} engine cannot answer bit-identically in any batch"
+            )
+        if method == "batch_invariant" and not model.batch_invariant:
+            method = "rows_alone"  # the probe found rows that differ inside a batch
+        model.deterministic = method
+        if method == "rows_alone" and served.limits is not None:
+            served.limits = dataclasses.replace(served.limits, max_num_seqs=1, seqs_source="deterministic")
+        self.progress(f"load: {served.name} deterministic ({method})")
+
+    def _forward_runner(self, served: ServedModel, model: LoadedModel) -> ForwardRunner:
+        """How the model's forwards run: at the configured thread count, and with an adaptive
+        learner where `VLLM_SRUN_CPU_ADAPTIVE_THREADS` asks for one and the engine can vary its count."""
+        engine = model.engine
+        served.thread_budget, served.wait_policy = self.thread_budget, self.wait_policy
+        follows = self.device.kind == "cpu" and engine.forward_threads and self.threads is not None
+        context = self.thread_context if follows else None
+        learner, why = None, None
+        if self.adaptive_threads is Mode.OFF:
+            why = "off (VLLM_SRUN_CPU_ADAPTIVE_THREADS=0)"
+        elif self.device.kind != "cpu" or self.threads is None:
+            why = f"no CPU thread count to vary on device {self.device.name}"
+        elif not engine.forward_threads:
+            why = f"the {engine.name} engine fixes its thread count when it is built"
+        elif context is not None:
+            budget = self.thread_budget or self.threads
+            learner = ThreadLearner(self.adaptive_threads, self.threads, candidate_counts(self.threads, budget))
+            for index in range(len(BUCKET_EDGES) + 1):
+                self.metrics.adaptive_learned.set_function(
+                    partial(_learned_value, learner, index), {"model": served.name, "bucket": bucket_label(index)}
+                )
+        assert self._loop is not None
+        loop = self._loop
+
+        def on_shadow(count: int, matched: bool, name: str = served.name) -> None:
+            labels = {"model": name, "threads": str(count), "outcome": "match" if matched else "drift"}
+            loop.call_soon_threadsafe(self.metrics.adaptive_shadows.inc, labels)
+
+        return ForwardRunner(
+            model.run,
+            context=context,
+            configured=self.threads if context is not None else None,
+            learner=learner,
+            clock=self.clock,
+            submit=self.device_thread.submit,
+            on_shadow=on_shadow,
+            why_not_adaptive=why,
+        )
 
     def _golden_check(self, served: ServedModel) -> bool:
         """R-GOLD-1: the recorded requests, twice, through the serving path. False: failed (final)."""
@@ -258,10 +342,11 @@ class Runtime:
         model = served.model
         limits = served.limits
         assert model is not None and limits is not None
+        alone = model.deterministic == "rows_alone"  # one row per forward: no company to wait for
         scheduler = Scheduler(
             model.lanes,
             Budget(limits.max_num_seqs, limits.max_num_batched_tokens),
-            window_s=served.args.batch_window_ms / 1000,
+            window_s=0.0 if alone else served.args.batch_window_ms / 1000,
             batch_invariant=model.batch_invariant,
         )
 
@@ -275,8 +360,10 @@ class Runtime:
             if batch.tokens:
                 self.metrics.batch_fill.observe(sum(r.tokens for r in batch.rows) / batch.tokens, labels)
 
+        runner = served.forward_runner
+        assert runner is not None
         served.scheduler_loop = SchedulerLoop(
-            scheduler, model.run, self.device_thread, clock=self.clock, on_forward=observe
+            scheduler, runner.run, self.device_thread, clock=self.clock, on_forward=observe
         )
         served.scheduler_loop.start()
         self.metrics.queue_depth.set_function(lambda: float(scheduler.queued_rows), {"model": served.name})

@@ -1,6 +1,7 @@
 """Drives one model's scheduler on the event loop and its forwards on the device thread.
 
-`submit(rows)` returns the rows' outputs in order once the request's last row ran. A caller
+`submit(rows)` returns the rows' outputs in order once the request's last row ran. A forward is
+`run_batch(batch, payloads)` on the device thread (the batch says its lane and counted tokens). A caller
 that goes away (cancellation, deadline) cancels its request: its rows that have not reached
 the device never will.
 """
@@ -50,7 +51,7 @@ class SchedulerLoop:
     def __init__(
         self,
         scheduler: Scheduler,
-        run_batch: Callable[[str, list[Any]], Sequence[Any]],
+        run_batch: Callable[[ForwardBatch, list[Any]], Sequence[Any]],
         device: DeviceThread,
         *,
         clock: Clock | None = None,
@@ -120,7 +121,7 @@ class SchedulerLoop:
                 waiter.first_forward = start
         payloads = [row.payload for row in batch.rows]
         try:
-            outputs = await self._device.run(self._run_batch, batch.lane, payloads)
+            outputs = await self._device.run(self._run_batch, batch, payloads)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed forward fails exactly its requests

@@ -14,6 +14,7 @@ from vllm_srun.adapters.cancellation import race
 from vllm_srun.adapters.contracts import LoadedModel, MediaLoader
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS, ResponseMeta
+from vllm_srun.adapters.serving.forward_threads import ForwardRunner
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats, SchedulerLoop
 from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs
@@ -58,6 +59,9 @@ class ServedModel:
     folder: Path | None = None
     model: LoadedModel | None = None
     scheduler_loop: SchedulerLoop | None = None
+    forward_runner: ForwardRunner | None = None  # thread counts of its forwards (R-CPU-2)
+    thread_budget: int | None = None
+    wait_policy: str | None = None
     limits: BatchingLimits | None = None
     sha256: str | None = None
     golden: dict[str, Any] = field(default_factory=_pending_golden)
@@ -176,6 +180,10 @@ class ServedModel:
             "ready": self.ready,
             "created": int(time.time()),
         }
+        if self.forward_runner is not None:
+            card["threads"] = self.forward_runner.card(self.thread_budget, self.wait_policy)
+        if model is not None and model.deterministic is not None:
+            card["deterministic"] = {"method": model.deterministic}
         if model is not None:
             card.update(model.card_section())
         if self.media is not None:

@@ -143,7 +143,13 @@ class WorkerClient:
                 if not reused:
                     raise
                 conn.close()  # the worker closed an idle connection as we wrote: retry once
-                conn = await self._connect()
+                try:
+                    conn = await self._connect()
+                except WorkerUnreachable as exc:
+                    # the worker may have taken the request before it went away (killed mid-forward):
+                    # a failure of this replica, never re-sent elsewhere (a request that crashes
+                    # workers must not take down the next replica too)
+                    raise WorkerUnavailable(f"{self!r} went away with the request: {exc}") from None
                 return await self._exchange(conn, head + body)
         except _ClosedBeforeResponse as exc:
             raise WorkerUnavailable(f"{self!r} closed the connection: {exc}") from None

@@ -1,0 +1,28 @@
+"""The process's per-forward thread context on torch (R-CPU-2, `contracts.ThreadContext`).
+
+Every forward of the process runs on the device thread, and each declares its intra-op thread
+count there just before it runs; `declare` sets torch's count only when it differs from the one
+in force. torch's count (OpenMP's `nthreads-var` of the calling thread, MKL's and oneDNN's) is
+read by the kernels of that thread's next parallel region, so a forward always runs on the count
+it declared, whatever the forward before it (another model, a shadow) asked for.
+"""
+
+from __future__ import annotations
+
+
+class TorchThreadContext:
+    def __init__(self) -> None:
+        self._current: int | None = None
+
+    @property
+    def current(self) -> int | None:
+        return self._current
+
+    def declare(self, threads: int) -> None:
+        if threads < 1:
+            raise ValueError(f"a forward runs on at least 1 thread, got {threads}")
+        import torch
+
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        self._current = threads

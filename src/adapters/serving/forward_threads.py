@@ -1,0 +1,132 @@
+"""One model's forwards on the device thread at their declared thread count, with the adaptive
+learner's warm-up rerun and shadow forwards (R-CPU-2).
+
+`ForwardRunner.run(batch, payloads)` is what the scheduler loop calls on the device thread:
+1. it asks the learner (`domain/adaptive_threads.py`) how this forward runs (`ThreadPlan`),
+   declares the serving count in the process's `ThreadContext` and runs the forward (timed);
+2. when the plan says so, it queues, on the same device thread and right behind this forward
+   (so the requests are answered first and the next forward waits for it), the warm-up rerun at
+   the configured count and the shadow forwards at other counts: each is timed and compared bit
+   for bit with the served answer, and the learner is told.
+The served answer is always the one computed at the plan's serving count; a shadow's answer is
+never returned. Without a learner (adaptive threads off, an engine that fixes its own threads,
+a GPU) a forward only declares the configured count (when there is one).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from vllm_srun.adapters.contracts import ThreadContext
+from vllm_srun.domain.adaptive_threads import Phase, ThreadLearner, ThreadPlan
+from vllm_srun.domain.planning import ForwardBatch
+from vllm_srun.domain.ports import Clock
+
+log = logging.getLogger("vllm_srun.forward_threads")
+
+RunLane = Callable[[str, Sequence[Any]], Sequence[Any]]
+Submit = Callable[..., Any]  # queue a call on the device thread, behind the running one
+ShadowObserver = Callable[[int, bool], None]  # (thread count, matched)
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Two forward outputs hold the same bits: arrays by dtype, shape and bytes; lists and tuples
+    element by element; anything else by equality."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_bits(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        x, y = np.asarray(a), np.asarray(b)
+        return x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
+    return bool(a == b)
+
+
+class ForwardRunner:
+    def __init__(
+        self,
+        run: RunLane,
+        *,
+        context: ThreadContext | None,
+        configured: int | None,
+        learner: ThreadLearner | None,
+        clock: Clock,
+        submit: Submit | None = None,
+        on_shadow: ShadowObserver | None = None,
+        why_not_adaptive: str | None = None,
+    ) -> None:
+        if learner is not None and (context is None or configured is None or submit is None):
+            raise ValueError("an adaptive learner needs a thread context, a configured count and a device queue")
+        self._run = run
+        self.context = context
+        self.configured = configured
+        self.learner = learner
+        self._clock = clock
+        self._submit = submit
+        self._on_shadow = on_shadow
+        self.why_not_adaptive = why_not_adaptive
+
+    def _declare(self, threads: int | None) -> None:
+        if self.context is not None and threads is not None:
+            self.context.declare(threads)
+
+    def run(self, batch: ForwardBatch, payloads: list[Any]) -> Sequence[Any]:
+        learner = self.learner
+        if learner is None:
+            self._declare(self.configured)
+            return self._run(batch.lane, payloads)
+        plan = learner.plan(batch.tokens, self._clock.now())
+        self._declare(plan.serve)
+        started = self._clock.now()
+        outputs = self._run(batch.lane, payloads)
+        learner.served(batch.tokens, plan.serve, self._clock.now() - started)
+        if plan.warm_up or plan.shadows:
+            assert self._submit is not None
+            self._submit(self._explore, batch, payloads, outputs, plan)
+        return outputs
+
+    def _explore(self, batch: ForwardBatch, payloads: list[Any], served: Sequence[Any], plan: ThreadPlan) -> None:
+        """The warm-up rerun and the shadows of one served forward (on the device thread)."""
+        learner = self.learner
+        assert learner is not None and self.configured is not None
+        try:
+            if plan.warm_up:
+                self._declare(self.configured)
+                learner.warmed_up(same_bits(self._run(batch.lane, payloads), served), self._clock.now())
+            for count in plan.shadows:
+                if learner.phase is not Phase.LEARNING:
+                    break
+                self._declare(count)
+                started = self._clock.now()
+                shadow = self._run(batch.lane, payloads)
+                seconds = self._clock.now() - started
+                matched = same_bits(shadow, served)
+                learner.shadow(batch.tokens, count, seconds, matched)
+                if self._on_shadow is not None:
+                    self._on_shadow(count, matched)
+                if not matched:
+                    log.warning("adaptive threads stopped: %s", learner.reason)
+        except Exception:  # a shadow that fails never fails a request; it ends the learning
+            log.exception("a shadow forward failed; adaptive threads stop")
+            learner.stop("a shadow forward failed")
+
+    def golden_done(self, status: str) -> None:
+        """R-CPU-2: exploration starts only after the golden check passed (`matched`)."""
+        if self.learner is None:
+            return
+        if status == "matched":
+            self.learner.golden_passed()
+        else:
+            self.learner.golden_not_passed(status)
+
+    def card(self, budget: int | None, wait_policy: str | None) -> dict[str, Any]:
+        """The card's `threads` entry: the configured count, the budget, the OpenMP wait policy
+        and the adaptive learner's table."""
+        adaptive: dict[str, Any]
+        if self.learner is not None:
+            adaptive = self.learner.table()
+        else:
+            adaptive = {"mode": 0, "phase": "off", "reason": self.why_not_adaptive}
+        return {"forward": self.configured, "budget": budget, "omp_wait_policy": wait_policy, "adaptive": adaptive}
