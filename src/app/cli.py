@@ -15,7 +15,7 @@ from vllm_srun.app.flags import OneLineParser, add_setting, arg_type, non_negati
 from vllm_srun.domain import bounds
 from vllm_srun.domain.dtypes import dtype_refusal
 from vllm_srun.domain.engine_args import EngineArgs
-from vllm_srun.domain.worker_settings import WorkerSettings
+from vllm_srun.domain.worker_settings import ModelSpec, WorkerSettings
 
 PROG = "vllm-srun"
 # `serve` flags, in `--help` order; each is a setting of `domain/bounds.py`
@@ -35,11 +35,20 @@ SERVE_SETTINGS = (
     bounds.THREADS,
     bounds.LOG_LEVEL,
     bounds.RESULT_CACHE_ENTRIES,
+    bounds.MAX_QUEUE,
+    bounds.MAX_QUEUED_TOKENS,
+    bounds.MAX_BUNDLE_TASKS,
 )
 
 
 def refuse(message: str) -> NoReturn:
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    refuse_all([message])
+
+
+def refuse_all(problems: Sequence[str]) -> NoReturn:
+    """One line per problem on stderr, then exit status 2."""
+    for problem in problems:
+        print(f"{PROG}: error: {problem}", file=sys.stderr, flush=True)
     raise SystemExit(2)
 
 
@@ -51,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "models", nargs="*", metavar="MODEL", help=f"path, store name or built-in name (default: {DEFAULT_MODEL})"
     )
+    add_setting(serve, bounds.MODELS_FILE, dest="models_file", metavar="FILE")
     for setting in SERVE_SETTINGS:
         add_setting(serve, setting)
 
@@ -85,6 +95,7 @@ def serve_settings(ns: argparse.Namespace) -> WorkerSettings:
     """The settings a parsed `vllm-srun serve` command line gives."""
     return WorkerSettings(
         models=tuple(ns.models),
+        models_file=ns.models_file,
         device=ns.device,
         engine=ns.engine,
         host=ns.host,
@@ -102,7 +113,33 @@ def serve_settings(ns: argparse.Namespace) -> WorkerSettings:
         max_request_bytes=ns.max_request_bytes,
         threads=ns.threads,
         log_level=ns.log_level,
+        max_queue=ns.max_queue,
+        max_queued_tokens=ns.max_queued_tokens,
+        max_bundle_tasks=ns.max_bundle_tasks,
     )
+
+
+def model_specs(settings: WorkerSettings, device: str) -> list[ModelSpec]:
+    """The models to serve: the models file's entries, else the MODEL arguments (else the
+    built-in default), each with the flags' engine args; refuses one line per problem."""
+    if settings.models_file is None:
+        return [ModelSpec(m, settings.engine_args) for m in settings.models or (DEFAULT_MODEL,)]
+    from vllm_srun.adapters.config.models_file import load_models_file
+    from vllm_srun.adapters.config.schema import ConfigError
+
+    try:
+        return load_models_file(
+            settings.models_file,
+            flags=settings.engine_args,
+            device=device,
+            engine=settings.engine,
+            admission=settings.admission,
+            dtype_refusal=dtype_refusal,
+        )
+    except OSError as exc:
+        refuse(f"--models {settings.models_file}: {exc.strerror or exc}")
+    except ConfigError as exc:
+        refuse_all(exc.problems)
 
 
 def serve(ns: argparse.Namespace) -> int:
@@ -112,23 +149,25 @@ def serve(ns: argparse.Namespace) -> int:
         refuse("; ".join(problems))
     device = "cpu" if ns.device == "auto" else ns.device
     refusal = dtype_refusal(ns.dtype, device, ns.engine)
-    if refusal:
+    if refusal and settings.models_file is None:
         refuse(refusal)
-    args = settings.engine_args
+    specs = model_specs(settings, device)
     from vllm_srun.app.container import worker_container
     from vllm_srun.app.server import check_worker, run_worker
 
     container = worker_container(
-        [(m, args) for m in ns.models or [DEFAULT_MODEL]],
+        specs,
         device=device,
         engine=ns.engine,
         threads=ns.threads or default_threads(),
         progress=_progress,
         max_request_bytes=ns.max_request_bytes,
         result_cache_entries=ns.result_cache_entries,
+        admission=settings.admission,
+        max_bundle_tasks=ns.max_bundle_tasks,
     )
     try:
-        for warning in check_worker(container, args):
+        for warning in check_worker(container):
             print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
     except ValueError as exc:
         refuse(str(exc))

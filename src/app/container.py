@@ -30,9 +30,11 @@ from vllm_srun.adapters.readiness.golden import LoadTimeChecks
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
-from vllm_srun.adapters.serving.runtime import Runtime
+from vllm_srun.adapters.serving.runtime import DEFAULT_ADMISSION, Runtime
 from vllm_srun.domain import bounds
+from vllm_srun.domain.admission import AdmissionLimits
 from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.worker_settings import ModelSpec
 
 
 class WorkerContainer(containers.DeclarativeContainer):
@@ -66,13 +68,20 @@ class WorkerContainer(containers.DeclarativeContainer):
         engine_choice=config.engine,
         threads=config.threads,
         progress=config.progress,
+        admission=config.admission,
+        open_device=providers.Object(open_device),
     )
 
-    app = providers.Singleton(create_app, runtime=runtime, max_request_bytes=config.max_request_bytes)
+    app = providers.Singleton(
+        create_app,
+        runtime=runtime,
+        max_request_bytes=config.max_request_bytes,
+        max_bundle_tasks=config.max_bundle_tasks,
+    )
 
 
 def worker_container(
-    models: Sequence[tuple[str, EngineArgs]],
+    models: Sequence[ModelSpec | tuple[str, EngineArgs]],
     *,
     device: str = "cpu",
     engine: str = "auto",
@@ -81,6 +90,8 @@ def worker_container(
     max_request_bytes: int = bounds.MAX_REQUEST_BYTES.default,
     result_cache_entries: int = bounds.RESULT_CACHE_ENTRIES.default,
     check_golden: bool = True,
+    admission: AdmissionLimits = DEFAULT_ADMISSION,
+    max_bundle_tasks: int = bounds.MAX_BUNDLE_TASKS.default,
 ) -> WorkerContainer:
     """A worker container with every setting given (defaults: the CLI's)."""
     container = WorkerContainer()
@@ -94,6 +105,8 @@ def worker_container(
             "max_request_bytes": max_request_bytes,
             "result_cache_entries": result_cache_entries,
             "check_golden": check_golden,
+            "admission": admission,
+            "max_bundle_tasks": max_bundle_tasks,
         }
     )
     return container

@@ -275,6 +275,35 @@ UDS: TextSetting[str | None] = TextSetting(
     help="serve on this Unix socket instead of TCP",
 )
 
+# ---- admission and bundles (R-ADM-1, R-PERF-1) -------------------------------------------------------
+MAX_QUEUE = IntSetting(
+    name="max_queue",
+    low=1,
+    default=64,
+    help="unanswered requests one model may hold; past it: 429 overloaded with Retry-After",
+)
+MAX_QUEUED_TOKENS = IntSetting(
+    name="max_queued_tokens",
+    low=1,
+    default=65_536,
+    help="tokens of the unanswered requests one model may hold, counted as request-body bytes "
+    "(an upper bound); applies only while a request is pending",
+)
+MAX_BUNDLE_TASKS = IntSetting(
+    name="max_bundle_tasks",
+    low=1,
+    high=1024,
+    default=64,
+    help="most tasks one /v1/bundle request may hold; more: 413",
+)
+MODELS_FILE: TextSetting[str | None] = TextSetting(
+    name="models",
+    default=None,
+    shown="none",
+    help="a YAML file of the models to serve, each with its own served name, device and engine "
+    "arguments (refused together with MODEL arguments)",
+)
+
 # ---- the front -------------------------------------------------------------------------------------
 TIMEOUT_MS = IntSetting(
     name="timeout_ms",

@@ -13,9 +13,8 @@ import asyncio
 import gc
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any, Protocol
 
 from vllm_srun.adapters.contracts import (
@@ -34,11 +33,14 @@ from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
 from vllm_srun.adapters.serving.served import ServedModel, weights_sha256
+from vllm_srun.domain import bounds
+from vllm_srun.domain.admission import Admission, AdmissionLimits
 from vllm_srun.domain.engine_args import EngineArgs, resolve_limits
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound
 from vllm_srun.domain.planning import Budget, ForwardBatch
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.scheduler import Scheduler
+from vllm_srun.domain.worker_settings import ModelSpec
 
 log = logging.getLogger("vllm_srun.runtime")
 
@@ -60,15 +62,18 @@ def _ready_value(served: ServedModel) -> float:
     return 1.0 if served.ready else 0.0
 
 
-def served_name(artifact: str) -> str:
-    path = Path(artifact)
-    return path.name if path.name else artifact
+DEFAULT_ADMISSION = AdmissionLimits(bounds.MAX_QUEUE.default, bounds.MAX_QUEUED_TOKENS.default)
+
+
+def model_spec(entry: ModelSpec | tuple[str, EngineArgs]) -> ModelSpec:
+    """A served model's spec; `(artifact, engine args)` is the short form."""
+    return entry if isinstance(entry, ModelSpec) else ModelSpec(entry[0], entry[1])
 
 
 class Runtime:
     def __init__(
         self,
-        models: Sequence[tuple[str, EngineArgs]],
+        models: Sequence[ModelSpec | tuple[str, EngineArgs]],
         *,
         store: ModelStore,
         families: FamilyRegistry,
@@ -82,6 +87,8 @@ class Runtime:
         engine_choice: str = "auto",
         threads: int | None = None,
         progress: Progress = quiet,
+        admission: AdmissionLimits = DEFAULT_ADMISSION,
+        open_device: Callable[[str], Device] | None = None,
     ) -> None:
         self.store = store
         self.families = families
@@ -95,13 +102,22 @@ class Runtime:
         self.engine_choice = engine_choice
         self.threads = threads
         self.progress = progress
+        self._open_device = open_device
+        self._devices: dict[str, Device] = {device.name: device}
         self.models: dict[str, ServedModel] = {}
-        for artifact, args in models:
-            name = served_name(artifact)
+        for entry in models:
+            spec = model_spec(entry)
+            name = spec.served_name
             if name in self.models:
                 raise InvalidRequest(f"model {name!r} is given twice")
             self.models[name] = ServedModel(
-                name=name, artifact=artifact, args=args, device=device.name, cache=result_cache
+                name=name,
+                artifact=spec.artifact,
+                args=spec.args,
+                device=device.name if spec.device in (None, "auto") else spec.device,
+                cache=result_cache,
+                admission=Admission(spec.admission or admission),
+                clock=clock,
             )
         self.loaded = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -120,11 +136,25 @@ class Runtime:
                 return served
         raise ModelNotFound(f"model {name!r} is not served here (serving: {', '.join(self.models)})")
 
+    def device_for(self, served: ServedModel) -> Device:
+        """The device a model runs on: the worker's, or the one its models-file entry names."""
+        found = self._devices.get(served.device)
+        if found is None:
+            if self._open_device is None:
+                raise ValueError(f"model {served.name!r} names device {served.device!r} and no device can be opened")
+            found = self._devices[served.device] = self._open_device(served.device)
+        return found
+
     # ---- loading --------------------------------------------------------------------------
     def start_loading(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         for served in self.models.values():
-            self.metrics.ready.set_function(partial(_ready_value, served), {"model": served.name})
+            labels = {"model": served.name}
+            self.metrics.ready.set_function(partial(_ready_value, served), labels)
+            if served.admission is not None:
+                admission = served.admission
+                self.metrics.unanswered.set_function(lambda a=admission: float(a.pending_requests), labels)
+                self.metrics.unanswered_tokens.set_function(lambda a=admission: float(a.pending_tokens), labels)
         threading.Thread(target=self._load_all, name="srun-loader", daemon=True).start()
 
     def _load_all(self) -> None:
@@ -147,8 +177,9 @@ class Runtime:
         served.folder = folder
         family = self.families.family_for(folder)
         served.sha256 = weights_sha256(folder)  # before the load: engines key their caches by it
+        device = self.device_for(served)
         context = LoadContext(
-            device=self.device,
+            device=device,
             args=served.args,
             engines=self.engines,
             engine_choice=self.engine_choice,
@@ -165,7 +196,7 @@ class Runtime:
         served.plugins = [self.families.info(family.name).card()]
         if model.engine.name in self.engines.names():
             served.plugins.append(self.engines.info(model.engine.name).card())
-        served.limits = resolve_limits(served.args, self.device.kind, self.device.memory_total())
+        served.limits = resolve_limits(served.args, device.kind, device.memory_total())
         served.status = "warming"
         self.progress(f"load: warming {served.name}")
         self.device_thread.call(model.warm_up)

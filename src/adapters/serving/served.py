@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +17,10 @@ from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS, ResponseMeta
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats, SchedulerLoop
+from vllm_srun.domain.admission import Admission, Ticket
 from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs
 from vllm_srun.domain.errors import NotReady, UnsupportedSurface
+from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.rows import RowSpec
 
 # set while the readiness (golden) check runs a model's recorded requests through its surfaces:
@@ -61,10 +64,28 @@ class ServedModel:
     sha256: str | None = None
     golden: dict[str, Any] = field(default_factory=_pending_golden)
     plugins: list[dict[str, str]] = field(default_factory=list)  # the family and engine plugins in use
+    admission: Admission | None = None  # R-ADM-1: its unanswered requests and tokens
+    clock: Clock | None = None
 
     @property
     def ready(self) -> bool:
         return self.status == "ready"
+
+    @contextmanager
+    def admitted(self, requests: int, tokens: int) -> Iterator[Ticket | None]:
+        """Hold REQUESTS requests of TOKENS (an upper bound) until the block ends, or raise
+        `Overloaded` (R-ADM-1). Leaving the block normally counts them as answered work."""
+        admission, clock = self.admission, self.clock
+        if admission is None or clock is None:
+            yield None
+            return
+        ticket = admission.admit(requests, tokens, clock.now())
+        answered = False
+        try:
+            yield ticket
+            answered = True
+        finally:
+            admission.release(ticket, clock.now(), answered=answered)
 
     def require_surface(self, surface: str) -> LoadedModel:
         """The model, when it is ready (or under its golden check) and lists SURFACE."""
@@ -165,6 +186,14 @@ class ServedModel:
                 }
                 for lane in (model.lanes if model else ())
             ],
+            "admission": (
+                {
+                    "max_queue": self.admission.limits.max_queue,
+                    "max_queued_tokens": self.admission.limits.max_queued_tokens,
+                }
+                if self.admission is not None
+                else None
+            ),
             "golden": dict(self.golden),
             "plugins": list(self.plugins),
             "status": self.status,

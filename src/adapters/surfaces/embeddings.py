@@ -23,7 +23,7 @@ from vllm_srun.adapters.schemas.embeddings import (
 )
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
-from vllm_srun.adapters.surfaces.common import answer
+from vllm_srun.adapters.surfaces.common import Prepared, answer
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
 
@@ -49,9 +49,7 @@ def embedder(served: ServedModel) -> TextEmbedder:
     return model
 
 
-async def embeddings(
-    served: ServedModel, req: EmbeddingsRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
-) -> EmbeddingsResponse:
+def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Prepared[EmbeddingsResponse]:
     model = embedder(served)
     texts = _texts(req)
     options = req.options or EmbeddingsOptions()
@@ -65,12 +63,15 @@ async def embeddings(
                 'set options.overflow to "truncate" to cut it'
             )
     rows = [RowSpec(len(enc.ids), enc) for enc in encoded]
+    return Prepared(
+        served, "embeddings", req, options, rows, lambda stats: _response(served, model, req, encoded, stats)
+    )
 
-    async def compute() -> tuple[EmbeddingsResponse, ForwardStats, int]:
-        stats = await served.run(rows, options.deadline_ms, timing, disconnected)
-        return _response(served, model, req, encoded, stats), stats, len(rows)
 
-    return await answer(served, "embeddings", req, options, compute)
+async def embeddings(
+    served: ServedModel, req: EmbeddingsRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
+) -> EmbeddingsResponse:
+    return await answer(prepare_embeddings(served, req), timing, disconnected)
 
 
 def _response(
@@ -89,4 +90,4 @@ def _response(
     else:
         data = [Embedding(i, v.tolist()) for i, v in enumerate(vectors)]
     tokens = sum(len(enc.ids) for enc in encoded)
-    return EmbeddingsResponse(data=data, model=served.name, usage=EmbeddingsUsage(tokens, tokens))
+    return EmbeddingsResponse(object="list", data=data, model=served.name, usage=EmbeddingsUsage(tokens, tokens))
