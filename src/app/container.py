@@ -10,7 +10,7 @@ flags into the container's config and call it. Tests override providers with fak
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dependency_injector import containers, providers
@@ -24,6 +24,7 @@ from vllm_srun.adapters.front.app import FrontApp
 from vllm_srun.adapters.front.fleet import Fleet
 from vllm_srun.adapters.front.metrics import FrontEvents, FrontMetrics
 from vllm_srun.adapters.front.proxy import Proxy
+from vllm_srun.adapters.front.reconfigure import Reconfigurer
 from vllm_srun.adapters.http.app import create_app
 from vllm_srun.adapters.model_store import LocalModelStore
 from vllm_srun.adapters.readiness.golden import LoadTimeChecks
@@ -134,7 +135,8 @@ class FrontContainer(containers.DeclarativeContainer):
         clock=clock,
     )
     proxy = providers.Singleton(Proxy, fleet, metrics, max_request_bytes=config.max_request_bytes, clock=clock)
-    app = providers.Singleton(FrontApp, fleet, proxy, metrics)
+    reconfigurer = providers.Singleton(Reconfigurer, fleet, load=config.load_config, check=config.check_config)
+    app = providers.Singleton(FrontApp, fleet, proxy, metrics, reconfigurer)
 
 
 def front_container(
@@ -145,7 +147,9 @@ def front_container(
     max_request_bytes: int,
     worker_log_level: str = "warning",
     env: dict[str, str] | None = None,
+    load_config: Callable[[], Any] | None = None,
 ) -> FrontContainer:
+    """LOAD_CONFIG reads the config again for a reload (default: the same config, unchanged)."""
     container = FrontContainer()
     container.config.from_dict(
         {
@@ -155,6 +159,8 @@ def front_container(
             "max_request_bytes": max_request_bytes,
             "worker_log_level": worker_log_level,
             "env": env,
+            "load_config": load_config or (lambda: front_config),
+            "check_config": lambda config: None,
         }
     )
     return container

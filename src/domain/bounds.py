@@ -311,6 +311,19 @@ TIMEOUT_MS = IntSetting(
     default=60_000,
     help="the default deployment's request timeout, in milliseconds",
 )
+PID_FILE: TextSetting[str | None] = TextSetting(
+    name="pid_file",
+    default=None,
+    shown="$XDG_RUNTIME_DIR/vllm-sr/PORT.json, else <tmp>/vllm-sr-UID/PORT.json",
+    help="the file that names the front's pid, host and port, for `vllm-sr reload`",
+)
+RELOAD_TIMEOUT_S = FloatSetting(
+    name="timeout",
+    low=1.0,
+    high=86_400.0,
+    default=600.0,
+    help="seconds `vllm-sr reload` waits for the reload's outcome",
+)
 
 
 def problems(checks: Iterable[tuple[Setting[Any], object]]) -> list[str]:

@@ -15,6 +15,7 @@ from vllm_srun.adapters.front.fleet import Fleet
 from vllm_srun.adapters.front.inventory import deployment_card, health, inventory
 from vllm_srun.adapters.front.metrics import FrontMetrics
 from vllm_srun.adapters.front.proxy import Proxy
+from vllm_srun.adapters.front.reconfigure import Reconfigurer
 from vllm_srun.adapters.http.errors import exception_handlers
 from vllm_srun.adapters.http.liveness import live  # the same liveness answer as a worker's
 from vllm_srun.adapters.http.openapi import openapi_document
@@ -46,7 +47,9 @@ async def front_health(request: Request) -> Response:
 @get("/api/v1/inventory")
 async def front_inventory(request: Request) -> Response:
     proxy: Proxy = request.app.state.proxy
-    return _json(inventory(request.app.state.fleet, proxy.clock(), draining=proxy.draining))
+    reconfigurer: Reconfigurer | None = request.app.state.reconfigurer
+    reload = reconfigurer.status.describe() if reconfigurer is not None else None
+    return _json(inventory(request.app.state.fleet, proxy.clock(), draining=proxy.draining, reload=reload))
 
 
 @get("/metrics")
@@ -73,7 +76,9 @@ async def openapi() -> Response:
 class FrontApp:
     """ASGI: POST → the proxy; everything else (and lifespan) → the litestar app."""
 
-    def __init__(self, fleet: Fleet, proxy: Proxy, metrics: FrontMetrics) -> None:
+    def __init__(
+        self, fleet: Fleet, proxy: Proxy, metrics: FrontMetrics, reconfigurer: Reconfigurer | None = None
+    ) -> None:
         self.proxy = proxy
         self.reports = Litestar(
             route_handlers=[list_models, front_health, live, front_inventory, front_metrics, openapi],
@@ -86,6 +91,7 @@ class FrontApp:
         self.reports.state.fleet = fleet
         self.reports.state.proxy = proxy
         self.reports.state.metrics = metrics
+        self.reports.state.reconfigurer = reconfigurer
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
