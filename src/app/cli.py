@@ -67,16 +67,26 @@ def build_parser() -> argparse.ArgumentParser:
     fixture = sub.add_parser("fixture", help="write a tiny random-weight model package (with its golden file)")
     fixture.add_argument("out", metavar="OUT", help="the folder to create (new or empty)")
     fixture.add_argument(
-        "--family", required=True, help="encoder or decision (other families register their own writers)"
+        "--family",
+        required=True,
+        help="encoder or decision; other families register their own writers (required, no default)",
     )
     fixture.add_argument(
-        "--variant", default=None, help="encoder: embed, classify, multilabel or rerank; decision: llama or qwen3"
+        "--variant",
+        default=None,
+        help="encoder: embed, classify, multilabel or rerank; decision: llama or qwen3 (default: the family's first)",
     )
-    fixture.add_argument("--seed", type=non_negative_int, default=0)
-    fixture.add_argument("--no-golden", action="store_true", help="skip recording golden.json")
+    fixture.add_argument(
+        "--seed", type=non_negative_int, default=0, help="seed of the random weights (default: %(default)s)"
+    )
+    fixture.add_argument(
+        "--no-golden", action="store_true", help="skip recording golden.json (default: record it)"
+    )
 
     pull = sub.add_parser("pull", help="place a built-in model in the local model store")
-    pull.add_argument("name", choices=sorted(CATALOG), metavar="NAME")
+    pull.add_argument(
+        "name", choices=sorted(CATALOG), metavar="NAME", help=f"a built-in model: {', '.join(sorted(CATALOG))}"
+    )
 
     from vllm_srun.app import simulate_cli
 

@@ -58,7 +58,12 @@ DEPLOYMENT_SETTINGS = (
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
     from vllm_srun.adapters.config.overrides import PLATFORMS
 
-    p.add_argument("model", nargs="?", metavar="MODEL", help="artifact of the default deployment")
+    p.add_argument(
+        "model",
+        nargs="?",
+        metavar="MODEL",
+        help="artifact of the default deployment (default: the config's, else all-MiniLM-L6-v2)",
+    )
     p.add_argument(
         "-e",
         "--engine",
@@ -69,7 +74,7 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
         help="Engine mode (serve the model runtime; LLM routing is out of scope); "
         f"with a value, the runtime engine: {bounds.ENGINE.rule()} (default: {bounds.ENGINE.default})",
     )
-    p.add_argument("--config", metavar="FILE", help="the canonical config (YAML)")
+    p.add_argument("--config", metavar="FILE", help="the canonical config (YAML) (default: none, the flags alone)")
     p.add_argument(
         "--platform",
         choices=PLATFORMS,
@@ -82,9 +87,15 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         metavar="N",
-        help="workers of the default deployment",
+        help="workers of the default deployment (default: as configured, else 1)",
     )
-    p.add_argument("--device-ids", type=_device_ids, default=None, metavar="IDS", help="GPU indices, e.g. 0,1")
+    p.add_argument(
+        "--device-ids",
+        type=_device_ids,
+        default=None,
+        metavar="IDS",
+        help="GPU indices, e.g. 0,1 (default: the first available GPUs for a new GPU placement)",
+    )
     for setting in DEPLOYMENT_SETTINGS:
         add_setting(p, setting, default=None)
 
@@ -122,8 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     show = config_sub.add_parser("show", help="print the config `serve` would run, as YAML")
     _add_config_flags(show)
     migrate = config_sub.add_parser("migrate", help="rewrite removed settings (prints, or --write)")
-    migrate.add_argument("file", metavar="FILE")
-    migrate.add_argument("--write", action="store_true", help="rewrite FILE in place")
+    migrate.add_argument("file", metavar="FILE", help="the config to migrate")
+    migrate.add_argument("--write", action="store_true", help="rewrite FILE in place (default: print the result)")
     return parser
 
 

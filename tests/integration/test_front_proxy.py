@@ -303,3 +303,22 @@ def test_a_bundle_goes_to_one_deployment_and_its_models_are_rewritten_both_ways(
         await other.stop()
 
     scenario(go)
+
+
+def test_the_typesafe_default_name_reaches_the_decision_deployment() -> None:
+    async def go() -> None:
+        embed = await FakeWorker(name="embed", model="e").start()
+        decide = await FakeWorker(name="decide", model="d", card={"surfaces": ["decisions"]}).start()
+        config = config_for({"vectors": attached(embed), "judge": attached(decide)})
+        async with Front(config) as front:
+            await front.ready("vectors", 1)
+            await front.ready("judge", 1)
+            r = await front.post({"model": "jev-latest", "input": "x"}, path="/v1/systemone")
+            assert r.status_code == 200 and r.json()["worker"] == "decide" and decide.received[-1]["model"] == "d"
+            listed = (await front.client.get("/v1/models")).json()
+            assert [m["name"] for m in listed["models"]] == ["vectors", "judge", "jev-latest"]
+            assert [c["id"] for c in listed["data"]] == ["vectors", "judge"]
+        await embed.stop()
+        await decide.stop()
+
+    scenario(go)

@@ -21,6 +21,7 @@ from vllm_srun.adapters.http.liveness import live  # the same liveness answer as
 from vllm_srun.adapters.http.openapi import openapi_document
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
+from vllm_srun.adapters.schemas.models_list import models_list
 from vllm_srun.domain.errors import NotReady
 
 log = logging.getLogger("vllm_srun.front")
@@ -34,7 +35,7 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
 @get("/v1/models")
 async def list_models(request: Request) -> Response:
     fleet: Fleet = request.app.state.fleet
-    return _json({"object": "list", "data": [deployment_card(d) for d in fleet.deployments.values()]})
+    return _json(models_list([deployment_card(d) for d in fleet.deployments.values()]))
 
 
 @get("/health")

@@ -28,6 +28,7 @@ from vllm_srun.adapters.config.schema import (
     ReplicaConfig,
 )
 from vllm_srun.adapters.front.metrics import FrontEvents
+from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL, is_decision_card
 from vllm_srun.adapters.workers.command import (
     is_cpu_device,
     worker_command,
@@ -241,7 +242,20 @@ class Fleet:
         alias = self._aliases.get(model)
         if alias is not None:
             return self.deployments[alias]
+        if model == TYPESAFE_DEFAULT_MODEL and (deciding := self._decision_deployment()) is not None:
+            return deciding
         raise ModelNotFound(f"model {model!r} is not served here (deployments: {', '.join(self.deployments)})")
+
+    def _decision_deployment(self) -> Deployment | None:
+        """The deployment the typesafe-sdk's default name means: `system.decision_model`, else
+        the only one serving decisions, else the only one."""
+        named = self.config.system.decision_model.deployment
+        if named is not None:
+            return self.deployments.get(named)
+        cards = [d for d in self.deployments.values() if d.reference_card and is_decision_card(d.reference_card)]
+        if len(cards) == 1:
+            return cards[0]
+        return next(iter(self.deployments.values())) if len(self.deployments) == 1 else None
 
     # ---- events --------------------------------------------------------------------------
     def pool_events(self, deployment: Deployment, events: list[PoolEvent]) -> None:

@@ -26,6 +26,7 @@ from vllm_srun.adapters.http.timing import ServerTimingMiddleware
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
 from vllm_srun.adapters.request_timing import RequestTiming, timing_of
 from vllm_srun.adapters.schemas.common import json_encoder
+from vllm_srun.adapters.schemas.models_list import models_list
 from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.adapters.schemas.routes import BUNDLE_PATH, SURFACE_SCHEMAS
 from vllm_srun.adapters.surfaces.bundle import bundle
@@ -111,7 +112,7 @@ def _bundle_handler(runtime: Runtime, max_request_bytes: int, max_bundle_tasks: 
 @get("/v1/models")
 async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
     runtime: Runtime = request.app.state.runtime
-    body = {"object": "list", "data": [m.card() for m in runtime.models.values()]}
+    body = models_list([m.card() for m in runtime.models.values()])
     return Response(content=msgspec.json.encode(body), media_type=JSON)
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Protocol
 
+from vllm_srun.adapters.catalog import CATALOG
 from vllm_srun.adapters.contracts import (
     Device,
     LoadContext,
@@ -27,6 +28,7 @@ from vllm_srun.adapters.contracts import (
     surface_contract_problems,
 )
 from vllm_srun.adapters.engines.registry import EngineRegistry
+from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
@@ -134,6 +136,10 @@ class Runtime:
         for served in self.models.values():
             if name in (served.artifact, served.folder.name if served.folder else None):
                 return served
+        if name == TYPESAFE_DEFAULT_MODEL:  # the typesafe-sdk's default: the one decision model
+            deciding = [s for s in self.models.values() if s.model is None or "decisions" in s.model.surfaces]
+            if len(deciding) == 1:
+                return deciding[0]
         raise ModelNotFound(f"model {name!r} is not served here (serving: {', '.join(self.models)})")
 
     def device_for(self, served: ServedModel) -> Device:
@@ -173,7 +179,14 @@ class Runtime:
     def _load(self, served: ServedModel) -> None:
         served.status = "loading"
         self.progress(f"load: resolving {served.artifact}")
-        folder = self.store.resolve(served.artifact, self.progress)
+        try:
+            folder = self.store.resolve(served.artifact, self.progress)
+        except ModelNotFound:
+            if served.artifact not in CATALOG:
+                raise
+            # a built-in model the store lacks: pull it (progress on stderr), as `vllm-srun pull` would
+            self.progress(f"load: {served.artifact} is a built-in model not in the store yet: pulling it")
+            folder = self.store.pull(served.artifact, self.progress)
         served.folder = folder
         family = self.families.family_for(folder)
         served.sha256 = weights_sha256(folder)  # before the load: engines key their caches by it

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from datetime import UTC, datetime
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -42,6 +43,15 @@ def weights_sha256(folder: Path) -> str:
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
                     digest.update(chunk)
     return digest.hexdigest()
+
+
+def package_date(folder: Path) -> str:
+    """The package's date (its config.json's, UTC, YYYY-MM-DD): the `release_date` clients list."""
+    try:
+        stamp = (folder / "config.json").stat().st_mtime
+    except OSError:
+        return ""
+    return datetime.fromtimestamp(stamp, tz=UTC).date().isoformat()
 
 
 def _pending_golden() -> dict[str, Any]:
@@ -160,6 +170,7 @@ class ServedModel:
             "surfaces": sorted(model.surfaces) if model else [],
             "revision": None,
             "sha256": self.sha256,
+            "package_date": package_date(self.folder) if self.folder is not None else None,
             "dtype": model.dtype if model else self.args.dtype,
             "device": self.device,
             "engine": model.engine.name if model else None,
