@@ -79,9 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     fixture.add_argument(
         "--seed", type=non_negative_int, default=0, help="seed of the random weights (default: %(default)s)"
     )
-    fixture.add_argument(
-        "--no-golden", action="store_true", help="skip recording golden.json (default: record it)"
-    )
+    fixture.add_argument("--no-golden", action="store_true", help="skip recording golden.json (default: record it)")
 
     pull = sub.add_parser("pull", help="place a built-in model in the local model store")
     pull.add_argument(

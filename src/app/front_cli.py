@@ -125,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit status 0: applied; 2: the config was refused (one line per problem; the old one keeps "
         "serving); 1: the new workers did not get ready (nothing changed).",
     )
-    add_setting(reload, bounds.FRONT_PORT, help=f"the port of the front to reload (default: {bounds.FRONT_PORT.default})")
+    add_setting(
+        reload, bounds.FRONT_PORT, help=f"the port of the front to reload (default: {bounds.FRONT_PORT.default})"
+    )
     add_setting(reload, bounds.PID_FILE, metavar="FILE", help="the front's pid file (default: the one of --port)")
     add_setting(reload, bounds.RELOAD_TIMEOUT_S, metavar="S")
     config = sub.add_parser("config", help="show or migrate the canonical config")
@@ -239,9 +241,8 @@ def config_migrate(ns: argparse.Namespace) -> int:
 def serve(ns: argparse.Namespace) -> int:
     config = resolve_config(ns)
     from vllm_srun.adapters.config.schema import ConfigError
-    from vllm_srun.app.front_server import prepare_front, run_front
-
     from vllm_srun.adapters.front.control import default_pid_file
+    from vllm_srun.app.front_server import prepare_front, run_front
 
     try:
         front = prepare_front(

@@ -33,8 +33,8 @@ import uvicorn
 from vllm_srun.adapters.config.schema import FrontConfig
 from vllm_srun.adapters.contracts import quiet
 from vllm_srun.adapters.front.app import FrontApp
-from vllm_srun.adapters.front.fleet import Fleet
 from vllm_srun.adapters.front.control import FrontRecord, remove_pid_file, write_pid_file
+from vllm_srun.adapters.front.fleet import Fleet
 from vllm_srun.adapters.front.proxy import Proxy
 from vllm_srun.adapters.front.reconfigure import Reconfigurer
 from vllm_srun.adapters.workers.cpu_budget import managed_worker_threads

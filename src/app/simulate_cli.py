@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from vllm_srun.domain.lanes import Accounting, Lane
@@ -72,7 +73,7 @@ def add_parser(sub: argparse._SubParsersAction, positive_int, window_ms) -> None
     )
 
 
-def _number_above(low: float):  # type: ignore[no-untyped-def]
+def _number_above(low: float) -> Callable[[str], float]:
     """An argparse type: a finite number above LOW, refused in one line otherwise."""
 
     def convert(text: str) -> float:

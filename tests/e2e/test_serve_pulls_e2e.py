@@ -29,8 +29,12 @@ def wheel_of(folder: Path, out: Path) -> Path:
             if file.is_file() and file.name != "golden.json":  # the catalog ships its own
                 wheel.write(file, f"{entry.import_name}/{entry.member}/{file.relative_to(folder)}")
         info = f"{stem}.dist-info/"
-        wheel.writestr(info + "METADATA", f"Metadata-Version: 2.1\nName: {entry.distribution}\nVersion: {entry.version}\n")
-        wheel.writestr(info + "WHEEL", "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(
+            info + "METADATA", f"Metadata-Version: 2.1\nName: {entry.distribution}\nVersion: {entry.version}\n"
+        )
+        wheel.writestr(
+            info + "WHEEL", "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         wheel.writestr(info + "RECORD", "")
     return path
 

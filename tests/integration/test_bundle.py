@@ -26,7 +26,12 @@ TASKS: list[tuple[str, str, dict[str, Any]]] = [
     ("rank", "rerank", {"query": "capital", "documents": ["paris", "dog", "blue"]}),
     ("ask", "decisions", {"state": "the movie was fun", "questions": QUESTIONS}),
 ]
-PATHS = {"embeddings": "/v1/embeddings", "classify": "/v1/classify", "rerank": "/v1/rerank", "decisions": "/v1/decisions"}
+PATHS = {
+    "embeddings": "/v1/embeddings",
+    "classify": "/v1/classify",
+    "rerank": "/v1/rerank",
+    "decisions": "/v1/decisions",
+}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +54,9 @@ def two_models(packages: list[Path], **settings: Any) -> Any:
 
 def forwards(client: Any, model: str) -> float:
     text = client.get("/metrics").text
-    return sum(metric(text, "vllm_srun_forwards_total", model=model, lane=lane, outcome="ok") for lane in ("text", "shared"))
+    return sum(
+        metric(text, "vllm_srun_forwards_total", model=model, lane=lane, outcome="ok") for lane in ("text", "shared")
+    )
 
 
 def rows_run(client: Any, model: str) -> float:
@@ -129,7 +136,11 @@ def test_units_per_model_and_errors_in_their_slot(packages: list[Path]) -> None:
         ({"tasks": []}, 400, "tasks"),
         ({"tasks": [{"id": "x"}]}, 400, "exactly one of"),
         ({"tasks": [{"id": "x", "embeddings": {"input": "a"}, "classify": {"input": "a"}}]}, 400, "exactly one of"),
-        ({"tasks": [{"id": "x", "embeddings": {"input": "a"}}, {"id": "x", "embeddings": {"input": "b"}}]}, 400, "unique"),
+        (
+            {"tasks": [{"id": "x", "embeddings": {"input": "a"}}, {"id": "x", "embeddings": {"input": "b"}}]},
+            400,
+            "unique",
+        ),
         ({"tasks": [{"id": "x", "embeddings": {"input": "a", "colour": 1}}]}, 400, "colour"),
         ({"tasks": [{"id": str(i), "embeddings": {"input": "a"}} for i in range(5)]}, 413, "--max-bundle-tasks"),
     ],

@@ -160,6 +160,8 @@ def test_a_built_in_model_missing_from_the_store_is_pulled_at_load(fake_package:
     with serving(container) as (client, rt):
         assert store.pulled == [DEFAULT_MODEL]  # a name that is not built in is never pulled
         assert rt.models[DEFAULT_MODEL].status == "ready" and rt.models["not-built-in"].status == "failed"
-        assert any("not in the store yet: pulling it" in line for line in said) and f"pull: {DEFAULT_MODEL} (fake)" in said
+        assert (
+            any("not in the store yet: pulling it" in line for line in said) and f"pull: {DEFAULT_MODEL} (fake)" in said
+        )
         r = client.post("/v1/embeddings", json={"model": DEFAULT_MODEL, "input": "the cat"})
         assert r.status_code == 200

@@ -92,9 +92,7 @@ def wants_meta(doc: dict[str, Any], path: str = "") -> bool:
     return _options(doc).get("return_meta") is True
 
 
-def for_worker(
-    doc: dict[str, Any], body: bytes, worker_model: str | None, must_name: bool, path: str = ""
-) -> bytes:
+def for_worker(doc: dict[str, Any], body: bytes, worker_model: str | None, must_name: bool, path: str = "") -> bytes:
     """The body to send: `model` set to the worker's name when the client named one (or the
     worker serves several models), else the client's bytes unchanged."""
     if path == BUNDLE_PATH:

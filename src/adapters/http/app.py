@@ -27,8 +27,8 @@ from vllm_srun.adapters.prometheus import CONTENT_TYPE
 from vllm_srun.adapters.request_timing import RequestTiming, timing_of
 from vllm_srun.adapters.schemas.common import json_encoder
 from vllm_srun.adapters.schemas.models_list import models_list
-from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.adapters.schemas.routes import BUNDLE_PATH, SURFACE_SCHEMAS
+from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.adapters.surfaces.bundle import bundle
 from vllm_srun.adapters.surfaces.registry import SURFACE_ROUTES, SurfaceRoute
 from vllm_srun.domain import bounds
@@ -102,9 +102,7 @@ def _bundle_handler(runtime: Runtime, max_request_bytes: int, max_bundle_tasks: 
     ) -> msgspec.Struct:
         req = _decode(schema.decoder, body)
         timing.parse_ms = (time.perf_counter() - timing.start) * 1000
-        return await bundle(
-            runtime.get, req, timing, disconnected, max_tasks=max_bundle_tasks, status_of=status_for
-        )
+        return await bundle(runtime.get, req, timing, disconnected, max_tasks=max_bundle_tasks, status_of=status_for)
 
     return _post_handler(schema.path, schema.surface, runtime, max_request_bytes, work)
 

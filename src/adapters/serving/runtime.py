@@ -28,8 +28,8 @@ from vllm_srun.adapters.contracts import (
     surface_contract_problems,
 )
 from vllm_srun.adapters.engines.registry import EngineRegistry
-from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL
 from vllm_srun.adapters.families.registry import FamilyRegistry
+from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
@@ -57,6 +57,11 @@ class ReadinessChecks(Protocol):
     async def golden(self, served: ServedModel) -> dict[str, Any]:
         """R-GOLD-1 on the event loop: the card's `golden` entry (status `failed` is final)."""
         ...
+
+
+def _pending(admission: Admission, what: str) -> float:
+    """The unanswered requests or tokens gauge of one model, read at every scrape."""
+    return float(admission.pending_requests if what == "requests" else admission.pending_tokens)
 
 
 def _ready_value(served: ServedModel) -> float:
@@ -158,9 +163,8 @@ class Runtime:
             labels = {"model": served.name}
             self.metrics.ready.set_function(partial(_ready_value, served), labels)
             if served.admission is not None:
-                admission = served.admission
-                self.metrics.unanswered.set_function(lambda a=admission: float(a.pending_requests), labels)
-                self.metrics.unanswered_tokens.set_function(lambda a=admission: float(a.pending_tokens), labels)
+                self.metrics.unanswered.set_function(partial(_pending, served.admission, "requests"), labels)
+                self.metrics.unanswered_tokens.set_function(partial(_pending, served.admission, "tokens"), labels)
         threading.Thread(target=self._load_all, name="srun-loader", daemon=True).start()
 
     def _load_all(self) -> None:

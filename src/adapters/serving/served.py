@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import time
-from datetime import UTC, datetime
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 

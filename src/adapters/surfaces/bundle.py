@@ -34,7 +34,6 @@ from vllm_srun.adapters.schemas.bundle import (
     BundleOptions,
     BundleRequest,
     BundleResponse,
-    BundleTask,
     TaskError,
     TaskResult,
 )
@@ -71,7 +70,7 @@ class _Task:
     prepared: Prepared[Any] | None = None
 
     def answer(self, response: msgspec.Struct) -> None:
-        self.result = TaskResult(self.id, 200, **{self.surface: response})
+        self.result = msgspec.structs.replace(TaskResult(self.id, 200), **{self.surface: response})
 
     def fail(self, exc: Exception, status_of: StatusOf) -> None:
         if isinstance(exc, DomainError):
@@ -223,4 +222,3 @@ def _fingerprint(value: Any) -> Any:
     if callable(tobytes) and hasattr(value, "dtype") and hasattr(value, "shape"):
         return (str(value.dtype), tuple(value.shape), tobytes())
     return ("object", id(value))
-

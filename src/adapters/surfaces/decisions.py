@@ -46,6 +46,7 @@ from vllm_srun.adapters.surfaces.common import Prepared, answer
 from vllm_srun.domain.errors import InvalidRequest, QuestionFailed, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
 
+
 def asked(questions: dict[str, Question]) -> list[AskedQuestion]:
     out = []
     for name, q in questions.items():
