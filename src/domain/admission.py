@@ -15,6 +15,10 @@ seconds divided by the time the model had work pending in that span. The suggest
 time that rate needs to answer what is pending now, in the dimension that refused the
 request, rounded up and kept within [1, 60] seconds; 1 s until anything was measured.
 
+A client that ignores Retry-After and asks again on the same connection at once is held until
+its Retry-After has passed (`RetryDiscipline`): under a closed loop of retries the worker then
+spends its time on forwards, not on refusals.
+
 Pure: the caller passes the time.
 """
 
@@ -141,3 +145,30 @@ class Admission:
             self._answered.popleft()
         while self._busy and self._busy[0][1] < start:
             self._busy.popleft()
+
+
+class RetryDiscipline:
+    """Clients that retry before their Retry-After wait it out (R-ADM-1).
+
+    A connection refused with Retry-After S that asks again within S seconds has that request
+    held until the S seconds have passed, then tried like any other. A client that honours
+    Retry-After never waits here; one that ignores it (a closed loop of retries) is slowed to
+    one try per Retry-After per connection instead of spinning the event loop on refusals.
+    Keys are opaque (the HTTP adapter uses the TCP peer); at most `max_keys` are remembered.
+    """
+
+    def __init__(self, max_keys: int = 65_536) -> None:
+        self.max_keys = max_keys
+        self._not_before: dict[object, float] = {}
+
+    def wait_s(self, key: object, now: float) -> float:
+        """How long this request must wait before it is tried (0: at once)."""
+        until = self._not_before.pop(key, None)
+        return 0.0 if until is None else max(0.0, until - now)
+
+    def refused(self, key: object, now: float, retry_after_s: float) -> None:
+        if len(self._not_before) >= self.max_keys:
+            self._not_before = {k: t for k, t in self._not_before.items() if t > now}
+            if len(self._not_before) >= self.max_keys:
+                return  # too many clients to remember: no holding, never unbounded memory
+        self._not_before[key] = now + retry_after_s

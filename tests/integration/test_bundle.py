@@ -10,10 +10,8 @@ from typing import Any
 import pytest
 
 from tests.integration.serving import serving
-from tests.integration.test_fake_family import fake_container, registries
+from tests.integration.test_fake_family import fake_container
 from tests.prometheus_text import metric
-from tests.stores import session_store
-from vllm_srun.app.fixtures import write_fixture
 from vllm_srun.domain.admission import AdmissionLimits
 
 QUESTIONS = {
@@ -32,16 +30,6 @@ PATHS = {
     "rerank": "/v1/rerank",
     "decisions": "/v1/decisions",
 }
-
-
-@pytest.fixture(scope="module")
-def packages(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    families, engines = registries()
-    root = tmp_path_factory.mktemp("bundle")
-    return [
-        write_fixture(root / name, "fake", "all", 0, families=families, engines=engines, store=session_store())
-        for name in ("fake-a", "fake-b")
-    ]
 
 
 def two_models(packages: list[Path], **settings: Any) -> Any:
@@ -68,8 +56,8 @@ def comparable(surface: str, answer: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in answer.items() if not (surface == "rerank" and k == "id")}
 
 
-def test_one_bundle_answers_like_four_calls_in_fewer_forwards(packages: list[Path]) -> None:
-    with serving(two_models(packages)) as (client, _rt):
+def test_one_bundle_answers_like_four_calls_in_fewer_forwards(fake_packages: list[Path]) -> None:
+    with serving(two_models(fake_packages)) as (client, _rt):
         alone = {}
         before = forwards(client, "fake-a")
         for task_id, surface, body in TASKS:
@@ -91,8 +79,8 @@ def test_one_bundle_answers_like_four_calls_in_fewer_forwards(packages: list[Pat
         assert four_calls >= 4 and one_bundle <= 2
 
 
-def test_identical_rows_run_once(packages: list[Path]) -> None:
-    with serving(two_models(packages)) as (client, _rt):
+def test_identical_rows_run_once(fake_packages: list[Path]) -> None:
+    with serving(two_models(fake_packages)) as (client, _rt):
         before = rows_run(client, "fake-a")
         tasks = [
             {"id": "1", "embeddings": {"input": ["the cat", "a dog"], "model": "fake-a"}},
@@ -107,8 +95,8 @@ def test_identical_rows_run_once(packages: list[Path]) -> None:
         assert second[2]["embedding"] == first[0]["embedding"]
 
 
-def test_units_per_model_and_errors_in_their_slot(packages: list[Path]) -> None:
-    with serving(two_models(packages)) as (client, _rt):
+def test_units_per_model_and_errors_in_their_slot(fake_packages: list[Path]) -> None:
+    with serving(two_models(fake_packages)) as (client, _rt):
         tasks = [
             {"id": "a", "embeddings": {"input": "the cat", "model": "fake-a"}},
             {"id": "b", "embeddings": {"input": "the cat", "model": "fake-b"}},
@@ -146,18 +134,18 @@ def test_units_per_model_and_errors_in_their_slot(packages: list[Path]) -> None:
     ],
 )
 def test_a_bundle_fails_whole_only_when_malformed_or_too_large(
-    packages: list[Path], body: dict[str, Any], status: int, says: str
+    fake_packages: list[Path], body: dict[str, Any], status: int, says: str
 ) -> None:
-    with serving(fake_container(packages[0], max_bundle_tasks=4)) as (client, _rt):
+    with serving(fake_container(fake_packages[0], max_bundle_tasks=4)) as (client, _rt):
         before = forwards(client, "fake-a")
         r = client.post("/v1/bundle", json=body)
         assert r.status_code == status and says in r.json()["error"]["message"], r.text
         assert forwards(client, "fake-a") == before  # a refused bundle costs no forward
 
 
-def test_a_models_tasks_are_admitted_together_or_not_at_all(packages: list[Path]) -> None:
+def test_a_models_tasks_are_admitted_together_or_not_at_all(fake_packages: list[Path]) -> None:
     limits = AdmissionLimits(max_queue=2, max_queued_tokens=1 << 20)
-    with serving(two_models(packages, admission=limits)) as (client, rt):
+    with serving(two_models(fake_packages, admission=limits)) as (client, rt):
         served = rt.models["fake-a"]
         assert served.admission is not None and served.clock is not None
         held = served.admission.admit(1, 10, served.clock.now())  # one request of fake-a is pending
@@ -179,8 +167,8 @@ def test_a_models_tasks_are_admitted_together_or_not_at_all(packages: list[Path]
         assert client.post("/v1/bundle", json={"tasks": tasks}).json()["results"][0]["status"] == 200
 
 
-def test_the_bundle_is_in_the_openapi_document(packages: list[Path]) -> None:
-    with serving(fake_container(packages[0])) as (client, _rt):
+def test_the_bundle_is_in_the_openapi_document(fake_packages: list[Path]) -> None:
+    with serving(fake_container(fake_packages[0])) as (client, _rt):
         doc = client.get("/openapi.json").json()
         assert "/v1/bundle" in doc["paths"]
         task = doc["components"]["schemas"]["BundleTask"]["properties"]

@@ -17,6 +17,7 @@ from vllm_srun.domain.admission import (
     MIN_RETRY_AFTER_S,
     Admission,
     AdmissionLimits,
+    RetryDiscipline,
     Ticket,
 )
 from vllm_srun.domain.errors import Overloaded
@@ -170,3 +171,27 @@ def test_limits_are_positive() -> None:
         AdmissionLimits(0, 1)
     with pytest.raises(ValueError):
         Admission(AdmissionLimits(1, 1)).admit(0, 1, 0.0)
+
+
+def test_a_client_that_ignores_retry_after_waits_it_out() -> None:
+    clock = FakeClock()
+    discipline = RetryDiscipline()
+    assert discipline.wait_s("conn-1", clock.now()) == 0.0  # never refused: tried at once
+    discipline.refused("conn-1", clock.now(), 2)
+    clock.advance(0.5)
+    assert discipline.wait_s("conn-2", clock.now()) == 0.0  # another connection is not held
+    assert discipline.wait_s("conn-1", clock.now()) == pytest.approx(1.5)  # asked again too soon
+    assert discipline.wait_s("conn-1", clock.now()) == 0.0  # held once, then tried like any other
+    discipline.refused("conn-1", clock.now(), 1)
+    clock.advance(3.0)  # it honoured Retry-After
+    assert discipline.wait_s("conn-1", clock.now()) == 0.0
+
+
+@given(keys=st.lists(st.integers(0, 50), max_size=300), cap=st.integers(1, 20))
+def test_the_discipline_remembers_a_bounded_number_of_clients(keys: list[int], cap: int) -> None:
+    clock = FakeClock()
+    discipline = RetryDiscipline(max_keys=cap)
+    for key in keys:
+        discipline.refused(key, clock.now(), 1)
+        clock.advance(0.01)
+        assert len(discipline._not_before) <= cap

@@ -32,13 +32,15 @@ from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.adapters.surfaces.bundle import bundle
 from vllm_srun.adapters.surfaces.registry import SURFACE_ROUTES, SurfaceRoute
 from vllm_srun.domain import bounds
-from vllm_srun.domain.errors import Cancelled, InvalidRequest, NotReady
+from vllm_srun.domain.admission import RetryDiscipline
+from vllm_srun.domain.errors import Cancelled, InvalidRequest, NotReady, Overloaded
 
 log = logging.getLogger("vllm_srun.http")
 
 
-# what a POST route does once its body is read: (the answer, the model label for metrics)
-Work = Callable[[bytes, RequestTiming, Callable[[], Awaitable[None]], list[str]], Awaitable[msgspec.Struct]]
+# what a POST route does once its body is read (body, timing, disconnected, the model label for
+# metrics, the TCP peer or None): the answer
+Work = Callable[[bytes, RequestTiming, Callable[[], Awaitable[None]], list[str], object], Awaitable[msgspec.Struct]]
 
 
 def _post_handler(path: str, surface: str, runtime: Runtime, max_request_bytes: int, work: Work) -> HTTPRouteHandler:
@@ -54,7 +56,7 @@ def _post_handler(path: str, surface: str, runtime: Runtime, max_request_bytes: 
             if "content-encoding" in request.headers:  # e.g. typesafe-sdk's zstd bodies
                 body = decode_body(body, request.headers.get("content-encoding"), max_request_bytes)
             disconnected: Callable[[], Awaitable[None]] = lambda: wait_disconnect(request.receive)  # noqa: E731
-            result = await work(body, timing, disconnected, label)
+            result = await work(body, timing, disconnected, label, _tcp_peer(request.scope))
             return Response(content=json_encoder.encode(result), media_type=JSON)
         except BaseException as exc:  # answered by the exception handlers; counted here
             code = code_of(exc) if not isinstance(exc, asyncio.CancelledError) else "client_closed_request"
@@ -72,6 +74,13 @@ def _post_handler(path: str, surface: str, runtime: Runtime, max_request_bytes: 
     return post(path, status_code=200)(handle)
 
 
+def _tcp_peer(scope: Any) -> object:
+    """The TCP connection a request came on ((host, port)); None over a Unix socket, where the
+    front's pooled connections carry many clients' requests."""
+    client = scope.get("client")
+    return tuple(client) if client else None
+
+
 def _decode(decoder: msgspec.json.Decoder[Any], body: bytes) -> Any:
     try:
         return decoder.decode(body)
@@ -79,16 +88,29 @@ def _decode(decoder: msgspec.json.Decoder[Any], body: bytes) -> Any:
         raise InvalidRequest(decode_error_message(exc)) from None
 
 
-def _surface_handler(route: SurfaceRoute, runtime: Runtime, max_request_bytes: int) -> HTTPRouteHandler:
+def _surface_handler(
+    route: SurfaceRoute, runtime: Runtime, max_request_bytes: int, discipline: RetryDiscipline
+) -> HTTPRouteHandler:
     async def work(
-        body: bytes, timing: RequestTiming, disconnected: Callable[[], Awaitable[None]], label: list[str]
+        body: bytes,
+        timing: RequestTiming,
+        disconnected: Callable[[], Awaitable[None]],
+        label: list[str],
+        peer: object,
     ) -> msgspec.Struct:
         req = _decode(route.decoder, body)
         served = runtime.get(req.model)
         label[0] = served.name
         timing.parse_ms = (time.perf_counter() - timing.start) * 1000
-        with served.admitted(1, len(body)):  # R-ADM-1: before any tokenization; the body's bytes bound its tokens
-            return await route.handler(served, req, timing, disconnected)
+        if peer is not None and (wait := discipline.wait_s(peer, time.monotonic())) > 0:
+            await asyncio.sleep(wait)  # it asked again before its Retry-After: it waits that out here
+        try:
+            with served.admitted(1, len(body)):  # R-ADM-1: before any tokenization; the bytes bound its tokens
+                return await route.handler(served, req, timing, disconnected)
+        except Overloaded as refusal:
+            if peer is not None:
+                discipline.refused(peer, time.monotonic(), refusal.retry_after_s)
+            raise
 
     return _post_handler(route.path, route.surface, runtime, max_request_bytes, work)
 
@@ -98,7 +120,11 @@ def _bundle_handler(runtime: Runtime, max_request_bytes: int, max_bundle_tasks: 
     schema = next(s for s in SURFACE_SCHEMAS if s.path == BUNDLE_PATH)
 
     async def work(
-        body: bytes, timing: RequestTiming, disconnected: Callable[[], Awaitable[None]], label: list[str]
+        body: bytes,
+        timing: RequestTiming,
+        disconnected: Callable[[], Awaitable[None]],
+        label: list[str],
+        peer: object,
     ) -> msgspec.Struct:
         req = _decode(schema.decoder, body)
         timing.parse_ms = (time.perf_counter() - timing.start) * 1000
@@ -149,7 +175,8 @@ def create_app(
     async def on_shutdown(app: Litestar) -> None:
         await runtime.stop()
 
-    handlers = [_surface_handler(r, runtime, max_request_bytes) for r in SURFACE_ROUTES]
+    discipline = RetryDiscipline()
+    handlers = [_surface_handler(r, runtime, max_request_bytes, discipline) for r in SURFACE_ROUTES]
     handlers.append(_bundle_handler(runtime, max_request_bytes, max_bundle_tasks))
     app = Litestar(
         route_handlers=[*handlers, list_models, health, live, metrics, openapi],
