@@ -149,7 +149,9 @@ def main() -> None:
         print(f"\n{name}")
         print(f"  answers by status:      {r['statuses']}   (transport errors: {r['errors']})")
         print(f"  Retry-After of the 429s: {r['retry_after'] or '-'}")
-        print(f"  answered texts/s:       {r['texts_per_s']:.0f}  ({r['texts_per_s'] / offline:.2f} of offline {offline:.0f})")
+        print(
+            f"  answered texts/s:       {r['texts_per_s']:.0f}  ({r['texts_per_s'] / offline:.2f} of offline {offline:.0f})"
+        )
         print(
             f"  admitted latency (worker, ms): p50 {r['admitted_p50_ms']:.0f}  p99 {r['admitted_p99_ms']:.0f}"
             f"  max {r['admitted_max_ms']:.0f};  every answer (wrk): p50 {r['wrk_p50_ms']:.0f}  p99 {r['wrk_p99_ms']:.0f}"
