@@ -68,9 +68,13 @@ def test_a_retired_worker_finishes_what_it_holds() -> None:
             assert status.state == "done" and status.retired == ["primary/0"]
             assert (await front.post({"input": "after"})).json()["worker"] == "w2"  # new requests: the new pool
             assert "primary/0" in front.fleet.retiring  # still holding the slow request
+            metrics = (await front.client.get("/metrics")).text
+            assert 'vllm_sr_replica_in_flight{deployment="primary",replica="primary/0"} 1.0' in metrics
             answer = await slow
             assert answer.status_code == 200 and answer.json()["worker"] == "w1" and w1.cancelled == 0
             await until(lambda: not front.fleet.retiring)
+            metrics = (await front.client.get("/metrics")).text  # a retired replica's gauges are gone
+            assert 'replica="primary/0"' not in metrics.split("vllm_sr_replica_in_flight", 1)[1].split("# HELP", 1)[0]
         await w1.stop()
         await w2.stop()
 
@@ -114,6 +118,26 @@ def test_deployments_come_and_go_and_an_unchanged_one_stays_the_same_object() ->
             assert status.retired == ["primary/0"] and list(front.fleet.deployments) == ["second"]
             r = await front.post({"model": "primary", "input": "x"})
             assert r.status_code == 404
+        await w1.stop()
+        await w2.stop()
+
+    scenario(go)
+
+
+def test_a_kept_single_worker_keeps_the_front_cache_and_a_new_one_starts_empty() -> None:
+    async def go() -> None:
+        w1, w2 = await FakeWorker(name="w1").start(), await FakeWorker(name="w2").start()
+        async with ReloadableFront(config_for({"primary": attached(w1)})) as front:
+            await front.ready("primary", 1)
+            assert (await front.post({"input": "cached"})).status_code == 200
+            cache = front.fleet.deployments["primary"].cache
+            assert cache is not None and len(cache) == 1
+            status = await front.reload(config_for({"primary": attached(w1, timeout_ms=5000)}))
+            assert status.kept == ["primary/0"] and front.fleet.deployments["primary"].cache is cache
+            status = await front.reload(config_for({"primary": attached(w2, timeout_ms=5000)}))
+            assert status.started == ["primary/1"]
+            fresh = front.fleet.deployments["primary"].cache
+            assert fresh is not None and fresh is not cache and len(fresh) == 0
         await w1.stop()
         await w2.stop()
 

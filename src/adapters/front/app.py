@@ -65,6 +65,12 @@ async def front_metrics(request: Request) -> Response:
             front.in_flight.set(float(status.in_flight), labels)
             front.outstanding.set(float(status.outstanding_bytes), labels)
             front.replica_ready.set(1.0 if status.ready else 0.0, labels)
+    for supervisor in fleet.retiring.values():  # retired, finishing what it holds: out of dispatch
+        record = supervisor.handle.record
+        labels = {"deployment": supervisor.handle.deployment, "replica": record.id}
+        front.in_flight.set(float(record.in_flight), labels)
+        front.outstanding.set(float(record.outstanding_bytes), labels)
+        front.replica_ready.set(0.0, labels)
     # the exact header: litestar would append a second charset to a text/ media type
     return Response(content=front.render().encode(), headers={"content-type": CONTENT_TYPE})
 

@@ -160,9 +160,9 @@ class Fleet:
                 pool.add(supervisor.handle.record)
             deployment.handles[supervisor.handle.id] = supervisor.handle
             deployment.supervisors.append(supervisor)
-        if len(placement) == 1:
-            same = current is not None and current.cache is not None and kept and spec == current.config
-            deployment.cache = current.cache if same and current is not None else _front_cache(spec)
+        if len(placement) == 1:  # the same worker keeps its answers, so the front's cache of them stays
+            same_worker = current is not None and current.cache is not None and len(kept) == 1
+            deployment.cache = current.cache if same_worker and current is not None else _front_cache(spec)
         return DeploymentPlan(deployment, started, kept)
 
     def _new_worker(self, deployment: Deployment, replica: ReplicaConfig, problems: list[str]) -> ReplicaSupervisor:
