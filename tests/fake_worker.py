@@ -5,7 +5,8 @@ POST bodies are JSON; the `input` field picks the behaviour:
 - `"slow:S"`: answer after S seconds (a closed connection meanwhile counts as `cancelled`);
 - `"die"`: close the connection without answering;
 - `"fail"`: 500 `internal_error`;
-- anything else: 200 `{"model", "input", "path", "worker"}` echoing what arrived.
+- anything else: 200 `{"model", "input", "path", "worker"}` echoing what arrived;
+- on `/v1/bundle`, one such echo per task, `{results: [{id, status: 200, <surface>: echo}]}`.
 `stall = True` makes every POST wait forever (a stuck forward that still answers /health).
 """
 
@@ -107,6 +108,14 @@ class FakeWorker:
             return 200, {"object": "list", "data": [self.full_card()]}
         doc = json.loads(body)
         self.received.append({**doc, "_path": path})
+        if path == "/v1/bundle":
+            results = []
+            for task in doc["tasks"]:
+                surface = next(k for k in task if k != "id")
+                inner = task[surface]
+                echo = {"model": inner.get("model", self.model), "input": inner.get("input"), "worker": self.name}
+                results.append({"id": task["id"], "status": 200, surface: echo})
+            return 200, {"results": results}
         what = str(doc.get("input", ""))
         if self.stall:
             what = "slow:3600"

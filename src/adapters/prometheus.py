@@ -85,6 +85,14 @@ class _Metric(Generic[M]):
                     return float(sample.value)
         return 0.0
 
+    def remove(self, labels: Labels) -> None:
+        """Drop the series with these labels (e.g. of a replica that was retired); none: no-op."""
+        values = [str(labels[name]) for name in self.spec.labels]
+        try:
+            self._metric.remove(*values)
+        except KeyError:
+            pass
+
 
 class Counter(_Metric[prometheus_client.Counter]):
     def inc(self, labels: Labels | None = None, amount: float = 1.0) -> None:

@@ -24,7 +24,7 @@ from vllm_srun.domain.threads import (
     standalone_threads,
     threads_refusal,
 )
-from vllm_srun.domain.worker_settings import WorkerSettings
+from vllm_srun.domain.worker_settings import ModelSpec, WorkerSettings
 
 PROG = "vllm-srun"
 # `serve` flags, in `--help` order; each is a setting of `domain/bounds.py`
@@ -46,11 +46,20 @@ SERVE_SETTINGS = (
     bounds.RESULT_CACHE_ENTRIES,
     bounds.MEDIA_WORKERS,
     bounds.DETERMINISTIC,
+    bounds.MAX_QUEUE,
+    bounds.MAX_QUEUED_TOKENS,
+    bounds.MAX_BUNDLE_TASKS,
 )
 
 
 def refuse(message: str) -> NoReturn:
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    refuse_all([message])
+
+
+def refuse_all(problems: Sequence[str]) -> NoReturn:
+    """One line per problem on stderr, then exit status 2."""
+    for problem in problems:
+        print(f"{PROG}: error: {problem}", file=sys.stderr, flush=True)
     raise SystemExit(2)
 
 
@@ -62,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "models", nargs="*", metavar="MODEL", help=f"path, store name or built-in name (default: {DEFAULT_MODEL})"
     )
+    add_setting(serve, bounds.MODELS_FILE, dest="models_file", metavar="FILE")
     for setting in SERVE_SETTINGS:
         add_setting(serve, setting)
 
@@ -70,18 +80,23 @@ def build_parser() -> argparse.ArgumentParser:
     fixture.add_argument(
         "--family",
         required=True,
-        help="encoder, decision or multimodal (other families register their own writers)",
+        help="encoder, decision or multimodal; other families register their own writers (required, no default)",
     )
     fixture.add_argument(
         "--variant",
         default=None,
-        help="encoder: embed, classify, multilabel or rerank; decision: llama or qwen3; multimodal: clip or siglip",
+        help="encoder: embed, classify, multilabel or rerank; decision: llama or qwen3; multimodal: clip or siglip "
+        "(default: the family's first)",
     )
-    fixture.add_argument("--seed", type=non_negative_int, default=0)
-    fixture.add_argument("--no-golden", action="store_true", help="skip recording golden.json")
+    fixture.add_argument(
+        "--seed", type=non_negative_int, default=0, help="seed of the random weights (default: %(default)s)"
+    )
+    fixture.add_argument("--no-golden", action="store_true", help="skip recording golden.json (default: record it)")
 
     pull = sub.add_parser("pull", help="place a built-in model in the local model store")
-    pull.add_argument("name", choices=sorted(CATALOG), metavar="NAME")
+    pull.add_argument(
+        "name", choices=sorted(CATALOG), metavar="NAME", help=f"a built-in model: {', '.join(sorted(CATALOG))}"
+    )
 
     from vllm_srun.app import simulate_cli
 
@@ -101,6 +116,7 @@ def serve_settings(ns: argparse.Namespace) -> WorkerSettings:
     """The settings a parsed `vllm-srun serve` command line gives."""
     return WorkerSettings(
         models=tuple(ns.models),
+        models_file=ns.models_file,
         device=ns.device,
         engine=ns.engine,
         host=ns.host,
@@ -120,6 +136,9 @@ def serve_settings(ns: argparse.Namespace) -> WorkerSettings:
         threads=ns.threads,
         log_level=ns.log_level,
         deterministic=ns.deterministic,
+        max_queue=ns.max_queue,
+        max_queued_tokens=ns.max_queued_tokens,
+        max_bundle_tasks=ns.max_bundle_tasks,
     )
 
 
@@ -147,6 +166,29 @@ def cpu_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[int, i
     return threads, budget_threads(budget_cpus), adaptive, omp_wait_policy(threads, env)
 
 
+def model_specs(settings: WorkerSettings, device: str) -> list[ModelSpec]:
+    """The models to serve: the models file's entries, else the MODEL arguments (else the
+    built-in default), each with the flags' engine args; refuses one line per problem."""
+    if settings.models_file is None:
+        return [ModelSpec(m, settings.engine_args) for m in settings.models or (DEFAULT_MODEL,)]
+    from vllm_srun.adapters.config.models_file import load_models_file
+    from vllm_srun.adapters.config.schema import ConfigError
+
+    try:
+        return load_models_file(
+            settings.models_file,
+            flags=settings.engine_args,
+            device=device,
+            engine=settings.engine,
+            admission=settings.admission,
+            dtype_refusal=dtype_refusal,
+        )
+    except OSError as exc:
+        refuse(f"--models {settings.models_file}: {exc.strerror or exc}")
+    except ConfigError as exc:
+        refuse_all(exc.problems)
+
+
 def serve(ns: argparse.Namespace) -> int:
     settings = serve_settings(ns)
     problems = settings.problems()
@@ -154,17 +196,17 @@ def serve(ns: argparse.Namespace) -> int:
         refuse("; ".join(problems))
     device = ns.device  # `auto` becomes a device when the container opens it (check_worker)
     refusal = None if device == "auto" else dtype_refusal(ns.dtype, device, ns.engine)
-    if refusal:
+    if refusal and settings.models_file is None:  # a models file's entries are checked one by one
         refuse(refusal)
     threads, budget, adaptive, policy = cpu_settings(ns, os.environ)
     if policy is not None:  # before torch (and its OpenMP) loads: it reads the policy once
         os.environ[WAIT_POLICY_ENV] = policy
-    args = settings.engine_args
+    specs = model_specs(settings, device)
     from vllm_srun.app.container import worker_container
     from vllm_srun.app.server import check_worker, run_worker
 
     container = worker_container(
-        [(m, args) for m in ns.models or [DEFAULT_MODEL]],
+        specs,
         device=device,
         engine=ns.engine,
         threads=threads,
@@ -176,9 +218,11 @@ def serve(ns: argparse.Namespace) -> int:
         adaptive_threads=adaptive,
         wait_policy=policy or os.environ.get(WAIT_POLICY_ENV) or None,
         deterministic=ns.deterministic,
+        admission=settings.admission,
+        max_bundle_tasks=ns.max_bundle_tasks,
     )
     try:
-        for warning in check_worker(container, args):
+        for warning in check_worker(container):
             print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
     except ValueError as exc:
         refuse(str(exc))

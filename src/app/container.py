@@ -10,7 +10,8 @@ flags into the container's config and call it. Tests override providers with fak
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from dependency_injector import containers, providers
@@ -25,6 +26,7 @@ from vllm_srun.adapters.front.app import FrontApp
 from vllm_srun.adapters.front.fleet import Fleet
 from vllm_srun.adapters.front.metrics import FrontEvents, FrontMetrics
 from vllm_srun.adapters.front.proxy import Proxy
+from vllm_srun.adapters.front.reconfigure import Reconfigurer
 from vllm_srun.adapters.http.app import create_app
 from vllm_srun.adapters.media.service import MediaService
 from vllm_srun.adapters.model_store import LocalModelStore
@@ -33,10 +35,12 @@ from vllm_srun.adapters.serving.calibration import KneeCalibrator
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
-from vllm_srun.adapters.serving.runtime import Runtime
+from vllm_srun.adapters.serving.runtime import DEFAULT_ADMISSION, Runtime
 from vllm_srun.domain import bounds
 from vllm_srun.domain.adaptive_threads import Mode
+from vllm_srun.domain.admission import AdmissionLimits
 from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.worker_settings import ModelSpec
 
 
 class WorkerContainer(containers.DeclarativeContainer):
@@ -83,13 +87,20 @@ class WorkerContainer(containers.DeclarativeContainer):
         adaptive_threads=config.adaptive_threads,
         wait_policy=config.wait_policy,
         deterministic=config.deterministic,
+        admission=config.admission,
+        open_device=providers.Factory(partial, open_device, probe=device_probe, progress=config.progress),
     )
 
-    app = providers.Singleton(create_app, runtime=runtime, max_request_bytes=config.max_request_bytes)
+    app = providers.Singleton(
+        create_app,
+        runtime=runtime,
+        max_request_bytes=config.max_request_bytes,
+        max_bundle_tasks=config.max_bundle_tasks,
+    )
 
 
 def worker_container(
-    models: Sequence[tuple[str, EngineArgs]],
+    models: Sequence[ModelSpec | tuple[str, EngineArgs]],
     *,
     device: str = "cpu",
     engine: str = "auto",
@@ -103,6 +114,8 @@ def worker_container(
     adaptive_threads: Mode = Mode.OFF,
     wait_policy: str | None = None,
     deterministic: bool = False,
+    admission: AdmissionLimits = DEFAULT_ADMISSION,
+    max_bundle_tasks: int = bounds.MAX_BUNDLE_TASKS.default,
 ) -> WorkerContainer:
     """A worker container with every setting given (defaults: the CLI's; `media_workers` None:
     one per 16 CPUs of the budget, 1 to 4)."""
@@ -129,6 +142,8 @@ def worker_container(
             "adaptive_threads": adaptive_threads,
             "wait_policy": wait_policy,
             "deterministic": deterministic,
+            "admission": admission,
+            "max_bundle_tasks": max_bundle_tasks,
         }
     )
     return container
@@ -156,7 +171,8 @@ class FrontContainer(containers.DeclarativeContainer):
         clock=clock,
     )
     proxy = providers.Singleton(Proxy, fleet, metrics, max_request_bytes=config.max_request_bytes, clock=clock)
-    app = providers.Singleton(FrontApp, fleet, proxy, metrics)
+    reconfigurer = providers.Singleton(Reconfigurer, fleet, load=config.load_config, check=config.check_config)
+    app = providers.Singleton(FrontApp, fleet, proxy, metrics, reconfigurer)
 
 
 def front_container(
@@ -167,7 +183,9 @@ def front_container(
     max_request_bytes: int,
     worker_log_level: str = "warning",
     env: dict[str, str] | None = None,
+    load_config: Callable[[], Any] | None = None,
 ) -> FrontContainer:
+    """LOAD_CONFIG reads the config again for a reload (default: the same config, unchanged)."""
     container = FrontContainer()
     container.config.from_dict(
         {
@@ -177,6 +195,8 @@ def front_container(
             "max_request_bytes": max_request_bytes,
             "worker_log_level": worker_log_level,
             "env": env,
+            "load_config": load_config or (lambda: front_config),
+            "check_config": lambda config: None,
         }
     )
     return container

@@ -45,7 +45,7 @@ def add_setting(
     """Add `setting` as `setting.flag`. `default` None leaves the value unset (a front flag that
     writes into the config only when given); `--help` still shows the effective default."""
     value = setting.default if default is KEEP else default
-    text = setting.help_text()
+    text = extra.pop("help", None) or setting.help_text()
     if isinstance(setting, bounds.SwitchSetting):
         parser.add_argument(setting.flag, action=argparse.BooleanOptionalAction, default=value, help=text, **extra)
     elif isinstance(setting, bounds.ChoiceSetting):

@@ -59,7 +59,12 @@ DEPLOYMENT_SETTINGS = (
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
     from vllm_srun.adapters.config.overrides import PLATFORMS
 
-    p.add_argument("model", nargs="?", metavar="MODEL", help="artifact of the default deployment")
+    p.add_argument(
+        "model",
+        nargs="?",
+        metavar="MODEL",
+        help="artifact of the default deployment (default: the config's, else all-MiniLM-L6-v2)",
+    )
     p.add_argument(
         "-e",
         "--engine",
@@ -70,7 +75,7 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
         help="Engine mode (serve the model runtime; LLM routing is out of scope); "
         f"with a value, the runtime engine: {bounds.ENGINE.rule()} (default: {bounds.ENGINE.default})",
     )
-    p.add_argument("--config", metavar="FILE", help="the canonical config (YAML)")
+    p.add_argument("--config", metavar="FILE", help="the canonical config (YAML) (default: none, the flags alone)")
     p.add_argument(
         "--platform",
         choices=PLATFORMS,
@@ -83,9 +88,15 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         metavar="N",
-        help="workers of the default deployment",
+        help="workers of the default deployment (default: as configured, else 1)",
     )
-    p.add_argument("--device-ids", type=_device_ids, default=None, metavar="IDS", help="GPU indices, e.g. 0,1")
+    p.add_argument(
+        "--device-ids",
+        type=_device_ids,
+        default=None,
+        metavar="IDS",
+        help="GPU indices, e.g. 0,1 (default: the first available GPUs for a new GPU placement)",
+    )
     for setting in DEPLOYMENT_SETTINGS:
         add_setting(p, setting, default=None)
 
@@ -105,18 +116,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="on SIGTERM, how long in-flight requests may take before workers stop (default: %(default)g)",
     )
     add_setting(serve, bounds.LOG_LEVEL)
+    add_setting(serve, bounds.PID_FILE, metavar="FILE")
+    reload = sub.add_parser(
+        "reload",
+        help="apply the config again on a running `vllm-sr serve` (SIGHUP), without failing a request",
+        description="Find the running front through its pid file, send it SIGHUP and wait for the outcome: "
+        "it reads its --config file again with the flags it was started with, starts new workers, "
+        "publishes the new pool once they are ready, and retires the workers no longer wanted. "
+        "Exit status 0: applied; 2: the config was refused (one line per problem; the old one keeps "
+        "serving); 1: the new workers did not get ready (nothing changed).",
+    )
+    add_setting(
+        reload, bounds.FRONT_PORT, help=f"the port of the front to reload (default: {bounds.FRONT_PORT.default})"
+    )
+    add_setting(reload, bounds.PID_FILE, metavar="FILE", help="the front's pid file (default: the one of --port)")
+    add_setting(reload, bounds.RELOAD_TIMEOUT_S, metavar="S")
     config = sub.add_parser("config", help="show or migrate the canonical config")
     config_sub = config.add_subparsers(dest="config_command", required=True, parser_class=OneLineParser)
     show = config_sub.add_parser("show", help="print the config `serve` would run, as YAML")
     _add_config_flags(show)
     migrate = config_sub.add_parser("migrate", help="rewrite removed settings (prints, or --write)")
-    migrate.add_argument("file", metavar="FILE")
-    migrate.add_argument("--write", action="store_true", help="rewrite FILE in place")
+    migrate.add_argument("file", metavar="FILE", help="the config to migrate")
+    migrate.add_argument("--write", action="store_true", help="rewrite FILE in place (default: print the result)")
     return parser
 
 
 def resolve_config(ns: argparse.Namespace):
     """The canonical config: the file (or an empty one), then the flags; refuses on a problem."""
+    from vllm_srun.adapters.config.schema import ConfigError
+
+    try:
+        return build_config(ns)
+    except ConfigError as exc:
+        refuse("; ".join(exc.problems))
+
+
+def build_config(ns: argparse.Namespace):
+    """The canonical config of the file and the flags (read again on every reload); raises
+    ConfigError with one line per problem."""
     from vllm_srun.adapters.catalog import DEFAULT_MODEL
     from vllm_srun.adapters.config.loader import load_config_file
     from vllm_srun.adapters.config.overrides import GPU_PLATFORMS, apply_cli_overrides
@@ -125,14 +162,12 @@ def resolve_config(ns: argparse.Namespace):
     model, engine = ns.model, ns.engine
     if engine is not None and engine != ENGINE_MODE and not bounds.ENGINE.accepts(engine):
         if model is not None:
-            refuse(f"--engine: expected {bounds.ENGINE.rule()}, got {engine!r}")
+            raise ConfigError([f"--engine: expected {bounds.ENGINE.rule()}, got {engine!r}"])
         model, engine = engine, ENGINE_MODE  # `-e MODEL`: the value was the model
     try:
         config = load_config_file(ns.config) if ns.config else FrontConfig()
     except OSError as exc:
-        refuse(f"--config {ns.config}: {exc.strerror or exc}")
-    except ConfigError as exc:
-        refuse("; ".join(exc.problems))
+        raise ConfigError([f"--config {ns.config}: {exc.strerror or exc}"]) from None
     if model is None and not config.deployments:
         model = DEFAULT_MODEL  # like `vllm-srun serve`: the embedded default
     platform = ns.platform
@@ -148,19 +183,16 @@ def resolve_config(ns: argparse.Namespace):
         found, ids = detect_gpus()
         gpus = ids if found == platform else []
     args = {setting.name: getattr(ns, setting.name) for setting in DEPLOYMENT_SETTINGS}
-    try:
-        return apply_cli_overrides(
-            config,
-            model=model,
-            engine=engine or None,
-            platform=platform,
-            data_parallel_size=ns.data_parallel_size,
-            device_ids=ns.device_ids,
-            engine_args=args,
-            available_gpus=gpus,
-        )
-    except ConfigError as exc:
-        refuse("; ".join(exc.problems))
+    return apply_cli_overrides(
+        config,
+        model=model,
+        engine=engine or None,
+        platform=platform,
+        data_parallel_size=ns.data_parallel_size,
+        device_ids=ns.device_ids,
+        engine_args=args,
+        available_gpus=gpus,
+    )
 
 
 def _unplaced(config) -> bool:
@@ -210,6 +242,7 @@ def config_migrate(ns: argparse.Namespace) -> int:
 def serve(ns: argparse.Namespace) -> int:
     config = resolve_config(ns)
     from vllm_srun.adapters.config.schema import ConfigError
+    from vllm_srun.adapters.front.control import default_pid_file
     from vllm_srun.app.front_server import prepare_front, run_front
 
     try:
@@ -220,6 +253,8 @@ def serve(ns: argparse.Namespace) -> int:
             max_request_bytes=ns.max_request_bytes,
             log_level=ns.log_level,
             env=dict(os.environ),
+            load_config=lambda: build_config(ns),
+            pid_file=Path(ns.pid_file) if ns.pid_file else default_pid_file(ns.port),
         )
     except ConfigError as exc:  # the workers' settings, one line per problem
         refuse("; ".join(exc.problems))
@@ -228,10 +263,37 @@ def serve(ns: argparse.Namespace) -> int:
     return run_front(front, drain_timeout_s=ns.drain_timeout)
 
 
+def reload(ns: argparse.Namespace) -> int:
+    from vllm_srun.adapters.front.control import ReloadError, default_pid_file, reload_front
+
+    path = Path(ns.pid_file) if ns.pid_file else default_pid_file(ns.port)
+    try:
+        status = reload_front(path, ns.timeout)
+    except ReloadError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    if status["state"] == "refused":
+        for problem in status["problems"]:
+            print(f"{PROG}: error: {problem}", file=sys.stderr, flush=True)
+        return 2
+    if status["state"] != "done":
+        for problem in status["problems"]:
+            print(f"{PROG}: error: reload failed, the old config keeps serving: {problem}", file=sys.stderr)
+        return 1
+    print(
+        f"{PROG}: reloaded in {status['seconds']:g} s: kept {', '.join(status['kept']) or 'none'}; "
+        f"started {', '.join(status['started']) or 'none'}; retired {', '.join(status['retired']) or 'none'}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     if ns.command == "serve":
         return serve(ns)
+    if ns.command == "reload":
+        return reload(ns)
     if ns.config_command == "show":
         return config_show(ns)
     return config_migrate(ns)

@@ -6,6 +6,10 @@ admission — new requests get 503 `not_ready` with `Connection: close` and /hea
 503 — while requests in flight finish (up to `--drain-timeout`); then the workers stop
 (SIGTERM, SIGKILL after 10 s), the server closes and the process exits 0. A second signal
 kills the workers and exits at once (status 1).
+
+Reload (R-REP-2): SIGHUP reads the config again and applies it live
+(`adapters/front/reconfigure.py`); the pid file (`adapters/front/control.py`) lets
+`vllm-sr reload` find this front.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -28,10 +33,13 @@ import uvicorn
 from vllm_srun.adapters.config.schema import FrontConfig
 from vllm_srun.adapters.contracts import quiet
 from vllm_srun.adapters.front.app import FrontApp
+from vllm_srun.adapters.front.control import FrontRecord, remove_pid_file, write_pid_file
 from vllm_srun.adapters.front.fleet import Fleet
 from vllm_srun.adapters.front.proxy import Proxy
+from vllm_srun.adapters.front.reconfigure import Reconfigurer
 from vllm_srun.adapters.workers.cpu_budget import managed_worker_threads
 from vllm_srun.app.container import FrontContainer, front_container
+from vllm_srun.domain import bounds
 
 log = logging.getLogger("vllm_srun.front")
 WORKER_STOP_GRACE_S = 10.0
@@ -46,6 +54,10 @@ class PreparedFront:
     socket_dir: str
     where: str
     log_level: str
+    reconfigurer: Reconfigurer
+    pid_file: Path | None = None
+    host: str = bounds.HOST.default
+    port: int = bounds.FRONT_PORT.default
 
 
 def _check_packages(config: FrontConfig, container: FrontContainer) -> None:
@@ -86,9 +98,12 @@ def prepare_front(
     max_request_bytes: int,
     log_level: str = "info",
     env: dict[str, str] | None = None,
+    load_config: Callable[[], FrontConfig] | None = None,
+    pid_file: Path | None = None,
 ) -> PreparedFront:
     """Everything short of starting workers; raises ValueError with a one-line refusal, or
-    ConfigError (a ValueError) with one line per problem of the workers' settings."""
+    ConfigError (a ValueError) with one line per problem of the workers' settings.
+    LOAD_CONFIG reads the config again on a reload (SIGHUP)."""
     threads = managed_worker_threads(env)  # InvalidThreadOverride is a ValueError
     socket_dir = tempfile.mkdtemp(prefix="vllm-sr-")  # mode 0700: only this user reaches the workers
     container = front_container(
@@ -98,7 +113,9 @@ def prepare_front(
         max_request_bytes=max_request_bytes,
         worker_log_level="info" if log_level == "debug" else "warning",
         env=env,
+        load_config=load_config,
     )
+    container.config.check_config.from_value(lambda new: _check_packages(new, container))
     try:
         _check_packages(config, container)
         fleet = container.fleet()  # ConfigError when a worker would refuse its settings
@@ -108,8 +125,11 @@ def prepare_front(
         raise
     proxy = container.proxy()
     app = container.app()
+    port = sock.getsockname()[1]
     where = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    return PreparedFront(fleet, proxy, app, sock, socket_dir, where, log_level)
+    return PreparedFront(
+        fleet, proxy, app, sock, socket_dir, where, log_level, container.reconfigurer(), pid_file, host, port
+    )
 
 
 class _Server(uvicorn.Server):
@@ -151,10 +171,17 @@ async def _serve(front: PreparedFront, drain_timeout_s: float) -> int:
         shutil.rmtree(front.socket_dir, ignore_errors=True)
         os._exit(1)
 
+    def on_reload() -> None:
+        if signals == 0:  # never while draining
+            front.reconfigurer.request()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
+    loop.add_signal_handler(signal.SIGHUP, on_reload)
     await front.fleet.start()
     serving = asyncio.ensure_future(server.serve(sockets=[front.sock]))
+    if front.pid_file is not None:
+        write_pid_file(front.pid_file, FrontRecord(os.getpid(), front.host, front.port))
     names = ", ".join(f"{d.name} ({len(d.handles)} worker(s))" for d in front.fleet.deployments.values())
     print(f"vllm-sr: serving {names} on {front.where}", file=sys.stderr, flush=True)
     stopped = asyncio.ensure_future(stop.wait())
@@ -187,3 +214,5 @@ def run_front(front: PreparedFront, *, drain_timeout_s: float = 30.0) -> int:
         return run_loop(_serve(front, drain_timeout_s))
     finally:
         shutil.rmtree(front.socket_dir, ignore_errors=True)
+        if front.pid_file is not None:
+            remove_pid_file(front.pid_file, os.getpid())

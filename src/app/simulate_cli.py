@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from vllm_srun.domain.lanes import Accounting, Lane
@@ -18,20 +19,73 @@ from vllm_srun.domain.simulation import DeviceModel, TraceRequest, simulate, syn
 def add_parser(sub: argparse._SubParsersAction, positive_int, window_ms) -> None:
     p = sub.add_parser("simulate", help="replay a load against a device cost model with the real scheduler")
     p.add_argument(
-        "--trace", type=Path, default=None, help='JSON lines {"t": s, "rows": [tokens…]}; default: synthetic'
+        "--trace",
+        type=Path,
+        default=None,
+        help='JSON lines {"t": s, "rows": [tokens…]} to replay (default: a synthetic load)',
     )
-    p.add_argument("--requests", type=positive_int, default=2000)
-    p.add_argument("--rate", type=float, default=500.0, help="synthetic arrivals per second")
-    p.add_argument("--rows-per-request", type=positive_int, default=1)
-    p.add_argument("--min-tokens", type=positive_int, default=4)
-    p.add_argument("--max-tokens", type=positive_int, default=64)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-num-seqs", type=positive_int, default=256)
-    p.add_argument("--max-num-batched-tokens", type=positive_int, default=8192)
-    p.add_argument("--batch-window-ms", type=window_ms, default=2.0)
-    p.add_argument("--accounting", choices=["padded", "packed"], default="padded")
-    p.add_argument("--overhead-ms", type=float, default=2.0, help="device time of an empty forward")
-    p.add_argument("--us-per-token", type=float, default=20.0, help="device time per counted token")
+    p.add_argument("--requests", type=positive_int, default=2000, help="synthetic requests (default: %(default)s)")
+    p.add_argument(
+        "--rate", type=_number_above(0.0), default=500.0, help="synthetic arrivals per second (default: %(default)g)"
+    )
+    p.add_argument(
+        "--rows-per-request", type=positive_int, default=1, help="rows of a synthetic request (default: %(default)s)"
+    )
+    p.add_argument(
+        "--min-tokens", type=positive_int, default=4, help="fewest tokens of a synthetic row (default: %(default)s)"
+    )
+    p.add_argument(
+        "--max-tokens", type=positive_int, default=64, help="most tokens of a synthetic row (default: %(default)s)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic load (default: %(default)s)")
+    p.add_argument(
+        "--max-num-seqs", type=positive_int, default=256, help="most rows in one forward (default: %(default)s)"
+    )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=positive_int,
+        default=8192,
+        help="most counted tokens in one forward (default: %(default)s)",
+    )
+    p.add_argument(
+        "--batch-window-ms",
+        type=window_ms,
+        default=2.0,
+        help="milliseconds the first queued row waits for company (default: %(default)g)",
+    )
+    p.add_argument(
+        "--accounting",
+        choices=["padded", "packed"],
+        default="padded",
+        help="how a forward's tokens are counted (default: %(default)s)",
+    )
+    p.add_argument(
+        "--overhead-ms",
+        type=_number_above(-1e-12),
+        default=2.0,
+        help="device time of an empty forward (default: %(default)g)",
+    )
+    p.add_argument(
+        "--us-per-token",
+        type=_number_above(-1e-12),
+        default=20.0,
+        help="device time per counted token (default: %(default)g)",
+    )
+
+
+def _number_above(low: float) -> Callable[[str], float]:
+    """An argparse type: a finite number above LOW, refused in one line otherwise."""
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not low < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a finite number {'> 0' if low >= 0 else '>= 0'}, got {text}")
+        return value
+
+    return convert
 
 
 def load_trace(path: Path) -> list[TraceRequest]:

@@ -297,12 +297,54 @@ UDS: TextSetting[str | None] = TextSetting(
     help="serve on this Unix socket instead of TCP",
 )
 
+# ---- admission and bundles (R-ADM-1, R-PERF-1) -------------------------------------------------------
+MAX_QUEUE = IntSetting(
+    name="max_queue",
+    low=1,
+    default=64,
+    help="unanswered requests one model may hold; past it: 429 overloaded with Retry-After",
+)
+MAX_QUEUED_TOKENS = IntSetting(
+    name="max_queued_tokens",
+    low=1,
+    default=65_536,
+    help="tokens of the unanswered requests one model may hold, counted as request-body bytes "
+    "(an upper bound); applies only while a request is pending",
+)
+MAX_BUNDLE_TASKS = IntSetting(
+    name="max_bundle_tasks",
+    low=1,
+    high=1024,
+    default=64,
+    help="most tasks one /v1/bundle request may hold; more: 413",
+)
+MODELS_FILE: TextSetting[str | None] = TextSetting(
+    name="models",
+    default=None,
+    shown="none",
+    help="a YAML file of the models to serve, each with its own served name, device and engine "
+    "arguments (refused together with MODEL arguments)",
+)
+
 # ---- the front -------------------------------------------------------------------------------------
 TIMEOUT_MS = IntSetting(
     name="timeout_ms",
     low=1,
     default=60_000,
     help="the default deployment's request timeout, in milliseconds",
+)
+PID_FILE: TextSetting[str | None] = TextSetting(
+    name="pid_file",
+    default=None,
+    shown="$XDG_RUNTIME_DIR/vllm-sr/PORT.json, else <tmp>/vllm-sr-UID/PORT.json",
+    help="the file that names the front's pid, host and port, for `vllm-sr reload`",
+)
+RELOAD_TIMEOUT_S = FloatSetting(
+    name="timeout",
+    low=1.0,
+    high=86_400.0,
+    default=600.0,
+    help="seconds `vllm-sr reload` waits for the reload's outcome",
 )
 
 

@@ -13,12 +13,34 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_srun.domain import bounds
+from vllm_srun.domain.admission import AdmissionLimits
 from vllm_srun.domain.engine_args import EngineArgs
 
 
 @dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """One model a worker serves: its artifact and engine args, and what a models file entry
+    (`--models FILE`) may set besides: the served name, the device and the admission limits.
+    None: the worker's (the folder name, `--device`, `--max-queue`/`--max-queued-tokens`)."""
+
+    artifact: str
+    args: EngineArgs = field(default_factory=EngineArgs)
+    name: str | None = None
+    device: str | None = None
+    admission: AdmissionLimits | None = None
+
+    @property
+    def served_name(self) -> str:
+        """The name requests use: `name`, else the artifact's last path part."""
+        if self.name:
+            return self.name
+        return self.artifact.rstrip("/").rsplit("/", 1)[-1] or self.artifact
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerSettings:
-    models: tuple[str, ...] = ()  # none: the built-in default model
+    models: tuple[str, ...] = ()  # none: the built-in default model (or the models file's)
+    models_file: str | None = bounds.MODELS_FILE.default
     device: str = bounds.DEVICE.default
     engine: str = bounds.ENGINE.default
     host: str = bounds.HOST.default
@@ -31,6 +53,13 @@ class WorkerSettings:
     threads: int | None = bounds.THREADS.default
     log_level: str = bounds.LOG_LEVEL.default
     deterministic: bool = bounds.DETERMINISTIC.default
+    max_queue: int = bounds.MAX_QUEUE.default
+    max_queued_tokens: int = bounds.MAX_QUEUED_TOKENS.default
+    max_bundle_tasks: int = bounds.MAX_BUNDLE_TASKS.default
+
+    @property
+    def admission(self) -> AdmissionLimits:
+        return AdmissionLimits(self.max_queue, self.max_queued_tokens)
 
     def _valued(self) -> list[tuple[bounds.Setting[Any], object]]:
         """Every setting with its value, in the order `to_argv()` writes them."""
@@ -53,6 +82,10 @@ class WorkerSettings:
             (bounds.THREADS, self.threads),
             (bounds.MAX_REQUEST_BYTES, self.max_request_bytes),
             (bounds.DETERMINISTIC, self.deterministic),
+            (bounds.MAX_QUEUE, self.max_queue),
+            (bounds.MAX_QUEUED_TOKENS, self.max_queued_tokens),
+            (bounds.MAX_BUNDLE_TASKS, self.max_bundle_tasks),
+            (bounds.MODELS_FILE, self.models_file),
         ]
 
     def problems(self) -> list[str]:
@@ -62,7 +95,8 @@ class WorkerSettings:
             for model in self.models
             if model == "" or model.startswith("-")
         ]
-        return named + bounds.problems(self._valued())
+        both = ["--models FILE is refused together with MODEL arguments"] if self.models and self.models_file else []
+        return named + both + bounds.problems(self._valued())
 
     def to_argv(self) -> list[str]:
         """The `vllm-srun` arguments (after the program name): `serve MODEL… --flag=value…`."""

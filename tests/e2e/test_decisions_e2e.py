@@ -147,3 +147,17 @@ def test_sdk_against_smollm2() -> None:
     assert 0 <= result.nouls["billing"].noul <= 1 and result.choices["tone"].choice in {"calm", "angry"}
     assert card["golden"]["status"] == "matched", card["golden"]
     assert card["dtype"] == "float32" and card["limits"]["max_input_tokens"] == 8192
+
+
+def test_sdk_default_model_name_and_models_list(decision_server: str) -> None:
+    """With one decision model served, the SDK works without naming one (it sends its default,
+    `jev-latest`), and `models.list()` parses our /v1/models."""
+    from typesafe_sdk.constants import DEFAULT_MODEL
+
+    with TypeSafeClient(api_key="unused", base_url=decision_server) as plain:
+        result = plain.system_one(state="I was charged twice.", questions={"billing": Noul(instructions="Billing?")})
+        assert 0 <= result.nouls["billing"].noul <= 1
+        listed = plain.models.list()
+    names = [m.name for m in listed.models]
+    assert names == ["tiny-decision-llama", DEFAULT_MODEL]
+    assert all(len(m.release_date) == 10 and m.description for m in listed.models)

@@ -113,3 +113,18 @@ def tiny_classifier_factory(tmp_path: Path) -> Callable[..., Path]:
         return folder
 
     return make
+
+
+@pytest.fixture(scope="session")
+def fake_packages(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two packages of the fake family (every surface, no torch), served as `fake-a` and `fake-b`."""
+    from tests.integration.test_fake_family import registries
+    from tests.stores import session_store
+    from vllm_srun.app.fixtures import write_fixture
+
+    families, engines = registries()
+    root = tmp_path_factory.mktemp("fake-packages")
+    return [
+        write_fixture(root / name, "fake", "all", 0, families=families, engines=engines, store=session_store())
+        for name in ("fake-a", "fake-b")
+    ]

@@ -15,19 +15,23 @@ from tests.stores import session_store
 from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.app.container import WorkerContainer, worker_container
 from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.worker_settings import ModelSpec
 
 
-def container_for(models: list[Path | tuple[Path, EngineArgs]], **settings: Any) -> WorkerContainer:
+def container_for(models: list[Path | tuple[Path, EngineArgs] | ModelSpec], **settings: Any) -> WorkerContainer:
     """The worker container of these packages, with the test session's store."""
-    pairs = [m if isinstance(m, tuple) else (m, EngineArgs()) for m in models]
-    container = worker_container([(str(f), a) for f, a in pairs], **settings)
+    specs = [
+        m if isinstance(m, ModelSpec) else ModelSpec(str(m[0]), m[1]) if isinstance(m, tuple) else ModelSpec(str(m))
+        for m in models
+    ]
+    container = worker_container(specs, **settings)
     container.store.override(providers.Object(session_store()))
     return container
 
 
 @contextmanager
 def serving(
-    models: list[Path | tuple[Path, EngineArgs]] | WorkerContainer, **settings: Any
+    models: list[Path | tuple[Path, EngineArgs] | ModelSpec] | WorkerContainer, **settings: Any
 ) -> Iterator[tuple[TestClient, Runtime]]:
     """Yield (client, runtime) once every model finished loading (ready or failed). MODELS is a
     list of packages (a container is built for them) or a container tests have overridden."""

@@ -19,6 +19,7 @@ from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.plugins import ENGINES_GROUP, FAMILIES_GROUP, PluginConflict, PluginInfo
 from vllm_srun.app.fixtures import write_fixture
+from vllm_srun.domain.engine_args import EngineArgs
 
 FAKE_FAMILY = PluginInfo(FAMILIES_GROUP, "fake", "fake-srun-plugin", "1.0")
 FAKE_ENGINE = PluginInfo(ENGINES_GROUP, "fake", "fake-srun-plugin", "1.0")
@@ -66,6 +67,7 @@ def test_every_surface_over_http(fake_package: Path) -> None:
         }
         embedded = client.post("/v1/embeddings", json={"input": ["the cat", "a red bird"], "dimensions": 4})
         assert embedded.status_code == 200 and [len(d["embedding"]) for d in embedded.json()["data"]] == [4, 4]
+        assert embedded.json()["object"] == "list"  # like the OpenAI API, always said
         classified = client.post("/v1/classify", json={"input": ["help", {"text": "the order", "text_pair": "refund"}]})
         assert classified.status_code == 200 and classified.json()["labels"] == ["calm", "urgent", "spam"]
         for path in ("/v1/rerank", "/v2/rerank"):
@@ -139,3 +141,30 @@ def test_auto_picks_the_first_engine_that_serves_the_kind() -> None:
     assert isinstance(engines.plugins.get("native"), NativePlugin)
     assert isinstance(engines.plugins.get("onnxruntime"), OnnxRuntimePlugin)
     assert engines.choices() == ["auto", "native", "onnxruntime", "fake"]
+
+
+def test_a_built_in_model_missing_from_the_store_is_pulled_at_load(fake_package: Path, tmp_path: Path) -> None:
+    """`vllm-srun serve NAME` of a built-in the store lacks pulls it (with progress) instead of
+    staying up unhealthy (FakeStore: the pull hands back the fake package)."""
+    from tests.fakes import FakeStore
+    from vllm_srun.adapters.catalog import DEFAULT_MODEL
+
+    class PullingStore(FakeStore):
+        def pull(self, name: str, progress: Any) -> Path:
+            progress(f"pull: {name} (fake)")
+            self.folders[name] = fake_package
+            return super().pull(name, progress)
+
+    store = PullingStore({}, tmp_path, tmp_path / ".engines")
+    said: list[str] = []
+    container = fake_container(fake_package, progress=said.append)
+    container.config.models.from_value([(DEFAULT_MODEL, EngineArgs()), ("not-built-in", EngineArgs())])
+    container.store.override(providers.Object(store))
+    with serving(container) as (client, rt):
+        assert store.pulled == [DEFAULT_MODEL]  # a name that is not built in is never pulled
+        assert rt.models[DEFAULT_MODEL].status == "ready" and rt.models["not-built-in"].status == "failed"
+        assert (
+            any("not in the store yet: pulling it" in line for line in said) and f"pull: {DEFAULT_MODEL} (fake)" in said
+        )
+        r = client.post("/v1/embeddings", json={"model": DEFAULT_MODEL, "input": "the cat"})
+        assert r.status_code == 200

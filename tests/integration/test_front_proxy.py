@@ -343,3 +343,52 @@ def test_draining_refuses_new_requests_and_reports() -> None:
         await worker.stop()
 
     scenario(go)
+
+
+def test_a_bundle_goes_to_one_deployment_and_its_models_are_rewritten_both_ways() -> None:
+    async def go() -> None:
+        worker = await FakeWorker(model="fake-a").start()
+        other = await FakeWorker(model="fake-b").start()
+        config = config_for(
+            {"primary": attached(worker, result_cache_entries=0), "second": attached(other, result_cache_entries=0)}
+        )
+        async with Front(config) as front:
+            await front.ready("primary", 1)
+            tasks = [
+                {"id": "1", "embeddings": {"input": "x", "model": "primary"}},
+                {"id": "2", "classify": {"input": "y"}},
+            ]
+            r = await front.post({"tasks": tasks}, path="/v1/bundle")
+            assert r.status_code == 200, r.text
+            sent = worker.received[-1]["tasks"]
+            assert [t.get("embeddings", t.get("classify"))["model"] for t in sent] == ["fake-a", "fake-a"]
+            got = r.json()["results"]
+            assert [x["id"] for x in got] == ["1", "2"]
+            assert got[0]["embeddings"]["model"] == "primary" and got[1]["classify"]["model"] == "primary"
+            mixed = [tasks[0], {"id": "3", "embeddings": {"input": "z", "model": "second"}}]
+            r = await front.post({"tasks": mixed}, path="/v1/bundle")
+            assert r.status_code == 400 and "one deployment" in r.json()["error"]["message"]
+            assert len(worker.received) == 1 and other.received == []
+        await worker.stop()
+        await other.stop()
+
+    scenario(go)
+
+
+def test_the_typesafe_default_name_reaches_the_decision_deployment() -> None:
+    async def go() -> None:
+        embed = await FakeWorker(name="embed", model="e").start()
+        decide = await FakeWorker(name="decide", model="d", card={"surfaces": ["decisions"]}).start()
+        config = config_for({"vectors": attached(embed), "judge": attached(decide)})
+        async with Front(config) as front:
+            await front.ready("vectors", 1)
+            await front.ready("judge", 1)
+            r = await front.post({"model": "jev-latest", "input": "x"}, path="/v1/systemone")
+            assert r.status_code == 200 and r.json()["worker"] == "decide" and decide.received[-1]["model"] == "d"
+            listed = (await front.client.get("/v1/models")).json()
+            assert [m["name"] for m in listed["models"]] == ["vectors", "judge", "jev-latest"]
+            assert [c["id"] for c in listed["data"]] == ["vectors", "judge"]
+        await embed.stop()
+        await decide.stop()
+
+    scenario(go)

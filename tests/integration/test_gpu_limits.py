@@ -154,23 +154,23 @@ def test_auto_resolves_through_the_container_and_refusals_are_one_line(package: 
         providers.Object(FakeProbe(CUDA2, {0: (1 * GIB, 80 * GIB), 1: (70 * GIB, 80 * GIB)}))
     )
     assert container.device() == CudaDevice(1)
-    cpu_only = container_for([package], device="auto")
+    cpu_only = container_for([(package, EngineArgs(dtype="float16"))], device="auto")
     cpu_only.device_probe.override(providers.Object(FakeProbe(CPU_BUILD)))
     with pytest.raises(ValueError, match=r"^--dtype float16 runs on GPUs only \(device cpu\)"):
-        check_worker(cpu_only, EngineArgs(dtype="float16"))
+        check_worker(cpu_only)
     assert cpu_only.device() == CpuDevice()
     missing = container_for([package], device="cuda:3")
     missing.device_probe.override(providers.Object(FakeProbe(CUDA2)))
     with pytest.raises(ValueError, match="GPU index out of range; this process sees 2 GPU"):
-        check_worker(missing, EngineArgs())
-    mps = container_for([package], device="mps", engine="native")
+        check_worker(missing)
+    mps = container_for([(package, EngineArgs(dtype="bfloat16"))], device="mps", engine="native")
     mps.device.override(providers.Object(FakeDevice(kind="mps", native_dtypes=frozenset({"float32", "float16"}))))
     with pytest.raises(ValueError, match="device mps has no bfloat16 kernels"):
-        check_worker(mps, EngineArgs(dtype="bfloat16"))
+        check_worker(mps)
     mps_ort = container_for([package], device="mps", engine="onnxruntime")
     mps_ort.device.override(providers.Object(FakeDevice(kind="mps", native_dtypes=frozenset({"float32"}))))
     with pytest.raises(ValueError, match="the onnxruntime engine has no execution provider for mps devices"):
-        check_worker(mps_ort, EngineArgs())
+        check_worker(mps_ort)
 
 
 def test_a_calibration_that_breaks_leaves_the_class_budget_and_says_why(package: Path) -> None:

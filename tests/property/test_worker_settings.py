@@ -50,7 +50,11 @@ SETTINGS = st.builds(
     threads=maybe(ints(bounds.THREADS)),
     log_level=st.sampled_from(bounds.LOG_LEVEL.choices),
     deterministic=st.booleans(),
-)
+    max_queue=ints(bounds.MAX_QUEUE),
+    max_queued_tokens=ints(bounds.MAX_QUEUED_TOKENS),
+    max_bundle_tasks=ints(bounds.MAX_BUNDLE_TASKS),
+    models_file=maybe(TEXT),
+).filter(lambda settings: not (settings.models and settings.models_file is not None))
 
 
 def read_back(settings: WorkerSettings) -> WorkerSettings:

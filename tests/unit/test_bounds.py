@@ -154,3 +154,21 @@ def test_the_built_in_engines_are_the_engine_choices() -> None:
     from vllm_srun.adapters.engines.registry import AUTO, EngineRegistry
 
     assert (AUTO, *sorted(EngineRegistry().names())) == (bounds.ENGINE.choices[0], *sorted(bounds.ENGINE.choices[1:]))
+
+
+def _every_action(parser: argparse.ArgumentParser, command: str) -> Any:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _every_action(sub, f"{command} {name}")
+        elif not isinstance(action, argparse._HelpAction):
+            yield command, action
+
+
+@pytest.mark.parametrize("parser", [cli.build_parser(), front_cli.build_parser()], ids=["vllm-srun", "vllm-sr"])
+def test_every_flag_of_every_command_says_what_it_does_and_its_default(parser: argparse.ArgumentParser) -> None:
+    for command, action in _every_action(parser, parser.prog):
+        what = f"{command} {action.option_strings or action.dest}"
+        assert action.help and len(action.help) > 10, what
+        if action.option_strings:  # a flag: its default in words, like vLLM's CLI
+            assert "(default: " in action.help or "(required" in action.help, what

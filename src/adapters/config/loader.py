@@ -46,6 +46,7 @@ STEP = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
 FIELD = re.compile(r"Object (contains unknown|missing required) field `(.*)`")
 __all__ = [
     "ConfigError",
+    "conversion_problems",
     "dump_config",
     "load_config_data",
     "load_config_file",
@@ -74,10 +75,17 @@ def load_config_data(data: Any, *, source: str = "config.yaml") -> FrontConfig:
 
 def validate_config_data(data: Any, *, source: str = "config.yaml") -> list[str]:
     """Every problem of a parsed config, one line each; [] when it loads."""
-    pruning = _Pruning(data, source)
-    while (error := _failure(pruning.work, FrontConfig)) and pruning.prune(error):
+    return conversion_problems(data, FrontConfig, source=source) + (
+        relation_problems(data) if isinstance(data, dict) else []
+    )
+
+
+def conversion_problems(data: Any, target: type, *, source: str) -> list[str]:
+    """Every problem converting parsed YAML to the Struct TARGET, one line each, in file order."""
+    pruning = _Pruning(data, source, target)
+    while (error := _failure(pruning.work, target)) and pruning.prune(error):
         pass
-    return pruning.problems + (relation_problems(data) if isinstance(data, dict) else [])
+    return pruning.problems
 
 
 def dump_config(config: FrontConfig) -> str:
@@ -96,8 +104,8 @@ def _drop_unset(value: Any) -> Any:
 class _Pruning:
     """A copy of the data from which what each problem is about is pruned, one line each."""
 
-    def __init__(self, data: Any, source: str) -> None:
-        self.work, self.source = copy.deepcopy(data), source
+    def __init__(self, data: Any, source: str, root: type) -> None:
+        self.work, self.source, self.root = copy.deepcopy(data), source, root
         self.problems: list[str] = []
         self.refused: set[tuple[Any, ...]] = set()  # fields whose value was refused (and pruned)
         self.dropped: dict[tuple[Any, ...], list[int]] = {}  # list (as written) → pruned indices
@@ -113,7 +121,7 @@ class _Pruning:
         written: list[Any] = []  # the same place in the data as written
         for name, index in STEP.findall(where or ""):
             if index == "...":  # the first entry that fails alone (msgspec reads in order);
-                entries = _node_at(written).value_type.cls  # the config's mappings hold sections
+                entries = _node_at(self.root, written).value_type.cls  # the config's mappings hold sections
                 name = next(k for k, v in _get(self.work, path).items() if _failure(v, entries))
             step = int(index) if index.isdigit() else name
             written.append(_as_written(step, self.dropped.get(tuple(written), [])))
@@ -121,7 +129,7 @@ class _Pruning:
         field = FIELD.fullmatch(message)
         if about_key:  # a key that is not a string; a deployment's name is left to rules.py
             key = next(key for key in _get(self.work, path) if not isinstance(key, str))
-            if isinstance(_node_at(written), StructType):
+            if isinstance(_node_at(self.root, written), StructType):
                 self.problems.append(f"{_display([*written, str(key)])}: unknown field")
             path.append(key)
         elif field and field[1] == "contains unknown":
@@ -140,7 +148,7 @@ class _Pruning:
         return bool(path)
 
     def _unknown(self, written: list[Any], key: str) -> str:
-        where, node = _display([*written, key]), _node_at(written)
+        where, node = _display([*written, key]), _node_at(self.root, written)
         if node.cls is DeploymentConfig and key in REMOVED_DEPLOYMENT_FIELDS:
             return (
                 f"{where}: removed setting ({REMOVED_DEPLOYMENT_FIELDS[key]}); "
@@ -150,14 +158,17 @@ class _Pruning:
         return f"{where}: unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
 
     def _bad_value(self, message: str, written: list[Any], value: Any) -> str:
-        where, node = _display(written), _node_at(written)
+        where, node = _display(written), _node_at(self.root, written)
         field = written[-1] if written and isinstance(written[-1], str) else ""
         removed = removed_value_hint(field, value)
         if removed is not None:
             return f"{where}: {removed}; run `vllm-sr config migrate {self.source}` to rewrite it"
         if isinstance(node, ListType) and isinstance(value, list) and "of length" in message:
             low, high = node.min_length or 0, node.max_length
-            return f"{where}: expected between {low} and {high} entries, got {len(value)}"
+            wanted = f"between {low} and {high} entries" if high is not None else f"at least {low} entr"
+            if high is None:
+                wanted += "y" if low == 1 else "ies"
+            return f"{where}: expected {wanted}, got {len(value)}"
         expected = FIELD_HINTS.get(field)
         if expected is None:  # msgspec's `Expected `int` >= 1, got `str``, in words
             expected = re.sub(r"^Expected |, got `\w+`$| \| null", "", message)
@@ -175,9 +186,9 @@ def _failure(data: Any, target: type) -> str | None:
     return None
 
 
-def _node_at(path: list[Any]) -> Any:
-    """The msgspec type at a path into a config; a union with None is its other member."""
-    node: Any = type_info(FrontConfig)
+def _node_at(root: type, path: list[Any]) -> Any:
+    """The msgspec type at a path into a ROOT document; a union with None is its other member."""
+    node: Any = type_info(root)
     for step in path:
         if isinstance(node, StructType):
             node = next(field.type for field in node.fields if field.encode_name == step)

@@ -15,11 +15,13 @@ from vllm_srun.adapters.front.fleet import Fleet
 from vllm_srun.adapters.front.inventory import deployment_card, health, inventory
 from vllm_srun.adapters.front.metrics import FrontMetrics
 from vllm_srun.adapters.front.proxy import Proxy
+from vllm_srun.adapters.front.reconfigure import Reconfigurer
 from vllm_srun.adapters.http.errors import exception_handlers
 from vllm_srun.adapters.http.liveness import live  # the same liveness answer as a worker's
 from vllm_srun.adapters.http.openapi import openapi_document
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
+from vllm_srun.adapters.schemas.models_list import models_list
 from vllm_srun.domain.errors import NotReady
 
 log = logging.getLogger("vllm_srun.front")
@@ -33,7 +35,7 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
 @get("/v1/models")
 async def list_models(request: Request) -> Response:
     fleet: Fleet = request.app.state.fleet
-    return _json({"object": "list", "data": [deployment_card(d) for d in fleet.deployments.values()]})
+    return _json(models_list([deployment_card(d) for d in fleet.deployments.values()]))
 
 
 @get("/health")
@@ -46,7 +48,9 @@ async def front_health(request: Request) -> Response:
 @get("/api/v1/inventory")
 async def front_inventory(request: Request) -> Response:
     proxy: Proxy = request.app.state.proxy
-    return _json(inventory(request.app.state.fleet, proxy.clock(), draining=proxy.draining))
+    reconfigurer: Reconfigurer | None = request.app.state.reconfigurer
+    reload = reconfigurer.status.describe() if reconfigurer is not None else None
+    return _json(inventory(request.app.state.fleet, proxy.clock(), draining=proxy.draining, reload=reload))
 
 
 @get("/metrics")
@@ -61,6 +65,12 @@ async def front_metrics(request: Request) -> Response:
             front.in_flight.set(float(status.in_flight), labels)
             front.outstanding.set(float(status.outstanding_bytes), labels)
             front.replica_ready.set(1.0 if status.ready else 0.0, labels)
+    for supervisor in fleet.retiring.values():  # retired, finishing what it holds: out of dispatch
+        record = supervisor.handle.record
+        labels = {"deployment": supervisor.handle.deployment, "replica": record.id}
+        front.in_flight.set(float(record.in_flight), labels)
+        front.outstanding.set(float(record.outstanding_bytes), labels)
+        front.replica_ready.set(0.0, labels)
     # the exact header: litestar would append a second charset to a text/ media type
     return Response(content=front.render().encode(), headers={"content-type": CONTENT_TYPE})
 
@@ -73,7 +83,9 @@ async def openapi() -> Response:
 class FrontApp:
     """ASGI: POST → the proxy; everything else (and lifespan) → the litestar app."""
 
-    def __init__(self, fleet: Fleet, proxy: Proxy, metrics: FrontMetrics) -> None:
+    def __init__(
+        self, fleet: Fleet, proxy: Proxy, metrics: FrontMetrics, reconfigurer: Reconfigurer | None = None
+    ) -> None:
         self.proxy = proxy
         self.reports = Litestar(
             route_handlers=[list_models, front_health, live, front_inventory, front_metrics, openapi],
@@ -86,6 +98,7 @@ class FrontApp:
         self.reports.state.fleet = fleet
         self.reports.state.proxy = proxy
         self.reports.state.metrics = metrics
+        self.reports.state.reconfigurer = reconfigurer
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":

@@ -4,6 +4,7 @@ health (R-API-7)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from vllm_srun.adapters.front.fleet import Deployment, Fleet
@@ -13,10 +14,19 @@ from vllm_srun.domain import bounds
 _WORKER_ONLY = ("created", "device", "status", "reason", "ready", "artifact")
 
 
-def inventory(fleet: Fleet, now: float, *, draining: bool = False) -> dict[str, Any]:
+def inventory(
+    fleet: Fleet, now: float, *, draining: bool = False, reload: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
+        "pid": os.getpid(),  # `vllm-sr reload` checks it against the pid file before it signals
         "draining": draining,
         "deployments": [_deployment_inventory(d, now) for d in fleet.deployments.values()],
+        # retired workers still finishing the requests they hold (R-REP-2)
+        "retiring": [
+            {"id": s.handle.id, "in_flight": s.handle.record.in_flight, **s.handle.describe()}
+            for s in fleet.retiring.values()
+        ],
+        "reload": reload,
     }
 
 

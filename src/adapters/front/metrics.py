@@ -101,7 +101,11 @@ class FrontEvents:
             pass  # the fleet probes; nothing to log
 
     def lifecycle(self, event: str, deployment: str, replica: str, detail: str) -> None:
+        labels = {"deployment": deployment, "replica": replica}
         if event == "replica_restarted":
-            self.metrics.restarts.inc({"deployment": deployment, "replica": replica})
+            self.metrics.restarts.inc(labels)
+        if event == "replica_retired":  # its live gauges would otherwise stay at their last value
+            for gauge in (self.metrics.in_flight, self.metrics.outstanding, self.metrics.replica_ready):
+                gauge.remove(labels)
         level = logging.WARNING if event in _WARNINGS else logging.INFO
         log.log(level, "%s deployment=%s replica=%s %s", event, deployment, replica, detail)

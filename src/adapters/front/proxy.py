@@ -91,7 +91,7 @@ class Proxy:
             if self.draining:
                 raise Draining("the front is shutting down; retry on another instance")
             doc = bodies.parse_body(body)
-            deployment = self.fleet.resolve(bodies.requested_model(doc))
+            deployment = self.fleet.resolve(bodies.requested_model(doc, scope["path"]))
             label = deployment.name
             parse_ms = (time.perf_counter() - start) * 1000
             status, payload, headers, timing = await self._serve(scope["path"], doc, body, deployment, receive)
@@ -139,7 +139,7 @@ class Proxy:
         """(status, body, headers, the worker's Server-Timing) of one request."""
         cache = deployment.cache
         key = None
-        if cache is not None and cache.enabled and not bodies.wants_meta(doc):
+        if cache is not None and cache.enabled and not bodies.wants_meta(doc, path):
             key = bodies.cache_key(path, doc)
             hit = cache.get(key)
             self.metrics.cache.inc({"deployment": deployment.name, "outcome": "miss" if hit is None else "hit"})
@@ -150,7 +150,7 @@ class Proxy:
         if asked is not None:
             timeout = min(timeout, asked / 1000.0)
         response, worker_model = await self._dispatch(path, doc, body, deployment, timeout, receive)
-        payload = bodies.for_client(response.body, worker_model, deployment.name)
+        payload = bodies.for_client(response.body, worker_model, deployment.name, path)
         if key is not None and response.status == 200 and cache is not None:
             cache.put(key, payload, weight=len(payload))
         headers = [(b"content-type", response.headers.get(b"content-type", b"application/json"))]
@@ -205,7 +205,7 @@ class Proxy:
         outcome = Outcome.FAILED
         broken = False  # the connection failed or was given up: the replica's idle ones go too
         sent_at = self.clock()
-        payload = bodies.for_worker(doc, body, handle.worker_model, handle.attached)
+        payload = bodies.for_worker(doc, body, handle.worker_model, handle.attached, path)
         try:
             response = await race(
                 lambda: handle.client.request("POST", path, payload),

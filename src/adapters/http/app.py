@@ -19,61 +19,125 @@ from litestar.handlers import HTTPRouteHandler
 
 from vllm_srun.adapters.cancellation import wait_disconnect
 from vllm_srun.adapters.http.content_encoding import decode_body
-from vllm_srun.adapters.http.errors import JSON, code_of, decode_error_message, exception_handlers
+from vllm_srun.adapters.http.errors import JSON, code_of, decode_error_message, exception_handlers, status_for
 from vllm_srun.adapters.http.liveness import live
 from vllm_srun.adapters.http.openapi import openapi_document
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
-from vllm_srun.adapters.request_timing import timing_of
+from vllm_srun.adapters.request_timing import RequestTiming, timing_of
 from vllm_srun.adapters.schemas.common import json_encoder
+from vllm_srun.adapters.schemas.models_list import models_list
+from vllm_srun.adapters.schemas.routes import BUNDLE_PATH, SURFACE_SCHEMAS
 from vllm_srun.adapters.serving.runtime import Runtime
+from vllm_srun.adapters.surfaces.admission import admission_tokens
+from vllm_srun.adapters.surfaces.bundle import bundle
 from vllm_srun.adapters.surfaces.registry import SURFACE_ROUTES, SurfaceRoute
-from vllm_srun.domain.errors import Cancelled, InvalidRequest, NotReady
+from vllm_srun.domain import bounds
+from vllm_srun.domain.admission import RetryDiscipline
+from vllm_srun.domain.errors import Cancelled, InvalidRequest, NotReady, Overloaded
 
 log = logging.getLogger("vllm_srun.http")
 
 
-def _surface_handler(route: SurfaceRoute, runtime: Runtime, max_request_bytes: int) -> HTTPRouteHandler:
+# what a POST route does once its body is read (body, timing, disconnected, the model label for
+# metrics, the TCP peer or None): the answer
+Work = Callable[[bytes, RequestTiming, Callable[[], Awaitable[None]], list[str], object], Awaitable[msgspec.Struct]]
+
+
+def _post_handler(path: str, surface: str, runtime: Runtime, max_request_bytes: int, work: Work) -> HTTPRouteHandler:
+    """A POST route: read (and decode) the body, run WORK, encode the answer; count every request."""
     metrics = runtime.metrics
 
     async def handle(request: Request[Any, Any, Any]) -> Response[bytes]:
         timing = timing_of(request.scope)
-        model_label = "-"
+        label = ["-"]  # the model, once WORK knows it
         code = "ok"
         try:
             body = await request.body()
             if "content-encoding" in request.headers:  # e.g. typesafe-sdk's zstd bodies
                 body = decode_body(body, request.headers.get("content-encoding"), max_request_bytes)
-            try:
-                req = route.decoder.decode(body)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise InvalidRequest(decode_error_message(exc)) from None
-            served = runtime.get(req.model)
-            model_label = served.name
-            timing.parse_ms = (time.perf_counter() - timing.start) * 1000
             disconnected: Callable[[], Awaitable[None]] = lambda: wait_disconnect(request.receive)  # noqa: E731
-            result = await route.handler(served, req, timing, disconnected)
+            result = await work(body, timing, disconnected, label, _tcp_peer(request.scope))
             return Response(content=json_encoder.encode(result), media_type=JSON)
         except BaseException as exc:  # answered by the exception handlers; counted here
             code = code_of(exc) if not isinstance(exc, asyncio.CancelledError) else "client_closed_request"
             if isinstance(exc, Cancelled):
-                log.info("499 %s: client went away, its queued rows were dropped", route.path)
-                metrics.cancelled_rows.inc({"model": model_label})
+                log.info("499 %s: client went away, its queued rows were dropped", path)
+                metrics.cancelled_rows.inc({"model": label[0]})
             raise
         finally:
-            metrics.requests.inc({"model": model_label, "surface": route.surface, "code": code})
+            metrics.requests.inc({"model": label[0], "surface": surface, "code": code})
             if code != "ok":
                 metrics.errors.inc({"code": code})
-            metrics.request_seconds.observe(time.perf_counter() - timing.start, {"surface": route.surface})
+            metrics.request_seconds.observe(time.perf_counter() - timing.start, {"surface": surface})
 
-    handle.__name__ = "surface_" + route.path.strip("/").replace("/", "_")
-    return post(route.path, status_code=200)(handle)
+    handle.__name__ = "surface_" + path.strip("/").replace("/", "_")
+    return post(path, status_code=200)(handle)
+
+
+def _tcp_peer(scope: Any) -> object:
+    """The TCP connection a request came on ((host, port)); None over a Unix socket, where the
+    front's pooled connections carry many clients' requests."""
+    client = scope.get("client")
+    return tuple(client) if client else None
+
+
+def _decode(decoder: msgspec.json.Decoder[Any], body: bytes) -> Any:
+    try:
+        return decoder.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise InvalidRequest(decode_error_message(exc)) from None
+
+
+def _surface_handler(
+    route: SurfaceRoute, runtime: Runtime, max_request_bytes: int, discipline: RetryDiscipline
+) -> HTTPRouteHandler:
+    async def work(
+        body: bytes,
+        timing: RequestTiming,
+        disconnected: Callable[[], Awaitable[None]],
+        label: list[str],
+        peer: object,
+    ) -> msgspec.Struct:
+        req = _decode(route.decoder, body)
+        served = runtime.get(req.model)
+        label[0] = served.name
+        timing.parse_ms = (time.perf_counter() - timing.start) * 1000
+        if peer is not None and (wait := discipline.wait_s(peer, time.monotonic())) > 0:
+            await asyncio.sleep(wait)  # it asked again before its Retry-After: it waits that out here
+        try:
+            with served.admitted(1, admission_tokens(served, req, len(body))):  # R-ADM-1, before tokenizing
+                return await route.handler(served, req, timing, disconnected)
+        except Overloaded as refusal:
+            if peer is not None:
+                discipline.refused(peer, time.monotonic(), refusal.retry_after_s)
+            raise
+
+    return _post_handler(route.path, route.surface, runtime, max_request_bytes, work)
+
+
+def _bundle_handler(runtime: Runtime, max_request_bytes: int, max_bundle_tasks: int) -> HTTPRouteHandler:
+    """POST /v1/bundle (R-PERF-1): each model's tasks are admitted and run as one unit."""
+    schema = next(s for s in SURFACE_SCHEMAS if s.path == BUNDLE_PATH)
+
+    async def work(
+        body: bytes,
+        timing: RequestTiming,
+        disconnected: Callable[[], Awaitable[None]],
+        label: list[str],
+        peer: object,
+    ) -> msgspec.Struct:
+        req = _decode(schema.decoder, body)
+        timing.parse_ms = (time.perf_counter() - timing.start) * 1000
+        return await bundle(runtime.get, req, timing, disconnected, max_tasks=max_bundle_tasks, status_of=status_for)
+
+    return _post_handler(schema.path, schema.surface, runtime, max_request_bytes, work)
 
 
 @get("/v1/models")
 async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
     runtime: Runtime = request.app.state.runtime
-    body = {"object": "list", "data": [m.card() for m in runtime.models.values()]}
+    body = models_list([m.card() for m in runtime.models.values()])
     return Response(content=msgspec.json.encode(body), media_type=JSON)
 
 
@@ -98,7 +162,13 @@ async def openapi() -> Response[bytes]:
     return Response(content=msgspec.json.encode(openapi_document()), media_type=JSON)
 
 
-def create_app(runtime: Runtime, *, max_request_bytes: int, load_on_startup: bool = True) -> Litestar:
+def create_app(
+    runtime: Runtime,
+    *,
+    max_request_bytes: int,
+    max_bundle_tasks: int = bounds.MAX_BUNDLE_TASKS.default,
+    load_on_startup: bool = True,
+) -> Litestar:
     async def on_startup(app: Litestar) -> None:
         if load_on_startup:
             runtime.start_loading(asyncio.get_running_loop())
@@ -106,7 +176,9 @@ def create_app(runtime: Runtime, *, max_request_bytes: int, load_on_startup: boo
     async def on_shutdown(app: Litestar) -> None:
         await runtime.stop()
 
-    handlers = [_surface_handler(r, runtime, max_request_bytes) for r in SURFACE_ROUTES]
+    discipline = RetryDiscipline()
+    handlers = [_surface_handler(r, runtime, max_request_bytes, discipline) for r in SURFACE_ROUTES]
+    handlers.append(_bundle_handler(runtime, max_request_bytes, max_bundle_tasks))
     app = Litestar(
         route_handlers=[*handlers, list_models, health, live, metrics, openapi],
         middleware=[ServerTimingMiddleware],  # type: ignore[list-item]  # litestar types a middleware's scope as its TypedDicts; ours is raw ASGI (a plain dict)

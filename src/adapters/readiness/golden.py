@@ -27,7 +27,7 @@ from vllm_srun.domain.dtypes import device_class
 GOLDEN_FILE = "golden.json"
 FORMAT = "vllm-srun-golden/1"
 TOLERANCE = {"cpu": 1e-3, "gpu": 2e-2}
-IGNORED = frozenset({"model", "meta", "id"})  # never part of an answer's content
+IGNORED = frozenset({"model", "meta", "id", "object"})  # never part of an answer's content (`object` is a type tag)
 SHIPPED = Path(__file__).resolve().parents[1] / "families" / "golden"
 
 
@@ -52,7 +52,7 @@ def find_golden(folder: Path, artifact: str | None = None, own: Path | None = No
 
 
 def project(response: Any) -> Any:
-    """An answer's content: builtins, without name/meta/id; results in input order."""
+    """An answer's content: builtins, without name/meta/id/object; results in input order."""
     body = msgspec.to_builtins(response)
     if isinstance(body, dict):
         body = {k: v for k, v in body.items() if k not in IGNORED}

@@ -73,11 +73,12 @@ class EmbeddingsUsage(Struct):
     total_tokens: int
 
 
-class EmbeddingsResponse(Struct, omit_defaults=True):
+class EmbeddingsResponse(Struct, omit_defaults=True, kw_only=True):
+    # required, so that omit_defaults never drops it: the OpenAI shape always says `object: "list"`
+    object: Literal["list"]
     data: list[Embedding]
     model: str
     usage: EmbeddingsUsage
-    object: str = "list"
     meta: ResponseMeta | None = None
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from vllm_srun.adapters.schemas.bundle import BundleRequest, BundleResponse, bundle_decoder
 from vllm_srun.adapters.schemas.decisions import (
     DecisionsBatchRequest,
     DecisionsBatchResponse,
@@ -49,4 +50,7 @@ SURFACE_SCHEMAS: tuple[SurfaceSchema, ...] = (
     SurfaceSchema(
         "/v1/systemone/batches", "systemone_batches", batch_decoder, DecisionsBatchRequest, DecisionsBatchResponse
     ),
+    # several of the surfaces above in one call (R-PERF-1); its handler is not a one-model surface's
+    SurfaceSchema("/v1/bundle", "bundle", bundle_decoder, BundleRequest, BundleResponse),
 )
+BUNDLE_PATH = "/v1/bundle"

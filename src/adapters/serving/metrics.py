@@ -48,6 +48,14 @@ class RuntimeMetrics:
         self.rows = r.counter("vllm_srun_rows_total", "Rows run on a device", FORWARD)
         self.queue_depth = r.gauge("vllm_srun_queue_depth", "Rows waiting for a forward", ("model",))
         self.ready = r.gauge("vllm_srun_ready", "1 when the model is ready", ("model",))
+        self.unanswered = r.gauge(
+            "vllm_srun_unanswered_requests", "Requests admitted and not answered yet (--max-queue)", ("model",)
+        )
+        self.unanswered_tokens = r.gauge(
+            "vllm_srun_unanswered_tokens",
+            "Tokens (request-body bytes) of the admitted, unanswered requests (--max-queued-tokens)",
+            ("model",),
+        )
         self.cache = r.counter(
             "vllm_srun_result_cache_total", "Result cache lookups by outcome (hit|miss)", ("model", "outcome")
         )

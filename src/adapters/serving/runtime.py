@@ -19,11 +19,11 @@ import dataclasses
 import gc
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any, Protocol
 
+from vllm_srun.adapters.catalog import CATALOG
 from vllm_srun.adapters.contracts import (
     Device,
     LoadContext,
@@ -38,19 +38,23 @@ from vllm_srun.adapters.contracts import (
 )
 from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.registry import FamilyRegistry
+from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.forward_threads import ForwardRunner
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
 from vllm_srun.adapters.serving.served import ServedModel, weights_sha256
+from vllm_srun.domain import bounds
 from vllm_srun.domain.adaptive_threads import BUCKET_EDGES, Mode, ThreadLearner, bucket_label, candidate_counts
+from vllm_srun.domain.admission import Admission, AdmissionLimits
 from vllm_srun.domain.calibration import Calibration, CalibrationFailed
 from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs, calibrated_limits, resolve_limits
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound
 from vllm_srun.domain.planning import Budget, ForwardBatch
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.scheduler import Scheduler
+from vllm_srun.domain.worker_settings import ModelSpec
 
 log = logging.getLogger("vllm_srun.runtime")
 
@@ -77,6 +81,11 @@ class Calibrator(Protocol):
     ) -> Calibration: ...
 
 
+def _pending(admission: Admission, what: str) -> float:
+    """The unanswered requests or tokens gauge of one model, read at every scrape."""
+    return float(admission.pending_requests if what == "requests" else admission.pending_tokens)
+
+
 def _ready_value(served: ServedModel) -> float:
     """The `ready` gauge of one model, read at every scrape."""
     return 1.0 if served.ready else 0.0
@@ -87,15 +96,18 @@ def _learned_value(learner: ThreadLearner, bucket: int) -> float:
     return float(learner.learned(bucket) or 0)
 
 
-def served_name(artifact: str) -> str:
-    path = Path(artifact)
-    return path.name if path.name else artifact
+DEFAULT_ADMISSION = AdmissionLimits(bounds.MAX_QUEUE.default, bounds.MAX_QUEUED_TOKENS.default)
+
+
+def model_spec(entry: ModelSpec | tuple[str, EngineArgs]) -> ModelSpec:
+    """A served model's spec; `(artifact, engine args)` is the short form."""
+    return entry if isinstance(entry, ModelSpec) else ModelSpec(entry[0], entry[1])
 
 
 class Runtime:
     def __init__(
         self,
-        models: Sequence[tuple[str, EngineArgs]],
+        models: Sequence[ModelSpec | tuple[str, EngineArgs]],
         *,
         store: ModelStore,
         families: FamilyRegistry,
@@ -116,6 +128,8 @@ class Runtime:
         adaptive_threads: Mode = Mode.OFF,
         wait_policy: str | None = None,
         deterministic: bool = False,
+        admission: AdmissionLimits = DEFAULT_ADMISSION,
+        open_device: Callable[[str], Device] | None = None,
     ) -> None:
         if deterministic and adaptive_threads is Mode.SERVE:
             raise ValueError("--deterministic serves every forward at one thread count: adaptive mode 2 cannot apply")
@@ -138,13 +152,22 @@ class Runtime:
         self.adaptive_threads = adaptive_threads
         self.wait_policy = wait_policy
         self.deterministic = deterministic
+        self._open_device = open_device
+        self._devices: dict[str, Device] = {device.name: device}
         self.models: dict[str, ServedModel] = {}
-        for artifact, args in models:
-            name = served_name(artifact)
+        for entry in models:
+            spec = model_spec(entry)
+            name = spec.served_name
             if name in self.models:
                 raise InvalidRequest(f"model {name!r} is given twice")
             self.models[name] = ServedModel(
-                name=name, artifact=artifact, args=args, device=device.name, cache=result_cache
+                name=name,
+                artifact=spec.artifact,
+                args=spec.args,
+                device=device.name if spec.device in (None, "auto") else spec.device,
+                cache=result_cache,
+                admission=Admission(spec.admission or admission),
+                clock=clock,
             )
         self.loaded = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -161,13 +184,30 @@ class Runtime:
         for served in self.models.values():
             if name in (served.artifact, served.folder.name if served.folder else None):
                 return served
+        if name == TYPESAFE_DEFAULT_MODEL:  # the typesafe-sdk's default: the one decision model
+            deciding = [s for s in self.models.values() if s.model is None or "decisions" in s.model.surfaces]
+            if len(deciding) == 1:
+                return deciding[0]
         raise ModelNotFound(f"model {name!r} is not served here (serving: {', '.join(self.models)})")
+
+    def device_for(self, served: ServedModel) -> Device:
+        """The device a model runs on: the worker's, or the one its models-file entry names."""
+        found = self._devices.get(served.device)
+        if found is None:
+            if self._open_device is None:
+                raise ValueError(f"model {served.name!r} names device {served.device!r} and no device can be opened")
+            found = self._devices[served.device] = self._open_device(served.device)
+        return found
 
     # ---- loading --------------------------------------------------------------------------
     def start_loading(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         for served in self.models.values():
-            self.metrics.ready.set_function(partial(_ready_value, served), {"model": served.name})
+            labels = {"model": served.name}
+            self.metrics.ready.set_function(partial(_ready_value, served), labels)
+            if served.admission is not None:
+                self.metrics.unanswered.set_function(partial(_pending, served.admission, "requests"), labels)
+                self.metrics.unanswered_tokens.set_function(partial(_pending, served.admission, "tokens"), labels)
         threading.Thread(target=self._load_all, name="srun-loader", daemon=True).start()
 
     def _load_all(self) -> None:
@@ -186,12 +226,20 @@ class Runtime:
     def _load(self, served: ServedModel) -> None:
         served.status = "loading"
         self.progress(f"load: resolving {served.artifact}")
-        folder = self.store.resolve(served.artifact, self.progress)
+        try:
+            folder = self.store.resolve(served.artifact, self.progress)
+        except ModelNotFound:
+            if served.artifact not in CATALOG:
+                raise
+            # a built-in model the store lacks: pull it (progress on stderr), as `vllm-srun pull` would
+            self.progress(f"load: {served.artifact} is a built-in model not in the store yet: pulling it")
+            folder = self.store.pull(served.artifact, self.progress)
         served.folder = folder
         family = self.families.family_for(folder)
         served.sha256 = weights_sha256(folder)  # before the load: engines key their caches by it
+        device = self.device_for(served)
         context = LoadContext(
-            device=self.device,
+            device=device,
             args=served.args,
             engines=self.engines,
             engine_choice=self.engine_choice,
@@ -209,7 +257,7 @@ class Runtime:
         served.plugins = [self.families.info(family.name).card()]
         if model.engine.name in self.engines.names():
             served.plugins.append(self.engines.info(model.engine.name).card())
-        served.limits = resolve_limits(served.args, self.device.kind, self.device.memory_total())
+        served.limits = resolve_limits(served.args, device.kind, device.memory_total())
         if isinstance(model, MediaEmbedder):
             if self.media is None:
                 raise ValueError(f"the {family.name} family's model reads media, and this worker has no media loader")
@@ -254,14 +302,15 @@ class Runtime:
         """How the model's forwards run: at the configured thread count, and with an adaptive
         learner where `VLLM_SRUN_CPU_ADAPTIVE_THREADS` asks for one and the engine can vary its count."""
         engine = model.engine
+        device = self.device_for(served)
         served.thread_budget, served.wait_policy = self.thread_budget, self.wait_policy
-        follows = self.device.kind == "cpu" and engine.forward_threads and self.threads is not None
+        follows = device.kind == "cpu" and engine.forward_threads and self.threads is not None
         context = self.thread_context if follows else None
         learner, why = None, None
         if self.adaptive_threads is Mode.OFF:
             why = "off (VLLM_SRUN_CPU_ADAPTIVE_THREADS=0)"
-        elif self.device.kind != "cpu" or self.threads is None:
-            why = f"no CPU thread count to vary on device {self.device.name}"
+        elif device.kind != "cpu" or self.threads is None:
+            why = f"no CPU thread count to vary on device {device.name}"
         elif not engine.forward_threads:
             why = f"the {engine.name} engine fixes its thread count when it is built"
         elif context is not None:
@@ -306,14 +355,15 @@ class Runtime:
         """R-DEV-2 on a GPU worker: time merged forwards, keep the knee; a set value stays."""
         model, limits = served.model, served.limits
         assert model is not None and limits is not None
-        if self.calibrator is None or not self.calibrator.applies(self.device):
+        device = self.device_for(served)
+        if self.calibrator is None or not self.calibrator.applies(device):
             return
         if limits.tokens_source == "set":
             served.calibration = {"status": "skipped", "reason": "max_num_batched_tokens is set"}
             return
-        self.progress(f"load: calibrating the token budget of {served.name} on {self.device.name}")
+        self.progress(f"load: calibrating the token budget of {served.name} on {device.name}")
         try:
-            found = self.device_thread.call(self.calibrator.calibrate, model, limits, self.device, self.progress)
+            found = self.device_thread.call(self.calibrator.calibrate, model, limits, device, self.progress)
         except Exception as exc:  # the golden check passed: the model serves on its class budget, the card says why
             if not isinstance(exc, CalibrationFailed):
                 log.exception("calibration of %s failed", served.name)

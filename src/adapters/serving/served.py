@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,10 @@ from vllm_srun.adapters.schemas.common import MAX_INPUTS, ResponseMeta
 from vllm_srun.adapters.serving.forward_threads import ForwardRunner
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats, SchedulerLoop
+from vllm_srun.domain.admission import Admission, Ticket
 from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs
 from vllm_srun.domain.errors import NotReady, UnsupportedSurface
+from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.rows import RowSpec
 
 # set while the readiness (golden) check runs a model's recorded requests through its surfaces:
@@ -41,6 +45,15 @@ def weights_sha256(folder: Path) -> str:
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
                     digest.update(chunk)
     return digest.hexdigest()
+
+
+def package_date(folder: Path) -> str:
+    """The package's date (its config.json's, UTC, YYYY-MM-DD): the `release_date` clients list."""
+    try:
+        stamp = (folder / "config.json").stat().st_mtime
+    except OSError:
+        return ""
+    return datetime.fromtimestamp(stamp, tz=UTC).date().isoformat()
 
 
 def _pending_golden() -> dict[str, Any]:
@@ -68,10 +81,28 @@ class ServedModel:
     plugins: list[dict[str, str]] = field(default_factory=list)  # the family and engine plugins in use
     calibration: dict[str, Any] | None = None  # R-DEV-2 on a GPU worker: the figures, or why not
     media: MediaLoader | None = None  # set for a model that reads images or videos (R-MEDIA)
+    admission: Admission | None = None  # R-ADM-1: its unanswered requests and tokens
+    clock: Clock | None = None
 
     @property
     def ready(self) -> bool:
         return self.status == "ready"
+
+    @contextmanager
+    def admitted(self, requests: int, tokens: int) -> Iterator[Ticket | None]:
+        """Hold REQUESTS requests of TOKENS (an upper bound) until the block ends, or raise
+        `Overloaded` (R-ADM-1). Leaving the block normally counts them as answered work."""
+        admission, clock = self.admission, self.clock
+        if admission is None or clock is None:
+            yield None
+            return
+        ticket = admission.admit(requests, tokens, clock.now())
+        answered = False
+        try:
+            yield ticket
+            answered = True
+        finally:
+            admission.release(ticket, clock.now(), answered=answered)
 
     def require_surface(self, surface: str) -> LoadedModel:
         """The model, when it is ready (or under its golden check) and lists SURFACE."""
@@ -146,6 +177,7 @@ class ServedModel:
             "surfaces": sorted(model.surfaces) if model else [],
             "revision": None,
             "sha256": self.sha256,
+            "package_date": package_date(self.folder) if self.folder is not None else None,
             "dtype": model.dtype if model else self.args.dtype,
             "device": self.device,
             "engine": model.engine.name if model else None,
@@ -173,6 +205,14 @@ class ServedModel:
                 }
                 for lane in (model.lanes if model else ())
             ],
+            "admission": (
+                {
+                    "max_queue": self.admission.limits.max_queue,
+                    "max_queued_tokens": self.admission.limits.max_queued_tokens,
+                }
+                if self.admission is not None
+                else None
+            ),
             "golden": dict(self.golden),
             "plugins": list(self.plugins),
             "status": self.status,

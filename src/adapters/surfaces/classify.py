@@ -27,7 +27,7 @@ from vllm_srun.adapters.schemas.encoder import (
 )
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
-from vllm_srun.adapters.surfaces.common import answer
+from vllm_srun.adapters.surfaces.common import Prepared, answer
 from vllm_srun.adapters.surfaces.overflow import Item, encode_items, overflow_mode, split_overflow_windows
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
 from vllm_srun.domain.rows import RowSpec
@@ -62,6 +62,10 @@ def _label(p: np.ndarray, labels: list[str], multi_label: bool, threshold: float
 async def classify(
     served: ServedModel, req: ClassifyRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
 ) -> ClassifyResponse:
+    return await answer(prepare_classify(served, req), timing, disconnected)
+
+
+def prepare_classify(served: ServedModel, req: ClassifyRequest) -> Prepared[ClassifyResponse]:
     model = served.require_surface("classify")
     assert isinstance(model, TextClassifier)  # checked when the model loaded
     items = _items(req)
@@ -82,9 +86,9 @@ async def classify(
         groups = [[e] for e in encoded]
         full = [e.n_tokens for e in encoded]
 
-    async def compute() -> tuple[ClassifyResponse, ForwardStats, int]:
-        rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups for e in group]
-        stats = await served.run(rows, options.deadline_ms, timing, disconnected)
+    rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups for e in group]
+
+    def finish(stats: ForwardStats) -> ClassifyResponse:
         probs = probabilities(np.stack(stats.outputs), model.multi_label)
         results, at = [], 0
         for i, group in enumerate(groups):
@@ -101,13 +105,12 @@ async def classify(
                 ClassifyResult(i, _label(reduced, model.labels, model.multi_label, threshold), reduced.tolist(), info)
             )
         tokens = sum(r.tokens for r in rows)
-        response = ClassifyResponse(
+        return ClassifyResponse(
             model=served.name,
             labels=list(model.labels),
             results=results,
             usage=Usage(tokens, tokens),
             multi_label=model.multi_label,
         )
-        return response, stats, len(rows)
 
-    return await answer(served, "classify", req, options, compute)
+    return Prepared(served, "classify", req, options, rows, finish)

@@ -42,11 +42,9 @@ from vllm_srun.adapters.schemas.decisions import (
 )
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
-from vllm_srun.adapters.surfaces.common import answer
+from vllm_srun.adapters.surfaces.common import Prepared, answer
 from vllm_srun.domain.errors import InvalidRequest, QuestionFailed, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
-
-NO_FORWARD = ForwardStats((), 0.0, 0.0, 0, 0)
 
 
 def asked(questions: dict[str, Question]) -> list[AskedQuestion]:
@@ -88,26 +86,23 @@ def _check(req: DecisionsRequest | DecisionsBatchRequest, states: int) -> None:
         raise RequestTooLarge(f"states × questions is {states * len(req.questions)} (at most {MAX_QUESTIONS})")
 
 
-async def _run_states(
-    served: ServedModel,
-    model: QuestionAnswerer,
-    prepared: list[PreparedState],
-    options: DecisionsOptions,
-    timing: RequestTiming | None,
-    disconnected: Disconnected | None,
-) -> tuple[list[dict[str, DecisionAnswer]], ForwardStats, int]:
-    """Every state's rows in one scheduler request; answers per state, the stats, rows run."""
+def _rows_of(model: QuestionAnswerer, prepared: list[PreparedState]) -> tuple[list[RowSpec], list[tuple[int, int]]]:
+    """Every state's rows, for one scheduler request, and each state's span of them."""
     rows: list[RowSpec] = []
     spans = []
     for p in prepared:
         own = rows_for(p, model.share(p))
         spans.append((len(rows), len(rows) + len(own)))
         rows += own
-    stats = await served.run(rows, options.deadline_ms, timing, disconnected) if rows else NO_FORWARD
-    answers = [
+    return rows, spans
+
+
+def _answers_of(
+    prepared: list[PreparedState], rows: list[RowSpec], spans: list[tuple[int, int]], stats: ForwardStats
+) -> list[dict[str, DecisionAnswer]]:
+    return [
         _answers(p, probabilities_per_question(rows[a:b], stats.outputs[a:b])) for p, (a, b) in zip(prepared, spans)
     ]
-    return answers, stats, len(rows)
 
 
 def _usage(prepared: PreparedState) -> DecisionsUsage:
@@ -120,14 +115,17 @@ def answerer(served: ServedModel) -> QuestionAnswerer:
     return model
 
 
-async def decisions(
-    served: ServedModel, req: DecisionsRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
-) -> DecisionsResponse:
+def prepare_decisions(served: ServedModel, req: DecisionsRequest) -> Prepared[DecisionsResponse]:
     """/v1/decisions: question errors stay in place."""
     model = answerer(served)
     _check(req, 1)
-    prepared = model.prepare(req.state, asked(req.questions))
-    return await _single(served, model, req, prepared, timing, disconnected)
+    return _single(served, model, req, model.prepare(req.state, asked(req.questions)))
+
+
+async def decisions(
+    served: ServedModel, req: DecisionsRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
+) -> DecisionsResponse:
+    return await answer(prepare_decisions(served, req), timing, disconnected)
 
 
 async def systemone(
@@ -143,24 +141,20 @@ async def systemone(
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         assert first.error is not None
         raise QuestionFailed(f"question {first.name!r} failed: {first.error.code}: {first.error.message}{more}")
-    return await _single(served, model, req, prepared, timing, disconnected)
+    return await answer(_single(served, model, req, prepared), timing, disconnected)
 
 
-async def _single(
-    served: ServedModel,
-    model: QuestionAnswerer,
-    req: DecisionsRequest,
-    prepared: PreparedState,
-    timing: RequestTiming | None,
-    disconnected: Disconnected | None,
-) -> DecisionsResponse:
+def _single(
+    served: ServedModel, model: QuestionAnswerer, req: DecisionsRequest, prepared: PreparedState
+) -> Prepared[DecisionsResponse]:
     options = req.options or DecisionsOptions()
+    rows, spans = _rows_of(model, [prepared])
 
-    async def compute() -> tuple[DecisionsResponse, ForwardStats, int]:
-        answers, stats, rows = await _run_states(served, model, [prepared], options, timing, disconnected)
-        return DecisionsResponse(model=served.name, answers=answers[0], usage=_usage(prepared)), stats, rows
+    def finish(stats: ForwardStats) -> DecisionsResponse:
+        answers = _answers_of([prepared], rows, spans, stats)
+        return DecisionsResponse(model=served.name, answers=answers[0], usage=_usage(prepared))
 
-    return await answer(served, f"decisions:{model.cache_tag}", req, options, compute)
+    return Prepared(served, f"decisions:{model.cache_tag}", req, options, rows, finish)
 
 
 async def systemone_batches(
@@ -179,11 +173,13 @@ async def systemone_batches(
     questions = asked(req.questions)
     prepared = [model.prepare(s.state, questions) for s in req.states]
     options = req.options or DecisionsOptions()
+    rows, spans = _rows_of(model, prepared)
 
-    async def compute() -> tuple[DecisionsBatchResponse, ForwardStats, int]:
-        answers, stats, rows = await _run_states(served, model, prepared, options, timing, disconnected)
+    def finish(stats: ForwardStats) -> DecisionsBatchResponse:
+        answers = _answers_of(prepared, rows, spans, stats)
         results = [BatchResult(i, a, _usage(p)) for i, a, p in zip(ids, answers, prepared)]
         total = DecisionsUsage(sum(r.usage.input_tokens for r in results), 0)
-        return DecisionsBatchResponse(model=served.name, results=results, usage=total), stats, rows
+        return DecisionsBatchResponse(model=served.name, results=results, usage=total)
 
-    return await answer(served, f"systemone_batches:{model.cache_tag}", req, options, compute)
+    cache_tag = f"systemone_batches:{model.cache_tag}"
+    return await answer(Prepared(served, cache_tag, req, options, rows, finish), timing, disconnected)

@@ -34,7 +34,7 @@ from vllm_srun.adapters.schemas.embeddings import (
 )
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
-from vllm_srun.adapters.surfaces.common import answer
+from vllm_srun.adapters.surfaces.common import Prepared, answer
 from vllm_srun.domain.errors import InvalidRequest, MediaFailed, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
 
@@ -108,9 +108,10 @@ async def _decode(served: ServedModel, model: MediaEmbedder, media: list[_Media]
     return list(results)
 
 
-async def embeddings(
-    served: ServedModel, req: EmbeddingsRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
-) -> EmbeddingsResponse:
+async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Prepared[EmbeddingsResponse]:
+    """REQ validated into its rows: text rows tokenized, media decoded (off the request path when
+    media workers run, R-MEDIA; the decode cache answers repeats, R-PERF-4), every failure raised
+    before any row reaches a scheduler."""
     model = embedder(served)
     items = _items(req)
     options = req.options or EmbeddingsOptions()
@@ -133,26 +134,29 @@ async def embeddings(
                 'set options.overflow to "truncate" to cut it'
             )
     text_rows = {i: RowSpec(len(enc.ids), enc) for (i, _), enc in zip(text_items, encoded)}
+    decoded = await _decode(served, media_model, media, frames) if media_model is not None and media else []
+    pixels = iter(decoded)
+    spans: list[tuple[int, int]] = []  # each input's rows: (first, count)
+    rows: list[RowSpec] = []
+    for i in range(len(items)):
+        start = len(rows)
+        if i in text_rows:
+            rows.append(text_rows[i])
+        else:
+            assert media_model is not None
+            got = next(pixels)
+            stack = [got] if got.ndim == 3 else list(got)
+            rows.extend(RowSpec(media_model.image_tokens, p, media_model.media_lane) for p in stack)
+        spans.append((start, len(rows) - start))
+    return Prepared(
+        served, "embeddings", req, options, rows, lambda stats: _response(served, model, req, rows, spans, stats)
+    )
 
-    async def compute() -> tuple[EmbeddingsResponse, ForwardStats, int]:
-        spans: list[tuple[int, int]] = []  # each input's rows: (first, count)
-        rows: list[RowSpec] = []
-        decoded = await _decode(served, media_model, media, frames) if media_model is not None and media else []
-        pixels = iter(decoded)
-        for i in range(len(items)):
-            start = len(rows)
-            if i in text_rows:
-                rows.append(text_rows[i])
-            else:
-                assert media_model is not None
-                got = next(pixels)
-                stack = [got] if got.ndim == 3 else list(got)
-                rows.extend(RowSpec(media_model.image_tokens, p, media_model.media_lane) for p in stack)
-            spans.append((start, len(rows) - start))
-        stats = await served.run(rows, options.deadline_ms, timing, disconnected)
-        return _response(served, model, req, rows, spans, stats), stats, len(rows)
 
-    return await answer(served, "embeddings", req, options, compute)
+async def embeddings(
+    served: ServedModel, req: EmbeddingsRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
+) -> EmbeddingsResponse:
+    return await answer(await prepare_embeddings(served, req), timing, disconnected)
 
 
 def _response(
@@ -184,4 +188,4 @@ def _response(
     else:
         data = [Embedding(i, v.tolist()) for i, v in enumerate(vectors)]
     tokens = sum(r.tokens for r in rows)
-    return EmbeddingsResponse(data=data, model=served.name, usage=EmbeddingsUsage(tokens, tokens))
+    return EmbeddingsResponse(object="list", data=data, model=served.name, usage=EmbeddingsUsage(tokens, tokens))

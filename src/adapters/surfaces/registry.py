@@ -49,4 +49,7 @@ class SurfaceRoute:
         return self.schema.decoder
 
 
-SURFACE_ROUTES: tuple[SurfaceRoute, ...] = tuple(SurfaceRoute(s, HANDLERS[s.path]) for s in SURFACE_SCHEMAS)
+# every one-model surface; `/v1/bundle` spans models and has a handler of its own (`bundle.py`)
+SURFACE_ROUTES: tuple[SurfaceRoute, ...] = tuple(
+    SurfaceRoute(s, HANDLERS[s.path]) for s in SURFACE_SCHEMAS if s.path in HANDLERS
+)

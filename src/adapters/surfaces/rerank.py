@@ -28,7 +28,7 @@ from vllm_srun.adapters.schemas.encoder import (
 )
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
-from vllm_srun.adapters.surfaces.common import answer
+from vllm_srun.adapters.surfaces.common import Prepared, answer
 from vllm_srun.adapters.surfaces.overflow import encode_items, overflow_mode, split_overflow_windows
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
 from vllm_srun.domain.rows import RowSpec
@@ -57,6 +57,10 @@ def _cut(model: PairScorer, text: str, max_tokens: int) -> str:
 async def rerank(
     served: ServedModel, req: RerankRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
 ) -> RerankResponse:
+    return await answer(prepare_rerank(served, req), timing, disconnected)
+
+
+def prepare_rerank(served: ServedModel, req: RerankRequest) -> Prepared[RerankResponse]:
     model = served.require_surface("rerank")
     assert isinstance(model, PairScorer)  # checked when the model loaded
     if len(req.documents) > MAX_INPUTS:
@@ -77,9 +81,9 @@ async def rerank(
     else:
         groups = [[e] for e in encode_items(model, pairs, truncate=mode == "truncate")]
 
-    async def compute() -> tuple[RerankResponse, ForwardStats, int]:
-        rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups for e in group]
-        stats = await served.run(rows, options.deadline_ms, timing, disconnected)
+    rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups for e in group]
+
+    def finish(stats: ForwardStats) -> RerankResponse:
         logits = np.stack(stats.outputs).astype(np.float64)[:, 0]
         scores = 1.0 / (1.0 + np.exp(-logits))
         best, at = [], 0
@@ -89,13 +93,15 @@ async def rerank(
         order = sorted(range(len(best)), key=lambda i: (-best[i], i))
         results = [RerankResult(i, best[i]) for i in order]
         tokens = sum(r.tokens for r in rows)
-        return RerankResponse(model=served.name, results=results, usage=Usage(tokens, tokens)), stats, len(rows)
+        return RerankResponse(model=served.name, results=results, usage=Usage(tokens, tokens))
 
-    response = await answer(served, "rerank", req, options, compute)
-    results = response.results[: req.top_n] if req.top_n is not None else response.results
-    if req.return_documents:
-        results = [
-            msgspec.structs.replace(r, document={"text": d} if isinstance(d := req.documents[r.index], str) else d)
-            for r in results
-        ]
-    return msgspec.structs.replace(response, results=results, id=str(uuid.uuid4()))
+    def polish(response: RerankResponse) -> RerankResponse:
+        results = response.results[: req.top_n] if req.top_n is not None else response.results
+        if req.return_documents:
+            results = [
+                msgspec.structs.replace(r, document={"text": d} if isinstance(d := req.documents[r.index], str) else d)
+                for r in results
+            ]
+        return msgspec.structs.replace(response, results=results, id=str(uuid.uuid4()))
+
+    return Prepared(served, "rerank", req, options, rows, finish, polish)

@@ -1,0 +1,32 @@
+"""R-ADM-1's upper bound of a request's tokens, known before any tokenization: its body's bytes
+(a token reads at least one byte of text), except that an image or video item counts as the
+rows it becomes (an image's tokens, a video's frames times them), never as its encoded bytes."""
+
+from __future__ import annotations
+
+import msgspec
+
+from vllm_srun.adapters.contracts import MediaEmbedder
+from vllm_srun.adapters.schemas.embeddings import EmbeddingsRequest, ImageUrlInput, VideoUrlInput
+from vllm_srun.adapters.serving.served import ServedModel
+
+
+def _url_bytes(item: ImageUrlInput | VideoUrlInput) -> int:
+    ref = item.image_url if isinstance(item, ImageUrlInput) else item.video_url
+    return len(ref if isinstance(ref, str) else ref.url)
+
+
+def admission_tokens(served: ServedModel, req: msgspec.Struct, body_bytes: int) -> int:
+    """The tokens REQ counts against `--max-queued-tokens`."""
+    if not isinstance(req, EmbeddingsRequest) or isinstance(req.input, str):
+        return body_bytes
+    media = [item for item in req.input if isinstance(item, (ImageUrlInput, VideoUrlInput))]
+    if not media:
+        return body_bytes
+    model = served.model
+    per_image = model.image_tokens if isinstance(model, MediaEmbedder) else 1
+    frames = (req.options.frames if req.options is not None else None) or (
+        model.video_frames if isinstance(model, MediaEmbedder) else 1
+    )
+    rows = sum(frames if isinstance(item, VideoUrlInput) else 1 for item in media)
+    return max(1, body_bytes - sum(_url_bytes(item) for item in media) + rows * per_image)

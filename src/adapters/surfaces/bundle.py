@@ -1,0 +1,228 @@
+"""POST /v1/bundle (R-PERF-1): several surface requests in one call, sharing forwards.
+
+A bundle is refused as a whole only when it is malformed (400: not a bundle, no task, a task
+with no surface or several, ids not unique) or too large (413: more than `--max-bundle-tasks`
+tasks; the body limit is `--max-request-bytes` as for every route). Everything else happens
+per task and stays in the task's slot, `{id, status, error: {code, message}}`, with the status
+the task would have had alone (404 unknown model, 422 unsupported surface, 400 bad input,
+429 overloaded, 504 deadline, …).
+
+The tasks of one model run as one unit:
+- they are admitted together or not at all (R-ADM-1): their count against `--max-queue`, the
+  bytes of their bodies against `--max-queued-tokens`;
+- each is prepared (validated, tokenized) on its own; a cached answer takes no rows;
+- the rows of all the others go to the model's scheduler in ONE submit, so they share
+  forwards, and identical rows (same lane, same tokens, same payload) are computed once;
+- the unit's deadline is the bundle's `options.deadline_ms` or, when sooner, a task's own.
+Different models' units run concurrently. A client that goes away cancels them all (499).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from vllm_srun.adapters.cancellation import race
+from vllm_srun.adapters.request_timing import RequestTiming
+from vllm_srun.adapters.schemas.bundle import (
+    TASK_SURFACES,
+    BundleOptions,
+    BundleRequest,
+    BundleResponse,
+    TaskError,
+    TaskResult,
+)
+from vllm_srun.adapters.schemas.common import json_encoder
+from vllm_srun.adapters.serving.served import Disconnected, ServedModel
+from vllm_srun.adapters.surfaces.admission import admission_tokens
+from vllm_srun.adapters.surfaces.classify import prepare_classify
+from vllm_srun.adapters.surfaces.common import NO_FORWARD, Prepared
+from vllm_srun.adapters.surfaces.decisions import prepare_decisions
+from vllm_srun.adapters.surfaces.embeddings import prepare_embeddings
+from vllm_srun.adapters.surfaces.rerank import prepare_rerank
+from vllm_srun.domain.errors import Cancelled, DomainError, InvalidRequest, RequestTooLarge
+from vllm_srun.domain.rows import RowSpec
+
+log = logging.getLogger("vllm_srun.bundle")
+
+# a surface's prepare step; embeddings' awaits media decoding
+PREPARE: dict[str, Callable[[ServedModel, Any], Prepared[Any] | Awaitable[Prepared[Any]]]] = {
+    "embeddings": prepare_embeddings,
+    "classify": prepare_classify,
+    "rerank": prepare_rerank,
+    "decisions": prepare_decisions,
+}
+INTERNAL_MESSAGE = "internal error; see the server log"
+
+Lookup = Callable[[str | None], ServedModel]
+StatusOf = Callable[[str], int]
+
+
+@dataclasses.dataclass
+class _Task:
+    id: str
+    surface: str
+    body: msgspec.Struct
+    result: TaskResult | None = None
+    prepared: Prepared[Any] | None = None
+
+    def answer(self, response: msgspec.Struct) -> None:
+        self.result = msgspec.structs.replace(TaskResult(self.id, 200), **{self.surface: response})
+
+    def fail(self, exc: Exception, status_of: StatusOf) -> None:
+        if isinstance(exc, DomainError):
+            error = TaskError(exc.code, exc.message)
+        else:  # never a stack trace in a body; the log has it
+            log.error("bundle task %r failed", self.id, exc_info=exc)
+            error = TaskError("internal_error", INTERNAL_MESSAGE)
+        self.result = TaskResult(self.id, status_of(error.code), error=error)
+
+
+def parse_tasks(req: BundleRequest, max_tasks: int) -> list[_Task]:
+    """The bundle's tasks, or the refusal of the whole bundle (400 malformed, 413 too many)."""
+    if len(req.tasks) > max_tasks:
+        raise RequestTooLarge(f"too many tasks: {len(req.tasks)} (at most {max_tasks}, --max-bundle-tasks)")
+    tasks, seen = [], set()
+    for index, task in enumerate(req.tasks):
+        named = [name for name in TASK_SURFACES if getattr(task, name) is not None]
+        if len(named) != 1:
+            raise InvalidRequest(
+                f"tasks[{index}] must hold exactly one of {', '.join(TASK_SURFACES)} (it holds {len(named)})"
+            )
+        if task.id in seen:
+            raise InvalidRequest(f"tasks[].id must be unique ({task.id!r} appears more than once)")
+        seen.add(task.id)
+        tasks.append(_Task(task.id, named[0], getattr(task, named[0])))
+    return tasks
+
+
+async def bundle(
+    lookup: Lookup,
+    req: BundleRequest,
+    timing: RequestTiming | None,
+    disconnected: Disconnected | None,
+    *,
+    max_tasks: int,
+    status_of: StatusOf,
+) -> BundleResponse:
+    tasks = parse_tasks(req, max_tasks)
+    units: dict[str, tuple[ServedModel, list[_Task]]] = {}
+    for task in tasks:
+        try:
+            served = lookup(getattr(task.body, "model", None))
+        except DomainError as exc:
+            task.fail(exc, status_of)
+            continue
+        units.setdefault(served.name, (served, []))[1].append(task)
+    options = req.options or BundleOptions()
+    runs = [_run_unit(served, unit, options, timing, status_of) for served, unit in units.values()]
+    if runs:
+        await race(
+            lambda: asyncio.gather(*runs),
+            deadline_s=None,
+            disconnected=disconnected,
+            deadline_message="",
+        )
+    assert all(task.result is not None for task in tasks)
+    return BundleResponse(results=[task.result for task in tasks if task.result is not None])
+
+
+async def _run_unit(
+    served: ServedModel, tasks: list[_Task], options: BundleOptions, timing: RequestTiming | None, status_of: StatusOf
+) -> None:
+    """One model's tasks: admitted together, prepared each, their rows in one submit."""
+    tokens = sum(admission_tokens(served, task.body, len(json_encoder.encode(task.body))) for task in tasks)
+    try:
+        with served.admitted(len(tasks), tokens):
+            running = await _prepare(served, tasks, status_of)
+            if running:
+                await _run_rows(served, running, _deadline_ms(options, running), timing, status_of)
+    except Cancelled:  # the client went away: the whole bundle is cancelled (499)
+        raise
+    except Exception as exc:  # the unit failed as a whole: overloaded, deadline, forward failed
+        for task in tasks:
+            if task.result is None:
+                task.fail(exc, status_of)
+
+
+async def _prepare(served: ServedModel, tasks: list[_Task], status_of: StatusOf) -> list[_Task]:
+    """Prepare each task (errors in its slot; cached answers done); the tasks left to run."""
+    running = []
+    for task in tasks:
+        try:
+            step = PREPARE[task.surface](served, task.body)
+            prepared = await step if inspect.isawaitable(step) else step
+            hit = prepared.cached()
+            if hit is not None:
+                task.answer(hit)
+            elif not prepared.rows:
+                task.answer(prepared.complete(NO_FORWARD))
+            else:
+                task.prepared = prepared
+                running.append(task)
+        except Exception as exc:
+            task.fail(exc, status_of)
+    return running
+
+
+def _deadline_ms(options: BundleOptions, tasks: list[_Task]) -> float | None:
+    asked = [options.deadline_ms] + [t.prepared.options.deadline_ms for t in tasks if t.prepared is not None]
+    known = [ms for ms in asked if ms is not None]
+    return min(known) if known else None
+
+
+async def _run_rows(
+    served: ServedModel,
+    tasks: list[_Task],
+    deadline_ms: float | None,
+    timing: RequestTiming | None,
+    status_of: StatusOf,
+) -> None:
+    rows, where = unique_rows([t.prepared.rows for t in tasks if t.prepared is not None])
+    stats = await served.run(rows, deadline_ms, timing)
+    for task, indices in zip(tasks, where):
+        assert task.prepared is not None
+        own = dataclasses.replace(stats, outputs=tuple(stats.outputs[i] for i in indices))
+        try:
+            task.answer(task.prepared.complete(own))
+        except Exception as exc:
+            task.fail(exc, status_of)
+
+
+def unique_rows(groups: Sequence[Sequence[RowSpec]]) -> tuple[list[RowSpec], list[list[int]]]:
+    """The rows of several requests with identical rows once, and where each request's rows went."""
+    rows: list[RowSpec] = []
+    index: dict[Any, int] = {}
+    where: list[list[int]] = []
+    for group in groups:
+        own = []
+        for spec in group:
+            key = (spec.lane, spec.tokens, _fingerprint(spec.payload))
+            at = index.get(key)
+            if at is None:
+                at = index[key] = len(rows)
+                rows.append(spec)
+            own.append(at)
+        where.append(own)
+    return rows, where
+
+
+def _fingerprint(value: Any) -> Any:
+    """A hashable picture of a row payload's content; an object it cannot read is only itself."""
+    if value is None or isinstance(value, (str, bytes, int, float, bool)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(_fingerprint(item) for item in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = tuple(_fingerprint(getattr(value, f.name)) for f in dataclasses.fields(value))
+        return (type(value).__qualname__, fields)
+    tobytes = getattr(value, "tobytes", None)  # numpy arrays
+    if callable(tobytes) and hasattr(value, "dtype") and hasattr(value, "shape"):
+        return (str(value.dtype), tuple(value.shape), tobytes())
+    return ("object", id(value))

@@ -1,0 +1,60 @@
+"""Admission at the worker in-process (R-ADM-1): a full model answers 429 `overloaded` with
+Retry-After before any tokenization, a lone request of any size gets in, and a client that asks
+again on the same connection before its Retry-After passed is held until it has."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.serving import serving
+from tests.integration.test_fake_family import fake_container
+from tests.prometheus_text import metric
+from vllm_srun.domain.admission import AdmissionLimits
+
+
+def test_full_model_429_and_early_retries_are_held(fake_packages: list[Path]) -> None:
+    limits = AdmissionLimits(max_queue=1, max_queued_tokens=100)
+    with serving(fake_container(fake_packages[0], admission=limits)) as (client, rt):
+        served = rt.models["fake-a"]
+        assert served.admission is not None and served.clock is not None
+        huge = {"input": ["the cat " * 10] * 20}  # far over 100 body bytes: alone it gets in
+        assert client.post("/v1/embeddings", json=huge).status_code == 200
+        held = served.admission.admit(1, 1, served.clock.now())
+        try:
+            first = client.post("/v1/embeddings", json={"input": "a dog"})
+            assert first.status_code == 429 and first.headers["retry-after"] == "1"
+            assert first.json()["error"]["code"] == "overloaded" and "--max-queue 1" in first.json()["error"]["message"]
+            started = time.monotonic()
+            again = client.post("/v1/embeddings", json={"input": "a dog"})  # the same connection, at once
+            assert again.status_code == 429 and time.monotonic() - started >= 0.9
+        finally:
+            served.admission.release(held, served.clock.now(), answered=False)
+        time.sleep(1.0)
+        assert client.post("/v1/embeddings", json={"input": "a dog"}).status_code == 200
+        text = client.get("/metrics").text
+        assert metric(text, "vllm_srun_unanswered_requests", model="fake-a") == 0
+        assert metric(text, "vllm_srun_requests_total", model="fake-a", surface="embeddings", code="overloaded") == 2
+
+
+@pytest.mark.parametrize("pending_tokens", [60, 100])
+def test_the_token_limit_counts_body_bytes_while_something_is_pending(
+    fake_packages: list[Path],
+    pending_tokens: int,
+) -> None:
+    limits = AdmissionLimits(max_queue=10, max_queued_tokens=100)
+    with serving(fake_container(fake_packages[0], admission=limits)) as (client, rt):
+        served = rt.models["fake-a"]
+        assert served.admission is not None and served.clock is not None
+        held = served.admission.admit(1, pending_tokens, served.clock.now())
+        try:
+            body = b'{"input": "a dog"}'  # 18 bytes
+            r = client.post("/v1/embeddings", content=body, headers={"content-type": "application/json"})
+            fits = pending_tokens + len(body) <= 100
+            assert r.status_code == (200 if fits else 429)
+            if not fits:
+                assert "--max-queued-tokens 100" in r.json()["error"]["message"]
+        finally:
+            served.admission.release(held, served.clock.now(), answered=False)

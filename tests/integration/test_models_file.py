@@ -1,0 +1,145 @@
+"""`vllm-srun serve --models FILE` (R-ARG, R-ADM-1): per-model served name, device, engine
+arguments and admission limits; every problem one line, exit 2, before anything loads; refused
+together with MODEL arguments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.server import running_server
+from tests.integration.serving import serving
+from vllm_srun.adapters.config.models_file import load_models_file
+from vllm_srun.adapters.config.schema import ConfigError
+from vllm_srun.app.cli import build_parser, main, model_specs, serve_settings
+from vllm_srun.domain.admission import AdmissionLimits
+from vllm_srun.domain.dtypes import dtype_refusal
+from vllm_srun.domain.engine_args import EngineArgs
+
+
+def refusal_lines(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", *argv])
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()
+
+
+def test_every_problem_is_one_line_and_nothing_loads(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bad = tmp_path / "models.yaml"
+    bad.write_text(
+        "models:\n"
+        "  - artifact: a\n"
+        "    max_num_seqs: 0\n"
+        "    colour: red\n"
+        "  - name: b\n"
+        "  - artifact: c\n"
+        "    dtype: fp8\n"
+        "    device: gpu\n"
+    )
+    lines = refusal_lines(capsys, "--models", str(bad))
+    assert lines == [
+        f"vllm-srun: error: {bad}: models[0].max_num_seqs: expected an integer >= 1, got 0",
+        f"vllm-srun: error: {bad}: models[0].colour: unknown field",
+        f"vllm-srun: error: {bad}: models[1]: missing required field 'artifact'",
+        f"vllm-srun: error: {bad}: models[2].dtype: expected one of auto, float32, bfloat16, float16, got 'fp8'",
+        f"vllm-srun: error: {bad}: models[2].device: expected one of cpu, cuda:N, rocm:N, mps, auto, got 'gpu'",
+    ]
+
+
+def test_relations_between_fields_are_refused_too(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bad = tmp_path / "models.yaml"
+    bad.write_text(
+        "models:\n  - artifact: /x/tiny\n  - artifact: /y/tiny\n  - {artifact: z, name: zz, dtype: float16, device: cpu}\n"
+    )
+    lines = refusal_lines(capsys, "--models", str(bad))
+    assert len(lines) == 2
+    assert "models[1]: the served name 'tiny' is taken by models[0]" in lines[0]
+    assert "models[2].dtype:" in lines[1] and "float16" in lines[1]
+
+
+def test_refused_with_model_arguments_and_when_unreadable(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text("models: [{artifact: a}]\n")
+    assert refusal_lines(capsys, "a", "--models", str(tmp_path / "m.yaml")) == [
+        "vllm-srun: error: --models FILE is refused together with MODEL arguments"
+    ]
+    (line,) = refusal_lines(capsys, "--models", str(tmp_path / "missing.yaml"))
+    assert line.startswith("vllm-srun: error: --models ") and "No such file" in line
+    (tmp_path / "empty.yaml").write_text("models: []\n")
+    (line,) = refusal_lines(capsys, "--models", str(tmp_path / "empty.yaml"))
+    assert line == f"vllm-srun: error: {tmp_path / 'empty.yaml'}: models: expected at least 1 entry, got 0"
+
+
+def test_flags_are_the_defaults_an_entry_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text(
+        "models:\n"
+        "  - {artifact: /m/one, name: first, max_num_seqs: 4, max_queue: 3}\n"
+        "  - {artifact: /m/two, batch_window_ms: 0, device: cpu, max_queued_tokens: 99}\n"
+    )
+    ns = build_parser().parse_args(
+        ["serve", "--models", str(path), "--max-num-seqs", "16", "--batch-window-ms", "5", "--max-queue", "7"]
+    )
+    first, second = model_specs(serve_settings(ns), "cpu")
+    assert (first.served_name, second.served_name) == ("first", "two")
+    assert first.args == EngineArgs(max_num_seqs=4, batch_window_ms=5.0)
+    assert second.args == EngineArgs(max_num_seqs=16, batch_window_ms=0.0)
+    assert first.admission == AdmissionLimits(3, 65_536) and second.admission == AdmissionLimits(7, 99)
+    assert first.device == second.device == "cpu"
+
+
+def test_each_model_is_served_with_its_own_arguments(encoder_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "models.yaml"
+    path.write_text(
+        f"models:\n"
+        f"  - {{artifact: {encoder_fixture('embed')}, name: vectors, max_num_seqs: 4, max_queue: 5}}\n"
+        f"  - {{artifact: {encoder_fixture('classify')}, batch_window_ms: 0}}\n"
+    )
+    specs = load_models_file(
+        path,
+        flags=EngineArgs(max_num_seqs=16),
+        device="cpu",
+        engine="auto",
+        admission=AdmissionLimits(64, 65_536),
+        dtype_refusal=dtype_refusal,
+    )
+    with serving(list(specs)) as (client, _rt):
+        cards = {c["id"]: c for c in client.get("/v1/models").json()["data"]}
+        assert set(cards) == {"vectors", "tiny-classify"}
+        assert cards["vectors"]["engine_args"]["max_num_seqs"] == 4
+        assert cards["vectors"]["admission"] == {"max_queue": 5, "max_queued_tokens": 65_536}
+        assert cards["tiny-classify"]["engine_args"]["max_num_seqs"] == 16
+        assert cards["tiny-classify"]["engine_args"]["batch_window_ms"] == 0
+        r = client.post("/v1/embeddings", json={"model": "vectors", "input": "hello"})
+        assert r.status_code == 200 and r.json()["model"] == "vectors"
+
+
+def test_a_models_file_served_by_a_real_worker(encoder_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "models.yaml"
+    path.write_text(
+        f"models:\n"
+        f"  - {{artifact: {encoder_fixture('embed')}, name: vectors, max_num_seqs: 2}}\n"
+        f"  - {{artifact: {encoder_fixture('rerank')}, name: ranker}}\n"
+    )
+    with running_server("--models", str(path), "--max-num-seqs", "8") as base:
+        cards = {c["id"]: c for c in httpx.get(f"{base}/v1/models").json()["data"]}
+        assert cards["vectors"]["engine_args"]["max_num_seqs"] == 2
+        assert cards["ranker"]["engine_args"]["max_num_seqs"] == 8
+        r = httpx.post(f"{base}/v1/rerank", json={"model": "ranker", "query": "q", "documents": ["a", "b"]})
+        assert r.status_code == 200 and r.json()["model"] == "ranker"
+
+
+def test_the_loader_reports_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("models: {artifact: a}\n")
+    with pytest.raises(ConfigError) as refused:
+        load_models_file(
+            path,
+            flags=EngineArgs(),
+            device="cpu",
+            engine="auto",
+            admission=AdmissionLimits(1, 1),
+            dtype_refusal=dtype_refusal,
+        )
+    assert refused.value.problems == [f"{path}: models: expected a list, got a mapping"]
