@@ -9,12 +9,13 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from vllm_srun.adapters.catalog import CATALOG, DEFAULT_MODEL
 from vllm_srun.app.flags import OneLineParser, add_setting, arg_type, non_negative_int, positive_int
 from vllm_srun.domain import bounds
 from vllm_srun.domain.adaptive_threads import ADAPTIVE_ENV, Mode, parse_mode
+from vllm_srun.domain.connections import ConnectionLimits
 from vllm_srun.domain.dtypes import dtype_refusal
 from vllm_srun.domain.engine_args import EngineArgs
 from vllm_srun.domain.threads import (
@@ -27,8 +28,10 @@ from vllm_srun.domain.threads import (
 from vllm_srun.domain.worker_settings import ModelSpec, WorkerSettings
 
 PROG = "vllm-srun"
+# connection hygiene, the same flags as `vllm-sr serve` (docs/hardening.md)
+CONNECTION_SETTINGS = tuple(setting for setting, _ in ConnectionLimits().valued())
 # `serve` flags, in `--help` order; each is a setting of `domain/bounds.py`
-SERVE_SETTINGS = (
+SERVE_SETTINGS: tuple[bounds.Setting[Any], ...] = (
     bounds.DEVICE,
     bounds.ENGINE,
     bounds.HOST,
@@ -49,6 +52,8 @@ SERVE_SETTINGS = (
     bounds.MAX_QUEUE,
     bounds.MAX_QUEUED_TOKENS,
     bounds.MAX_BUNDLE_TASKS,
+    bounds.MAX_REQUEST_TOKENS,
+    *CONNECTION_SETTINGS,
 )
 
 
@@ -139,6 +144,19 @@ def serve_settings(ns: argparse.Namespace) -> WorkerSettings:
         max_queue=ns.max_queue,
         max_queued_tokens=ns.max_queued_tokens,
         max_bundle_tasks=ns.max_bundle_tasks,
+        max_request_tokens=ns.max_request_tokens,
+        connections=connection_limits(ns),
+    )
+
+
+def connection_limits(ns: argparse.Namespace) -> ConnectionLimits:
+    """The connection flags of either CLI."""
+    return ConnectionLimits(
+        header_timeout_s=ns.header_timeout,
+        keep_alive_timeout_s=ns.keep_alive_timeout,
+        body_timeout_s=ns.body_timeout,
+        max_header_bytes=ns.max_header_bytes,
+        max_connections=ns.max_connections,
     )
 
 
@@ -202,6 +220,7 @@ def serve(ns: argparse.Namespace) -> int:
     if policy is not None:  # before torch (and its OpenMP) loads: it reads the policy once
         os.environ[WAIT_POLICY_ENV] = policy
     specs = model_specs(settings, device)
+    from vllm_srun.adapters.http.listeners import open_listener
     from vllm_srun.app.container import worker_container
     from vllm_srun.app.server import check_worker, run_worker
 
@@ -220,14 +239,16 @@ def serve(ns: argparse.Namespace) -> int:
         deterministic=ns.deterministic,
         admission=settings.admission,
         max_bundle_tasks=ns.max_bundle_tasks,
+        max_request_tokens=ns.max_request_tokens,
+        connection_limits=settings.connections,
     )
     try:
         for warning in check_worker(container):
             print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
+        listener = open_listener(ns.host, ns.port, ns.uds)  # a stale --uds socket is replaced, a live one refused
     except ValueError as exc:
         refuse(str(exc))
-    run_worker(container, host=ns.host, port=ns.port, uds=ns.uds, log_level=ns.log_level)
-    return 0
+    return run_worker(container, listener, log_level=ns.log_level)
 
 
 def _progress(msg: str) -> None:

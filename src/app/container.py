@@ -28,8 +28,10 @@ from vllm_srun.adapters.front.metrics import FrontEvents, FrontMetrics
 from vllm_srun.adapters.front.proxy import Proxy
 from vllm_srun.adapters.front.reconfigure import Reconfigurer
 from vllm_srun.adapters.http.app import create_app
+from vllm_srun.adapters.http.connection_guard import watched_guard
 from vllm_srun.adapters.media.service import MediaService
 from vllm_srun.adapters.model_store import LocalModelStore
+from vllm_srun.adapters.offload import Offload
 from vllm_srun.adapters.readiness.golden import LoadTimeChecks
 from vllm_srun.adapters.serving.calibration import KneeCalibrator
 from vllm_srun.adapters.serving.device_thread import DeviceThread
@@ -39,8 +41,15 @@ from vllm_srun.adapters.serving.runtime import DEFAULT_ADMISSION, Runtime
 from vllm_srun.domain import bounds
 from vllm_srun.domain.adaptive_threads import Mode
 from vllm_srun.domain.admission import AdmissionLimits
+from vllm_srun.domain.connections import ConnectionLimits
 from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.threads import preparation_threads
 from vllm_srun.domain.worker_settings import ModelSpec
+
+
+def offload_for(forward_threads: int | None) -> Offload:
+    """The pool that prepares large requests off the event loop, sized from the forward threads."""
+    return Offload(preparation_threads(forward_threads or 1))
 
 
 class WorkerContainer(containers.DeclarativeContainer):
@@ -64,6 +73,7 @@ class WorkerContainer(containers.DeclarativeContainer):
     media = providers.Singleton(
         MediaService, config.media_workers, metrics=metrics, workers_source=config.media_workers_source
     )
+    offload = providers.Singleton(offload_for, config.threads)
 
     runtime = providers.Singleton(
         Runtime,
@@ -89,6 +99,8 @@ class WorkerContainer(containers.DeclarativeContainer):
         deterministic=config.deterministic,
         admission=config.admission,
         open_device=providers.Factory(partial, open_device, probe=device_probe, progress=config.progress),
+        offload=offload,
+        max_request_tokens=config.max_request_tokens,
     )
 
     app = providers.Singleton(
@@ -96,6 +108,9 @@ class WorkerContainer(containers.DeclarativeContainer):
         runtime=runtime,
         max_request_bytes=config.max_request_bytes,
         max_bundle_tasks=config.max_bundle_tasks,
+    )
+    connection_guard = providers.Singleton(
+        watched_guard, config.connection_limits, metrics, offload.provided.release_memory
     )
 
 
@@ -116,6 +131,8 @@ def worker_container(
     deterministic: bool = False,
     admission: AdmissionLimits = DEFAULT_ADMISSION,
     max_bundle_tasks: int = bounds.MAX_BUNDLE_TASKS.default,
+    max_request_tokens: int = bounds.MAX_REQUEST_TOKENS.default,
+    connection_limits: ConnectionLimits | None = None,
 ) -> WorkerContainer:
     """A worker container with every setting given (defaults: the CLI's; `media_workers` None:
     one per 16 CPUs of the budget, 1 to 4)."""
@@ -144,6 +161,8 @@ def worker_container(
             "deterministic": deterministic,
             "admission": admission,
             "max_bundle_tasks": max_bundle_tasks,
+            "max_request_tokens": max_request_tokens,
+            "connection_limits": connection_limits or ConnectionLimits(),
         }
     )
     return container
@@ -170,9 +189,15 @@ class FrontContainer(containers.DeclarativeContainer):
         env=config.env,
         clock=clock,
     )
-    proxy = providers.Singleton(Proxy, fleet, metrics, max_request_bytes=config.max_request_bytes, clock=clock)
+    offload = providers.Singleton(Offload, 1)  # the front only decodes bodies: one thread keeps the loop free
+    proxy = providers.Singleton(
+        Proxy, fleet, metrics, max_request_bytes=config.max_request_bytes, clock=clock, offload=offload
+    )
     reconfigurer = providers.Singleton(Reconfigurer, fleet, load=config.load_config, check=config.check_config)
     app = providers.Singleton(FrontApp, fleet, proxy, metrics, reconfigurer)
+    connection_guard = providers.Singleton(
+        watched_guard, config.connection_limits, metrics, offload.provided.release_memory
+    )
 
 
 def front_container(
@@ -184,6 +209,7 @@ def front_container(
     worker_log_level: str = "warning",
     env: dict[str, str] | None = None,
     load_config: Callable[[], Any] | None = None,
+    connection_limits: ConnectionLimits | None = None,
 ) -> FrontContainer:
     """LOAD_CONFIG reads the config again for a reload (default: the same config, unchanged)."""
     container = FrontContainer()
@@ -197,6 +223,7 @@ def front_container(
             "env": env,
             "load_config": load_config or (lambda: front_config),
             "check_config": lambda config: None,
+            "connection_limits": connection_limits or ConnectionLimits(),
         }
     )
     return container

@@ -21,6 +21,7 @@ from typing import NoReturn
 
 from vllm_srun.app.flags import OneLineParser, add_setting, positive_int
 from vllm_srun.domain import bounds
+from vllm_srun.domain.connections import ConnectionLimits
 
 PROG = "vllm-sr"
 ENGINE_MODE = ""  # `-e` without a value: Engine mode, the only mode this front has
@@ -52,6 +53,9 @@ DEPLOYMENT_SETTINGS = (
     bounds.RESULT_CACHE_ENTRIES,
     bounds.MEDIA_WORKERS,
     bounds.ENABLE_SHARED_CONTEXT,
+    bounds.MAX_REQUEST_TOKENS,
+    bounds.MAX_QUEUE,
+    bounds.MAX_QUEUED_TOKENS,
     bounds.TIMEOUT_MS,
 )
 
@@ -116,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="on SIGTERM, how long in-flight requests may take before workers stop (default: %(default)g)",
     )
     add_setting(serve, bounds.LOG_LEVEL)
+    for connection_setting, _ in ConnectionLimits().valued():  # the front's own listener (docs/hardening.md)
+        add_setting(serve, connection_setting)
     add_setting(serve, bounds.PID_FILE, metavar="FILE")
     reload = sub.add_parser(
         "reload",
@@ -243,6 +249,7 @@ def serve(ns: argparse.Namespace) -> int:
     config = resolve_config(ns)
     from vllm_srun.adapters.config.schema import ConfigError
     from vllm_srun.adapters.front.control import default_pid_file
+    from vllm_srun.app.cli import connection_limits
     from vllm_srun.app.front_server import prepare_front, run_front
 
     try:
@@ -255,11 +262,14 @@ def serve(ns: argparse.Namespace) -> int:
             env=dict(os.environ),
             load_config=lambda: build_config(ns),
             pid_file=Path(ns.pid_file) if ns.pid_file else default_pid_file(ns.port),
+            connection_limits=connection_limits(ns),
         )
     except ConfigError as exc:  # the workers' settings, one line per problem
         refuse("; ".join(exc.problems))
-    except ValueError as exc:  # a refusal found while preparing (threads, packages, port)
+    except ValueError as exc:  # a refusal found while preparing (threads, packages, port, descriptors)
         refuse(str(exc))
+    for warning in front.warnings:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
     return run_front(front, drain_timeout_s=ns.drain_timeout)
 
 

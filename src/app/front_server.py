@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -37,9 +38,15 @@ from vllm_srun.adapters.front.control import FrontRecord, remove_pid_file, write
 from vllm_srun.adapters.front.fleet import Fleet
 from vllm_srun.adapters.front.proxy import Proxy
 from vllm_srun.adapters.front.reconfigure import Reconfigurer
+from vllm_srun.adapters.http.connection_guard import ConnectionGuard
+from vllm_srun.adapters.http.guarded_protocol import uvicorn_config
+from vllm_srun.adapters.http.listeners import bind_tcp, ensure_descriptors
+from vllm_srun.adapters.offload import SWITCH_INTERVAL_S
 from vllm_srun.adapters.workers.cpu_budget import managed_worker_threads
+from vllm_srun.adapters.workers.socket_dirs import clean_stale_socket_dirs, make_socket_dir
 from vllm_srun.app.container import FrontContainer, front_container
 from vllm_srun.domain import bounds
+from vllm_srun.domain.connections import ConnectionLimits
 
 log = logging.getLogger("vllm_srun.front")
 WORKER_STOP_GRACE_S = 10.0
@@ -55,6 +62,8 @@ class PreparedFront:
     where: str
     log_level: str
     reconfigurer: Reconfigurer
+    guard: ConnectionGuard
+    warnings: list[str]
     pid_file: Path | None = None
     host: str = bounds.HOST.default
     port: int = bounds.FRONT_PORT.default
@@ -77,19 +86,6 @@ def _check_packages(config: FrontConfig, container: FrontContainer) -> None:
             raise ValueError(f"deployments.{name}: {refusal}")
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ValueError(f"--host {host} --port {port}: {exc.strerror or exc}") from None
-    sock.set_inheritable(False)
-    return sock
-
-
 def prepare_front(
     config: FrontConfig,
     *,
@@ -100,12 +96,20 @@ def prepare_front(
     env: dict[str, str] | None = None,
     load_config: Callable[[], FrontConfig] | None = None,
     pid_file: Path | None = None,
+    connection_limits: ConnectionLimits | None = None,
 ) -> PreparedFront:
     """Everything short of starting workers; raises ValueError with a one-line refusal, or
     ConfigError (a ValueError) with one line per problem of the workers' settings.
     LOAD_CONFIG reads the config again on a reload (SIGHUP)."""
     threads = managed_worker_threads(env)  # InvalidThreadOverride is a ValueError
-    socket_dir = tempfile.mkdtemp(prefix="vllm-sr-")  # mode 0700: only this user reaches the workers
+    limits = connection_limits or ConnectionLimits()
+    warnings: list[str] = []
+    cap, warning = ensure_descriptors(limits.max_connections, limits.max_connections != bounds.MAX_CONNECTIONS.default)
+    if warning:
+        warnings.append(warning)
+        limits = dataclasses.replace(limits, max_connections=cap)
+    clean_stale_socket_dirs(tempfile.gettempdir())  # left by fronts that were killed
+    socket_dir = make_socket_dir(tempfile.gettempdir())  # mode 0700: only this user reaches the workers
     container = front_container(
         config,
         socket_dir=socket_dir,
@@ -114,12 +118,13 @@ def prepare_front(
         worker_log_level="info" if log_level == "debug" else "warning",
         env=env,
         load_config=load_config,
+        connection_limits=limits,
     )
     container.config.check_config.from_value(lambda new: _check_packages(new, container))
     try:
         _check_packages(config, container)
         fleet = container.fleet()  # ConfigError when a worker would refuse its settings
-        sock = _bind(host, port)
+        sock = bind_tcp(host, port)
     except BaseException:
         shutil.rmtree(socket_dir, ignore_errors=True)
         raise
@@ -128,7 +133,19 @@ def prepare_front(
     port = sock.getsockname()[1]
     where = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     return PreparedFront(
-        fleet, proxy, app, sock, socket_dir, where, log_level, container.reconfigurer(), pid_file, host, port
+        fleet,
+        proxy,
+        app,
+        sock,
+        socket_dir,
+        where,
+        log_level,
+        container.reconfigurer(),
+        container.connection_guard(),
+        warnings,
+        pid_file,
+        host,
+        port,
     )
 
 
@@ -142,13 +159,11 @@ class _Server(uvicorn.Server):
 
 async def _serve(front: PreparedFront, drain_timeout_s: float) -> int:
     loop = asyncio.get_running_loop()
-    config = uvicorn.Config(
+    config = uvicorn_config(
         front.app,
-        http="httptools",
+        front.guard,
         lifespan="off",
-        access_log=False,
         log_level=front.log_level,
-        timeout_keep_alive=30,
         timeout_graceful_shutdown=5,
         log_config=None,
     )
@@ -199,6 +214,7 @@ async def _serve(front: PreparedFront, drain_timeout_s: float) -> int:
 
 
 def run_front(front: PreparedFront, *, drain_timeout_s: float = 30.0) -> int:
+    sys.setswitchinterval(SWITCH_INTERVAL_S)  # large bodies are decoded on a pool thread
     logging.basicConfig(
         level=front.log_level.upper(),
         stream=sys.stderr,

@@ -1,15 +1,23 @@
 """Start a worker from its container: the refusals that need the container's adapters, then the
-runtime's HTTP app on uvicorn (uvloop + httptools), over TCP or a Unix socket."""
+runtime's HTTP app on uvicorn (uvloop + httptools, through the connection guard), over TCP or a
+Unix socket (mode 0600, a stale one replaced, removed at exit)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import os
 import sys
+from collections.abc import Callable, Generator
 from typing import Any
 
 import uvicorn
 
+from vllm_srun.adapters.http.connection_guard import ConnectionGuard
+from vllm_srun.adapters.http.guarded_protocol import uvicorn_config
+from vllm_srun.adapters.http.listeners import Listener, ensure_descriptors
+from vllm_srun.adapters.offload import SWITCH_INTERVAL_S
 from vllm_srun.app.container import WorkerContainer
 from vllm_srun.app.preflight import engine_arg_refusal
 from vllm_srun.domain import bounds
@@ -32,6 +40,11 @@ def check_worker(container: WorkerContainer) -> list[str]:
         raise ValueError(exc.message) from None
     engine = engines.resolve_name(container.config.engine())  # EngineRefused is a ValueError
     warnings = []
+    limits = container.config.connection_limits()
+    cap, warning = ensure_descriptors(limits.max_connections, limits.max_connections != bounds.MAX_CONNECTIONS.default)
+    if warning:
+        warnings.append(warning)
+        container.config.connection_limits.from_value(dataclasses.replace(limits, max_connections=cap))
     for served in runtime.models.values():
         device = runtime.device_for(served)
         where = f"model {served.name}: " if len(runtime.models) > 1 else ""
@@ -52,36 +65,50 @@ def check_worker(container: WorkerContainer) -> list[str]:
     return warnings
 
 
-def run_worker(container: WorkerContainer, *, host: str, port: int, uds: str | None, log_level: str) -> None:
+def run_worker(container: WorkerContainer, listener: Listener, *, log_level: str) -> int:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tokenizing stays on the preparing thread
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     runtime = container.runtime()
     app = container.app()
-    where = f"unix:{uds}" if uds else f"http://{host}:{port}"
-    print(f"serve: {', '.join(runtime.models)} on {where} (device {runtime.device.name})", file=sys.stderr, flush=True)
-    run_server(app, host=host, port=port, uds=uds, log_level=log_level)
+    print(
+        f"serve: {', '.join(runtime.models)} on {listener.where} (device {runtime.device.name})",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        run_server(app, listener, container.connection_guard(), log_level=log_level, on_exit=listener.remove)
+    finally:
+        listener.remove()
+    return 0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, with a last step after its graceful shutdown and before it re-raises the signal
+    that stopped it (which ends the process before any `finally` of ours could run)."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.on_exit = on_exit
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                self.on_exit()
 
 
 def run_server(
     app: Any,
+    listener: Listener,
+    guard: ConnectionGuard,
     *,
-    host: str = bounds.HOST.default,
-    port: int = bounds.PORT.default,
-    uds: str | None = None,
     log_level: str = bounds.LOG_LEVEL.default,
+    on_exit: Callable[[], None] = lambda: None,
 ) -> None:
-    if uds and os.path.exists(uds):
-        os.unlink(uds)
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        uds=uds,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        access_log=False,
-        log_level=log_level,
-        timeout_keep_alive=30,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    config = uvicorn_config(
+        app, guard, lifespan="on", log_level=log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S
     )
-    uvicorn.Server(config).run()
+    _Server(config, on_exit).run(sockets=[listener.sock])

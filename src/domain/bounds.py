@@ -325,6 +325,52 @@ MODELS_FILE: TextSetting[str | None] = TextSetting(
     help="a YAML file of the models to serve, each with its own served name, device and engine "
     "arguments (refused together with MODEL arguments)",
 )
+MAX_REQUEST_TOKENS = IntSetting(
+    name="max_request_tokens",
+    low=1,
+    default=524_288,
+    shown="524288 (2,048 inputs of 256 tokens)",
+    help="most tokens the rows of one request may hold (inputs, windows or questions together); 413 past it",
+)
+
+# ---- connections (the worker and the front alike; docs/hardening.md) -----------------------------
+KIB = 1024
+HEADER_TIMEOUT = FloatSetting(
+    name="header_timeout",
+    low=0.1,
+    high=3600.0,
+    default=10.0,
+    help="seconds a request head may take to arrive, from the connection's opening or the request's first byte",
+)
+KEEP_ALIVE_TIMEOUT = FloatSetting(
+    name="keep_alive_timeout",
+    low=0.1,
+    high=3600.0,
+    default=30.0,
+    help="seconds an idle keep-alive connection stays open",
+)
+BODY_TIMEOUT = FloatSetting(
+    name="body_timeout",
+    low=0.1,
+    high=3600.0,
+    default=60.0,
+    help="seconds a request body may take to arrive (408 past it), and a response may wait for the client to read it",
+)
+MAX_HEADER_BYTES = IntSetting(
+    name="max_header_bytes",
+    low=1 * KIB,
+    high=16 * MIB,
+    default=64 * KIB,
+    shown="64 KiB",
+    help="the largest request head (request line and headers), in bytes; 431 past it",
+)
+MAX_CONNECTIONS = IntSetting(
+    name="max_connections",
+    low=1,
+    high=1_000_000,
+    default=2048,
+    help="most open client connections; past it the longest-idle one is closed, else the new one gets 503",
+)
 
 # ---- the front -------------------------------------------------------------------------------------
 TIMEOUT_MS = IntSetting(

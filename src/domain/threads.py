@@ -153,3 +153,13 @@ def omp_wait_policy(threads: int, env: Mapping[str, str]) -> str | None:
     if env.get(WAIT_POLICY_ENV, "").strip() or env.get(SPIN_COUNT_ENV, "").strip():
         return None
     return "PASSIVE"
+
+
+MAX_PREPARATION_THREADS = 4
+
+
+def preparation_threads(forward_threads: int) -> int:
+    """Threads that prepare large requests (decode bodies, tokenize, cut windows) off the event
+    loop: a quarter of the forward threads, at least 1, at most 4, so preparation never takes
+    more than a small share of the CPUs the forwards run on (R-CPU-1; docs/hardening.md)."""
+    return max(1, min(MAX_PREPARATION_THREADS, forward_threads // 4))

@@ -14,6 +14,7 @@ from typing import Any
 
 from vllm_srun.domain import bounds
 from vllm_srun.domain.admission import AdmissionLimits
+from vllm_srun.domain.connections import ConnectionLimits
 from vllm_srun.domain.engine_args import EngineArgs
 
 
@@ -56,6 +57,8 @@ class WorkerSettings:
     max_queue: int = bounds.MAX_QUEUE.default
     max_queued_tokens: int = bounds.MAX_QUEUED_TOKENS.default
     max_bundle_tasks: int = bounds.MAX_BUNDLE_TASKS.default
+    max_request_tokens: int = bounds.MAX_REQUEST_TOKENS.default
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
 
     @property
     def admission(self) -> AdmissionLimits:
@@ -86,6 +89,8 @@ class WorkerSettings:
             (bounds.MAX_QUEUED_TOKENS, self.max_queued_tokens),
             (bounds.MAX_BUNDLE_TASKS, self.max_bundle_tasks),
             (bounds.MODELS_FILE, self.models_file),
+            (bounds.MAX_REQUEST_TOKENS, self.max_request_tokens),
+            *self.connections.valued(),
         ]
 
     def problems(self) -> list[str]:

@@ -11,6 +11,7 @@ from vllm_srun.adapters.config.schema import DeploymentConfig
 from vllm_srun.adapters.workers.command import worker_settings
 from vllm_srun.app.cli import build_parser, serve_settings
 from vllm_srun.domain import bounds
+from vllm_srun.domain.connections import ConnectionLimits
 from vllm_srun.domain.engine_args import EngineArgs
 from vllm_srun.domain.worker_settings import WorkerSettings
 
@@ -54,6 +55,15 @@ SETTINGS = st.builds(
     max_queued_tokens=ints(bounds.MAX_QUEUED_TOKENS),
     max_bundle_tasks=ints(bounds.MAX_BUNDLE_TASKS),
     models_file=maybe(TEXT),
+    max_request_tokens=ints(bounds.MAX_REQUEST_TOKENS),
+    connections=st.builds(
+        ConnectionLimits,
+        header_timeout_s=st.floats(bounds.HEADER_TIMEOUT.low, bounds.HEADER_TIMEOUT.high),
+        keep_alive_timeout_s=st.floats(bounds.KEEP_ALIVE_TIMEOUT.low, bounds.KEEP_ALIVE_TIMEOUT.high),
+        body_timeout_s=st.floats(bounds.BODY_TIMEOUT.low, bounds.BODY_TIMEOUT.high),
+        max_header_bytes=ints(bounds.MAX_HEADER_BYTES),
+        max_connections=ints(bounds.MAX_CONNECTIONS),
+    ),
 ).filter(lambda settings: not (settings.models and settings.models_file is not None))
 
 
@@ -75,6 +85,9 @@ def test_the_worker_reads_any_valid_settings_back_from_their_argv(settings: Work
     entries=maybe(ints(bounds.RESULT_CACHE_ENTRIES)),
     device=st.from_regex(bounds.REPLICA_DEVICE.pattern, fullmatch=True),
     threads=maybe(ints(bounds.THREADS)),
+    queue=maybe(ints(bounds.MAX_QUEUE)),
+    queued_tokens=maybe(ints(bounds.MAX_QUEUED_TOKENS)),
+    request_tokens=maybe(ints(bounds.MAX_REQUEST_TOKENS)),
 )
 def test_what_the_front_builds_from_a_deployment_is_what_the_worker_reads(
     seqs: int | None,
@@ -84,6 +97,9 @@ def test_what_the_front_builds_from_a_deployment_is_what_the_worker_reads(
     entries: int | None,
     device: str,
     threads: int | None,
+    queue: int | None,
+    queued_tokens: int | None,
+    request_tokens: int | None,
 ) -> None:
     deployment = DeploymentConfig(
         artifact="m",
@@ -92,6 +108,9 @@ def test_what_the_front_builds_from_a_deployment_is_what_the_worker_reads(
         dtype=dtype,
         engine=engine,
         result_cache_entries=entries,
+        max_queue=queue,
+        max_queued_tokens=queued_tokens,
+        max_request_tokens=request_tokens,
     )
     settings = worker_settings(deployment, device=device, uds="/s/w0.sock", threads=threads, max_request_bytes=1)
     assert settings.problems() == []
@@ -102,3 +121,8 @@ def test_what_the_front_builds_from_a_deployment_is_what_the_worker_reads(
     assert worker.engine_args.batch_window_ms == (bounds.BATCH_WINDOW_MS.default if window is None else window)
     assert worker.result_cache_entries == (bounds.RESULT_CACHE_ENTRIES.default if entries is None else entries)
     assert worker.threads == (threads if device in ("cpu", "auto") else None)
+    assert worker.max_queue == (bounds.MAX_QUEUE.default if queue is None else queue)
+    assert worker.max_queued_tokens == (bounds.MAX_QUEUED_TOKENS.default if queued_tokens is None else queued_tokens)
+    assert worker.max_request_tokens == (
+        bounds.MAX_REQUEST_TOKENS.default if request_tokens is None else request_tokens
+    )

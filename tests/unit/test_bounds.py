@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from vllm_srun.adapters.config.loader import validate_config_data
 from vllm_srun.app import cli, front_cli
 from vllm_srun.domain import bounds
+from vllm_srun.domain.connections import ConnectionLimits
 from vllm_srun.domain.dtypes import DTYPES
 from vllm_srun.domain.engine_args import EngineArgs
 
@@ -25,8 +26,11 @@ SHARED = (
     bounds.BATCH_WINDOW_MS,
     bounds.MAX_MODEL_LEN,
     bounds.RESULT_CACHE_ENTRIES,
+    bounds.MAX_REQUEST_TOKENS,
     bounds.TIMEOUT_MS,
 )
+# the connection settings: flags of both CLIs' `serve` (not config fields: they guard a listener)
+CONNECTIONS = tuple(setting for setting, _ in ConnectionLimits().valued())
 ENGINE_ARGS = ("max_num_seqs", "max_num_batched_tokens", "batch_window_ms", "max_model_len")
 
 
@@ -68,6 +72,22 @@ def test_config_clis_and_engine_args_share_each_bound(setting: Any, data: st.Dat
         assert parses(cli.build_parser(), ["serve", flag])[0] == allowed
     if setting.name in ENGINE_ARGS:
         assert (EngineArgs(**{setting.name: value}).problems() == []) == allowed
+
+
+@pytest.mark.parametrize("setting", CONNECTIONS, ids=lambda setting: setting.name)
+@given(data=st.data())
+def test_both_servers_share_each_connection_bound(setting: Any, data: st.DataObject) -> None:
+    value = data.draw(around(setting))
+    if isinstance(setting, bounds.FloatSetting):
+        value = float(value) + data.draw(st.sampled_from([0.0, 0.05, -0.05]))
+    allowed = setting.accepts(value)
+    assert parses(cli.build_parser(), ["serve", f"{setting.flag}={value}"])[0] == allowed
+    assert parses(front_cli.build_parser(), ["serve", f"{setting.flag}={value}"])[0] == allowed
+    field = {s.name: f for (s, _), f in zip(ConnectionLimits().valued(), LIMIT_FIELDS)}[setting.name]
+    assert (ConnectionLimits(**{field: value}).problems() == []) == allowed
+
+
+LIMIT_FIELDS = ("header_timeout_s", "keep_alive_timeout_s", "body_timeout_s", "max_header_bytes", "max_connections")
 
 
 @pytest.mark.parametrize("value", ["auto", "float32", "bfloat16", "float16", "fp8", "Float32", ""])
@@ -134,7 +154,7 @@ def test_help_says_what_each_flag_does_and_its_default() -> None:
     for setting in cli.SERVE_SETTINGS:
         assert setting.help_text() in worker, setting.name
     front = help_of(front_cli.build_parser(), ["serve"])
-    for setting in (*front_cli.DEPLOYMENT_SETTINGS, bounds.FRONT_PORT, bounds.MAX_REQUEST_BYTES):
+    for setting in (*front_cli.DEPLOYMENT_SETTINGS, *CONNECTIONS, bounds.FRONT_PORT, bounds.MAX_REQUEST_BYTES):
         assert setting.help_text() in front, setting.name
     assert "(default: 2)" in bounds.BATCH_WINDOW_MS.help_text()
     assert "(default: 8 MiB)" in bounds.MAX_REQUEST_BYTES.help_text()

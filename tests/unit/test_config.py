@@ -220,6 +220,7 @@ def test_deployment_level_endpoint_needs_model_and_model_needs_endpoint() -> Non
     )
 
 
+@pytest.mark.parametrize("field", ["max_model_len", "max_request_tokens", "max_queue", "max_queued_tokens"])
 @pytest.mark.parametrize(
     "placement",
     [
@@ -227,12 +228,12 @@ def test_deployment_level_endpoint_needs_model_and_model_needs_endpoint() -> Non
         "replicas: [{device: cuda:0}, {endpoint: http://h:1, model: m}]",
     ],
 )
-def test_max_model_len_is_refused_where_an_attached_runtime_serves(placement: str) -> None:
-    assert only_problem(deployment_yaml(f"artifact: a\n{placement}\nmax_model_len: 4096")) == (
-        "deployments.primary.max_model_len: refused on a deployment with an attached endpoint; "
-        "pass --max-model-len to the attached runtime itself"
+def test_worker_limits_are_refused_where_an_attached_runtime_serves(placement: str, field: str) -> None:
+    assert only_problem(deployment_yaml(f"artifact: a\n{placement}\n{field}: 4096")) == (
+        f"deployments.primary.{field}: refused on a deployment with an attached endpoint; "
+        f"pass --{field.replace('_', '-')} to the attached runtime itself"
     )
-    load_config_text(deployment_yaml("artifact: a\ndevice: rocm:0\nmax_model_len: 4096"))
+    load_config_text(deployment_yaml(f"artifact: a\ndevice: rocm:0\n{field}: 4096"))
 
 
 @pytest.mark.parametrize("device", ["cpu", "auto", "mps", "cuda:0", "cuda:12", "rocm:3"])

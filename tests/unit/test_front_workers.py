@@ -10,6 +10,7 @@ import pytest
 from vllm_srun.adapters.config.schema import DeploymentConfig
 from vllm_srun.adapters.front import bodies
 from vllm_srun.adapters.front.proxy import outcome_of
+from vllm_srun.adapters.http.request_body import decode_document
 from vllm_srun.adapters.workers.command import worker_settings
 from vllm_srun.adapters.workers.compat import calibrated_limits, card_problem, pick_card
 from vllm_srun.adapters.workers.cpu_budget import managed_worker_threads, quota_cpus
@@ -50,14 +51,18 @@ def test_worker_settings_pass_only_what_the_deployment_sets() -> None:
         result_cache_entries=0,
         engine="native",
         enable_shared_context=False,
+        max_request_tokens=9000,
+        max_queue=32,
+        max_queued_tokens=70000,
     )
     args = worker_settings(full, device="cuda:1", uds="/s/w1.sock", threads=3, max_request_bytes=1000).to_argv()
     text = " ".join(args)
     assert "--device=cuda:1" in args
     assert "--max-num-seqs=64 --max-num-batched-tokens=4096 --batch-window-ms=0 --dtype=float32" in text
     assert "--max-model-len=512 --result-cache-entries=0 --engine=native --no-enable-shared-context" in text
+    assert {"--max-request-tokens=9000", "--max-queue=32", "--max-queued-tokens=70000"} <= set(args)
     assert not any(arg.startswith("--threads") for arg in args)  # a GPU worker: R-CPU-1 is about CPU workers
-    assert args[-1] == f"--max-request-bytes={1000 + 64 * 1024}"
+    assert f"--max-request-bytes={1000 + 64 * 1024}" in args
 
 
 def test_worker_settings_the_worker_would_refuse_are_named() -> None:
@@ -155,18 +160,22 @@ def test_worker_threads_follow_the_budget_and_the_override(tmp_path: Path) -> No
 
 
 # ---- bodies ------------------------------------------------------------------------------------------
+def parse_body(raw: bytes) -> dict:
+    return decode_document(raw, None, 1 << 20)[0]
+
+
 def test_bodies_are_read_and_renamed_without_touching_the_rest() -> None:
     raw = b'{"model":"primary","input":["a"],"options":{"deadline_ms":50,"return_meta":true}}'
-    doc = bodies.parse_body(raw)
+    doc = parse_body(raw)
     assert bodies.requested_model(doc) == "primary" and bodies.deadline_ms(doc) == 50.0
     assert bodies.wants_meta(doc)
-    sent = bodies.parse_body(bodies.for_worker(doc, raw, "tiny", must_name=False))
+    sent = parse_body(bodies.for_worker(doc, raw, "tiny", must_name=False))
     assert sent == {**doc, "model": "tiny"}
     unnamed = b'{"input":"a"}'
-    assert bodies.for_worker(bodies.parse_body(unnamed), unnamed, "tiny", must_name=False) is unnamed
-    assert bodies.parse_body(bodies.for_worker({"input": "a"}, unnamed, "m", must_name=True))["model"] == "m"
+    assert bodies.for_worker(parse_body(unnamed), unnamed, "tiny", must_name=False) is unnamed
+    assert parse_body(bodies.for_worker({"input": "a"}, unnamed, "m", must_name=True))["model"] == "m"
     answer = b'{"data":[{"model":"tiny"}],"model":"tiny"}'
-    assert bodies.parse_body(bodies.for_client(answer, "tiny", "primary")) == {
+    assert parse_body(bodies.for_client(answer, "tiny", "primary")) == {
         "data": [{"model": "tiny"}],
         "model": "primary",
     }
@@ -177,7 +186,7 @@ def test_bodies_are_read_and_renamed_without_touching_the_rest() -> None:
 @pytest.mark.parametrize("raw", [b"", b"[1]", b'{"a":', b"\xff"])
 def test_a_body_that_is_not_a_json_object_is_refused(raw: bytes) -> None:
     with pytest.raises(InvalidRequest):
-        bodies.parse_body(raw)
+        parse_body(raw)
 
 
 def test_cache_key_ignores_answer_neutral_fields() -> None:

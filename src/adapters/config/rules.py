@@ -87,11 +87,12 @@ def deployment_problems(path: str, d: dict[str, Any]) -> list[str]:
         elif identity is not None:
             seen[identity] = index
     attached = d.get("endpoint") is not None or any(r.get("endpoint") for r in entries)
-    if attached and d.get("max_model_len") is not None:
-        problems.append(
-            f"{path}.max_model_len: refused on a deployment with an attached endpoint; "
-            "pass --max-model-len to the attached runtime itself"
-        )
+    problems.extend(
+        f"{path}.{field}: refused on a deployment with an attached endpoint; "
+        f"pass --{field.replace('_', '-')} to the attached runtime itself"
+        for field in ("max_model_len", "max_request_tokens", "max_queue", "max_queued_tokens")
+        if attached and d.get(field) is not None
+    )
     devices = [d.get("device")] + [r.get("device") for r in entries]
     if d.get("dtype") == "float16" and "cpu" in devices:
         problems.append(f"{path}.dtype: float16 runs on GPUs only, and a worker is on the CPU")

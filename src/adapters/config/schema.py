@@ -146,6 +146,9 @@ class DeploymentConfig(Section, kw_only=True):
     max_model_len: Annotated[int, _range(bounds.MAX_MODEL_LEN)] | None = None
     result_cache_entries: Annotated[int, _range(bounds.RESULT_CACHE_ENTRIES)] | None = None
     media_workers: Annotated[int, _range(bounds.MEDIA_WORKERS)] | None = None
+    max_request_tokens: Annotated[int, _range(bounds.MAX_REQUEST_TOKENS)] | None = None
+    max_queue: Annotated[int, _range(bounds.MAX_QUEUE)] | None = None  # each worker's admission (R-ADM-1)
+    max_queued_tokens: Annotated[int, _range(bounds.MAX_QUEUED_TOKENS)] | None = None
     # dispatch and outlier ejection (R-REP-3, R-REP-5)
     timeout_ms: Annotated[int, _range(bounds.TIMEOUT_MS)] | None = None
     outlier_detection: OutlierDetectionConfig | None = None
@@ -171,6 +174,9 @@ ENGINE_ARG_FIELDS = (
     "max_model_len",
     "result_cache_entries",
     "media_workers",
+    "max_request_tokens",
+    "max_queue",
+    "max_queued_tokens",
     "timeout_ms",
 )
 

@@ -1,8 +1,8 @@
 """What the front reads from and writes into request and response bodies, on any surface.
 
-The front does not know the surfaces' schemas (the workers validate bodies): it reads only
-`model` (which deployment), `options.deadline_ms` (the request's deadline) and
-`options.return_meta`, rewrites `model` between the logical deployment name and the name a
+The front does not know the surfaces' schemas (the workers validate fields): it decodes a body
+the way a worker does (`adapters/http/request_body.py`), then reads only `model` (which
+deployment), `options.deadline_ms` (the request's deadline) and `options.return_meta`, rewrites `model` between the logical deployment name and the name a
 worker knows, and keys its result cache on the rest of the content.
 
 A bundle (`/v1/bundle`, R-PERF-1) is dispatched as one unit to one deployment: its tasks may
@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from vllm_srun.domain.errors import InvalidRequest
+from vllm_srun.domain.errors import InvalidRequest, quoted
 
 _decode = msgspec.json.decode
 _encode = msgspec.json.encode
@@ -25,16 +25,6 @@ _top_level = msgspec.json.Decoder(dict[str, msgspec.Raw])
 # fields that never change an answer (as in the worker's result cache)
 _IGNORED_FIELDS = ("model", "user")
 _IGNORED_OPTIONS = ("deadline_ms",)
-
-
-def parse_body(body: bytes) -> dict[str, Any]:
-    try:
-        doc = _decode(body)
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"the body is not JSON: {str(exc).splitlines()[0][:200]}") from None
-    if not isinstance(doc, dict):
-        raise InvalidRequest("the body must be a JSON object")
-    return doc
 
 
 BUNDLE_PATH = "/v1/bundle"
@@ -47,7 +37,7 @@ def requested_model(doc: dict[str, Any], path: str = "") -> str | None:
         return _bundle_model(doc)
     model = doc.get("model")
     if model is not None and not isinstance(model, str):
-        raise InvalidRequest("`model` must be a string")
+        raise InvalidRequest(f"`model` must be a string (got {quoted(model)})")
     return model
 
 
@@ -67,7 +57,7 @@ def _bundle_model(doc: dict[str, Any]) -> str | None:
         raise InvalidRequest("a task's `model` must be a string")
     if len(named) > 1:
         raise InvalidRequest(
-            f"a bundle is dispatched to one deployment; its tasks name {', '.join(sorted(map(str, named)))}"
+            f"a bundle is dispatched to one deployment; its tasks name {', '.join(sorted(map(quoted, named)))}"
         )
     return next(iter(named), None)
 

@@ -41,7 +41,7 @@ from vllm_srun.domain import bounds
 from vllm_srun.domain.cache import LruCache
 from vllm_srun.domain.dispatch import Pool
 from vllm_srun.domain.ejection import PoolEvent, ProbeHealth
-from vllm_srun.domain.errors import InvalidRequest, ModelNotFound
+from vllm_srun.domain.errors import InvalidRequest, ModelNotFound, quoted
 from vllm_srun.domain.reconfiguration import match_replicas
 from vllm_srun.domain.replicas import Replica
 from vllm_srun.domain.worker_settings import WorkerSettings
@@ -244,7 +244,7 @@ class Fleet:
             return self.deployments[alias]
         if model == TYPESAFE_DEFAULT_MODEL and (deciding := self._decision_deployment()) is not None:
             return deciding
-        raise ModelNotFound(f"model {model!r} is not served here (deployments: {', '.join(self.deployments)})")
+        raise ModelNotFound(f"model {quoted(model)} is not served here (deployments: {', '.join(self.deployments)})")
 
     def _decision_deployment(self) -> Deployment | None:
         """The deployment the typesafe-sdk's default name means: `system.decision_model`, else

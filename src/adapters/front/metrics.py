@@ -59,6 +59,12 @@ class FrontMetrics:
         self.backoffs = r.counter(
             "vllm_sr_replica_backoffs_total", "Short backoffs after a failure or timeout", REPLICA
         )
+        self.open_connections = r.gauge(
+            "vllm_sr_open_connections", "Open client connections by phase, as of the scrape", ("phase",)
+        )
+        self.connections_closed = r.counter(
+            "vllm_sr_connections_closed_total", "Client connections the front closed or refused, by reason", ("reason",)
+        )
         self.cache = r.counter(
             "vllm_sr_result_cache_total", "Front result cache lookups by outcome (hit|miss)", ("deployment", "outcome")
         )

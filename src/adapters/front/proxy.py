@@ -2,7 +2,9 @@
 
 Raw ASGI rather than a framework handler, because the front may add at most about a
 millisecond (`bench/front_overhead.py`). Per request:
-1. read the body (413 over `--max-request-bytes`), refuse while draining (503);
+1. read and decode the body exactly as a worker does (`http/request_body.py`: 413 over
+   `--max-request-bytes`, content encodings, JSON limits; a large body off the event loop),
+   refuse while draining (503); the worker gets the plain (inflated) body;
 2. pick the deployment from `model` (the only one when omitted), then the front result cache
    (single-worker deployments);
 3. `Pool.pick` with the body's size: 429 `overloaded` / 503 `not_ready` with Retry-After;
@@ -32,13 +34,14 @@ from vllm_srun.adapters.front import bodies
 from vllm_srun.adapters.front.fleet import Deployment, Fleet
 from vllm_srun.adapters.front.metrics import FrontMetrics
 from vllm_srun.adapters.front.responses import send_error, send_response, server_timing
+from vllm_srun.adapters.http.request_body import content_encoding, decode_document, inflated_size, read_body
+from vllm_srun.adapters.offload import TRIM_BYTES, Offload
 from vllm_srun.adapters.workers.http_client import WorkerResponse, WorkerUnavailable, WorkerUnreachable
 from vllm_srun.domain.errors import (
     Cancelled,
     DeadlineExceeded,
     DomainError,
     NotReady,
-    RequestTooLarge,
 )
 from vllm_srun.domain.replicas import Outcome
 
@@ -74,8 +77,10 @@ class Proxy:
         *,
         max_request_bytes: int,
         clock: Callable[[], float] = time.monotonic,
+        offload: Offload | None = None,
     ) -> None:
         self.fleet = fleet
+        self.offload = offload if offload is not None else Offload(1)
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
         self.clock = clock
@@ -86,11 +91,14 @@ class Proxy:
         start = time.perf_counter()
         self.active += 1
         label, code = "-", "ok"
+        size = 0
         try:
-            body = await self._read_body(scope, receive)
+            body = await read_body(scope, receive, self.max_request_bytes)
             if self.draining:
                 raise Draining("the front is shutting down; retry on another instance")
-            doc = bodies.parse_body(body)
+            encoding = content_encoding(scope)
+            size = inflated_size(len(body), encoding, self.max_request_bytes)  # a small compressed body may inflate
+            doc, body = await self.offload.run(decode_document, body, encoding, self.max_request_bytes, size=size)
             deployment = self.fleet.resolve(bodies.requested_model(doc, scope["path"]))
             label = deployment.name
             parse_ms = (time.perf_counter() - start) * 1000
@@ -110,28 +118,12 @@ class Proxy:
             await send_error(send, exc, start)
         finally:
             self.active -= 1
+            if size >= TRIM_BYTES:
+                self.offload.release_memory()
             self.metrics.requests.inc({"deployment": label, "code": code})
             if code != "ok":
                 self.metrics.errors.inc({"code": code})
             self.metrics.request_seconds.observe(time.perf_counter() - start, {"deployment": label})
-
-    async def _read_body(self, scope: dict[str, Any], receive: Receive) -> bytes:
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_request_bytes:
-                raise RequestTooLarge("request body is larger than --max-request-bytes")
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise Cancelled("the client went away")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_request_bytes:
-                raise RequestTooLarge("request body is larger than --max-request-bytes")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _serve(
         self, path: str, doc: dict[str, Any], body: bytes, deployment: Deployment, receive: Receive
@@ -140,7 +132,7 @@ class Proxy:
         cache = deployment.cache
         key = None
         if cache is not None and cache.enabled and not bodies.wants_meta(doc, path):
-            key = bodies.cache_key(path, doc)
+            key = await self.offload.run(bodies.cache_key, path, doc, size=len(body))
             hit = cache.get(key)
             self.metrics.cache.inc({"deployment": deployment.name, "outcome": "miss" if hit is None else "hit"})
             if hit is not None:
@@ -205,7 +197,7 @@ class Proxy:
         outcome = Outcome.FAILED
         broken = False  # the connection failed or was given up: the replica's idle ones go too
         sent_at = self.clock()
-        payload = bodies.for_worker(doc, body, handle.worker_model, handle.attached, path)
+        payload = bodies.for_worker(doc, body, handle.worker_model, handle.attached, path)  # no await before `try`
         try:
             response = await race(
                 lambda: handle.client.request("POST", path, payload),

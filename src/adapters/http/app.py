@@ -1,8 +1,11 @@
 """The worker's HTTP app (litestar + msgspec): surfaces, models, health, metrics, OpenAPI.
 
-Handlers decode bodies with decoders built once (unknown fields refused), hand the request to
-its surface (`surfaces/registry.py`), and encode the answer. Errors leave through litestar's
-exception handlers, which use the one error table (`errors.py`).
+Handlers read and decode bodies the way the front does (`request_body.py`: size, content
+encoding, JSON limits; decoders built once, unknown fields refused), admit the request to its
+model (R-ADM-1, before any tokenizing), hand it to its surface (`surfaces/registry.py`) or to the
+bundle (`surfaces/bundle.py`), and encode the answer. A large body is decoded, prepared and
+answered off the event loop (`adapters/offload.py`). Errors leave through litestar's exception
+handlers, which use the one error table (`errors.py`).
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
 
 from vllm_srun.adapters.cancellation import wait_disconnect
-from vllm_srun.adapters.http.content_encoding import decode_body
-from vllm_srun.adapters.http.errors import JSON, code_of, decode_error_message, exception_handlers, status_for
+from vllm_srun.adapters.http.errors import JSON, code_of, exception_handlers, status_for
 from vllm_srun.adapters.http.liveness import live
 from vllm_srun.adapters.http.openapi import openapi_document
+from vllm_srun.adapters.http.request_body import content_encoding, decode_request, decompress, inflated_size, read_body
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
+from vllm_srun.adapters.offload import REQUEST_BYTES, TRIM_BYTES
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
 from vllm_srun.adapters.request_timing import RequestTiming, timing_of
 from vllm_srun.adapters.schemas.common import json_encoder
@@ -34,31 +38,62 @@ from vllm_srun.adapters.surfaces.bundle import bundle
 from vllm_srun.adapters.surfaces.registry import SURFACE_ROUTES, SurfaceRoute
 from vllm_srun.domain import bounds
 from vllm_srun.domain.admission import RetryDiscipline
-from vllm_srun.domain.errors import Cancelled, InvalidRequest, NotReady, Overloaded
+from vllm_srun.domain.errors import Cancelled, NotReady, Overloaded
 
 log = logging.getLogger("vllm_srun.http")
 
 
-# what a POST route does once its body is read (body, timing, disconnected, the model label for
-# metrics, the TCP peer or None): the answer
-Work = Callable[[bytes, RequestTiming, Callable[[], Awaitable[None]], list[str], object], Awaitable[msgspec.Struct]]
+class Body:
+    """A request's body as sent (possibly compressed), until WORK decodes it."""
+
+    __slots__ = ("encoding", "limit", "raw", "size")
+
+    def __init__(self, raw: bytes, encoding: str | None, limit: int, size: int) -> None:
+        self.raw = raw
+        self.encoding = encoding
+        self.limit = limit
+        self.size = size  # at most what it inflates to: where it is decoded
+
+    async def decode(self, runtime: Runtime, decoder: msgspec.json.Decoder[Any]) -> tuple[Any, int]:
+        """The request Struct and the plain body's size (R-ADM-1 counts it), decoded off the
+        event loop when the body is large or compressed; the bytes are let go once decoded."""
+        raw, self.raw = self.raw, b""
+        return await runtime.offload.run(_decode, decoder, raw, self.encoding, self.limit, size=self.size)
+
+
+def _decode(decoder: msgspec.json.Decoder[Any], body: bytes, encoding: str | None, limit: int) -> tuple[Any, int]:
+    """BODY inflated, then decoded and held to the JSON limits (`request_body.py`)."""
+    if encoding is not None:
+        body = decompress(body, encoding, limit)
+    return decode_request(decoder, body, None, limit), len(body)
+
+
+# what a POST route does once its body is read (the body as sent, timing, disconnected, the model
+# label for metrics, the TCP peer or None): the answer
+Work = Callable[[Body, RequestTiming, Callable[[], Awaitable[None]], list[str], object], Awaitable[msgspec.Struct]]
 
 
 def _post_handler(path: str, surface: str, runtime: Runtime, max_request_bytes: int, work: Work) -> HTTPRouteHandler:
-    """A POST route: read (and decode) the body, run WORK, encode the answer; count every request."""
+    """A POST route: read the body, run WORK (which decodes it), encode the answer; count every
+    request; release the memory a large one freed."""
     metrics = runtime.metrics
+    offload = runtime.offload
 
     async def handle(request: Request[Any, Any, Any]) -> Response[bytes]:
         timing = timing_of(request.scope)
         label = ["-"]  # the model, once WORK knows it
         code = "ok"
+        size = 0
         try:
-            body = await request.body()
-            if "content-encoding" in request.headers:  # e.g. typesafe-sdk's zstd bodies
-                body = decode_body(body, request.headers.get("content-encoding"), max_request_bytes)
+            raw = await read_body(request.scope, request.receive, max_request_bytes)
+            encoding = content_encoding(request.scope)  # e.g. typesafe-sdk's zstd bodies
+            size = inflated_size(len(raw), encoding, max_request_bytes)  # a small compressed body may inflate
+            REQUEST_BYTES.set(size)  # the surfaces prepare a large request off the loop
+            body = Body(raw, encoding, max_request_bytes, size)
+            del raw
             disconnected: Callable[[], Awaitable[None]] = lambda: wait_disconnect(request.receive)  # noqa: E731
             result = await work(body, timing, disconnected, label, _tcp_peer(request.scope))
-            return Response(content=json_encoder.encode(result), media_type=JSON)
+            return Response(content=await offload.run(json_encoder.encode, result), media_type=JSON)
         except BaseException as exc:  # answered by the exception handlers; counted here
             code = code_of(exc) if not isinstance(exc, asyncio.CancelledError) else "client_closed_request"
             if isinstance(exc, Cancelled):
@@ -70,6 +105,8 @@ def _post_handler(path: str, surface: str, runtime: Runtime, max_request_bytes: 
             if code != "ok":
                 metrics.errors.inc({"code": code})
             metrics.request_seconds.observe(time.perf_counter() - timing.start, {"surface": surface})
+            if size >= TRIM_BYTES:
+                offload.release_memory()  # what its preparation and answer freed goes back to the OS
 
     handle.__name__ = "surface_" + path.strip("/").replace("/", "_")
     return post(path, status_code=200)(handle)
@@ -82,31 +119,24 @@ def _tcp_peer(scope: Any) -> object:
     return tuple(client) if client else None
 
 
-def _decode(decoder: msgspec.json.Decoder[Any], body: bytes) -> Any:
-    try:
-        return decoder.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise InvalidRequest(decode_error_message(exc)) from None
-
-
 def _surface_handler(
     route: SurfaceRoute, runtime: Runtime, max_request_bytes: int, discipline: RetryDiscipline
 ) -> HTTPRouteHandler:
     async def work(
-        body: bytes,
+        body: Body,
         timing: RequestTiming,
         disconnected: Callable[[], Awaitable[None]],
         label: list[str],
         peer: object,
     ) -> msgspec.Struct:
-        req = _decode(route.decoder, body)
+        req, plain_bytes = await body.decode(runtime, route.decoder)
         served = runtime.get(req.model)
         label[0] = served.name
         timing.parse_ms = (time.perf_counter() - timing.start) * 1000
         if peer is not None and (wait := discipline.wait_s(peer, time.monotonic())) > 0:
             await asyncio.sleep(wait)  # it asked again before its Retry-After: it waits that out here
         try:
-            with served.admitted(1, admission_tokens(served, req, len(body))):  # R-ADM-1, before tokenizing
+            with served.admitted(1, admission_tokens(served, req, plain_bytes)):  # R-ADM-1, before tokenizing
                 return await route.handler(served, req, timing, disconnected)
         except Overloaded as refusal:
             if peer is not None:
@@ -121,13 +151,13 @@ def _bundle_handler(runtime: Runtime, max_request_bytes: int, max_bundle_tasks: 
     schema = next(s for s in SURFACE_SCHEMAS if s.path == BUNDLE_PATH)
 
     async def work(
-        body: bytes,
+        body: Body,
         timing: RequestTiming,
         disconnected: Callable[[], Awaitable[None]],
         label: list[str],
         peer: object,
     ) -> msgspec.Struct:
-        req = _decode(schema.decoder, body)
+        req, _ = await body.decode(runtime, schema.decoder)  # the same body decoding and JSON limits
         timing.parse_ms = (time.perf_counter() - timing.start) * 1000
         return await bundle(runtime.get, req, timing, disconnected, max_tasks=max_bundle_tasks, status_of=status_for)
 

@@ -19,6 +19,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException
 from litestar.types import ExceptionHandlersMap
 from msgspec import Struct
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from vllm_srun.adapters.schemas.common import json_encoder
 from vllm_srun.domain.errors import DomainError, NotReady, Overloaded, RetryLater
@@ -33,13 +34,16 @@ STATUS_BY_CODE: dict[str, int] = {
     "not_found": 404,
     "model_not_found": 404,
     "method_not_allowed": 405,
+    "request_timeout": 408,  # the connection guard: a head or body that did not arrive in time
     "request_too_large": 413,
     "unsupported_surface": 422,
     "overloaded": 429,
+    "headers_too_large": 431,
     "client_closed_request": 499,
     "internal_error": 500,
     "worker_failed": 502,  # the front: the replica died or broke the connection mid-request
     "not_ready": 503,
+    "too_many_connections": 503,
     "deadline_exceeded": 504,
 }
 CODE_BY_HTTP_STATUS: dict[int, str] = {
@@ -104,6 +108,22 @@ def error_parts(exc: BaseException) -> tuple[int, bytes, dict[str, str]]:
     elif code in RETRY_LATER:  # e.g. a framework 503
         headers["retry-after"] = str(RETRY_LATER[code].default_retry_after_s)
     return status_for(code), error_body(code, _message(exc)), headers
+
+
+def raw_error_response(code: str, message: str, *extra: bytes) -> bytes:
+    """A complete HTTP/1.1 error response that closes the connection, for answers written
+    below the application (the connection guard): status from the table, JSON body."""
+    body = error_body(code, message)
+    head = [
+        STATUS_LINE[status_for(code)],
+        b"content-type: application/json\r\n",
+        b"content-length: %d\r\n" % len(body),
+        b"connection: close\r\n",
+        b"server-timing: total;dur=0.000\r\n",
+        *extra,
+        b"\r\n",
+    ]
+    return b"".join(head) + body
 
 
 def error_response(exc: BaseException) -> Response[bytes]:

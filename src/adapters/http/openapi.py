@@ -19,11 +19,13 @@ def _error_responses() -> dict[str, Any]:
     for status, what in (
         ("400", "invalid_request"),
         ("404", "model_not_found"),
+        ("408", "request_timeout"),
         ("413", "request_too_large"),
         ("422", "unsupported_surface"),
         ("429", "overloaded"),
+        ("431", "headers_too_large"),
         ("500", "internal_error"),
-        ("503", "not_ready"),
+        ("503", "not_ready or too_many_connections"),
         ("504", "deadline_exceeded"),
     ):
         out[status] = {"description": what, "content": {"application/json": {"schema": ref}}}

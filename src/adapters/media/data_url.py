@@ -11,6 +11,7 @@ import base64
 import binascii
 
 from vllm_srun.adapters.media.ports import MediaError
+from vllm_srun.domain.errors import ECHO_LIMIT
 
 ACCEPTED_TYPES = {"image": ("image/",), "video": ("video/", "image/gif")}
 NEUTRAL_TYPES = ("", "application/octet-stream")
@@ -19,7 +20,9 @@ NEUTRAL_TYPES = ("", "application/octet-stream")
 def data_url_bytes(url: str, kind: str, max_bytes: int) -> bytes:
     scheme, colon, rest = url.partition(":")
     if not colon or scheme.strip().lower() != "data":
-        named = f"a {scheme.strip().lower()}: URL" if colon and scheme.strip() and "/" not in scheme else "not a URL"
+        named = (
+            f"a {_echo(scheme.strip().lower())}: URL" if colon and scheme.strip() and "/" not in scheme else "not a URL"
+        )
         raise MediaError(f"only data: URLs are read ({named}); nothing is ever fetched")
     header, comma, payload = rest.partition(",")
     if not comma:
@@ -29,7 +32,9 @@ def data_url_bytes(url: str, kind: str, max_bytes: int) -> bytes:
         raise MediaError("the data URL is not base64 (data:<type>;base64,<data>)")
     mime = params[0]
     if mime not in NEUTRAL_TYPES and not mime.startswith(ACCEPTED_TYPES[kind]):
-        raise MediaError(f"a data URL of type {mime} where {'an image' if kind == 'image' else 'a video'} is expected")
+        raise MediaError(
+            f"a data URL of type {_echo(mime)} where {'an image' if kind == 'image' else 'a video'} is expected"
+        )
     payload = payload.strip()
     if len(payload) // 4 * 3 > max_bytes + 2:
         raise MediaError(f"the {kind} is over the limit of {max_bytes} bytes")
@@ -40,3 +45,8 @@ def data_url_bytes(url: str, kind: str, max_bytes: int) -> bytes:
     if not data:
         raise MediaError("the data URL holds no data")
     return data
+
+
+def _echo(text: str) -> str:
+    """A client's text as a message repeats it: cut to `ECHO_LIMIT` characters (R-API-9)."""
+    return text if len(text) <= ECHO_LIMIT else f"{text[:ECHO_LIMIT]}… ({len(text)} characters)"

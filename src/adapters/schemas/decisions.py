@@ -62,8 +62,12 @@ class DecisionsRequest(Strict):
     assets: dict[str, Any] | None = None  # TypeSafe media assets: refused, these models read text only
 
 
+# an id is echoed in the answer: a string, or a signed 64-bit integer (what every encoder and client holds)
+StateId = str | Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
+
+
 class BatchState(Strict):
-    id: str | int
+    id: StateId
     state: Content
 
 
@@ -105,7 +109,7 @@ class DecisionsResponse(Struct, omit_defaults=True):
 
 
 class BatchResult(Struct):
-    id: str | int
+    id: StateId
     answers: dict[str, DecisionAnswer]
     usage: DecisionsUsage
 

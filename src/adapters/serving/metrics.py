@@ -87,6 +87,14 @@ class RuntimeMetrics:
             "Requests dropped before they finished (client went away or deadline)",
             ("model",),
         )
+        self.open_connections = r.gauge(
+            "vllm_srun_open_connections", "Open client connections by phase, as of the scrape", ("phase",)
+        )
+        self.connections_closed = r.counter(
+            "vllm_srun_connections_closed_total",
+            "Client connections the worker closed or refused, by reason",
+            ("reason",),
+        )
 
         self.adaptive_learned = r.gauge(
             "vllm_srun_adaptive_threads_learned",

@@ -38,6 +38,7 @@ from vllm_srun.adapters.contracts import (
 )
 from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.registry import FamilyRegistry
+from vllm_srun.adapters.offload import Offload
 from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.forward_threads import ForwardRunner
@@ -50,7 +51,7 @@ from vllm_srun.domain.adaptive_threads import BUCKET_EDGES, Mode, ThreadLearner,
 from vllm_srun.domain.admission import Admission, AdmissionLimits
 from vllm_srun.domain.calibration import Calibration, CalibrationFailed
 from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs, calibrated_limits, resolve_limits
-from vllm_srun.domain.errors import InvalidRequest, ModelNotFound
+from vllm_srun.domain.errors import InvalidRequest, ModelNotFound, quoted, without_paths
 from vllm_srun.domain.planning import Budget, ForwardBatch
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.scheduler import Scheduler
@@ -104,6 +105,17 @@ def model_spec(entry: ModelSpec | tuple[str, EngineArgs]) -> ModelSpec:
     return entry if isinstance(entry, ModelSpec) else ModelSpec(entry[0], entry[1])
 
 
+def public_reason(exc: BaseException, served: ServedModel) -> str:
+    """Why a model failed, as clients see it (the card, /health, 503 bodies): the model's name
+    for its folder and no other filesystem path; the log keeps the full text (R-API-9)."""
+    text = f"{type(exc).__name__}: {exc}"
+    places = {str(served.folder) if served.folder else "", served.artifact} - {"", served.name}
+    for place in sorted(places, key=len, reverse=True):  # the longest first: one may hold the other
+        if "/" in place:
+            text = text.replace(place.rstrip("/"), served.name)
+    return without_paths(text)[:500]
+
+
 class Runtime:
     def __init__(
         self,
@@ -130,6 +142,8 @@ class Runtime:
         deterministic: bool = False,
         admission: AdmissionLimits = DEFAULT_ADMISSION,
         open_device: Callable[[str], Device] | None = None,
+        offload: Offload | None = None,
+        max_request_tokens: int = bounds.MAX_REQUEST_TOKENS.default,
     ) -> None:
         if deterministic and adaptive_threads is Mode.SERVE:
             raise ValueError("--deterministic serves every forward at one thread count: adaptive mode 2 cannot apply")
@@ -154,6 +168,7 @@ class Runtime:
         self.deterministic = deterministic
         self._open_device = open_device
         self._devices: dict[str, Device] = {device.name: device}
+        self.offload = offload if offload is not None else Offload(1)  # prepares large requests off the loop
         self.models: dict[str, ServedModel] = {}
         for entry in models:
             spec = model_spec(entry)
@@ -168,6 +183,8 @@ class Runtime:
                 cache=result_cache,
                 admission=Admission(spec.admission or admission),
                 clock=clock,
+                max_request_tokens=max_request_tokens,
+                offload=self.offload,
             )
         self.loaded = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -188,7 +205,7 @@ class Runtime:
             deciding = [s for s in self.models.values() if s.model is None or "decisions" in s.model.surfaces]
             if len(deciding) == 1:
                 return deciding[0]
-        raise ModelNotFound(f"model {name!r} is not served here (serving: {', '.join(self.models)})")
+        raise ModelNotFound(f"model {quoted(name)} is not served here (serving: {', '.join(self.models)})")
 
     def device_for(self, served: ServedModel) -> Device:
         """The device a model runs on: the worker's, or the one its models-file entry names."""
@@ -215,9 +232,9 @@ class Runtime:
             try:
                 self._load(served)
             except Exception as exc:  # a model that cannot load fails alone; the card says why
-                log.exception("model %s failed to load", served.name)
+                log.exception("model %s failed to load", served.name)  # the log keeps the paths
                 served.status = "failed"
-                served.reason = f"{type(exc).__name__}: {exc}"
+                served.reason = public_reason(exc, served)
                 self.progress(f"load: {served.name} failed: {served.reason}")
         gc.collect()
         gc.freeze()
@@ -368,6 +385,7 @@ class Runtime:
             if not isinstance(exc, CalibrationFailed):
                 log.exception("calibration of %s failed", served.name)
             reason = str(exc) if isinstance(exc, CalibrationFailed) else f"{type(exc).__name__}: {exc}"
+            reason = without_paths(reason)  # the card is public; the log keeps the paths
             served.calibration = {"status": "failed", "reason": reason[:300]}
             self.progress(f"load: {served.name} keeps its class budget ({reason[:300]})")
             return
@@ -425,6 +443,7 @@ class Runtime:
         if self.media is not None:
             await self.media.stop()
         self.device_thread.shutdown()
+        self.offload.shutdown()
 
     # ---- health ---------------------------------------------------------------------------
     def health(self) -> tuple[bool, dict[str, Any]]:

@@ -10,18 +10,20 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from vllm_srun.adapters.cancellation import race
 from vllm_srun.adapters.contracts import LoadedModel, MediaLoader
+from vllm_srun.adapters.offload import Offload
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS, ResponseMeta
 from vllm_srun.adapters.serving.forward_threads import ForwardRunner
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats, SchedulerLoop
+from vllm_srun.domain import bounds
 from vllm_srun.domain.admission import Admission, Ticket
 from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs
-from vllm_srun.domain.errors import NotReady, UnsupportedSurface
+from vllm_srun.domain.errors import DeadlineExceeded, NotReady, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.rows import RowSpec
 
@@ -30,6 +32,7 @@ from vllm_srun.domain.rows import RowSpec
 GOLDEN_CHECK: ContextVar[bool] = ContextVar("srun_golden_check", default=False)
 
 Disconnected = Callable[[], Awaitable[object]]
+T = TypeVar("T")
 
 
 def weights_sha256(folder: Path) -> str:
@@ -54,6 +57,24 @@ def package_date(folder: Path) -> str:
     except OSError:
         return ""
     return datetime.fromtimestamp(stamp, tz=UTC).date().isoformat()
+
+
+class TokenBudget:
+    """The tokens one request's rows may hold (`max_request_tokens`), spent as it is prepared:
+    413 as soon as the total passes the limit, before the rest is tokenized or any row runs."""
+
+    def __init__(self, limit: int, model: str) -> None:
+        self.limit = limit
+        self.model = model
+        self.spent = 0
+
+    def spend(self, tokens: int) -> None:
+        self.spent += tokens
+        if self.spent > self.limit:
+            raise RequestTooLarge(
+                f"the request needs more than {self.limit} tokens (max_request_tokens of model {self.model!r}); "
+                "send fewer or shorter inputs"
+            )
 
 
 def _pending_golden() -> dict[str, Any]:
@@ -83,6 +104,8 @@ class ServedModel:
     media: MediaLoader | None = None  # set for a model that reads images or videos (R-MEDIA)
     admission: Admission | None = None  # R-ADM-1: its unanswered requests and tokens
     clock: Clock | None = None
+    max_request_tokens: int = bounds.MAX_REQUEST_TOKENS.default
+    offload: Offload | None = None  # where large requests are prepared (None: on the loop)
 
     @property
     def ready(self) -> bool:
@@ -115,6 +138,13 @@ class ServedModel:
             )
         return self.model
 
+    async def prepare(self, fn: Callable[..., T], *args: Any) -> T:
+        """FN(*ARGS), the CPU work of preparing a request: off the event loop when it is large."""
+        return fn(*args) if self.offload is None else await self.offload.run(fn, *args)
+
+    def token_budget(self) -> TokenBudget:
+        return TokenBudget(self.max_request_tokens, self.name)
+
     async def run(
         self,
         rows: Sequence[RowSpec],
@@ -125,9 +155,15 @@ class ServedModel:
         """The rows' outputs once the request's last row ran; drops them on deadline or disconnect."""
         loop = self.scheduler_loop
         assert loop is not None
+        deadline_s = None
+        if deadline_ms is not None:  # counted from the request's arrival: its preparation took part of it
+            spent = time.perf_counter() - timing.start if timing is not None else 0.0
+            deadline_s = deadline_ms / 1000 - spent
+            if deadline_s <= 0:
+                raise DeadlineExceeded(f"no answer within options.deadline_ms={deadline_ms:g} (spent preparing it)")
         stats = await race(
             lambda: loop.submit(rows),
-            deadline_s=deadline_ms / 1000 if deadline_ms is not None else None,
+            deadline_s=deadline_s,
             disconnected=disconnected,
             deadline_message=f"no answer within options.deadline_ms={deadline_ms:g}" if deadline_ms else "",
         )
@@ -195,7 +231,11 @@ class ServedModel:
                 "enable_shared_context": model.enable_shared_context if model else self.args.enable_shared_context,
                 "max_model_len": self.args.max_model_len,
             },
-            "limits": {"max_input_tokens": model.max_input_tokens if model else None, "max_inputs": MAX_INPUTS},
+            "limits": {
+                "max_input_tokens": model.max_input_tokens if model else None,
+                "max_inputs": MAX_INPUTS,
+                "max_request_tokens": self.max_request_tokens,
+            },
             "caps": [
                 {
                     "lane": lane.name,

@@ -10,10 +10,13 @@ the task would have had alone (404 unknown model, 422 unsupported surface, 400 b
 The tasks of one model run as one unit:
 - they are admitted together or not at all (R-ADM-1): their count against `--max-queue`, the
   bytes of their bodies against `--max-queued-tokens`;
-- each is prepared (validated, tokenized) on its own; a cached answer takes no rows;
+- each is prepared (validated, tokenized) on its own, off the event loop when the task is large
+  (as a request of its size would be, `adapters/offload.py`), held to the model's
+  `max_request_tokens` on its own (413 in its slot); a cached answer takes no rows;
 - the rows of all the others go to the model's scheduler in ONE submit, so they share
   forwards, and identical rows (same lane, same tokens, same payload) are computed once;
-- the unit's deadline is the bundle's `options.deadline_ms` or, when sooner, a task's own.
+- the unit's deadline is the bundle's `options.deadline_ms` or, when sooner, a task's own,
+  counted from the bundle's arrival.
 Different models' units run concurrently. A client that goes away cancels them all (499).
 """
 
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -29,6 +31,7 @@ from typing import Any
 import msgspec
 
 from vllm_srun.adapters.cancellation import race
+from vllm_srun.adapters.offload import REQUEST_BYTES
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.bundle import (
     TASK_SURFACES,
@@ -46,13 +49,14 @@ from vllm_srun.adapters.surfaces.common import NO_FORWARD, Prepared
 from vllm_srun.adapters.surfaces.decisions import prepare_decisions
 from vllm_srun.adapters.surfaces.embeddings import prepare_embeddings
 from vllm_srun.adapters.surfaces.rerank import prepare_rerank
-from vllm_srun.domain.errors import Cancelled, DomainError, InvalidRequest, RequestTooLarge
+from vllm_srun.domain.errors import Cancelled, DomainError, InvalidRequest, RequestTooLarge, quoted
 from vllm_srun.domain.rows import RowSpec
 
 log = logging.getLogger("vllm_srun.bundle")
 
-# a surface's prepare step; embeddings' awaits media decoding
-PREPARE: dict[str, Callable[[ServedModel, Any], Prepared[Any] | Awaitable[Prepared[Any]]]] = {
+# a surface's prepare step (its CPU work off the event loop when the task is large; embeddings'
+# also awaits media decoding)
+PREPARE: dict[str, Callable[[ServedModel, Any], Awaitable[Prepared[Any]]]] = {
     "embeddings": prepare_embeddings,
     "classify": prepare_classify,
     "rerank": prepare_rerank,
@@ -71,6 +75,7 @@ class _Task:
     body: msgspec.Struct
     result: TaskResult | None = None
     prepared: Prepared[Any] | None = None
+    size: int = 0  # the bytes of its body (as JSON): what decides where it is prepared
 
     def answer(self, response: msgspec.Struct) -> None:
         self.result = msgspec.structs.replace(TaskResult(self.id, 200), **{self.surface: response})
@@ -96,7 +101,7 @@ def parse_tasks(req: BundleRequest, max_tasks: int) -> list[_Task]:
                 f"tasks[{index}] must hold exactly one of {', '.join(TASK_SURFACES)} (it holds {len(named)})"
             )
         if task.id in seen:
-            raise InvalidRequest(f"tasks[].id must be unique ({task.id!r} appears more than once)")
+            raise InvalidRequest(f"tasks[].id must be unique ({quoted(task.id)} appears more than once)")
         seen.add(task.id)
         tasks.append(_Task(task.id, named[0], getattr(task, named[0])))
     return tasks
@@ -137,8 +142,8 @@ async def _run_unit(
     served: ServedModel, tasks: list[_Task], options: BundleOptions, timing: RequestTiming | None, status_of: StatusOf
 ) -> None:
     """One model's tasks: admitted together, prepared each, their rows in one submit."""
-    tokens = sum(admission_tokens(served, task.body, len(json_encoder.encode(task.body))) for task in tasks)
     try:
+        tokens = await served.prepare(_admission_tokens, served, tasks)  # off the loop for a large bundle
         with served.admitted(len(tasks), tokens):
             running = await _prepare(served, tasks, status_of)
             if running:
@@ -151,18 +156,27 @@ async def _run_unit(
                 task.fail(exc, status_of)
 
 
+def _admission_tokens(served: ServedModel, tasks: list[_Task]) -> int:
+    """What the unit counts against `--max-queued-tokens` (each task's size noted on the way)."""
+    total = 0
+    for task in tasks:
+        task.size = len(json_encoder.encode(task.body))
+        total += admission_tokens(served, task.body, task.size)
+    return total
+
+
 async def _prepare(served: ServedModel, tasks: list[_Task], status_of: StatusOf) -> list[_Task]:
     """Prepare each task (errors in its slot; cached answers done); the tasks left to run."""
     running = []
     for task in tasks:
         try:
-            step = PREPARE[task.surface](served, task.body)
-            prepared = await step if inspect.isawaitable(step) else step
-            hit = prepared.cached()
+            REQUEST_BYTES.set(task.size)  # this unit's own context: a small task is prepared on the loop
+            prepared = await PREPARE[task.surface](served, task.body)
+            hit = await prepared.cached()
             if hit is not None:
                 task.answer(hit)
             elif not prepared.rows:
-                task.answer(prepared.complete(NO_FORWARD))
+                task.answer(await prepared.complete(NO_FORWARD))
             else:
                 task.prepared = prepared
                 running.append(task)
@@ -190,7 +204,8 @@ async def _run_rows(
         assert task.prepared is not None
         own = dataclasses.replace(stats, outputs=tuple(stats.outputs[i] for i in indices))
         try:
-            task.answer(task.prepared.complete(own))
+            REQUEST_BYTES.set(task.size)
+            task.answer(await task.prepared.complete(own))
         except Exception as exc:
             task.fail(exc, status_of)
 

@@ -10,6 +10,8 @@ overlap}`); window probabilities are reduced by max per label.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from vllm_srun.adapters.contracts import LogitsRow, TextClassifier
@@ -62,10 +64,10 @@ def _label(p: np.ndarray, labels: list[str], multi_label: bool, threshold: float
 async def classify(
     served: ServedModel, req: ClassifyRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
 ) -> ClassifyResponse:
-    return await answer(prepare_classify(served, req), timing, disconnected)
+    return await answer(await prepare_classify(served, req), timing, disconnected)
 
 
-def prepare_classify(served: ServedModel, req: ClassifyRequest) -> Prepared[ClassifyResponse]:
+async def prepare_classify(served: ServedModel, req: ClassifyRequest) -> Prepared[ClassifyResponse]:
     model = served.require_surface("classify")
     assert isinstance(model, TextClassifier)  # checked when the model loaded
     items = _items(req)
@@ -76,13 +78,14 @@ def prepare_classify(served: ServedModel, req: ClassifyRequest) -> Prepared[Clas
             "options.threshold applies to multi-label heads; this model's head is single-label (softmax)"
         )
     threshold = DEFAULT_THRESHOLD if options.threshold is None else options.threshold
+    budget = served.token_budget()
     if mode == "window":
         window = options.window or WindowOptions(tokens=model.max_input_tokens)
-        split = split_overflow_windows(model, items, window.tokens, window.overlap)
+        split = await served.prepare(split_overflow_windows, model, items, window.tokens, window.overlap, budget)
         groups = [[w.encoded for w in s.windows] for s in split]
         full = [s.n_tokens for s in split]
     else:
-        encoded = encode_items(model, items, truncate=mode == "truncate")
+        encoded = await served.prepare(partial(encode_items, model, items, truncate=mode == "truncate", budget=budget))
         groups = [[e] for e in encoded]
         full = [e.n_tokens for e in encoded]
 

@@ -5,6 +5,11 @@ A surface answers in two steps so that a bundle (`/v1/bundle`, R-PERF-1) can run
 several requests in one submit: `prepare_*` validates and tokenizes a request into its rows
 and a `finish` that turns the rows' outputs into the answer; `answer(prepared, …)` runs the
 rows alone. Errors of the first step are raised before any row reaches a scheduler.
+
+The CPU work of both steps (tokenizing, cutting windows, the cache key, building a large
+answer) runs through `ServedModel.prepare`: on the event loop for a small request, on the
+preparation pool for a large one (`adapters/offload.py`, R-API-9). A request's rows are held to
+its model's `max_request_tokens` when it is prepared (413, before any forward).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from vllm_srun.domain.rows import RowSpec
 
 R = TypeVar("R", bound=msgspec.Struct)
 NO_FORWARD = ForwardStats((), 0.0, 0.0, 0, 0)
+TOKENIZE_CHUNK = 64  # inputs tokenized at once: bounds a request's transient memory and when its budget stops it
 
 
 def _same(response: R) -> R:
@@ -47,13 +53,18 @@ class Prepared(Generic[R]):
     polish: Callable[[R], R] = _same
     _key: Any = None
 
-    def cached(self) -> R | None:
+    def __post_init__(self) -> None:
+        # every surface's rows, before any forward; the surfaces that tokenize in chunks already
+        # stopped at the budget, this holds the others (decisions) and media rows to it too
+        self.served.token_budget().spend(sum(row.tokens for row in self.rows))
+
+    async def cached(self) -> R | None:
         """The answer from the result cache (no forward), or None."""
         served = self.served
         cache = served.cache
         if cache is None or not cache.enabled or not served.sha256 or GOLDEN_CHECK.get():
             return None
-        self._key = cache.key(served.sha256, self.cache_tag, self.req)
+        self._key = await served.prepare(cache.key, served.sha256, self.cache_tag, self.req)
         found: Any = cache.get(self._key, served.name)
         if found is None:
             return None
@@ -61,23 +72,24 @@ class Prepared(Generic[R]):
         hit: R = msgspec.structs.replace(found, model=served.name, meta=meta)
         return self.polish(hit)
 
-    def complete(self, stats: ForwardStats) -> R:
+    async def complete(self, stats: ForwardStats) -> R:
         """The answer from the rows' outputs: remembered in the cache, with meta when asked."""
-        response = self.finish(stats)
-        cache = self.served.cache
+        served = self.served
+        response = await served.prepare(self.finish, stats)
+        cache = served.cache
         if cache is not None and self._key is not None:
-            cache.put(self._key, response)
+            await served.prepare(cache.put, self._key, response)
         if self.options.return_meta:
-            response = msgspec.structs.replace(response, meta=self.served.meta(stats, len(self.rows)))
+            response = msgspec.structs.replace(response, meta=served.meta(stats, len(self.rows)))
         return self.polish(response)
 
 
 async def answer(prepared: Prepared[R], timing: RequestTiming | None, disconnected: Disconnected | None) -> R:
     """Answer one prepared request: from the result cache when it can, else its rows alone."""
-    hit = prepared.cached()
+    hit = await prepared.cached()
     if hit is not None:
         return hit
     if not prepared.rows:
-        return prepared.complete(NO_FORWARD)
+        return await prepared.complete(NO_FORWARD)
     stats = await prepared.served.run(prepared.rows, prepared.options.deadline_ms, timing, disconnected)
-    return prepared.complete(stats)
+    return await prepared.complete(stats)

@@ -43,7 +43,7 @@ from vllm_srun.adapters.schemas.decisions import (
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.common import Prepared, answer
-from vllm_srun.domain.errors import InvalidRequest, QuestionFailed, RequestTooLarge, UnsupportedSurface
+from vllm_srun.domain.errors import InvalidRequest, QuestionFailed, RequestTooLarge, UnsupportedSurface, quoted
 from vllm_srun.domain.rows import RowSpec
 
 
@@ -115,17 +115,17 @@ def answerer(served: ServedModel) -> QuestionAnswerer:
     return model
 
 
-def prepare_decisions(served: ServedModel, req: DecisionsRequest) -> Prepared[DecisionsResponse]:
+async def prepare_decisions(served: ServedModel, req: DecisionsRequest) -> Prepared[DecisionsResponse]:
     """/v1/decisions: question errors stay in place."""
     model = answerer(served)
     _check(req, 1)
-    return _single(served, model, req, model.prepare(req.state, asked(req.questions)))
+    return _single(served, model, req, await served.prepare(model.prepare, req.state, asked(req.questions)))
 
 
 async def decisions(
     served: ServedModel, req: DecisionsRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
 ) -> DecisionsResponse:
-    return await answer(prepare_decisions(served, req), timing, disconnected)
+    return await answer(await prepare_decisions(served, req), timing, disconnected)
 
 
 async def systemone(
@@ -134,13 +134,13 @@ async def systemone(
     """/v1/systemone: a failed question fails the request with 400 `question_failed`."""
     model = answerer(served)
     _check(req, 1)
-    prepared = model.prepare(req.state, asked(req.questions))
+    prepared = await served.prepare(model.prepare, req.state, asked(req.questions))
     failed = [q for q in prepared.questions if q.error is not None]
     if failed:
         first = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         assert first.error is not None
-        raise QuestionFailed(f"question {first.name!r} failed: {first.error.code}: {first.error.message}{more}")
+        raise QuestionFailed(f"question {quoted(first.name)} failed: {first.error.code}: {first.error.message}{more}")
     return await answer(_single(served, model, req, prepared), timing, disconnected)
 
 
@@ -169,11 +169,11 @@ async def systemone_batches(
     ids = [s.id for s in req.states]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
-        raise InvalidRequest(f"states[].id must be unique ({dup!r} appears more than once)")
+        raise InvalidRequest(f"states[].id must be unique ({quoted(dup)} appears more than once)")
     questions = asked(req.questions)
-    prepared = [model.prepare(s.state, questions) for s in req.states]
+    prepared = await served.prepare(lambda: [model.prepare(s.state, questions) for s in req.states])
     options = req.options or DecisionsOptions()
-    rows, spans = _rows_of(model, prepared)
+    rows, spans = await served.prepare(_rows_of, model, prepared)
 
     def finish(stats: ForwardStats) -> DecisionsBatchResponse:
         answers = _answers_of(prepared, rows, spans, stats)

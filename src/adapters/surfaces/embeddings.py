@@ -19,6 +19,7 @@ import numpy as np
 
 from vllm_srun.adapters.contracts import MediaEmbedder, MediaError, MediaWorkerDied, TextEmbedder
 from vllm_srun.adapters.media.data_url import data_url_bytes
+from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.embeddings import (
@@ -33,8 +34,8 @@ from vllm_srun.adapters.schemas.embeddings import (
     VideoUrlInput,
 )
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
-from vllm_srun.adapters.serving.served import Disconnected, ServedModel
-from vllm_srun.adapters.surfaces.common import Prepared, answer
+from vllm_srun.adapters.serving.served import Disconnected, ServedModel, TokenBudget
+from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK, Prepared, answer
 from vllm_srun.domain.errors import InvalidRequest, MediaFailed, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.rows import RowSpec
 
@@ -109,31 +110,19 @@ async def _decode(served: ServedModel, model: MediaEmbedder, media: list[_Media]
 
 
 async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Prepared[EmbeddingsResponse]:
-    """REQ validated into its rows: text rows tokenized, media decoded (off the request path when
-    media workers run, R-MEDIA; the decode cache answers repeats, R-PERF-4), every failure raised
-    before any row reaches a scheduler."""
+    """REQ validated into its rows: text rows tokenized (off the event loop for a large request,
+    R-API-9), media decoded (off the request path when media workers run, R-MEDIA; the decode
+    cache answers repeats, R-PERF-4), every failure raised before any row reaches a scheduler."""
     model = embedder(served)
     items = _items(req)
     options = req.options or EmbeddingsOptions()
     if req.dimensions is not None and req.dimensions > model.dimensions:
         raise InvalidRequest(f"dimensions {req.dimensions} is larger than the model's {model.dimensions}")
-    text_items, media = _split(items, model)
     media_model = model if isinstance(model, MediaEmbedder) else None
-    frames = 0
-    if media_model is not None:
-        frames = options.frames or media_model.video_frames
-        if any(m.kind == "video" for m in media) and frames > media_model.video_limits.max_frames:
-            raise InvalidRequest(
-                f"options.frames {frames} is over the model's limit of {media_model.video_limits.max_frames}"
-            )
-    encoded = model.tokenize([t for _, t in text_items], truncate=options.overflow == "truncate")
-    for (i, _), enc in zip(text_items, encoded):
-        if len(enc.ids) > model.max_input_tokens:
-            raise InvalidRequest(
-                f"input[{i}] has {enc.n_tokens} tokens, over the model's limit of {model.max_input_tokens}; "
-                'set options.overflow to "truncate" to cut it'
-            )
-    text_rows = {i: RowSpec(len(enc.ids), enc) for (i, _), enc in zip(text_items, encoded)}
+    frames = (options.frames or media_model.video_frames) if media_model is not None else 0
+    text_rows, media = await served.prepare(
+        _inputs, model, items, frames, options.overflow == "truncate", served.token_budget()
+    )
     decoded = await _decode(served, media_model, media, frames) if media_model is not None and media else []
     pixels = iter(decoded)
     spans: list[tuple[int, int]] = []  # each input's rows: (first, count)
@@ -149,7 +138,12 @@ async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Pre
             rows.extend(RowSpec(media_model.image_tokens, p, media_model.media_lane) for p in stack)
         spans.append((start, len(rows) - start))
     return Prepared(
-        served, "embeddings", req, options, rows, lambda stats: _response(served, model, req, rows, spans, stats)
+        served,
+        "embeddings",
+        req,
+        options,
+        rows,
+        lambda stats: _response(served, model, req, rows, spans, stats),
     )
 
 
@@ -157,6 +151,41 @@ async def embeddings(
     served: ServedModel, req: EmbeddingsRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
 ) -> EmbeddingsResponse:
     return await answer(await prepare_embeddings(served, req), timing, disconnected)
+
+
+def _inputs(
+    model: TextEmbedder, items: list[InputItem], frames: int, truncate: bool, budget: TokenBudget
+) -> tuple[dict[int, RowSpec], list[_Media]]:
+    """The CPU work of preparing the inputs: each text item's row by input index (tokenized a
+    chunk at a time), and the media items' bytes (from their data: URLs), within the request's
+    token BUDGET (a media item counts the rows it will become before anything decodes it)."""
+    text_items, media = _split(items, model)
+    if isinstance(model, MediaEmbedder) and media:
+        if any(m.kind == "video" for m in media) and frames > model.video_limits.max_frames:
+            raise InvalidRequest(
+                f"options.frames {frames} is over the model's limit of {model.video_limits.max_frames}"
+            )
+        budget.spend(sum(frames if m.kind == "video" else 1 for m in media) * model.image_tokens)
+    encoded = _encode(model, text_items, truncate, budget)
+    return {i: RowSpec(len(enc.ids), enc) for (i, _), enc in zip(text_items, encoded)}, media
+
+
+def _encode(model: TextEmbedder, texts: list[tuple[int, str]], truncate: bool, budget: TokenBudget) -> list[Encoded]:
+    """The (input index, text) items' rows, tokenized a chunk at a time: an over-long input or a
+    request over its token budget stops the work there."""
+    out: list[Encoded] = []
+    for start in range(0, len(texts), TOKENIZE_CHUNK):
+        chunk = texts[start : start + TOKENIZE_CHUNK]
+        part = model.tokenize([text for _, text in chunk], truncate=truncate)
+        for (i, _), enc in zip(chunk, part):
+            if len(enc.ids) > model.max_input_tokens:
+                raise InvalidRequest(
+                    f"input[{i}] has {enc.n_tokens} tokens, over the model's limit of {model.max_input_tokens}; "
+                    'set options.overflow to "truncate" to cut it'
+                )
+        budget.spend(sum(len(enc.ids) for enc in part))
+        out.extend(part)
+    return out
 
 
 def _response(

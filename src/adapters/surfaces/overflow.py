@@ -9,13 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from vllm_srun.adapters.contracts import PairScorer
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.schemas.encoder import ClassifyOptions, RerankOptions
+from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
 
 Item = str | tuple[str, str]
+
+
+class Budget(Protocol):
+    """Where a request's tokens are counted (`ServedModel.token_budget()`)."""
+
+    def spend(self, tokens: int) -> None: ...
+
+
 MAX_WINDOW_ROWS = 8192  # windows of one request, all inputs together
 
 
@@ -43,9 +53,21 @@ def overflow_mode(options: ClassifyOptions | RerankOptions) -> str:
 
 
 def encode_items(
-    model: PairScorer, items: Sequence[Item], *, truncate: bool, max_length: int | None = None
+    model: PairScorer, items: Sequence[Item], *, truncate: bool, budget: Budget, max_length: int | None = None
 ) -> list[Encoded]:
-    """One row per input (texts and pairs may mix); over-long inputs are rejected unless TRUNCATE."""
+    """One row per input (texts and pairs may mix), tokenized a chunk at a time; over-long inputs
+    are rejected unless TRUNCATE, and the work stops as soon as the request passes its BUDGET."""
+    rows: list[Encoded] = []
+    for start in range(0, len(items), TOKENIZE_CHUNK):
+        part = _encode_chunk(model, items[start : start + TOKENIZE_CHUNK], start, truncate, max_length)
+        budget.spend(sum(len(row.ids) for row in part))
+        rows.extend(part)
+    return rows
+
+
+def _encode_chunk(
+    model: PairScorer, items: Sequence[Item], first: int, truncate: bool, max_length: int | None
+) -> list[Encoded]:
     limit = min(max_length or model.max_input_tokens, model.max_input_tokens)
     out: list[Encoded | None] = [None] * len(items)
     singles: list[int] = []
@@ -69,7 +91,7 @@ def encode_items(
     except ValueError as exc:  # e.g. a limit that leaves no room after the special tokens
         raise InvalidRequest(str(exc)) from None
     rows: list[Encoded] = []
-    for i, row in enumerate(out):
+    for i, row in enumerate(out, first):
         assert row is not None
         if len(row.ids) > limit:
             raise InvalidRequest(
@@ -80,8 +102,10 @@ def encode_items(
     return rows
 
 
-def split_overflow_windows(model: PairScorer, items: Sequence[Item], tokens: int, overlap: int) -> list[WindowedInput]:
-    """Every input as one or more windows of at most TOKENS tokens."""
+def split_overflow_windows(
+    model: PairScorer, items: Sequence[Item], tokens: int, overlap: int, budget: Budget
+) -> list[WindowedInput]:
+    """Every input as one or more windows of at most TOKENS tokens, within the request's BUDGET."""
     if tokens > model.max_input_tokens:
         raise InvalidRequest(f"options.window.tokens {tokens} is over the model's limit of {model.max_input_tokens}")
     raw = model.tokenizer.tokenizer
@@ -115,6 +139,7 @@ def split_overflow_windows(model: PairScorer, items: Sequence[Item], tokens: int
         rows += len(windows)
         if rows > MAX_WINDOW_ROWS:
             raise RequestTooLarge(f"the request makes more than {MAX_WINDOW_ROWS} windows")
+        budget.spend(sum(len(w.encoded.ids) for w in windows))
         whole = raw.encode(*item) if pair else raw.encode(item)
         out.append(WindowedInput(windows, len(whole.ids)))
     return out

@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 
 from vllm_srun.adapters.contracts import LogitsRow, PairScorer
+from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.encoder import (
@@ -29,8 +30,8 @@ from vllm_srun.adapters.schemas.encoder import (
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.common import Prepared, answer
-from vllm_srun.adapters.surfaces.overflow import encode_items, overflow_mode, split_overflow_windows
-from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
+from vllm_srun.adapters.surfaces.overflow import Budget, encode_items, overflow_mode, split_overflow_windows
+from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge, quoted
 from vllm_srun.domain.rows import RowSpec
 
 
@@ -41,7 +42,7 @@ def _text(doc: str | dict[str, Any], rank_fields: list[str] | None, i: int) -> s
     missing = [f for f in fields if not isinstance(doc.get(f), str)]
     if missing:
         raise InvalidRequest(
-            f'documents[{i}] has no text field {missing[0]!r} (a document is a string or {{"text": ...}})'
+            f'documents[{i}] has no text field {quoted(missing[0])} (a document is a string or {{"text": ...}})'
         )
     if rank_fields is None:
         return doc["text"]
@@ -54,32 +55,39 @@ def _cut(model: PairScorer, text: str, max_tokens: int) -> str:
     return text if len(enc.ids) <= max_tokens else text[: enc.offsets[max_tokens - 1][1]]
 
 
+def _groups(
+    model: PairScorer, req: RerankRequest, mode: str, window: WindowOptions, budget: Budget
+) -> list[list[Encoded]]:
+    """Each document's rows (one, or one per window) with the query."""
+    texts = [_text(d, req.rank_fields, i) for i, d in enumerate(req.documents)]
+    if req.max_tokens_per_doc is not None:
+        texts = [_cut(model, t, req.max_tokens_per_doc) for t in texts]
+    pairs = [(req.query, t) for t in texts]
+    if mode == "window":
+        return [
+            [w.encoded for w in s.windows]
+            for s in split_overflow_windows(model, pairs, window.tokens, window.overlap, budget)
+        ]
+    return [[e] for e in encode_items(model, pairs, truncate=mode == "truncate", budget=budget)]
+
+
 async def rerank(
     served: ServedModel, req: RerankRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
 ) -> RerankResponse:
-    return await answer(prepare_rerank(served, req), timing, disconnected)
+    return await answer(await prepare_rerank(served, req), timing, disconnected)
 
 
-def prepare_rerank(served: ServedModel, req: RerankRequest) -> Prepared[RerankResponse]:
+async def prepare_rerank(served: ServedModel, req: RerankRequest) -> Prepared[RerankResponse]:
     model = served.require_surface("rerank")
     assert isinstance(model, PairScorer)  # checked when the model loaded
     if len(req.documents) > MAX_INPUTS:
         raise RequestTooLarge(f"too many documents: {len(req.documents)} (at most {MAX_INPUTS})")
-    texts = [_text(d, req.rank_fields, i) for i, d in enumerate(req.documents)]
     options = req.options or RerankOptions()
     mode = overflow_mode(options)
-    if req.max_tokens_per_doc is not None:
-        texts = [_cut(model, t, req.max_tokens_per_doc) for t in texts]
-        if options.overflow is None and options.window is None:
-            mode = "truncate"  # the client asked for cut documents
-    pairs = [(req.query, t) for t in texts]
-    if mode == "window":
-        window = options.window or WindowOptions(tokens=model.max_input_tokens)
-        groups = [
-            [w.encoded for w in s.windows] for s in split_overflow_windows(model, pairs, window.tokens, window.overlap)
-        ]
-    else:
-        groups = [[e] for e in encode_items(model, pairs, truncate=mode == "truncate")]
+    if req.max_tokens_per_doc is not None and options.overflow is None and options.window is None:
+        mode = "truncate"  # the client asked for cut documents
+    window = options.window or WindowOptions(tokens=model.max_input_tokens)
+    groups = await served.prepare(_groups, model, req, mode, window, served.token_budget())
 
     rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups for e in group]
 

@@ -50,6 +50,9 @@ def worker_settings(
         engine_args=args,
         result_cache_entries=_or(deployment.result_cache_entries, defaults.result_cache_entries),
         media_workers=deployment.media_workers,
+        max_request_tokens=_or(deployment.max_request_tokens, defaults.max_request_tokens),
+        max_queue=_or(deployment.max_queue, defaults.max_queue),
+        max_queued_tokens=_or(deployment.max_queued_tokens, defaults.max_queued_tokens),
         max_request_bytes=(
             defaults.max_request_bytes if max_request_bytes is None else max_request_bytes + REQUEST_BYTES_SLACK
         ),

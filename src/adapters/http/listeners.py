@@ -1,0 +1,132 @@
+"""Listening sockets of the worker and the front: Unix sockets that only their user can reach,
+stale ones cleaned at start and removed at exit, and enough file descriptors for the
+connection cap (R-API-9; docs/hardening.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import socket
+import stat
+from dataclasses import dataclass
+
+log = logging.getLogger("vllm_srun.listeners")
+DESCRIPTOR_HEADROOM = 256  # beyond the connection cap: worker sockets, model files, logs, pipes
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A bound socket (uvicorn listens on it) and where it is, for the log."""
+
+    sock: socket.socket
+    where: str
+    path: str | None = None  # a Unix socket's file
+    identity: tuple[int, int, int] = (0, 0, 0)  # its device, inode and change time: inodes are reused
+
+    def remove(self) -> None:
+        """Remove a Unix socket's file if it is still this listener's (not a newer server's)."""
+        if self.path is None:
+            return
+        with contextlib.suppress(OSError):
+            if _identity(self.path) == self.identity:
+                os.unlink(self.path)
+
+
+def open_listener(host: str, port: int, uds: str | None) -> Listener:
+    """The worker's socket: `--uds` when given, else TCP on `--host`/`--port`."""
+    if uds:
+        return bind_unix(uds)
+    sock = bind_tcp(host, port)
+    return Listener(sock, f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+
+
+def bind_tcp(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to HOST:PORT; ValueError (one line) when that is not possible."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"--host {host} --port {port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(False)
+    return sock
+
+
+def bind_unix(path: str) -> Listener:
+    """A Unix socket at PATH, mode 0600, ready to listen. A socket file left by a server that is gone
+    is removed first; anything else at PATH (a live server, a regular file) is refused
+    (ValueError, one line)."""
+    _clear_stale(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_mask = os.umask(0o177)  # the file is created 0600: no window in which others may connect
+    try:
+        sock.bind(path)
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"--uds {path}: {exc.strerror or exc}") from None
+    finally:
+        os.umask(old_mask)
+    os.chmod(path, 0o600)
+    sock.set_inheritable(False)
+    return Listener(sock, f"unix:{path}", path, _identity(path))
+
+
+def _identity(path: str) -> tuple[int, int, int]:
+    info = os.lstat(path)
+    return info.st_dev, info.st_ino, info.st_ctime_ns
+
+
+def _clear_stale(path: str) -> None:
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ValueError(f"--uds {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISSOCK(mode):
+        raise ValueError(f"--uds {path}: the path exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError as exc:
+        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+            raise ValueError(f"--uds {path}: {exc.strerror or exc}") from None
+        log.info("removing the stale socket %s (no server listens on it)", path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    else:
+        raise ValueError(f"--uds {path}: another server is listening on it")
+    finally:
+        probe.close()
+
+
+def ensure_descriptors(max_connections: int, explicit: bool) -> tuple[int, str | None]:
+    """Raise the soft RLIMIT_NOFILE so MAX_CONNECTIONS (+ headroom) fit. Returns the cap to use
+    and a warning; a cap the user set that cannot fit raises ValueError (one line)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return max_connections, None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = max_connections + DESCRIPTOR_HEADROOM
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return max_connections, None
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    if soft >= needed:
+        return max_connections, None
+    fits = max(1, soft - DESCRIPTOR_HEADROOM)
+    message = (
+        f"--max-connections {max_connections} needs {needed} file descriptors; "
+        f"the limit is {soft} (ulimit -n): lower --max-connections or raise the limit"
+    )
+    if explicit:
+        raise ValueError(message)
+    return fits, f"{message}; serving at most {fits} connections"
