@@ -142,6 +142,7 @@ def wrk_load(
             base,
         ]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    settle(base)
     for line in out.stdout.splitlines():
         if line.startswith("SRUN_WRK_JSON "):
             doc = json.loads(line.removeprefix("SRUN_WRK_JSON "))
@@ -156,6 +157,29 @@ def wrk_load(
                 errors,
             )
     raise RuntimeError(f"wrk printed no summary (exit {out.returncode}): {out.stderr.strip()[:300]}")
+
+
+def settle(base: str, timeout_s: float = 30.0) -> None:
+    """Wait until the requests wrk abandoned when it stopped are gone from the server: they still
+    count against a worker's admission (`--max-queue`) until their forward ends, and the next load
+    would see 429s that only this script caused. Ours says so on /metrics
+    (`vllm_srun_unanswered_requests`); a server that does not gets one second."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except (OSError, ValueError):
+            break
+        counts = [
+            float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith("vllm_srun_unanswered_requests")
+        ]
+        if not counts:
+            break
+        if sum(counts) == 0:
+            return
+        time.sleep(0.1)
+    time.sleep(1.0)
 
 
 def warm_up(base: str, bodies: Sequence[bytes], seconds: float = 2.0, path: str = "/v1/embeddings") -> None:
