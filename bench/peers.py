@@ -14,6 +14,7 @@ is printed before and after: on a shared machine the figures move with it.
 
     python bench/peers.py [--seconds 15] [--connections 64] [--shape short|mixed|both]
                           [--venv ~/.cache/vllm-srun/bench/peers-venv] [--skip-infinity] [--skip-offline]
+                          [--variant '--concurrent-forwards 2' ...]
 """
 
 from __future__ import annotations
@@ -115,6 +116,13 @@ def main() -> None:
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
     ap.add_argument("--batches", default="16,32,64,128", help="offline batch sizes tried (the best is kept)")
     ap.add_argument("--serve-args", default="", help="more flags for vllm-srun serve")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="FLAGS",
+        help="also run our server with these flags (repeatable), e.g. '--concurrent-forwards 2'",
+    )
     ap.add_argument("--skip-infinity", action="store_true")
     ap.add_argument("--skip-offline", action="store_true")
     args = ap.parse_args()
@@ -130,17 +138,23 @@ def main() -> None:
 
     results: dict[str, dict[str, LoadResult | float]] = {}
     ours_bodies = {s: [embeddings_body(t) for t in texts[s]] for s in shapes}
-    print("ours: vllm-srun serve (defaults, result cache off)", flush=True)
-    with server("--result-cache-entries", "0", *args.serve_args.split()) as base:
-        import urllib.request
+    ours_names = []
+    for flags in ["", *args.variant]:
+        name = "ours" if not flags else f"ours {flags}"
+        ours_names.append(name)
+        print(f"{name}: vllm-srun serve {flags or '(defaults)'}, result cache off", flush=True)
+        with server("--result-cache-entries", "0", *args.serve_args.split(), *flags.split()) as base:
+            import urllib.request
 
-        with urllib.request.urlopen(f"{base}/v1/models") as r:
-            card = json.load(r)["data"][0]
-        print(
-            f"  card: threads {card.get('threads', {}).get('forward')}, wait policy "
-            f"{card.get('threads', {}).get('omp_wait_policy')}, numerics {card['numerics']}, kernels {card.get('kernels', {}).get('linear')}"
-        )
-        results["ours"] = dict(run_server_shapes(base, "/v1/embeddings", ours_bodies, args))
+            with urllib.request.urlopen(f"{base}/v1/models") as r:
+                card = json.load(r)["data"][0]
+            threads = card.get("threads", {})
+            print(
+                f"  card: threads {threads.get('forward')} × {threads.get('concurrent_forwards', 1)} concurrent, wait "
+                f"policy {threads.get('omp_wait_policy')}, numerics {card['numerics']}, kernels "
+                f"{card.get('kernels', {}).get('linear')} up to {card.get('kernels', {}).get('packed_up_to_tokens')}"
+            )
+            results[name] = dict(run_server_shapes(base, "/v1/embeddings", ours_bodies, args))
 
     if not args.skip_infinity:
         assert python is not None
@@ -205,8 +219,11 @@ def main() -> None:
     for shape in shapes:
         gflop, tokens = gflop_per_request(folder, texts[shape])
         print(f"\n## {shape} texts ({tokens:.1f} tokens, {gflop:.3f} GFLOP per request on average)")
-        print(f"{'':12s} {'req/s':>8s} {'p50 ms':>9s} {'p99 ms':>9s} {'GFLOP/s':>8s} {'of peak':>8s} {'of gemm':>8s}")
-        for name in ("ours", "infinity", "offline"):
+        width = max(12, *(len(n) for n in ours_names))
+        print(
+            f"{'':{width}s} {'req/s':>8s} {'p50 ms':>9s} {'p99 ms':>9s} {'GFLOP/s':>8s} {'of peak':>8s} {'of gemm':>8s}"
+        )
+        for name in (*ours_names, "infinity", "offline"):
             got = results.get(name, {}).get(shape)
             if got is None:
                 continue
@@ -215,18 +232,19 @@ def main() -> None:
             errors = f"  errors {got.errors}" if isinstance(got, LoadResult) and got.errors else ""
             achieved = rps * gflop
             print(
-                f"{name:12s} {rps:8.1f} {lat} {achieved:8.1f} {achieved / peak.gflops:8.1%} {achieved / gemm:8.1%}{errors}"
+                f"{name:{width}s} {rps:8.1f} {lat} {achieved:8.1f} {achieved / peak.gflops:8.1%} {achieved / gemm:8.1%}{errors}"
             )
-        ours = results["ours"][shape]
-        assert isinstance(ours, LoadResult)
-        if "infinity" in results:
-            inf = results["infinity"][shape]
-            assert isinstance(inf, LoadResult)
-            ratio = ours.rps / inf.rps if inf.rps else float("inf")
-            print(f"ours / Infinity: {ratio:.2f}  (target >= 2.5: {'met' if ratio >= 2.5 else 'MISSED'})")
-        if "offline" in results:
-            ratio = ours.rps / float(results["offline"][shape])
-            print(f"ours / offline:  {ratio:.2f}  (target >= 1.1: {'met' if ratio >= 1.1 else 'MISSED'})")
+        for name in ours_names:
+            ours = results[name][shape]
+            assert isinstance(ours, LoadResult)
+            if "infinity" in results:
+                inf = results["infinity"][shape]
+                assert isinstance(inf, LoadResult)
+                ratio = ours.rps / inf.rps if inf.rps else float("inf")
+                print(f"{name} / Infinity: {ratio:.2f}  (target >= 2.5: {'met' if ratio >= 2.5 else 'MISSED'})")
+            if "offline" in results:
+                ratio = ours.rps / float(results["offline"][shape])
+                print(f"{name} / offline:  {ratio:.2f}  (target >= 1.1: {'met' if ratio >= 1.1 else 'MISSED'})")
 
 
 if __name__ == "__main__":

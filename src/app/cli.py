@@ -21,6 +21,7 @@ from vllm_srun.domain.engine_args import EngineArgs
 from vllm_srun.domain.threads import (
     WAIT_POLICY_ENV,
     budget_threads,
+    concurrent_forwards_refusal,
     omp_wait_policy,
     standalone_threads,
     threads_refusal,
@@ -45,6 +46,7 @@ SERVE_SETTINGS: tuple[bounds.Setting[Any], ...] = (
     bounds.MAX_MODEL_LEN,
     bounds.MAX_REQUEST_BYTES,
     bounds.THREADS,
+    bounds.CONCURRENT_FORWARDS,
     bounds.LOG_LEVEL,
     bounds.RESULT_CACHE_ENTRIES,
     bounds.MEDIA_WORKERS,
@@ -139,6 +141,7 @@ def serve_settings(ns: argparse.Namespace) -> WorkerSettings:
         media_workers=ns.media_workers,
         max_request_bytes=ns.max_request_bytes,
         threads=ns.threads,
+        concurrent_forwards=ns.concurrent_forwards,
         log_level=ns.log_level,
         deterministic=ns.deterministic,
         max_queue=ns.max_queue,
@@ -161,9 +164,11 @@ def connection_limits(ns: argparse.Namespace) -> ConnectionLimits:
 
 
 def cpu_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[int, int, Mode, str | None]:
-    """(forward threads, the budget's whole CPUs, adaptive mode, OpenMP wait policy to set), or a
-    one-line refusal (R-ARG-2, R-CPU): a thread count above the budget, an unknown adaptive mode,
-    `--deterministic` with adaptive mode 2 or with an engine that cannot honour it."""
+    """(threads of one forward, the budget's whole CPUs, adaptive mode, OpenMP wait policy to set),
+    or a one-line refusal (R-ARG-2, R-CPU): a thread count above the budget, an unknown adaptive
+    mode, `--deterministic` with adaptive mode 2 or with an engine that cannot honour it,
+    `--concurrent-forwards` that does not divide the threads or comes with adaptive threads.
+    With `--concurrent-forwards N` each of the N forwards runs on threads ÷ N."""
     from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
 
     budget_cpus = front_cpu_budget()
@@ -181,7 +186,11 @@ def cpu_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[int, i
             "--deterministic: the onnxruntime engine cannot answer bit-identically in any batch; use --engine native"
         )
     threads = ns.threads or standalone_threads(budget_cpus)
-    return threads, budget_threads(budget_cpus), adaptive, omp_wait_policy(threads, env)
+    refusal = concurrent_forwards_refusal(ns.concurrent_forwards, threads, adaptive is not Mode.OFF)
+    if refusal:
+        refuse(refusal)
+    team = threads // ns.concurrent_forwards  # each concurrent forward's own OpenMP team
+    return team, budget_threads(budget_cpus), adaptive, omp_wait_policy(team, env)
 
 
 def model_specs(settings: WorkerSettings, device: str) -> list[ModelSpec]:
@@ -229,6 +238,7 @@ def serve(ns: argparse.Namespace) -> int:
         device=device,
         engine=ns.engine,
         threads=threads,
+        concurrent_forwards=ns.concurrent_forwards,
         progress=_progress,
         max_request_bytes=ns.max_request_bytes,
         result_cache_entries=ns.result_cache_entries,

@@ -17,7 +17,7 @@ from typing import Any
 from dependency_injector import containers, providers
 
 from vllm_srun.adapters.clock import MonotonicClock
-from vllm_srun.adapters.contracts import Progress, quiet
+from vllm_srun.adapters.contracts import Device, Progress, ThreadContext, quiet
 from vllm_srun.adapters.devices.torch_devices import TorchProbe, open_device
 from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.engines.threads import TorchThreadContext
@@ -52,6 +52,20 @@ def offload_for(forward_threads: int | None) -> Offload:
     return Offload(preparation_threads(forward_threads or 1))
 
 
+def device_thread_for(
+    device: Device, concurrent: int, threads: int | None, context: ThreadContext, progress: Progress
+) -> DeviceThread:
+    """The device's forward threads: CONCURRENT on a CPU (`--concurrent-forwards`), each declaring
+    THREADS (one forward's team) when it starts, so loading and the readiness checks run on the
+    count forwards serve at; one on a GPU (its launches are serialised anyway)."""
+    if device.kind != "cpu":
+        if concurrent > 1:
+            progress(f"load: --concurrent-forwards {concurrent} applies to CPUs; {device.name} runs one at a time")
+        return DeviceThread()
+    declare = partial(context.declare, threads) if threads is not None and concurrent > 1 else None
+    return DeviceThread(workers=concurrent, initializer=declare)
+
+
 class WorkerContainer(containers.DeclarativeContainer):
     """`vllm-srun serve`: store, plugins, device, device thread, metrics, cache, readiness checks,
     the GPU calibration, the runtime and its HTTP app."""
@@ -64,8 +78,10 @@ class WorkerContainer(containers.DeclarativeContainer):
     engines = providers.Singleton(EngineRegistry)
     device_probe = providers.Singleton(TorchProbe)  # what torch says the machine has (tests: a fake)
     device = providers.Singleton(open_device, config.device, probe=device_probe, progress=config.progress)
-    device_thread = providers.Singleton(DeviceThread)
     thread_context = providers.Singleton(TorchThreadContext)  # every forward declares its count (R-CPU-2)
+    device_thread = providers.Singleton(
+        device_thread_for, device, config.concurrent_forwards, config.threads, thread_context, config.progress
+    )
     metrics = providers.Singleton(RuntimeMetrics)
     result_cache = providers.Singleton(ResultCache, config.result_cache_entries, metrics.provided.cache)
     readiness = providers.Singleton(LoadTimeChecks, check_golden=config.check_golden)
@@ -120,6 +136,7 @@ def worker_container(
     device: str = "cpu",
     engine: str = "auto",
     threads: int | None = None,
+    concurrent_forwards: int = bounds.CONCURRENT_FORWARDS.default,
     progress: Progress = quiet,
     max_request_bytes: int = bounds.MAX_REQUEST_BYTES.default,
     result_cache_entries: int = bounds.RESULT_CACHE_ENTRIES.default,
@@ -149,6 +166,7 @@ def worker_container(
             "device": device,
             "engine": engine,
             "threads": threads,
+            "concurrent_forwards": concurrent_forwards,
             "progress": progress,
             "max_request_bytes": max_request_bytes,
             "result_cache_entries": result_cache_entries,

@@ -3,6 +3,9 @@
 Plan, then apply: `next_forward(now)` hands out the next forward of the current plan (planning
 a new round from the whole queue when the window allows), the engine runs it, and
 `complete(batch, outputs)` / `fail(batch, error)` answer every request whose last row ran.
+Up to `max_in_flight` forwards may run at once (a CPU worker that runs several single-team
+forwards side by side, R-CPU-1; 1 everywhere else); a forward is handed out only while a slot is
+free, and the window counts as busy only while every slot is taken.
 The scheduler never touches a device, a clock or a thread: time is passed in.
 """
 
@@ -43,9 +46,12 @@ class Scheduler:
         window_s: float,
         batch_invariant: bool = False,
         costs: CostModel | None = None,
+        max_in_flight: int = 1,
     ) -> None:
         if not lanes:
             raise ValueError("a model declares at least one lane")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.lanes = {lane.name: lane for lane in lanes}
         self.budget = budget
         self.batch_invariant = batch_invariant
@@ -55,7 +61,10 @@ class Scheduler:
         self._queue: list[Row] = []
         self._queued_tokens = 0
         self._plan: deque[ForwardBatch] = deque()
-        self._in_flight: ForwardBatch | None = None
+        # forwards handed out and not completed yet: at most MAX_IN_FLIGHT (concurrent forwards of
+        # one CPU worker, each on its own share of the cores; 1 elsewhere)
+        self.max_in_flight = max_in_flight
+        self._in_flight: list[ForwardBatch] = []
         self._next_request = 0
         self._next_seq = 0
 
@@ -90,7 +99,12 @@ class Scheduler:
     # ---- planning -------------------------------------------------------------------------
     @property
     def busy(self) -> bool:
-        return self._in_flight is not None
+        """Every forward slot is taken: arrivals wait for the next plan."""
+        return len(self._in_flight) >= self.max_in_flight
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
 
     @property
     def queued_rows(self) -> int:
@@ -122,14 +136,14 @@ class Scheduler:
         return None if oldest is None else self.window.closes_at(oldest)
 
     def next_forward(self, now: float) -> ForwardBatch | None:
-        """The next forward to run now, or None (busy, nothing queued, or window open)."""
-        if self._in_flight is not None:
+        """The next forward to run now, or None (every slot busy, nothing queued, or window open)."""
+        if self.busy:
             return None
         while True:
             while self._plan:
                 batch = self._live(self._plan.popleft())
                 if batch is not None:
-                    self._in_flight = batch
+                    self._in_flight.append(batch)
                     return batch
             if self.window_state(now) is not WindowState.DUE:
                 return None
@@ -177,6 +191,8 @@ class Scheduler:
         return failed
 
     def _release(self, batch: ForwardBatch) -> None:
-        if self._in_flight is not batch:
-            raise ValueError("complete/fail must be given the forward that is in flight")
-        self._in_flight = None
+        for i, running in enumerate(self._in_flight):
+            if running is batch:
+                del self._in_flight[i]
+                return
+        raise ValueError("complete/fail must be given a forward that is in flight")

@@ -133,6 +133,26 @@ def threads_refusal(threads: int | None, budget_cpus: float) -> str | None:
     return None
 
 
+def concurrent_forwards_refusal(concurrent: int, threads: int, adaptive: bool) -> str | None:
+    """Why `--concurrent-forwards N` cannot run with THREADS forward threads (one line), or None.
+
+    The forwards split the threads evenly (each runs on its own team of THREADS ÷ N), so N must
+    divide THREADS; adaptive threads time one forward at a time against another count, so they
+    need N = 1."""
+    if concurrent < 1:
+        return f"--concurrent-forwards must be at least 1, got {concurrent}"
+    if concurrent == 1:
+        return None
+    if adaptive:
+        return f"--concurrent-forwards {concurrent}: adaptive threads time one forward at a time (use 1)"
+    if threads % concurrent:
+        return (
+            f"--concurrent-forwards {concurrent} does not divide the {threads} forward thread(s) "
+            "(each forward runs on threads ÷ N)"
+        )
+    return None
+
+
 # GNU OpenMP reads its wait policy once, when the library loads (torch's import)
 WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
 SPIN_COUNT_ENV = "GOMP_SPINCOUNT"

@@ -52,6 +52,7 @@ class WorkerSettings:
     media_workers: int | None = bounds.MEDIA_WORKERS.default
     max_request_bytes: int = bounds.MAX_REQUEST_BYTES.default
     threads: int | None = bounds.THREADS.default
+    concurrent_forwards: int = bounds.CONCURRENT_FORWARDS.default
     log_level: str = bounds.LOG_LEVEL.default
     deterministic: bool = bounds.DETERMINISTIC.default
     max_queue: int = bounds.MAX_QUEUE.default
@@ -83,6 +84,7 @@ class WorkerSettings:
             (bounds.ENGINE, self.engine),
             (bounds.ENABLE_SHARED_CONTEXT, args.enable_shared_context),
             (bounds.THREADS, self.threads),
+            (bounds.CONCURRENT_FORWARDS, self.concurrent_forwards),
             (bounds.MAX_REQUEST_BYTES, self.max_request_bytes),
             (bounds.DETERMINISTIC, self.deterministic),
             (bounds.MAX_QUEUE, self.max_queue),

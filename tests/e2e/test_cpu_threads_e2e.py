@@ -1,6 +1,7 @@
 """CPU threads of `vllm-srun serve` against real processes (R-CPU-1, R-CPU-2, R-ARG-2): the
-default uses the whole budget, bad thread settings are refused before any load, and adaptive
-threads in mode 1 learn from shadows without ever changing an answer (MiniLM)."""
+default uses the whole budget, bad thread settings are refused before any load, adaptive
+threads in mode 1 learn from shadows without ever changing an answer, and concurrent forwards
+split the threads and answer as one forward at a time does (MiniLM)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,13 @@ def _refusal(flags: list[str], env: dict[str, str] | None = None) -> tuple[int, 
         ([], {"VLLM_SRUN_CPU_ADAPTIVE_THREADS": "on"}, "VLLM_SRUN_CPU_ADAPTIVE_THREADS: expected one of 0, 1, 2"),
         (["--deterministic"], {"VLLM_SRUN_CPU_ADAPTIVE_THREADS": "2"}, "--deterministic answers at one thread count"),
         (["--deterministic", "--engine", "onnxruntime"], None, "--deterministic: the onnxruntime engine cannot"),
+        (["--threads", "1", "--concurrent-forwards", "2"], None, "--concurrent-forwards 2 does not divide the 1"),
+        (
+            ["--threads", "1", "--concurrent-forwards", "2"],
+            {"VLLM_SRUN_CPU_ADAPTIVE_THREADS": "1"},
+            "--concurrent-forwards 2: adaptive threads time one forward at a time",
+        ),
+        (["--concurrent-forwards", "0"], None, "--concurrent-forwards"),
     ],
 )
 def test_bad_thread_settings_are_refused_in_one_line_before_any_load(
@@ -111,3 +119,32 @@ def test_adaptive_mode_one_learns_from_shadows_and_never_changes_an_answer(minil
     shadows = [line for line in metrics.splitlines() if line.startswith("vllm_srun_adaptive_shadows_total")]
     assert shadows and all('outcome="match"' in line for line in shadows), shadows
     assert any(line.startswith("vllm_srun_adaptive_threads_learned{") for line in metrics.splitlines())
+
+
+@pytest.mark.skipif(BUDGET < 2, reason="two concurrent forwards need two threads")
+def test_concurrent_forwards_split_the_threads_and_answer_as_forwards_one_at_a_time(minilm_dir: Path) -> None:
+    batches = [_texts(1 + (k % 5), k) for k in range(48)]
+    flags = ("--result-cache-entries", "0", "--threads", "2", "--concurrent-forwards", "2")
+    with running_server(*flags) as base:
+        card = httpx.get(f"{base}/v1/models").json()["data"][0]
+        alone = [asyncio.run(_embed_all(base, [b]))[0] for b in batches]  # one request at a time
+        together = asyncio.run(_embed_all(base, batches))  # all at once: merged, two forwards at a time
+        metrics = httpx.get(f"{base}/metrics").text
+    threads = card["threads"]
+    assert threads["forward"] == 1 and threads["concurrent_forwards"] == 2, threads
+    assert threads["omp_wait_policy"] is None or os.environ.get("OMP_WAIT_POLICY")  # a team of one waits for no one
+    forwards = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("vllm_srun_forwards_total{") and 'outcome="ok"' in line
+    )
+    assert forwards < 2 * len(batches)  # the concurrent round merged rows
+    if card["numerics"] == "exact":  # batch-invariant at this thread count: the same bits in any company
+        assert together == alone
+    else:  # the kernel plan at one thread left merged forwards approximate: same answers to rounding
+        import numpy as np
+
+        for a, b in zip(together, alone):
+            x = np.frombuffer(b"".join(a), dtype=np.float32)
+            y = np.frombuffer(b"".join(b), dtype=np.float32)
+            assert np.abs(x - y).max() < 1e-5

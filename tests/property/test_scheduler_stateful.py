@@ -5,6 +5,9 @@ fail forwards. Invariants are checked after every step against a simple model of
 asked for: every row planned exactly once, budgets, token counts, lanes, exactly-once answers
 in input order, the window, and cancelled rows never reaching the engine.
 
+Forwards start and end in separate steps, in any order, up to `max_in_flight` at once (a CPU
+worker's concurrent forwards): never more run at once, and a row is never in two of them.
+
 Two lanes as the multimodal family has them (R-BAT-6): `text` and `media`, each with its own
 accounting and cap, and a different device cost per token (media rows cost far more). The
 scheduler learns each lane's cost from its own forwards, and every planning round runs the
@@ -43,15 +46,25 @@ class SchedulerMachine(RuleBasedStateMachine):
         cap=st.sampled_from([None, 32, 128]),
         media_cap=st.sampled_from([None, 64]),
         invariant_model=st.booleans(),
+        max_in_flight=st.integers(1, 3),
     )
     @precondition(lambda self: self.scheduler is None)
-    def configure(self, max_seqs, max_tokens, window_ms, packed, media_packed, cap, media_cap, invariant_model) -> None:  # type: ignore[no-untyped-def]
+    def configure(
+        self, max_seqs, max_tokens, window_ms, packed, media_packed, cap, media_cap, invariant_model, max_in_flight
+    ) -> None:  # type: ignore[no-untyped-def]
         accounting = Accounting.PACKED if packed else Accounting.PADDED
         media_accounting = Accounting.PACKED if media_packed else Accounting.PADDED
         self.lanes = [Lane("text", accounting, cap_tokens=cap), Lane("media", media_accounting, cap_tokens=media_cap)]
         self.budget = Budget(max_seqs, max_tokens)
         self.window_s = 0.0 if invariant_model else window_ms / 1000
-        self.scheduler = Scheduler(self.lanes, self.budget, window_s=window_ms / 1000, batch_invariant=invariant_model)
+        self.scheduler = Scheduler(
+            self.lanes,
+            self.budget,
+            window_s=window_ms / 1000,
+            batch_invariant=invariant_model,
+            max_in_flight=max_in_flight,
+        )
+        self.running: list[ForwardBatch] = []  # handed out, not completed yet
         self.submitted: dict[int, list[RowSpec]] = {}
         self.numbers: dict[int, int] = {}
         self.arrival: dict[int, float] = {}
@@ -85,16 +98,18 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.clock.advance(ms / 1000)
 
     @precondition(lambda self: self.scheduler is not None)
-    @rule(fail=st.booleans())
-    def step(self, fail: bool) -> None:
+    @rule()
+    def start(self) -> None:
         now = self.clock.now()
         state_before = self.scheduler.window_state(now)
         had_plan = bool(self.scheduler._plan)
         oldest = min((self.arrival[r.request_id] for r in self.scheduler._queue), default=None)
         full = bool(self.scheduler._queue) and self.scheduler._full()
+        slots_full = len(self.running) >= self.scheduler.max_in_flight
         batch = self.scheduler.next_forward(now)
         if batch is None:
             return
+        assert not slots_full, "a forward handed out while every slot was taken"
         if not had_plan:
             # a new plan: only when the window closed (or the queue fills a forward)
             assert oldest is not None
@@ -102,6 +117,13 @@ class SchedulerMachine(RuleBasedStateMachine):
         self._check_batch(batch)
         if not had_plan:
             self._check_round([batch, *self.scheduler._plan])  # the whole round just planned
+        self.running.append(batch)
+        assert self.scheduler.in_flight == len(self.running) <= self.scheduler.max_in_flight
+
+    @precondition(lambda self: self.scheduler is not None and self.running)
+    @rule(fail=st.booleans(), data=st.data())
+    def finish(self, fail: bool, data) -> None:  # type: ignore[no-untyped-def]
+        batch = self.running.pop(data.draw(st.integers(0, len(self.running) - 1)))  # any order
         self.engine.fail_next = 1 if fail else 0
         try:
             outputs = self.engine.run(batch.lane, [r.payload for r in batch.rows])
@@ -111,7 +133,10 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.ran.extend((r.request_id, r.index) for r in batch.rows)
             return
         self.ran.extend((r.request_id, r.index) for r in batch.rows)
-        for answer in self.scheduler.complete(batch, outputs, COST[batch.lane] * batch.tokens):
+        self._complete(batch, outputs, COST[batch.lane] * batch.tokens)
+
+    def _complete(self, batch, outputs, seconds=None) -> None:  # type: ignore[no-untyped-def]
+        for answer in self.scheduler.complete(batch, outputs, seconds):
             assert answer.request_id not in self.answered, "answered twice"
             assert answer.request_id not in self.cancelled and answer.request_id not in self.failed
             self.answered[answer.request_id] = answer.outputs
@@ -131,9 +156,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         limit = lane_token_limit(lane, self.budget, self.scheduler.costs, self.scheduler.batch_invariant)
         if len(batch.rows) > 1:
             assert batch.tokens <= limit, "forward over the token budget"
+        running = {(r.request_id, r.index) for b in self.running for r in b.rows}
         for r in batch.rows:
             assert r.request_id not in self.cancelled, "a cancelled row reached the engine"
             assert (r.request_id, r.index) not in self.ran, "a row ran twice"
+            assert (r.request_id, r.index) not in running, "a row in two forwards at once"
 
     def _check_round(self, plan: list[ForwardBatch]) -> None:
         """One planning round: each lane's forwards together, the cheaper lane's first."""
@@ -164,7 +191,12 @@ class SchedulerMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if self.scheduler is None:
             return
-        # drain: advance past every window and run everything left
+        # drain: end the running forwards, advance past every window and run everything left
+        while self.running:
+            batch = self.running.pop()
+            outputs = self.engine.run(batch.lane, [r.payload for r in batch.rows])
+            self.ran.extend((r.request_id, r.index) for r in batch.rows)
+            self._complete(batch, outputs)
         for _ in range(10_000):
             self.clock.advance(1.0)
             batch = self.scheduler.next_forward(self.clock.now())

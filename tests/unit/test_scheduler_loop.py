@@ -125,3 +125,63 @@ def test_lone_request_pays_the_window_and_no_more() -> None:
 
 def test_batch_invariant_model_skips_the_window() -> None:
     assert _lone_request_seconds(window_ms=500, invariant=True) < 0.4
+
+
+def test_concurrent_forwards_run_side_by_side_on_the_device_threads() -> None:
+    """Two slots, two device threads: the second forward starts while the first runs (both wait on
+    a barrier that only two forwards running at once can pass), and every answer is right."""
+    engine = FakeForward()
+    barrier = threading.Barrier(2, timeout=10)
+    lock = threading.Lock()
+    started: list[int] = []
+    declared: list[int] = []
+
+    def run(lane, payloads):  # type: ignore[no-untyped-def]
+        with lock:
+            started.append(len(started))
+            meet = len(started) <= 2
+        if meet:  # the first two forwards: BrokenBarrierError unless both run at once
+            barrier.wait()
+        with lock:
+            return engine.run(lane, payloads)
+
+    async def main() -> list:
+        scheduler = Scheduler([Lane("text")], Budget(2, 4096), window_s=0.0, max_in_flight=2)
+        device = DeviceThread(workers=2, initializer=lambda: declared.append(threading.get_ident()))
+        loop = SchedulerLoop(scheduler, lambda batch, payloads: run(batch.lane, payloads), device)
+        loop.start()
+        outs = await asyncio.gather(*(loop.submit([RowSpec(5, (i, j)) for j in range(2)]) for i in range(6)))
+        await loop.stop()
+        device.shutdown()
+        return outs
+
+    outs = asyncio.run(main())
+    assert [o.outputs for o in outs] == [((i, 0), (i, 1)) for i in range(6)]
+    assert len(started) == 6 and not barrier.broken
+    assert len(set(declared)) == 2  # the initializer ran once on each device thread
+
+
+def test_one_slot_runs_one_forward_at_a_time_even_with_two_device_threads() -> None:
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def run(lane, payloads):  # type: ignore[no-untyped-def]
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.003)
+        with lock:
+            running[0] -= 1
+        return list(payloads)
+
+    async def main() -> None:
+        scheduler = Scheduler([Lane("text")], Budget(1, 4096), window_s=0.0)
+        device = DeviceThread(workers=2)
+        loop = SchedulerLoop(scheduler, lambda batch, payloads: run(batch.lane, payloads), device)
+        loop.start()
+        await asyncio.gather(*(loop.submit([RowSpec(5, i)]) for i in range(10)))
+        await loop.stop()
+        device.shutdown()
+
+    asyncio.run(main())
+    assert most[0] == 1

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from vllm_srun.domain.threads import (
     InvalidThreadOverride,
+    concurrent_forwards_refusal,
     cpu_budget,
     omp_wait_policy,
     parse_cgroup_v1_cpu_quota,
@@ -128,3 +129,14 @@ def test_passive_openmp_waits_with_a_team_unless_the_environment_says_otherwise(
     assert omp_wait_policy(8, {"OMP_WAIT_POLICY": "active"}) is None
     assert omp_wait_policy(8, {"GOMP_SPINCOUNT": "10000"}) is None
     assert omp_wait_policy(8, {"OMP_WAIT_POLICY": " "}) == "PASSIVE"
+
+
+def test_concurrent_forwards_must_divide_the_threads_and_exclude_adaptive_threads() -> None:
+    assert concurrent_forwards_refusal(1, 1, adaptive=False) is None
+    assert concurrent_forwards_refusal(1, 8, adaptive=True) is None  # one at a time: adaptive may learn
+    assert concurrent_forwards_refusal(2, 2, adaptive=False) is None
+    assert concurrent_forwards_refusal(4, 8, adaptive=False) is None
+    assert "does not divide the 8" in (concurrent_forwards_refusal(3, 8, adaptive=False) or "")
+    assert "does not divide the 1" in (concurrent_forwards_refusal(2, 1, adaptive=False) or "")
+    assert "adaptive threads" in (concurrent_forwards_refusal(2, 2, adaptive=True) or "")
+    assert "at least 1" in (concurrent_forwards_refusal(0, 2, adaptive=False) or "")

@@ -1,6 +1,6 @@
 """The process's per-forward thread context on torch (R-CPU-2, `contracts.ThreadContext`).
 
-Every forward of the process runs on the device thread, and each declares its intra-op thread
+Every forward of the process runs on a device thread, and each declares its intra-op thread
 count there just before it runs; `declare` sets torch's count only when it differs from the one
 in force. torch's count (OpenMP's `nthreads-var` of the calling thread, MKL's and oneDNN's) is
 read by the kernels of that thread's next parallel region, so a forward always runs on the count
@@ -9,14 +9,19 @@ it declared, whatever the forward before it (another model, a shadow) asked for.
 
 from __future__ import annotations
 
+import threading
+
 
 class TorchThreadContext:
+    """Per calling thread: a worker with concurrent forwards has several device threads, each with
+    its own OpenMP count (`--concurrent-forwards`)."""
+
     def __init__(self) -> None:
-        self._current: int | None = None
+        self._local = threading.local()
 
     @property
     def current(self) -> int | None:
-        return self._current
+        return getattr(self._local, "current", None)
 
     def declare(self, threads: int) -> None:
         if threads < 1:
@@ -25,4 +30,4 @@ class TorchThreadContext:
 
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
-        self._current = threads
+        self._local.current = threads

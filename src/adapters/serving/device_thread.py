@@ -1,8 +1,13 @@
 """The device thread: every forward of a process runs here, off the event loop (one OpenMP team
 on a CPU; on a GPU, one lock per device serialises launches).
 
+A CPU worker may run several forwards side by side (`--concurrent-forwards N`, R-CPU-1): the
+device then has N threads, each running one forward at a time on its own OpenMP team of
+threads ÷ N (`workers`); loading, warm-up and the readiness checks take one of them.
+
 It knows nothing of torch: each forward declares its thread count in the process's thread
-context just before it runs (`serving/forward_threads.py`, `engines/threads.py`).
+context just before it runs (`serving/forward_threads.py`, `engines/threads.py`); INITIALIZER
+runs once on each of the device's threads when it starts.
 """
 
 from __future__ import annotations
@@ -15,14 +20,22 @@ from typing import Any
 
 
 class DeviceThread:
-    def __init__(self, name: str = "srun-device") -> None:
+    def __init__(
+        self, name: str = "srun-device", *, workers: int = 1, initializer: Callable[[], None] | None = None
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"a device runs at least 1 forward at a time, got {workers}")
+        self.workers = workers
+        self._initializer = initializer
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=name, initializer=self._init
+            max_workers=workers, thread_name_prefix=name, initializer=self._init
         )
-        self.ident: int | None = None
+        self.idents: set[int] = set()  # the device's threads, as they start
 
     def _init(self) -> None:
-        self.ident = threading.get_ident()
+        self.idents.add(threading.get_ident())
+        if self._initializer is not None:
+            self._initializer()
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()

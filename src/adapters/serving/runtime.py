@@ -147,6 +147,8 @@ class Runtime:
     ) -> None:
         if deterministic and adaptive_threads is Mode.SERVE:
             raise ValueError("--deterministic serves every forward at one thread count: adaptive mode 2 cannot apply")
+        if adaptive_threads is not Mode.OFF and device_thread.workers > 1:
+            raise ValueError("adaptive threads time one forward at a time: they need --concurrent-forwards 1")
         self.store = store
         self.families = families
         self.engines = engines
@@ -321,6 +323,7 @@ class Runtime:
         engine = model.engine
         device = self.device_for(served)
         served.thread_budget, served.wait_policy = self.thread_budget, self.wait_policy
+        served.concurrent_forwards = self.device_thread.workers if device.kind == "cpu" else 1
         follows = device.kind == "cpu" and engine.forward_threads and self.threads is not None
         context = self.thread_context if follows else None
         learner, why = None, None
@@ -416,6 +419,7 @@ class Runtime:
             Budget(limits.max_num_seqs, limits.max_num_batched_tokens),
             window_s=0.0 if alone else served.args.batch_window_ms / 1000,
             batch_invariant=model.batch_invariant,
+            max_in_flight=served.concurrent_forwards,
         )
 
         def observe(batch: ForwardBatch, seconds: float, ok: bool, name: str = served.name) -> None:

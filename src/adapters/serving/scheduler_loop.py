@@ -1,7 +1,9 @@
 """Drives one model's scheduler on the event loop and its forwards on the device thread.
 
 `submit(rows)` returns the rows' outputs in order once the request's last row ran. A forward is
-`run_batch(batch, payloads)` on the device thread (the batch says its lane and counted tokens). A caller
+`run_batch(batch, payloads)` on the device thread (the batch says its lane and counted tokens);
+as many run at once as the scheduler has slots (`Scheduler.max_in_flight`, the device's
+concurrent forwards), each as its own task, and the driver plans again as soon as one ends. A caller
 that goes away (cancellation, deadline) cancels its request: its rows that have not reached
 the device never will.
 """
@@ -65,6 +67,7 @@ class SchedulerLoop:
         self._waiters: dict[int, _Waiter] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._running: set[asyncio.Task] = set()
         self.forwards = 0
 
     def start(self) -> None:
@@ -72,13 +75,16 @@ class SchedulerLoop:
             self._task = asyncio.get_running_loop().create_task(self._drive(), name="srun-scheduler")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        tasks = [t for t in (self._task, *self._running) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             try:
-                await self._task
+                await task
             except asyncio.CancelledError:
                 pass
-            self._task = None
+        self._task = None
+        self._running.clear()
 
     async def submit(self, rows: Sequence[RowSpec]) -> ForwardStats:
         now = self._clock.now()
@@ -111,7 +117,16 @@ class SchedulerLoop:
                         except TimeoutError:
                             pass
                 continue
-            await self._run(batch)
+            if self.scheduler.max_in_flight == 1:
+                await self._run(batch)
+                continue
+            task = asyncio.get_running_loop().create_task(self._run(batch), name="srun-forward")
+            self._running.add(task)
+            task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task) -> None:
+        self._running.discard(task)
+        self._wake.set()  # a slot is free: plan again
 
     async def _run(self, batch: ForwardBatch) -> None:
         start = self._clock.now()

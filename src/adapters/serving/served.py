@@ -96,6 +96,7 @@ class ServedModel:
     forward_runner: ForwardRunner | None = None  # thread counts of its forwards (R-CPU-2)
     thread_budget: int | None = None
     wait_policy: str | None = None
+    concurrent_forwards: int = 1  # forwards of this model that may run at once (R-CPU-1)
     limits: BatchingLimits | None = None
     sha256: str | None = None
     golden: dict[str, Any] = field(default_factory=_pending_golden)
@@ -261,7 +262,10 @@ class ServedModel:
             "created": int(time.time()),
         }
         if self.forward_runner is not None:
-            card["threads"] = self.forward_runner.card(self.thread_budget, self.wait_policy)
+            card["threads"] = {
+                **self.forward_runner.card(self.thread_budget, self.wait_policy),
+                "concurrent_forwards": self.concurrent_forwards,
+            }
         if model is not None and model.deterministic is not None:
             card["deterministic"] = {"method": model.deterministic}
         if model is not None:
