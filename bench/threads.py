@@ -3,7 +3,8 @@ policy, measured with `wrk` (a client that takes almost no CPU from the server),
 
 For each setting (`--threads N` for N in 1..budget; with a team, OpenMP's default spinning waits
 (`OMP_WAIT_POLICY=ACTIVE`) and passive ones, the worker's default): MiniLM req/s and p50/p99 at
-N closed-loop connections on short and mixed texts, `/health`'s p50/p99 while the mixed load runs
+N closed-loop connections on short and mixed texts, and the budget's threads as teams of one side by
+side (`--concurrent-forwards`), `/health`'s p50/p99 while the mixed load runs
 (sampled by a 20 Hz probe, so it measures the event loop's responsiveness, not the client), and a
 lone request's p50. Settings run in alternating order over `--rounds` so drift hits each alike.
 Ratios to the previous default (the budget less one CPU, at least 1) are printed side by side.
@@ -78,6 +79,8 @@ def main() -> None:
         else:
             settings.append((f"--threads {n} spinning", n, "ACTIVE"))
             settings.append((f"--threads {n} passive", n, "PASSIVE"))
+    if budget > 1:  # teams of one, side by side (R-CPU-1's --concurrent-forwards)
+        settings.append((f"--threads {budget} --concurrent-forwards {budget}", budget, None))
     bodies = {s: [embeddings_body(t) for t in make_texts(s, 512, seed=1)] for s in ("short", "mixed")}
     lone = [embeddings_body("route this request to billing")]
     print(
@@ -92,7 +95,9 @@ def main() -> None:
             if policy is not None:
                 os.environ["OMP_WAIT_POLICY"] = policy
             try:
-                with server("--threads", str(n), "--result-cache-entries", "0") as base:
+                extra = name.split("--concurrent-forwards ")[1:]
+                concurrent = ("--concurrent-forwards", extra[0]) if extra else ()
+                with server("--threads", str(n), *concurrent, "--result-cache-entries", "0") as base:
                     warm_up(base, lone, 1)
                     lone_p50[name].append(wrk_load(base, lone, connections=1, seconds=min(5.0, args.seconds)).p50_ms)
                     for shape in ("short", "mixed"):
