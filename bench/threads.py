@@ -72,32 +72,31 @@ def main() -> None:
     from vllm_srun.domain.threads import budget_threads
 
     budget = budget_threads(front_cpu_budget())
-    settings: list[tuple[str, int, str | None]] = []
+    settings: list[tuple[str, int, str | None, tuple[str, ...]]] = []  # (name, threads, policy, more flags)
     for n in range(1, budget + 1):
         if n == 1:
-            settings.append((f"--threads {n}", n, None))
+            settings.append((f"--threads {n}", n, None, ()))
         else:
-            settings.append((f"--threads {n} spinning", n, "ACTIVE"))
-            settings.append((f"--threads {n} passive", n, "PASSIVE"))
+            settings.append((f"--threads {n} spinning", n, "ACTIVE", ()))
+            settings.append((f"--threads {n} passive", n, "PASSIVE", ()))
     if budget > 1:  # teams of one, side by side (R-CPU-1's --concurrent-forwards)
-        settings.append((f"--threads {budget} --concurrent-forwards {budget}", budget, None))
+        concurrent = ("--concurrent-forwards", str(budget))
+        settings.append((f"--threads {budget} {' '.join(concurrent)}", budget, None, concurrent))
     bodies = {s: [embeddings_body(t) for t in make_texts(s, 512, seed=1)] for s in ("short", "mixed")}
     lone = [embeddings_body("route this request to billing")]
     print(
         f"# threads: MiniLM, wrk {args.connections} connections × {args.seconds:g} s, {args.rounds} rounds; {machine_load()}"
     )
-    loaded: dict[str, dict[str, list[LoadResult]]] = {name: {"short": [], "mixed": []} for name, _, _ in settings}
-    health: dict[str, list[float]] = {name: [] for name, _, _ in settings}
-    lone_p50: dict[str, list[float]] = {name: [] for name, _, _ in settings}
+    loaded: dict[str, dict[str, list[LoadResult]]] = {name: {"short": [], "mixed": []} for name, _, _, _ in settings}
+    health: dict[str, list[float]] = {name: [] for name, _, _, _ in settings}
+    lone_p50: dict[str, list[float]] = {name: [] for name, _, _, _ in settings}
     for round_ in range(args.rounds):
-        for name, n, policy in settings if round_ % 2 == 0 else settings[::-1]:
+        for name, n, policy, flags in settings if round_ % 2 == 0 else settings[::-1]:
             env_before = os.environ.get("OMP_WAIT_POLICY")
             if policy is not None:
                 os.environ["OMP_WAIT_POLICY"] = policy
             try:
-                extra = name.split("--concurrent-forwards ")[1:]
-                concurrent = ("--concurrent-forwards", extra[0]) if extra else ()
-                with server("--threads", str(n), *concurrent, "--result-cache-entries", "0") as base:
+                with server("--threads", str(n), *flags, "--result-cache-entries", "0") as base:
                     warm_up(base, lone, 1)
                     lone_p50[name].append(wrk_load(base, lone, connections=1, seconds=min(5.0, args.seconds)).p50_ms)
                     for shape in ("short", "mixed"):
@@ -122,7 +121,7 @@ def main() -> None:
     )
     base_short = merged(loaded[previous]["short"]).rps
     base_mixed = merged(loaded[previous]["mixed"]).rps
-    for name, _, _ in settings:
+    for name, _, _, _ in settings:
         s, m = merged(loaded[name]["short"]), merged(loaded[name]["mixed"])
         h = sorted(health[name])
         h50 = statistics.median(h) if h else float("nan")

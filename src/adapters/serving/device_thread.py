@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -26,16 +25,9 @@ class DeviceThread:
         if workers < 1:
             raise ValueError(f"a device runs at least 1 forward at a time, got {workers}")
         self.workers = workers
-        self._initializer = initializer
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=workers, thread_name_prefix=name, initializer=self._init
+            max_workers=workers, thread_name_prefix=name, initializer=initializer
         )
-        self.idents: set[int] = set()  # the device's threads, as they start
-
-    def _init(self) -> None:
-        self.idents.add(threading.get_ident())
-        if self._initializer is not None:
-            self._initializer()
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
