@@ -1,13 +1,15 @@
-"""What `vllm-srun serve`'s default thread count should be (R-CPU-1): forward threads × OpenMP wait
-policy, measured with `wrk` (a client that takes almost no CPU from the server), one run.
+"""What `vllm-srun serve`'s default CPU use should be (R-CPU-1): forward threads, OpenMP wait
+policy, concurrent forwards and the forward threads' priority, measured with `wrk` (a client that
+takes almost no CPU from the server), one run.
 
-For each setting (`--threads N` for N in 1..budget; with a team, OpenMP's default spinning waits
-(`OMP_WAIT_POLICY=ACTIVE`) and passive ones, the worker's default): MiniLM req/s and p50/p99 at
-N closed-loop connections on short and mixed texts, and the budget's threads as teams of one side by
-side (`--concurrent-forwards`), `/health`'s p50/p99 while the mixed load runs
-(sampled by a 20 Hz probe, so it measures the event loop's responsiveness, not the client), and a
-lone request's p50. Settings run in alternating order over `--rounds` so drift hits each alike.
-Ratios to the previous default (the budget less one CPU, at least 1) are printed side by side.
+Settings: `--threads 1` (the default before the whole budget, the ratios' base); for N in
+2..budget one team of N with OpenMP's spinning waits (`OMP_WAIT_POLICY=ACTIVE`) and with passive
+ones; the budget as teams of one side by side (`--concurrent-forwards`) at the event loop's
+priority; one team at the default nice increment (`VLLM_SRUN_FORWARD_NICE`); and the default.
+For each: MiniLM req/s and p50/p99 at `--connections` closed-loop connections on short and mixed
+texts, `/health`'s p50/p99 while the mixed load runs (sampled by a 20 Hz probe, so it measures
+the event loop's responsiveness, not the client), and a lone request's p50. Settings run in
+alternating order over `--rounds` so drift hits each alike.
 
     python bench/threads.py [--seconds 10] [--rounds 2] [--connections 64]
 """
@@ -27,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _load import LoadResult, embeddings_body, machine_load, merged, server, warm_up, wrk_load
 from _texts import make_texts
+
+from vllm_srun.domain.threads import DEFAULT_FORWARD_NICE, FORWARD_NICE_ENV
 
 
 class HealthProbe:
@@ -72,31 +76,34 @@ def main() -> None:
     from vllm_srun.domain.threads import budget_threads
 
     budget = budget_threads(front_cpu_budget())
-    settings: list[tuple[str, int, str | None, tuple[str, ...]]] = []  # (name, threads, policy, more flags)
-    for n in range(1, budget + 1):
-        if n == 1:
-            settings.append((f"--threads {n}", n, None, ()))
-        else:
-            settings.append((f"--threads {n} spinning", n, "ACTIVE", ()))
-            settings.append((f"--threads {n} passive", n, "PASSIVE", ()))
-    if budget > 1:  # teams of one, side by side (R-CPU-1's --concurrent-forwards)
-        concurrent = ("--concurrent-forwards", str(budget))
-        settings.append((f"--threads {budget} {' '.join(concurrent)}", budget, None, concurrent))
+    nice0 = {FORWARD_NICE_ENV: "0"}  # forward threads at the event loop's priority
+    # (name, flags, environment): the first is the issue's baseline (one thread)
+    settings: list[tuple[str, tuple[str, ...], dict[str, str]]] = [("--threads 1", ("--threads", "1"), nice0)]
+    for n in range(2, budget + 1):
+        one = ("--threads", str(n), "--concurrent-forwards", "1")
+        settings.append((f"--threads {n} spinning", one, {**nice0, "OMP_WAIT_POLICY": "ACTIVE"}))
+        settings.append((f"--threads {n} passive", one, nice0))
+    if budget > 1:  # teams of one side by side, at one priority and with the forwards niced
+        teams = ("--threads", str(budget), "--concurrent-forwards", str(budget))
+        settings.append((f"--threads {budget} --concurrent-forwards {budget} nice 0", teams, nice0))
+        settings.append((f"--concurrent-forwards 1 nice {DEFAULT_FORWARD_NICE}", ("--concurrent-forwards", "1"), {}))
+    settings.append(("default", (), {}))
     bodies = {s: [embeddings_body(t) for t in make_texts(s, 512, seed=1)] for s in ("short", "mixed")}
     lone = [embeddings_body("route this request to billing")]
     print(
         f"# threads: MiniLM, wrk {args.connections} connections × {args.seconds:g} s, {args.rounds} rounds; {machine_load()}"
     )
-    loaded: dict[str, dict[str, list[LoadResult]]] = {name: {"short": [], "mixed": []} for name, _, _, _ in settings}
-    health: dict[str, list[float]] = {name: [] for name, _, _, _ in settings}
-    lone_p50: dict[str, list[float]] = {name: [] for name, _, _, _ in settings}
+    loaded: dict[str, dict[str, list[LoadResult]]] = {name: {"short": [], "mixed": []} for name, _, _ in settings}
+    health: dict[str, list[float]] = {name: [] for name, _, _ in settings}
+    lone_p50: dict[str, list[float]] = {name: [] for name, _, _ in settings}
     for round_ in range(args.rounds):
-        for name, n, policy, flags in settings if round_ % 2 == 0 else settings[::-1]:
-            env_before = os.environ.get("OMP_WAIT_POLICY")
-            if policy is not None:
-                os.environ["OMP_WAIT_POLICY"] = policy
+        for name, flags, env in settings if round_ % 2 == 0 else settings[::-1]:
+            before = {k: os.environ.get(k) for k in (*env, "OMP_WAIT_POLICY", FORWARD_NICE_ENV)}
+            os.environ.pop("OMP_WAIT_POLICY", None)
+            os.environ.pop(FORWARD_NICE_ENV, None)
+            os.environ.update(env)
             try:
-                with server("--threads", str(n), *flags, "--result-cache-entries", "0") as base:
+                with server(*flags, "--result-cache-entries", "0") as base:
                     warm_up(base, lone, 1)
                     lone_p50[name].append(wrk_load(base, lone, connections=1, seconds=min(5.0, args.seconds)).p50_ms)
                     for shape in ("short", "mixed"):
@@ -109,25 +116,26 @@ def main() -> None:
                             got = wrk_load(base, bodies[shape], connections=args.connections, seconds=args.seconds)
                         loaded[name][shape].append(got)
             finally:
-                os.environ.pop("OMP_WAIT_POLICY", None)
-                if env_before is not None:
-                    os.environ["OMP_WAIT_POLICY"] = env_before
+                for key, value in before.items():
+                    os.environ.pop(key, None)
+                    if value is not None:
+                        os.environ[key] = value
             print(f"  round {round_ + 1}: {name} done; {machine_load()}", flush=True)
-    previous = f"--threads {max(1, budget - 1)}" + ("" if budget - 1 <= 1 else " spinning")
-    print(f"\n# after: {machine_load()}; previous default: {previous}")
+    previous = "--threads 1"
+    print(f"\n# after: {machine_load()}; ratios to {previous} (the default before R-CPU-1's whole budget)")
     print(
-        f"{'setting':24s} {'short req/s':>11s} {'p99 ms':>8s} {'mixed req/s':>11s} {'p99 ms':>8s} "
+        f"{'setting':44s} {'short req/s':>11s} {'p99 ms':>8s} {'mixed req/s':>11s} {'p99 ms':>8s} "
         f"{'/health p50':>11s} {'p99':>7s} {'lone p50':>9s} {'short×':>7s} {'mixed×':>7s}"
     )
     base_short = merged(loaded[previous]["short"]).rps
     base_mixed = merged(loaded[previous]["mixed"]).rps
-    for name, _, _, _ in settings:
+    for name, _, _ in settings:
         s, m = merged(loaded[name]["short"]), merged(loaded[name]["mixed"])
         h = sorted(health[name])
         h50 = statistics.median(h) if h else float("nan")
         h99 = h[min(len(h) - 1, int(0.99 * len(h)))] if h else float("nan")
         print(
-            f"{name:24s} {s.rps:11.1f} {s.p99_ms:8.0f} {m.rps:11.1f} {m.p99_ms:8.0f} {h50:11.2f} {h99:7.2f} "
+            f"{name:44s} {s.rps:11.1f} {s.p99_ms:8.0f} {m.rps:11.1f} {m.p99_ms:8.0f} {h50:11.2f} {h99:7.2f} "
             f"{statistics.median(lone_p50[name]):9.2f} {s.rps / base_short:7.2f} {m.rps / base_mixed:7.2f}"
         )
 

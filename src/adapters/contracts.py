@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 from vllm_srun.adapters.media.ports import MediaDecoder, MediaError, MediaLimits, MediaLoader, MediaWorkerDied
 from vllm_srun.domain.engine_args import EngineArgs
 from vllm_srun.domain.lanes import Accounting, Lane
+from vllm_srun.domain.planning import invariant_forward_tokens
 from vllm_srun.domain.ports import Clock
 
 if TYPE_CHECKING:  # types only: the contracts import no family code
@@ -165,7 +166,8 @@ class Engine(Protocol):
     @property
     def kernel_switch_tokens(self) -> int | None:
         """Counted tokens past which forwards run other kernels; None: the same kernels at every
-        size. The batch-invariance probe is conclusive only when this is at least R-BAT-5's 512."""
+        size. A batch-invariant model's merged forwards stay within it (R-BAT-5,
+        `domain.planning.invariant_forward_tokens`), so the probe checks the kernels they run on."""
         ...
 
     def describe(self) -> dict[str, Any]:
@@ -407,6 +409,12 @@ class LoadedModel(abc.ABC):
     def card_section(self) -> dict[str, Any]:
         """Family-specific card fields (R-API-6)."""
         return {}
+
+    @property
+    def invariant_tokens(self) -> int | None:
+        """The most counted tokens of a merged forward if the model is batch-invariant (R-BAT-5):
+        512, or less where its engine changes kernels below 512; None: it cannot be."""
+        return invariant_forward_tokens(self.engine.kernel_switch_tokens)
 
     @property
     def numerics(self) -> str:

@@ -19,9 +19,13 @@ from vllm_srun.domain.connections import ConnectionLimits
 from vllm_srun.domain.dtypes import dtype_refusal
 from vllm_srun.domain.engine_args import EngineArgs
 from vllm_srun.domain.threads import (
+    OMP_THREADS_ENV,
     WAIT_POLICY_ENV,
+    CpuPlan,
     budget_threads,
     concurrent_forwards_refusal,
+    default_concurrent_forwards,
+    forward_nice,
     omp_wait_policy,
     standalone_threads,
     threads_refusal,
@@ -163,12 +167,13 @@ def connection_limits(ns: argparse.Namespace) -> ConnectionLimits:
     )
 
 
-def cpu_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[int, int, Mode, str | None]:
-    """(threads of one forward, the budget's whole CPUs, adaptive mode, OpenMP wait policy to set),
-    or a one-line refusal (R-ARG-2, R-CPU): a thread count above the budget, an unknown adaptive
-    mode, `--deterministic` with adaptive mode 2 or with an engine that cannot honour it,
-    `--concurrent-forwards` that does not divide the threads or comes with adaptive threads.
-    With `--concurrent-forwards N` each of the N forwards runs on threads ÷ N."""
+def cpu_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[CpuPlan, Mode]:
+    """How the forwards use the CPUs, and the adaptive mode, or a one-line refusal (R-ARG-2,
+    R-CPU): a thread count above the budget, an unknown adaptive mode, `--deterministic` with
+    adaptive mode 2 or with an engine that cannot honour it, `--concurrent-forwards` that does
+    not divide the threads or comes with adaptive threads, a bad `VLLM_SRUN_FORWARD_NICE`.
+    With N concurrent forwards (`--concurrent-forwards`, else `default_concurrent_forwards`)
+    each runs on threads ÷ N."""
     from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
 
     budget_cpus = front_cpu_budget()
@@ -177,6 +182,7 @@ def cpu_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[int, i
         refuse(refusal)
     try:
         adaptive = parse_mode(env.get(ADAPTIVE_ENV))
+        nice = forward_nice(env)
     except ValueError as exc:
         refuse(str(exc))
     if ns.deterministic and adaptive is Mode.SERVE:
@@ -186,11 +192,14 @@ def cpu_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[int, i
             "--deterministic: the onnxruntime engine cannot answer bit-identically in any batch; use --engine native"
         )
     threads = ns.threads or standalone_threads(budget_cpus)
-    refusal = concurrent_forwards_refusal(ns.concurrent_forwards, threads, adaptive is not Mode.OFF)
+    concurrent = ns.concurrent_forwards
+    if concurrent is None:
+        concurrent = default_concurrent_forwards(threads, adaptive is not Mode.OFF)
+    refusal = concurrent_forwards_refusal(concurrent, threads, adaptive is not Mode.OFF)
     if refusal:
         refuse(refusal)
-    team = threads // ns.concurrent_forwards  # each concurrent forward's own OpenMP team
-    return team, budget_threads(budget_cpus), adaptive, omp_wait_policy(team, env)
+    team = threads // concurrent  # each concurrent forward's own OpenMP team
+    return CpuPlan(team, concurrent, budget_threads(budget_cpus), omp_wait_policy(team, env), nice), adaptive
 
 
 def model_specs(settings: WorkerSettings, device: str) -> list[ModelSpec]:
@@ -225,9 +234,12 @@ def serve(ns: argparse.Namespace) -> int:
     refusal = None if device == "auto" else dtype_refusal(ns.dtype, device, ns.engine)
     if refusal and settings.models_file is None:  # a models file's entries are checked one by one
         refuse(refusal)
-    threads, budget, adaptive, policy = cpu_settings(ns, os.environ)
+    cpu, adaptive = cpu_settings(ns, os.environ)
+    policy = cpu.wait_policy
     if policy is not None:  # before torch (and its OpenMP) loads: it reads the policy once
         os.environ[WAIT_POLICY_ENV] = policy
+    if cpu.concurrent > 1:  # ... and the count a thread starts with, before its forward declares one
+        os.environ[OMP_THREADS_ENV] = str(cpu.team)
     specs = model_specs(settings, device)
     from vllm_srun.adapters.http.listeners import open_listener
     from vllm_srun.app.container import worker_container
@@ -237,13 +249,14 @@ def serve(ns: argparse.Namespace) -> int:
         specs,
         device=device,
         engine=ns.engine,
-        threads=threads,
-        concurrent_forwards=ns.concurrent_forwards,
+        threads=cpu.team,
+        concurrent_forwards=cpu.concurrent,
+        forward_nice=cpu.forward_nice,
         progress=_progress,
         max_request_bytes=ns.max_request_bytes,
         result_cache_entries=ns.result_cache_entries,
         media_workers=ns.media_workers,
-        thread_budget=budget,
+        thread_budget=cpu.budget,
         adaptive_threads=adaptive,
         wait_policy=policy or os.environ.get(WAIT_POLICY_ENV) or None,
         deterministic=ns.deterministic,

@@ -53,17 +53,18 @@ def offload_for(forward_threads: int | None) -> Offload:
 
 
 def device_thread_for(
-    device: Device, concurrent: int, threads: int | None, context: ThreadContext, progress: Progress
+    device: Device, concurrent: int, threads: int | None, nice: int, context: ThreadContext, progress: Progress
 ) -> DeviceThread:
     """The device's forward threads: CONCURRENT on a CPU (`--concurrent-forwards`), each declaring
     THREADS (one forward's team) when it starts, so loading and the readiness checks run on the
-    count forwards serve at; one on a GPU (its launches are serialised anyway)."""
+    count forwards serve at, and each NICE below the event loop's priority; one on a GPU (its
+    launches are serialised anyway; its thread mostly waits, so it keeps the loop's priority)."""
     if device.kind != "cpu":
         if concurrent > 1:
             progress(f"load: --concurrent-forwards {concurrent} applies to CPUs; {device.name} runs one at a time")
         return DeviceThread()
     declare = partial(context.declare, threads) if threads is not None and concurrent > 1 else None
-    return DeviceThread(workers=concurrent, initializer=declare)
+    return DeviceThread(workers=concurrent, initializer=declare, nice=nice)
 
 
 class WorkerContainer(containers.DeclarativeContainer):
@@ -80,7 +81,13 @@ class WorkerContainer(containers.DeclarativeContainer):
     device = providers.Singleton(open_device, config.device, probe=device_probe, progress=config.progress)
     thread_context = providers.Singleton(TorchThreadContext)  # every forward declares its count (R-CPU-2)
     device_thread = providers.Singleton(
-        device_thread_for, device, config.concurrent_forwards, config.threads, thread_context, config.progress
+        device_thread_for,
+        device,
+        config.concurrent_forwards,
+        config.threads,
+        config.forward_nice,
+        thread_context,
+        config.progress,
     )
     metrics = providers.Singleton(RuntimeMetrics)
     result_cache = providers.Singleton(ResultCache, config.result_cache_entries, metrics.provided.cache)
@@ -136,7 +143,8 @@ def worker_container(
     device: str = "cpu",
     engine: str = "auto",
     threads: int | None = None,
-    concurrent_forwards: int = bounds.CONCURRENT_FORWARDS.default,
+    concurrent_forwards: int = 1,
+    forward_nice: int = 0,
     progress: Progress = quiet,
     max_request_bytes: int = bounds.MAX_REQUEST_BYTES.default,
     result_cache_entries: int = bounds.RESULT_CACHE_ENTRIES.default,
@@ -167,6 +175,7 @@ def worker_container(
             "engine": engine,
             "threads": threads,
             "concurrent_forwards": concurrent_forwards,
+            "forward_nice": forward_nice,
             "progress": progress,
             "max_request_bytes": max_request_bytes,
             "result_cache_entries": result_cache_entries,

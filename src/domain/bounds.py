@@ -246,11 +246,12 @@ THREADS: IntSetting[int | None] = IntSetting(
     shown="the whole CPU budget (affinity and cgroup quota), at least 1",
     help="CPU threads for forwards; at most the CPU budget",
 )
-CONCURRENT_FORWARDS = IntSetting(
+CONCURRENT_FORWARDS: IntSetting[int | None] = IntSetting(
     name="concurrent_forwards",
     low=1,
     high=64,
-    default=1,
+    default=None,
+    shown="2 when the forward threads split evenly in two, else 1; 1 with adaptive threads",
     help="forwards a CPU worker runs side by side, each on its own team of threads ÷ N "
     "(N divides the thread count; 1 with adaptive threads; a GPU runs one at a time)",
 )

@@ -13,6 +13,25 @@ from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens, round_up
 from vllm_srun.domain.rows import Row
 
 BATCH_INVARIANT_TOKENS = 512  # R-BAT-5: merged forwards of a batch-invariant model
+# ... or fewer, down to this, where the engine's kernels change below 512 (`invariant_forward_tokens`)
+MIN_INVARIANT_TOKENS = 256
+
+
+def invariant_forward_tokens(kernel_switch_tokens: int | None) -> int | None:
+    """The most counted tokens a merged forward of a batch-invariant model may hold (R-BAT-5),
+    given the size past which its engine runs other kernels (None: the same kernels at every
+    size): 512, or the switch where that is smaller, so every merged forward runs on the
+    kernels the probe checked and a row longer than that runs alone, always on the same ones.
+    None when the switch is below `MIN_INVARIANT_TOKENS`: merged forwards that small lose what
+    merging gains, and the probe's own batches (family probe rows, under 256 tokens together)
+    would cross it. E.g. where the oneDNN fast path times more than 10 % slower than eager at 529
+    tokens but not at 265 (`domain.kernels.DEFAULT_TIE`), its forwards merge up to 265 tokens and
+    the model stays exact instead of falling back to the batch window."""
+    if kernel_switch_tokens is None or kernel_switch_tokens >= BATCH_INVARIANT_TOKENS:
+        return BATCH_INVARIANT_TOKENS
+    if kernel_switch_tokens < MIN_INVARIANT_TOKENS:
+        return None
+    return kernel_switch_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +67,15 @@ class ForwardPlan:
         return sum(len(b.rows) for b in self.batches)
 
 
-def lane_token_limit(lane: Lane, budget: Budget, costs: CostModel, batch_invariant: bool) -> int:
-    """The most counted tokens one forward of this lane may hold."""
+def lane_token_limit(
+    lane: Lane,
+    budget: Budget,
+    costs: CostModel,
+    batch_invariant: bool,
+    invariant_tokens: int = BATCH_INVARIANT_TOKENS,
+) -> int:
+    """The most counted tokens one forward of this lane may hold (a batch-invariant model's
+    merged forwards at most INVARIANT_TOKENS)."""
     limit = budget.max_num_batched_tokens
     if lane.cap_tokens is not None:
         limit = min(limit, lane.cap_tokens)
@@ -57,7 +83,7 @@ def lane_token_limit(lane: Lane, budget: Budget, costs: CostModel, batch_invaria
         by_time = int(lane.cap_seconds / costs.seconds_per_token(lane.name) + 1e-6)
         limit = min(limit, max(by_time, 8))
     if batch_invariant:
-        limit = min(limit, BATCH_INVARIANT_TOKENS)
+        limit = min(limit, invariant_tokens)
     return max(limit, 8)
 
 
@@ -107,6 +133,7 @@ def plan_forwards(
     costs: CostModel,
     *,
     batch_invariant: bool = False,
+    invariant_tokens: int = BATCH_INVARIANT_TOKENS,
 ) -> ForwardPlan:
     """Plan every queued row. Lanes never mix; the cheaper lane's forwards run first."""
     by_lane: dict[str, list[Row]] = {}
@@ -117,7 +144,7 @@ def plan_forwards(
     planned: list[tuple[float, str, list[ForwardBatch]]] = []
     for name, lane_rows in by_lane.items():
         lane = lanes[name]
-        limit = lane_token_limit(lane, budget, costs, batch_invariant)
+        limit = lane_token_limit(lane, budget, costs, batch_invariant, invariant_tokens)
         batches = plan_lane(lane_rows, lane.accounting, budget.max_num_seqs, limit)
         estimate = costs.estimate(name, sum(b.tokens for b in batches))
         planned.append((estimate, name, batches))

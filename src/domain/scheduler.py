@@ -18,7 +18,7 @@ from typing import Any
 
 from vllm_srun.domain.costs import CostModel
 from vllm_srun.domain.lanes import Lane, forward_tokens, round_up
-from vllm_srun.domain.planning import Budget, ForwardBatch, lane_token_limit, plan_forwards
+from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget, ForwardBatch, lane_token_limit, plan_forwards
 from vllm_srun.domain.rows import Row, RowSpec
 from vllm_srun.domain.window import BatchWindow, WindowState
 
@@ -45,16 +45,20 @@ class Scheduler:
         *,
         window_s: float,
         batch_invariant: bool = False,
+        invariant_tokens: int = BATCH_INVARIANT_TOKENS,
         costs: CostModel | None = None,
         max_in_flight: int = 1,
     ) -> None:
         if not lanes:
             raise ValueError("a model declares at least one lane")
+        if not 8 <= invariant_tokens <= BATCH_INVARIANT_TOKENS:
+            raise ValueError(f"invariant_tokens must be 8..{BATCH_INVARIANT_TOKENS}, got {invariant_tokens}")
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.lanes = {lane.name: lane for lane in lanes}
         self.budget = budget
         self.batch_invariant = batch_invariant
+        self.invariant_tokens = invariant_tokens  # a batch-invariant model's merged-forward cap (R-BAT-5)
         self.window = BatchWindow(0.0 if batch_invariant else window_s)
         self.costs = costs or CostModel()
         self._requests: dict[int, _Pending] = {}
@@ -116,7 +120,8 @@ class Scheduler:
 
     def _full(self) -> bool:
         return len(self._queue) >= self.budget.max_num_seqs or self._queued_tokens >= min(
-            lane_token_limit(lane, self.budget, self.costs, self.batch_invariant) for lane in self.lanes.values()
+            lane_token_limit(lane, self.budget, self.costs, self.batch_invariant, self.invariant_tokens)
+            for lane in self.lanes.values()
         )
 
     def window_state(self, now: float) -> WindowState:
@@ -147,7 +152,14 @@ class Scheduler:
                     return batch
             if self.window_state(now) is not WindowState.DUE:
                 return None
-            plan = plan_forwards(self._queue, self.lanes, self.budget, self.costs, batch_invariant=self.batch_invariant)
+            plan = plan_forwards(
+                self._queue,
+                self.lanes,
+                self.budget,
+                self.costs,
+                batch_invariant=self.batch_invariant,
+                invariant_tokens=self.invariant_tokens,
+            )
             self._queue = []
             self._queued_tokens = 0
             self._plan.extend(plan.batches)

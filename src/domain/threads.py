@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 MAX_WORKER_THREADS = 16
 THREADS_ENV = "VLLM_SRUN_CPU_THREADS"
@@ -153,8 +154,68 @@ def concurrent_forwards_refusal(concurrent: int, threads: int, adaptive: bool) -
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class CpuPlan:
+    """How a worker's forwards use its CPUs, decided once before the engine loads."""
+
+    team: int  # OpenMP threads of one forward
+    concurrent: int  # forwards side by side, each on its own team
+    budget: int  # whole CPUs the worker may run on
+    wait_policy: str | None  # the OpenMP wait policy to set before torch loads (None: leave it)
+    forward_nice: int  # the forward threads' nice increment over the event loop's
+
+
+def default_concurrent_forwards(threads: int, adaptive: bool) -> int:
+    """Forwards a CPU worker runs side by side when `--concurrent-forwards` is not given: 2 when
+    the THREADS split evenly into two teams, else 1; 1 with adaptive threads (they time one
+    forward at a time).
+
+    Measured with `wrk` on 2 CPUs (MiniLM, 64 connections, bench/threads.py and bench/peers.py):
+    one team of 2 left the machine about 25 % idle under load (every parallel region wakes the
+    passive member that slept at the last barrier), two teams of 1 served 1.10-1.52x the short
+    and 1.06-1.25x the mixed requests. Two teams halve each team's barriers while one forward's
+    Python between kernels overlaps the other's kernels; a lone request runs on half the
+    threads, which for forwards this small costs less than the barrier it saves.
+    """
+    if adaptive or threads < 2 or threads % 2:
+        return 1
+    return 2
+
+
+# the forward threads run this much below the event loop's CPU priority (a nice increment)
+FORWARD_NICE_ENV = "VLLM_SRUN_FORWARD_NICE"
+DEFAULT_FORWARD_NICE = 5
+MAX_NICE = 19
+
+
+def forward_nice(env: Mapping[str, str]) -> int:
+    """How far below the rest of the worker the forward threads' CPU priority is: a nice
+    increment, `VLLM_SRUN_FORWARD_NICE` (0..19; 0 keeps one priority for every thread), default 5.
+
+    With forwards on every core, the event loop (HTTP, `/health`) and the preparation threads
+    compete with the forwards for the CPUs; at an equal priority the loop waits for a time slice
+    while it has work, which is the latency a probe or a lone request sees and the gap in which
+    the next batch is not formed. A forward loses nothing it would not lose to that work anyway:
+    the loop's work is short and a nice increment only orders who runs first when both are ready.
+    Measured on 2 CPUs under 64 connections of mixed texts: `/health` p99 20.4 ms -> 10.1 ms with
+    two concurrent forwards (one thread: 17.0 ms), throughput within noise (bench/threads.py).
+    Raises ValueError with a one-line reason for a value that is not an integer in 0..19.
+    """
+    raw = env.get(FORWARD_NICE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_FORWARD_NICE
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_NICE:
+        raise ValueError(f"{FORWARD_NICE_ENV} must be an integer from 0 to {MAX_NICE}, got {raw!r}")
+    return value
+
+
 # GNU OpenMP reads its wait policy once, when the library loads (torch's import)
 WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
+OMP_THREADS_ENV = "OMP_NUM_THREADS"  # ... and the thread count a new thread starts with
 SPIN_COUNT_ENV = "GOMP_SPINCOUNT"
 
 

@@ -52,7 +52,7 @@ class WorkerSettings:
     media_workers: int | None = bounds.MEDIA_WORKERS.default
     max_request_bytes: int = bounds.MAX_REQUEST_BYTES.default
     threads: int | None = bounds.THREADS.default
-    concurrent_forwards: int = bounds.CONCURRENT_FORWARDS.default
+    concurrent_forwards: int | None = bounds.CONCURRENT_FORWARDS.default
     log_level: str = bounds.LOG_LEVEL.default
     deterministic: bool = bounds.DETERMINISTIC.default
     max_queue: int = bounds.MAX_QUEUE.default

@@ -18,7 +18,7 @@ import pytest
 from tests.e2e.server import running_server
 from tests.stores import subprocess_env
 from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
-from vllm_srun.domain.threads import budget_threads
+from vllm_srun.domain.threads import DEFAULT_FORWARD_NICE, budget_threads, default_concurrent_forwards
 
 CLI = [sys.executable, "-m", "vllm_srun.app.cli"]
 BUDGET = budget_threads(front_cpu_budget())
@@ -66,6 +66,7 @@ def _refusal(flags: list[str], env: dict[str, str] | None = None) -> tuple[int, 
             "--concurrent-forwards 2: adaptive threads time one forward at a time",
         ),
         (["--concurrent-forwards", "0"], None, "--concurrent-forwards"),
+        ([], {"VLLM_SRUN_FORWARD_NICE": "-5"}, "VLLM_SRUN_FORWARD_NICE must be an integer from 0 to 19"),
     ],
 )
 def test_bad_thread_settings_are_refused_in_one_line_before_any_load(
@@ -92,13 +93,54 @@ async def _embed_all(base: str, batches: list[list[str]]) -> list[list[bytes]]:
         return list(await asyncio.gather(*(one(b) for b in batches)))
 
 
-def test_the_default_uses_the_whole_cpu_budget_with_passive_waits(minilm_server: str) -> None:
+def _server_pid(base: str) -> int:
+    """The pid of the `vllm-srun serve` listening on BASE's port (from its command line)."""
+    port = base.rsplit(":", 1)[1]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"serve" in argv and b"--port" in argv and port.encode() in argv:
+                return int(entry.name)
+    raise AssertionError(f"no server process listens on {base}")
+
+
+def _thread_nice(pid: int) -> dict[int, int]:
+    """Every thread of PID and its nice value (/proc/PID/task/TID/stat, field 19)."""
+    found = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        stat = (task / "stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+        found[int(task.name)] = int(fields[16])
+    return found
+
+
+def test_the_default_uses_the_whole_cpu_budget_as_concurrent_forwards_below_the_loops_priority(
+    minilm_server: str,
+) -> None:
     card = httpx.get(f"{minilm_server}/v1/models").json()["data"][0]
     threads = card["threads"]
-    assert threads["forward"] == BUDGET and threads["budget"] == BUDGET
-    expected = "PASSIVE" if BUDGET > 1 and not os.environ.get("OMP_WAIT_POLICY") else threads["omp_wait_policy"]
+    concurrent = default_concurrent_forwards(BUDGET, adaptive=False)
+    assert threads["concurrent_forwards"] == concurrent and threads["budget"] == BUDGET
+    assert threads["forward"] * concurrent == BUDGET  # every CPU of the budget runs forwards
+    team = threads["forward"]
+    expected = "PASSIVE" if team > 1 and not os.environ.get("OMP_WAIT_POLICY") else threads["omp_wait_policy"]
     assert threads["omp_wait_policy"] == expected
     assert threads["adaptive"]["mode"] == 0
+    merged = card["merged_forward_tokens"]  # R-BAT-5: an exact model says how far it merges
+    assert (card["numerics"] == "exact") == (merged is not None) and (merged is None or 256 <= merged <= 512)
+    if not sys.platform.startswith("linux") or os.environ.get("VLLM_SRUN_FORWARD_NICE"):
+        return
+    assert threads["forward_nice"] == DEFAULT_FORWARD_NICE
+    asyncio.run(_embed_all(minilm_server, [_texts(3, k) for k in range(16)]))  # every device thread started
+    pid = _server_pid(minilm_server)
+    nice = _thread_nice(pid)
+    base = nice[pid]  # the main thread runs the event loop
+    niced = [tid for tid, value in nice.items() if value == min(19, base + DEFAULT_FORWARD_NICE)]
+    assert len(niced) >= concurrent, nice  # each forward thread (and any OpenMP member it started)
+    assert len(niced) < len(nice), nice  # ... and not the loop or request preparation
 
 
 @pytest.mark.skipif(BUDGET < 2, reason="adaptive threads need at least two candidate counts")

@@ -209,8 +209,9 @@ def test_served_card_reports_kernels_and_the_probe_finds_packed_forwards_exact(
 def test_a_fast_path_ending_below_512_tokens_is_approximate_without_a_probe(
     encoder_fixture, monkeypatch, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    """Merged forwards of an exact model reach 512 padded tokens: a forward that changes kernels
-    before that cannot be batch-invariant, whatever the probe's small batches would show."""
+    """Merged forwards of an exact model hold at least 256 tokens (R-BAT-5,
+    `invariant_forward_tokens`): a forward that changes kernels before that cannot be
+    batch-invariant, whatever the probe's small batches would show."""
     from vllm_srun.adapters.contracts import LoadContext
     from vllm_srun.adapters.engines.registry import EngineRegistry
     from vllm_srun.adapters.families.encoder import EncoderFamily
@@ -228,3 +229,28 @@ def test_a_fast_path_ending_below_512_tokens_is_approximate_without_a_probe(
     model = EncoderFamily().load(encoder_fixture("embed"), context)
     assert model.engine.kernel_switch_tokens is not None and model.engine.kernel_switch_tokens >= 512
     assert probe_model(model) is True
+
+
+def test_a_fast_path_ending_between_256_and_512_tokens_caps_merged_forwards_there(
+    encoder_fixture, monkeypatch, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """The oneDNN fast path at one thread measured not slower only up to 265 tokens: the probe
+    still decides, and an exact model merges forwards up to 265 tokens, every one of them packed."""
+    from vllm_srun.adapters.contracts import LoadContext
+    from vllm_srun.adapters.engines.registry import EngineRegistry
+    from vllm_srun.adapters.families.encoder import EncoderFamily
+    from vllm_srun.adapters.readiness.probe import probe_model
+    from vllm_srun.domain.engine_args import EngineArgs
+
+    speedups = ((17, 1.8), (34, 1.5), (67, 1.3), (133, 1.2), (265, 1.1), (529, 0.9))
+    fake = [KernelTiming(n, 1.0, 1.0 / s) for n, s in speedups]
+    monkeypatch.setattr(onednn_timing, "time_linears", lambda *a, **k: fake)
+    monkeypatch.delenv(native.ENV, raising=False)
+    context = LoadContext(device=CpuDevice(), args=EngineArgs(), engines=EngineRegistry(), cache_dir=tmp_path)
+    model = EncoderFamily().load(encoder_fixture("embed"), context)
+    assert model.engine.kernel_switch_tokens == 265 and model.invariant_tokens == 265
+    calls: list[int] = []
+    real = model.engine._linears  # the kernels each forward of the probe runs on
+    monkeypatch.setattr(model.engine, "_linears", lambda tokens: calls.append(tokens) or real(tokens))
+    assert probe_model(model) is True
+    assert calls and max(calls) <= 265  # every probe forward ran on the packed copies

@@ -46,11 +46,22 @@ class SchedulerMachine(RuleBasedStateMachine):
         cap=st.sampled_from([None, 32, 128]),
         media_cap=st.sampled_from([None, 64]),
         invariant_model=st.booleans(),
+        invariant_tokens=st.sampled_from([512, 265, 48]),
         max_in_flight=st.integers(1, 3),
     )
     @precondition(lambda self: self.scheduler is None)
     def configure(
-        self, max_seqs, max_tokens, window_ms, packed, media_packed, cap, media_cap, invariant_model, max_in_flight
+        self,
+        max_seqs,
+        max_tokens,
+        window_ms,
+        packed,
+        media_packed,
+        cap,
+        media_cap,
+        invariant_model,
+        invariant_tokens,
+        max_in_flight,
     ) -> None:  # type: ignore[no-untyped-def]
         accounting = Accounting.PACKED if packed else Accounting.PADDED
         media_accounting = Accounting.PACKED if media_packed else Accounting.PADDED
@@ -62,6 +73,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.budget,
             window_s=window_ms / 1000,
             batch_invariant=invariant_model,
+            invariant_tokens=invariant_tokens,
             max_in_flight=max_in_flight,
         )
         self.running: list[ForwardBatch] = []  # handed out, not completed yet
@@ -153,7 +165,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         if lane.accounting is Accounting.PADDED:
             assert batch.tokens == len(batch.rows) * round_up(max(r.tokens for r in batch.rows))
         assert len(batch.rows) <= self.budget.max_num_seqs
-        limit = lane_token_limit(lane, self.budget, self.scheduler.costs, self.scheduler.batch_invariant)
+        limit = lane_token_limit(
+            lane, self.budget, self.scheduler.costs, self.scheduler.batch_invariant, self.scheduler.invariant_tokens
+        )
+        if self.scheduler.batch_invariant:  # R-BAT-5: an exact model's merged forwards stay within its cap
+            limit = min(limit, self.scheduler.invariant_tokens)
         if len(batch.rows) > 1:
             assert batch.tokens <= limit, "forward over the token budget"
         running = {(r.request_id, r.index) for b in self.running for r in b.rows}

@@ -54,16 +54,16 @@ def test_order_of_timings_does_not_matter() -> None:
 
 
 def test_a_tie_up_to_512_tokens_keeps_the_fast_path_for_exactness() -> None:
-    # won small, then ties (within 3%) up to and past 512: the region covers the whole 512
+    # won small, then within 10 % of eager up to and past 512: the region covers the whole 512
     ties = [
         KernelTiming(n, 1.0, 1.0 / s)
-        for n, s in ((17, 1.3), (34, 1.2), (67, 1.01), (133, 0.98), (265, 1.0), (529, 0.99), (1057, 1.1))
+        for n, s in ((17, 1.3), (34, 1.2), (67, 1.01), (133, 0.98), (265, 1.0), (529, 0.91), (1057, 1.1))
     ]
     assert plan_kernels(ties).fast_up_to == 34  # speed alone
     plan = plan_kernels(ties, exact_tokens=512)
     assert plan.fast_up_to == 512 and plan.covers(512) and not plan.use_fast(513)
     # a real loss below 512 (not a tie) gives no such benefit
-    lost = [*ties[:3], KernelTiming(133, 1.0, 1.0 / 0.9), *ties[4:]]
+    lost = [*ties[:3], KernelTiming(133, 1.0, 1.0 / 0.85), *ties[4:]]
     assert plan_kernels(lost, exact_tokens=512).fast_up_to == 34
     # nor does a tie that was never measured as far as 512
     assert plan_kernels(ties[:5], exact_tokens=512).fast_up_to == 34

@@ -6,8 +6,17 @@ from vllm_srun.domain.costs import CostModel
 from vllm_srun.domain.devices import class_limits
 from vllm_srun.domain.engine_args import EngineArgs, resolve_limits
 from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens, round_up
-from vllm_srun.domain.planning import Budget, lane_token_limit, plan_forwards, plan_lane
+from vllm_srun.domain.planning import (
+    BATCH_INVARIANT_TOKENS,
+    MIN_INVARIANT_TOKENS,
+    Budget,
+    invariant_forward_tokens,
+    lane_token_limit,
+    plan_forwards,
+    plan_lane,
+)
 from vllm_srun.domain.rows import Row
+from vllm_srun.domain.scheduler import Scheduler
 
 GB = 1_000_000_000
 
@@ -65,6 +74,40 @@ def test_family_caps_and_batch_invariant_limit() -> None:
     costs.observe("t", 1000, 0.1)  # 1e-4 s/token → 0.3 s = 3000 tokens
     assert lane_token_limit(Lane("t", cap_seconds=0.3), budget, costs, False) == 3000
     assert lane_token_limit(Lane("t"), budget, costs, True) == 512
+    assert lane_token_limit(Lane("t"), budget, costs, True, invariant_tokens=265) == 265
+    assert lane_token_limit(Lane("t"), budget, costs, False, invariant_tokens=265) == 65_536  # not exact: no cap
+
+
+def test_an_exact_model_merges_up_to_its_engines_kernel_switch_never_past_512() -> None:
+    """R-BAT-5: merged forwards stay on the kernels the probe checked."""
+    assert invariant_forward_tokens(None) == BATCH_INVARIANT_TOKENS  # one set of kernels at every size
+    assert invariant_forward_tokens(4096) == BATCH_INVARIANT_TOKENS
+    assert invariant_forward_tokens(512) == 512
+    assert invariant_forward_tokens(265) == 265  # e.g. the oneDNN fast path at one thread
+    assert invariant_forward_tokens(MIN_INVARIANT_TOKENS) == MIN_INVARIANT_TOKENS
+    assert invariant_forward_tokens(MIN_INVARIANT_TOKENS - 1) is None  # too small to merge: approximate
+    assert invariant_forward_tokens(34) is None
+    lengths = [60] * 12  # 720 packed tokens
+    plan = plan_forwards(
+        rows(*lengths),
+        {"text": Lane("text")},
+        Budget(64, 8192),
+        CostModel(),
+        batch_invariant=True,
+        invariant_tokens=265,
+    )
+    assert [len(b.rows) for b in plan.batches] == [4, 4, 4]  # a fifth row would pass 265 counted tokens
+    assert all(b.tokens <= 265 for b in plan.batches)
+    alone = plan_forwards(
+        rows(300, 20), {"text": Lane("text")}, Budget(64, 8192), CostModel(), batch_invariant=True, invariant_tokens=265
+    )
+    assert [len(b.rows) for b in alone.batches] == [1, 1]  # a row past the cap runs alone
+
+
+@pytest.mark.parametrize("tokens", [7, 513, 4096])
+def test_a_scheduler_refuses_a_merged_forward_cap_outside_8_to_512(tokens: int) -> None:
+    with pytest.raises(ValueError, match="invariant_tokens"):
+        Scheduler([Lane("text")], Budget(8, 4096), window_s=0.0, batch_invariant=True, invariant_tokens=tokens)
 
 
 def test_unknown_lane_refused() -> None:

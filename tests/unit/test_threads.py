@@ -7,9 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vllm_srun.domain.threads import (
+    DEFAULT_FORWARD_NICE,
+    FORWARD_NICE_ENV,
     InvalidThreadOverride,
     concurrent_forwards_refusal,
     cpu_budget,
+    default_concurrent_forwards,
+    forward_nice,
     omp_wait_policy,
     parse_cgroup_v1_cpu_quota,
     parse_cgroup_v2_cpu_max,
@@ -140,3 +144,30 @@ def test_concurrent_forwards_must_divide_the_threads_and_exclude_adaptive_thread
     assert "does not divide the 1" in (concurrent_forwards_refusal(2, 1, adaptive=False) or "")
     assert "adaptive threads" in (concurrent_forwards_refusal(2, 2, adaptive=True) or "")
     assert "at least 1" in (concurrent_forwards_refusal(0, 2, adaptive=False) or "")
+
+
+def test_the_default_runs_two_forwards_when_the_threads_split_evenly() -> None:
+    assert default_concurrent_forwards(2, adaptive=False) == 2  # two teams of one (bench/threads.py)
+    assert default_concurrent_forwards(8, adaptive=False) == 2
+    assert default_concurrent_forwards(16, adaptive=False) == 2
+    assert default_concurrent_forwards(1, adaptive=False) == 1
+    assert default_concurrent_forwards(3, adaptive=False) == 1  # uneven teams: one at a time
+    assert default_concurrent_forwards(2, adaptive=True) == 1  # adaptive threads time one at a time
+    for threads in range(1, 33):  # whatever it picks is never refused
+        for adaptive in (False, True):
+            picked = default_concurrent_forwards(threads, adaptive)
+            assert concurrent_forwards_refusal(picked, threads, adaptive) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "nice"), [(None, DEFAULT_FORWARD_NICE), ("", DEFAULT_FORWARD_NICE), ("0", 0), (" 19 ", 19)]
+)
+def test_the_forward_threads_nice_increment(value: str | None, nice: int) -> None:
+    assert forward_nice({} if value is None else {FORWARD_NICE_ENV: value}) == nice
+
+
+@pytest.mark.parametrize("value", ["-1", "20", "high", "5.0"])
+def test_a_bad_forward_nice_is_refused_naming_the_variable(value: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        forward_nice({FORWARD_NICE_ENV: value})
+    assert str(caught.value).startswith(FORWARD_NICE_ENV) and "0 to 19" in str(caught.value)

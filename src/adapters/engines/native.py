@@ -9,7 +9,8 @@
 3. speed: one layer's linears timed on both paths over a grid of row counts (`onednn_timing`,
    cached per machine), turned into a `KernelPlan` by `domain.kernels.plan_kernels`: the packed
    copies serve forwards up to the largest size where they were not slower at every size
-   measured (and won at the small ones), eager the rest.
+   measured (and won at the small ones), or up to 512 tokens where they stayed within 10 % of
+   eager that far (batch invariance, R-BAT-5), eager the rest.
 The card reports the outcome as `kernels: {linear: onednn_packed|eager, reason, ...}`. The
 readiness check and the probe run after this, through `embed`/`classify_logits`: the path that serves.
 
@@ -48,7 +49,7 @@ from vllm_srun.adapters.models.unpadded import (
 )
 from vllm_srun.adapters.models.unpadded import classify as unpadded_classify
 from vllm_srun.adapters.models.unpadded import pooled as unpadded_pooled
-from vllm_srun.domain.kernels import KernelPlan, plan_kernels
+from vllm_srun.domain.kernels import DEFAULT_TIE, KernelPlan, plan_kernels
 from vllm_srun.domain.lanes import Accounting
 from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
 
@@ -270,7 +271,11 @@ def native_encoder(
             },
         )
     faster = plan_kernels(timings).fast_up_to
-    tie = f"; a tie from {faster} to {plan.fast_up_to}, kept for batch invariance" if faster < plan.fast_up_to else ""
+    tie = (
+        f"; within {1 - DEFAULT_TIE:.0%} of eager from {faster} to {plan.fast_up_to}, kept for batch invariance"
+        if faster < plan.fast_up_to
+        else ""
+    )
     kernels.update(
         packed_up_to_tokens=plan.fast_up_to,
         speedups=speedups,

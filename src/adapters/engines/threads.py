@@ -9,6 +9,7 @@ it declared, whatever the forward before it (another model, a shadow) asked for.
 
 from __future__ import annotations
 
+import sys
 import threading
 
 
@@ -24,10 +25,15 @@ class TorchThreadContext:
         return getattr(self._local, "current", None)
 
     def declare(self, threads: int) -> None:
+        """Set THREADS for this thread's next parallel regions. Where torch is not loaded yet (a
+        device thread starting in a worker whose families may not use torch at all) nothing runs
+        on it, so nothing is loaded here: `vllm-srun serve` has set `OMP_NUM_THREADS` to one
+        forward's team before anything loads, and every forward declares its count again."""
         if threads < 1:
             raise ValueError(f"a forward runs on at least 1 thread, got {threads}")
-        import torch
-
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
         self._local.current = threads

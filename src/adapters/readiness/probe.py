@@ -1,6 +1,7 @@
 """The batch-invariance probe (R-BAT-5): does a model answer a row bit-identically alone and
 inside mixed batches? Run at load, after warm-up, on the device thread. A model that passes is
-scheduled without a batch window, in merged forwards of at most 512 padded tokens, and reports
+scheduled without a batch window, in merged forwards of at most 512 padded tokens (fewer where
+its engine changes kernels below 512: `LoadedModel.invariant_tokens`), and reports
 `numerics: exact`; any other model reports `approximate`."""
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Any
 import numpy as np
 
 from vllm_srun.adapters.contracts import LoadedModel
-from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
 
 RunBatch = Callable[[str, Sequence[Any]], Sequence[Any]]
 
@@ -42,11 +42,11 @@ def batch_invariant(run: RunBatch, lane: str, rows: Sequence[Any]) -> bool:
 def probe_model(model: LoadedModel) -> bool | None:
     """Probe a loaded model with its family's probe rows; None when the family offers none.
 
-    False without a probe when the model's engine changes kernels below R-BAT-5's 512 counted
-    tokens (e.g. the oneDNN fast path measured not slower only for smaller forwards): the probe's
-    small batches could not show what merged forwards of up to 512 tokens do."""
-    switch = model.engine.kernel_switch_tokens
-    if switch is not None and switch < BATCH_INVARIANT_TOKENS:
+    False without a probe when the model's engine changes kernels below `MIN_INVARIANT_TOKENS`
+    (e.g. the oneDNN fast path measured not slower only for small forwards): merged forwards
+    could not stay on the kernels the probe checks. Between that and 512 the merged forwards
+    stop at the switch (`LoadedModel.invariant_tokens`), and the probe's batches fit under it."""
+    if model.invariant_tokens is None:
         return False
     rows = model.probe_payloads()
     if len(rows) < 2:

@@ -8,26 +8,65 @@ threads ÷ N (`workers`); loading, warm-up and the readiness checks take one of 
 It knows nothing of torch: each forward declares its thread count in the process's thread
 context just before it runs (`serving/forward_threads.py`, `engines/threads.py`); INITIALIZER
 runs once on each of the device's threads when it starts.
+
+NICE lowers the device threads' CPU priority below the rest of the process (Linux: a thread's
+nice value is its own, and the OpenMP threads a forward starts inherit it), so the event loop
+and request preparation run first when both are ready (`domain.threads.forward_nice`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
+import os
+import sys
+import threading
 from collections.abc import Callable
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def lower_thread_priority(increment: int) -> int:
+    """Raise the calling thread's nice value by INCREMENT (at most to 19); the increment applied
+    (0 where the platform has no per-thread priority or refuses it)."""
+    if increment <= 0 or not sys.platform.startswith("linux"):
+        return 0
+    tid = threading.get_native_id()
+    try:
+        before = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, before + increment))
+        return os.getpriority(os.PRIO_PROCESS, tid) - before
+    except OSError:
+        log.warning("could not lower the forward thread's priority", exc_info=True)
+        return 0
 
 
 class DeviceThread:
     def __init__(
-        self, name: str = "srun-device", *, workers: int = 1, initializer: Callable[[], None] | None = None
+        self,
+        name: str = "srun-device",
+        *,
+        workers: int = 1,
+        initializer: Callable[[], None] | None = None,
+        nice: int = 0,
     ) -> None:
         if workers < 1:
             raise ValueError(f"a device runs at least 1 forward at a time, got {workers}")
+        if not 0 <= nice <= 19:
+            raise ValueError(f"a nice increment is 0..19, got {nice}")
         self.workers = workers
+        self.nice = nice if sys.platform.startswith("linux") else 0  # what the card reports
+        self._initializer = initializer
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=workers, thread_name_prefix=name, initializer=initializer
+            max_workers=workers, thread_name_prefix=name, initializer=self._start_thread
         )
+
+    def _start_thread(self) -> None:
+        lower_thread_priority(self.nice)
+        if self._initializer is not None:
+            self._initializer()
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()

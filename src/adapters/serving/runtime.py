@@ -52,7 +52,7 @@ from vllm_srun.domain.admission import Admission, AdmissionLimits
 from vllm_srun.domain.calibration import Calibration, CalibrationFailed
 from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs, calibrated_limits, resolve_limits
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound, quoted, without_paths
-from vllm_srun.domain.planning import Budget, ForwardBatch
+from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget, ForwardBatch
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.scheduler import Scheduler
 from vllm_srun.domain.worker_settings import ModelSpec
@@ -324,6 +324,7 @@ class Runtime:
         device = self.device_for(served)
         served.thread_budget, served.wait_policy = self.thread_budget, self.wait_policy
         served.concurrent_forwards = self.device_thread.workers if device.kind == "cpu" else 1
+        served.forward_nice = self.device_thread.nice if device.kind == "cpu" else 0
         follows = device.kind == "cpu" and engine.forward_threads and self.threads is not None
         context = self.thread_context if follows else None
         learner, why = None, None
@@ -419,6 +420,7 @@ class Runtime:
             Budget(limits.max_num_seqs, limits.max_num_batched_tokens),
             window_s=0.0 if alone else served.args.batch_window_ms / 1000,
             batch_invariant=model.batch_invariant,
+            invariant_tokens=model.invariant_tokens or BATCH_INVARIANT_TOKENS,
             max_in_flight=served.concurrent_forwards,
         )
 

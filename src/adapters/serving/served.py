@@ -97,6 +97,7 @@ class ServedModel:
     thread_budget: int | None = None
     wait_policy: str | None = None
     concurrent_forwards: int = 1  # forwards of this model that may run at once (R-CPU-1)
+    forward_nice: int = 0  # the forward threads' nice increment over the event loop's (R-CPU-1)
     limits: BatchingLimits | None = None
     sha256: str | None = None
     golden: dict[str, Any] = field(default_factory=_pending_golden)
@@ -219,6 +220,8 @@ class ServedModel:
             "device": self.device,
             "engine": model.engine.name if model else None,
             "numerics": model.numerics if model else None,
+            # R-BAT-5: how many counted tokens a merged forward of an exact model may hold
+            "merged_forward_tokens": model.invariant_tokens if model is not None and model.batch_invariant else None,
             "engine_args": {
                 "max_num_seqs": limits.max_num_seqs if limits else self.args.max_num_seqs,
                 "max_num_seqs_source": limits.seqs_source if limits else None,
@@ -265,6 +268,7 @@ class ServedModel:
             card["threads"] = {
                 **self.forward_runner.card(self.thread_budget, self.wait_policy),
                 "concurrent_forwards": self.concurrent_forwards,
+                "forward_nice": self.forward_nice,
             }
         if model is not None and model.deterministic is not None:
             card["deterministic"] = {"method": model.deterministic}

@@ -1,0 +1,59 @@
+"""R-CPU-1: the forward threads run a nice increment below the rest of the worker, and the
+threads a forward starts (OpenMP's team) inherit it; the event loop's thread keeps its priority."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import pytest
+
+from vllm_srun.adapters.serving.device_thread import DeviceThread
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+
+
+def _nice() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+def _nice_of_a_thread_started_here() -> int:
+    seen: list[int] = []
+    child = threading.Thread(target=lambda: seen.append(_nice()))
+    child.start()
+    child.join()
+    return seen[0]
+
+
+def test_device_threads_run_below_the_callers_priority_and_pass_it_on() -> None:
+    base = _nice()
+    if base > 19 - 3:
+        pytest.skip("this process already runs at the lowest priority")
+    device = DeviceThread(workers=2, nice=3)
+    try:
+        assert device.nice == 3
+        assert device.call(_nice) == base + 3
+        assert device.call(_nice_of_a_thread_started_here) == base + 3  # e.g. an OpenMP team member
+        started = threading.Barrier(2)  # both threads busy at once: the second thread exists too
+
+        def both() -> int:
+            started.wait(timeout=10)
+            return _nice()
+
+        futures = [device.submit(both) for _ in range(2)]
+        assert [f.result(timeout=10) for f in futures] == [base + 3, base + 3]
+        assert _nice() == base  # the caller (the event loop's thread) is untouched
+    finally:
+        device.shutdown()
+
+
+def test_no_increment_leaves_the_priority_alone_and_a_bad_one_is_refused() -> None:
+    device = DeviceThread(nice=0)
+    try:
+        assert device.call(_nice) == _nice()
+    finally:
+        device.shutdown()
+    for bad in (-1, 20):
+        with pytest.raises(ValueError, match="nice"):
+            DeviceThread(nice=bad)
