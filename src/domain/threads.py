@@ -172,8 +172,8 @@ def default_concurrent_forwards(threads: int, adaptive: bool) -> int:
 
     Measured with `wrk` on 2 CPUs (MiniLM, 64 connections, bench/threads.py and bench/peers.py):
     one team of 2 left the machine about 25 % idle under load (every parallel region wakes the
-    passive member that slept at the last barrier), two teams of 1 served 1.10-1.52x the short
-    and 1.06-1.25x the mixed requests. Two teams halve each team's barriers while one forward's
+    passive member that slept at the last barrier); two teams of 1 served 1.35-1.99x the short
+    and 1.11-1.57x the mixed requests of one team of 2 over four runs. Two teams halve each team's barriers while one forward's
     Python between kernels overlaps the other's kernels; a lone request runs on half the
     threads, which for forwards this small costs less than the barrier it saves.
     """
@@ -197,8 +197,9 @@ def forward_nice(env: Mapping[str, str]) -> int:
     while it has work, which is the latency a probe or a lone request sees and the gap in which
     the next batch is not formed. A forward loses nothing it would not lose to that work anyway:
     the loop's work is short and a nice increment only orders who runs first when both are ready.
-    Measured on 2 CPUs under 64 connections of mixed texts: `/health` p99 20.4 ms -> 10.1 ms with
-    two concurrent forwards (one thread: 17.0 ms), throughput within noise (bench/threads.py).
+    Measured on 2 CPUs under 64 connections of mixed texts, two concurrent forwards at nice 0
+    against 5: `/health` p99 20.4 -> 10.1, 6.9 -> 6.0 and 8.6 -> 7.1 ms in three runs (one thread
+    at nice 0: 17.0, 5.8 and 5.2 ms), throughput within noise (bench/threads.py).
     Raises ValueError with a one-line reason for a value that is not an integer in 0..19.
     """
     raw = env.get(FORWARD_NICE_ENV, "").strip()
