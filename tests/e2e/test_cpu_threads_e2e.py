@@ -146,7 +146,8 @@ def test_the_default_uses_the_whole_cpu_budget_as_concurrent_forwards_below_the_
 @pytest.mark.skipif(BUDGET < 2, reason="adaptive threads need at least two candidate counts")
 def test_adaptive_mode_one_learns_from_shadows_and_never_changes_an_answer(minilm_dir: Path) -> None:
     batches = [_texts(1 + (k % 5), k) for k in range(48)]
-    common = ("--result-cache-entries", "0", "--threads", str(BUDGET))
+    # adaptive threads run one forward at a time: the plain server too, so both serve BUDGET threads
+    common = ("--result-cache-entries", "0", "--threads", str(BUDGET), "--concurrent-forwards", "1")
     with running_server(*common) as plain:
         expected = asyncio.run(_embed_all(plain, batches))
     with running_server(*common, env={"VLLM_SRUN_CPU_ADAPTIVE_THREADS": "1"}) as learning:
