@@ -159,8 +159,9 @@ def worker_container(
     max_request_tokens: int = bounds.MAX_REQUEST_TOKENS.default,
     connection_limits: ConnectionLimits | None = None,
 ) -> WorkerContainer:
-    """A worker container with every setting given (defaults: the CLI's; `media_workers` None:
-    one per 16 CPUs of the budget, 1 to 4)."""
+    """A worker container with every setting given (defaults: the CLI's, except one forward at a
+    time at the loop's priority: the CLI decides those from the CPUs, `cli.cpu_settings`;
+    `media_workers` None: one per 16 CPUs of the budget, 1 to 4)."""
     source = "set"
     if media_workers is None:
         from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
