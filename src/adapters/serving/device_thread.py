@@ -28,19 +28,16 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def lower_thread_priority(increment: int) -> int:
-    """Raise the calling thread's nice value by INCREMENT (at most to 19); the increment applied
-    (0 where the platform has no per-thread priority or refuses it)."""
+def lower_thread_priority(increment: int) -> None:
+    """Raise the calling thread's nice value by INCREMENT (at most to 19); nothing where the
+    platform has no per-thread priority, a warning where it refuses."""
     if increment <= 0 or not sys.platform.startswith("linux"):
-        return 0
+        return
     tid = threading.get_native_id()
     try:
-        before = os.getpriority(os.PRIO_PROCESS, tid)
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, before + increment))
-        return os.getpriority(os.PRIO_PROCESS, tid) - before
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + increment))
     except OSError:
         log.warning("could not lower the forward thread's priority", exc_info=True)
-        return 0
 
 
 class DeviceThread:
