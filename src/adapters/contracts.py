@@ -469,6 +469,15 @@ class TextEmbedder(Protocol):
 
 
 @runtime_checkable
+class PromptedEmbedder(Protocol):
+    """A text embedder whose package declares prompts (sentence-transformers' `prompts`): requests
+    pick one with `input_type` or `prompt_name`, else `default_prompt_name` applies."""
+
+    prompts: dict[str, str]
+    default_prompt_name: str | None
+
+
+@runtime_checkable
 class TextClassifier(Protocol):
     """`/v1/classify`: one row per input or overflow window (payload: `LogitsRow`), one logit
     per label."""

@@ -96,8 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     fixture.add_argument(
         "--variant",
         default=None,
-        help="encoder: embed, classify, multilabel or rerank; decision: llama or qwen3; multimodal: clip or siglip "
-        "(default: the family's first)",
+        help="encoder: embed, classify, multilabel or rerank (BERT), or ARCH-KIND for ARCH among roberta, xlm-roberta, "
+        "distilbert, mpnet, deberta-v2, modernbert (KIND embed, classify, rerank) and qwen3, qwen2, llama (embed, "
+        "rerank); decision: llama or qwen3; multimodal: clip or siglip (default: the family's first)",
     )
     fixture.add_argument(
         "--seed", type=non_negative_int, default=0, help="seed of the random weights (default: %(default)s)"

@@ -133,7 +133,7 @@ def test_the_front_serves_both_hosts_and_spreads_load_by_outstanding_bytes(
     served_before = [runtime.requests() for runtime in runtimes]
 
     async def scenario() -> tuple[str, list[int], int]:
-        large = body("a long request", 200)
+        large = body("a long request", 2000)  # long enough to be seen in flight on an idle machine
         big = asyncio.ensure_future(post_once(front.base, "/v1/embeddings", large))
         holder = ""
         deadline = time.monotonic() + 10

@@ -25,12 +25,14 @@ keeps eager BF16 (R-DT-2's warning).
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vllm_srun.adapters.models.bert import BertEncoder, BertLayer, SequenceClassificationHead
+from vllm_srun.adapters.models.bert import SequenceClassificationHead
+from vllm_srun.adapters.models.encoder_arch import EncoderBlock, EncoderHead, EncoderModule
 from vllm_srun.domain.kernels import bucket_rows
 
 # the batch-size hint the weights are reordered for; any value >= 2 gave the same blocked kernel
@@ -85,12 +87,17 @@ class PackedLinear:
 
     __slots__ = ("after", "algorithm", "attr", "bias", "out_features", "weight")
 
-    def __init__(self, linear: nn.Linear, activation: str | None = None) -> None:
+    def __init__(
+        self,
+        linear: nn.Linear,
+        activation: str | None = None,
+        after: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
         self.weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), PACK_HINT)
         self.bias = linear.bias.detach() if linear.bias is not None else None
         self.out_features = linear.out_features
-        self.attr, self.algorithm, self.after = "none", "", None
-        if activation is not None:
+        self.attr, self.algorithm, self.after = "none", "", after
+        if after is None and activation is not None:
             if activation in FUSED_ACTIVATIONS:
                 self.attr, self.algorithm = FUSED_ACTIVATIONS[activation]
             else:
@@ -110,16 +117,18 @@ class PackedLinear:
         padded = bucket_rows(rows)
         if padded != rows:
             flat = torch.cat([flat, flat.new_zeros(padded - rows, flat.shape[1])])
-        return self.rows(flat)[:rows].view(*x.shape[:-1], self.out_features)
+        out = self.rows(flat)[:rows]  # a gated unit's activation halves the width
+        return out.view(*x.shape[:-1], out.shape[-1])
 
 
 class PackedLayer:
     __slots__ = ("attn_out", "ffn_in", "ffn_out", "qkv")
 
-    def __init__(self, layer: BertLayer, activation: str) -> None:
+    def __init__(self, layer: EncoderBlock) -> None:
         self.qkv = PackedLinear(layer.qkv)
         self.attn_out = PackedLinear(layer.attn_out)
-        self.ffn_in = PackedLinear(layer.ffn_in, activation)
+        # a gated unit's activation runs after the packed linear; a plain one is fused where oneDNN can
+        self.ffn_in = PackedLinear(layer.ffn_in, layer.hidden_act, layer.activate if layer.glu else None)
         self.ffn_out = PackedLinear(layer.ffn_out)
 
 
@@ -127,14 +136,16 @@ class PackedEncoder:
     """Pre-packed copies of an encoder's (and its head's) linear layers; every other tensor (embeddings,
     norms) is the eager model's own."""
 
-    def __init__(self, encoder: BertEncoder, head: SequenceClassificationHead | None) -> None:
-        act = encoder.config.hidden_act
+    def __init__(self, encoder: EncoderModule, head: EncoderHead | None) -> None:
         self.encoder = encoder
         self.dtype = next(encoder.parameters()).dtype
-        self.layers = [PackedLayer(layer, act) for layer in encoder.blocks]
-        self.pooler = PackedLinear(head.pooler.dense) if head is not None else None
-        self.classifier = PackedLinear(head.classifier) if head is not None else None
-        self.fused_activation = act in FUSED_ACTIVATIONS
+        self.layers = [PackedLayer(layer) for layer in encoder.blocks]
+        # BERT's head (dense + tanh on the first token, then the classifier) is packed too; other
+        # architectures' heads run eagerly on their few rows
+        bert_head = head if isinstance(head, SequenceClassificationHead) else None
+        self.pooler = PackedLinear(bert_head.pooler.dense) if bert_head is not None else None
+        self.classifier = PackedLinear(bert_head.classifier) if bert_head is not None else None
+        self.fused_activation = all(b.hidden_act in FUSED_ACTIVATIONS and not b.glu for b in encoder.blocks)
 
     def warm(self, up_to_rows: int) -> None:
         """Build oneDNN's primitives for every bucket of token rows up to UP_TO_ROWS (and the

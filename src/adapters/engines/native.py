@@ -42,7 +42,6 @@ from vllm_srun.adapters.models.unpadded import (
     EAGER_OPS,
     ForwardOps,
     LayerLinears,
-    Linear,
     PackedRows,
     eager_linears,
     hidden_states,
@@ -140,8 +139,10 @@ class NativeEncoder:
             packed = self.packed
             if packed is not None and not self.plan.use_fast(int(rows.ids.shape[0])):
                 packed = None  # eager serves a forward of this size
-            head: Linear = packed.logits if packed is not None else reference.head
-            return reference.numpy(unpadded_classify(hidden, rows, head))
+            if packed is not None and packed.classifier is not None:
+                return reference.numpy(unpadded_classify(hidden, rows, packed.logits))
+            first = bool(getattr(reference.head, "reads_first_token", False))
+            return reference.numpy(unpadded_classify(hidden, rows, reference.head, first_token=first))
 
 
 def _probe_batch(reference: ReferenceEncoder) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -167,8 +168,8 @@ def numerics_gap(reference: ReferenceEncoder, packed: PackedEncoder) -> float:
     with torch.inference_mode():
         eager_hidden = reference.encoder(ids, mask, None)
         pairs = [(serving.embed(batch), reference.numpy(pool(eager_hidden, mask, reference.pooling)))]
-        if reference.head is not None and packed.classifier is not None:
-            pairs.append((serving.classify_logits(batch), reference.numpy(reference.head(eager_hidden))))
+        if reference.head is not None:
+            pairs.append((serving.classify_logits(batch), reference.numpy(reference.head(eager_hidden, mask))))
     for got, want in pairs:
         if not np.isfinite(got).all():
             return float("inf")

@@ -59,14 +59,16 @@ def time_linears(
     Stops after the first size where the packed copies are measurably slower (the plan ends there).
     Each timing's `fast_s` is `eager_s` (median) ÷ that median ratio."""
     layer, fast = reference.encoder.blocks[0], packed.layers[0]
-    hidden, inner = layer.qkv.in_features, layer.ffn_out.in_features
+    hidden, inner, attended = layer.qkv.in_features, layer.ffn_out.in_features, layer.attn_out.in_features
     gen = torch.Generator().manual_seed(0)
 
     def eager(x: torch.Tensor, f: torch.Tensor) -> None:
-        layer.qkv(x), layer.attn_out(x), layer.act(layer.ffn_in(x)), layer.ffn_out(f)
+        a = x if attended == hidden else f[:, :attended]  # the attention's width (heads × head size)
+        layer.qkv(x), layer.attn_out(a), layer.activate(layer.ffn_in(x)), layer.ffn_out(f[:, :inner])
 
     def packed_run(x: torch.Tensor, f: torch.Tensor) -> None:
-        fast.qkv(x), fast.attn_out(x), fast.ffn_in(x), fast.ffn_out(f)
+        a = x if attended == hidden else f[:, :attended]
+        fast.qkv(x), fast.attn_out(a), fast.ffn_in(x), fast.ffn_out(f[:, :inner])
 
     def pairs(x: torch.Tensor, f: torch.Tensor, reps: int) -> list[tuple[float, float]]:
         out = []
@@ -82,7 +84,7 @@ def time_linears(
     out: list[KernelTiming] = []
     with torch.inference_mode():
         for rows in sizes:
-            x, f = torch.randn(rows, hidden, generator=gen), torch.randn(rows, inner, generator=gen)
+            x, f = torch.randn(rows, hidden, generator=gen), torch.randn(rows, max(inner, attended), generator=gen)
             x, f = x.to(packed.dtype), f.to(packed.dtype)
             eager(x, f)  # warm both (oneDNN builds its primitive for this shape)
             packed_run(x, f)
@@ -130,6 +132,9 @@ def timing_key(reference: ReferenceEncoder, sizes: Sequence[int]) -> dict[str, A
         "hidden": layer.qkv.in_features,
         "inner": layer.ffn_out.in_features,
         "act": reference.config.hidden_act,
+        "qkv": layer.qkv.out_features,
+        "ffn_in": layer.ffn_in.out_features,
+        "glu": layer.glu,
         "sizes": list(sizes),
     }
 

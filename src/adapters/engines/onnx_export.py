@@ -2,8 +2,8 @@
 
 The graph takes `input_ids`, `attention_mask`, `token_type_ids` (int64 [batch, tokens], both axes
 dynamic) and returns `embeddings` (pooled, normalized when the model is) and, for a model with a
-head, `logits`. It is the same maths as the native engine's eager forward (`BertEncoder` with a
-mask, `pooling.pool`), traced by torch's TorchScript-based exporter (needs the `onnx` package).
+head, `logits`. It is the same maths as the native engine's eager forward (the architecture's
+padded forward with a mask, `pooling.pool`), traced by torch's TorchScript-based exporter (needs the `onnx` package).
 
 `cached_export(reference, cache_dir, key)` keeps the file under CACHE_DIR named by KEY (the package's
 sha256) and the export's own version, written atomically, so replicas of one package and later
@@ -21,11 +21,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vllm_srun.adapters.models.bert import BertEncoder, SequenceClassificationHead
+from vllm_srun.adapters.models.encoder_arch import EncoderHead, EncoderModule
 from vllm_srun.adapters.models.pooling import PoolingConfig, pool
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 
-EXPORT_VERSION = 1  # bump when the graph's inputs, outputs or maths change
+EXPORT_VERSION = 2  # bump when the graph's inputs, outputs or maths change
+# architectures whose graph the TorchScript exporter cannot trace faithfully (refused in one line)
+NOT_EXPORTABLE: dict[str, str] = {}
 OPSET = 17
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 Progress = Callable[[str], None]
@@ -34,7 +36,7 @@ Progress = Callable[[str], None]
 class ServingGraph(nn.Module):
     """What the encoder family serves, as one module: pooled embeddings (and logits)."""
 
-    def __init__(self, encoder: BertEncoder, head: SequenceClassificationHead | None, pooling: PoolingConfig) -> None:
+    def __init__(self, encoder: EncoderModule, head: EncoderHead | None, pooling: PoolingConfig) -> None:
         super().__init__()
         self.encoder = encoder
         self.head = head
@@ -47,7 +49,7 @@ class ServingGraph(nn.Module):
         embeddings = pool(hidden, attention_mask, self.pooling)
         if self.head is None:
             return embeddings
-        return embeddings, self.head(hidden)
+        return embeddings, self.head(hidden, attention_mask.to(torch.bool))
 
 
 def output_names(reference: ReferenceEncoder) -> list[str]:
@@ -66,6 +68,22 @@ def export_encoder(reference: ReferenceEncoder, path: Path) -> Path:
     types = torch.zeros(2, t, dtype=torch.long)
     outputs = output_names(reference)
     axes = {name: {0: "batch", 1: "tokens"} for name in INPUTS} | {name: {0: "batch"} for name in outputs}
+    kind = reference.config.model_type
+    if kind in NOT_EXPORTABLE:
+        raise ValueError(
+            f"the onnxruntime engine cannot serve a {kind} model: {NOT_EXPORTABLE[kind]}; use --engine native"
+        )
+    try:
+        _export(graph, ids, mask, types, path, outputs, axes)
+    except Exception as exc:  # the exporter's own errors: one line, not its traceback
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise ValueError(
+            f"the onnxruntime engine cannot export this {kind} model ({first}); use --engine native"
+        ) from exc
+    return path
+
+
+def _export(graph: nn.Module, ids, mask, types, path: Path, outputs: list[str], axes: dict) -> None:
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # tracer notes on Python-side shape checks
         torch.onnx.export(
@@ -79,7 +97,6 @@ def export_encoder(reference: ReferenceEncoder, path: Path) -> Path:
             opset_version=OPSET,
             do_constant_folding=True,
         )
-    return path
 
 
 def _tag(reference: ReferenceEncoder) -> str:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from vllm_srun.adapters.contracts import Device, Progress
 from vllm_srun.adapters.engines.gpu_kernels import ENV, SIZES, KernelChoice, choose, mode, triton_unsupported
-from vllm_srun.adapters.models.bert import BertLayer
+from vllm_srun.adapters.models.bert import BertEncoder, BertLayer
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, LayerLinears, PackedRows, eager_linears
@@ -95,6 +95,8 @@ def encoder_kernels(
     encoder = reference.encoder
     dtype = next(encoder.parameters()).dtype
     why = triton_unsupported(device, dtype, torch.float32)
+    if why is None and not isinstance(encoder, BertEncoder):  # the fused kernels assume BERT's block
+        why = f"the fused kernels serve BERT-style blocks; a {reference.config.model_type} model runs eager"
     how = mode(env)
     if why is None and how == "off":
         why = f"turned off ({ENV}={env[ENV]})"

@@ -37,6 +37,7 @@ from vllm_srun.adapters.families.decision_rows import (
     SharedRow,
     prepare,
 )
+from vllm_srun.adapters.families.decoder_packages import serves_encoder_surfaces
 from vllm_srun.adapters.families.manifest import read_manifest
 from vllm_srun.domain.calibration import TIME_CAP_S
 from vllm_srun.domain.dtypes import dtype_refusal, resolve_dtype
@@ -265,7 +266,8 @@ class DecisionFamily(Family):
     fixture_variants = VARIANTS
 
     def detect(self, folder: Path) -> bool:
-        return str(read_config(folder).get("model_type", "")).lower() in DECODER_MODEL_TYPES
+        kind = str(read_config(folder).get("model_type", "")).lower()
+        return kind in DECODER_MODEL_TYPES and not serves_encoder_surfaces(folder)
 
     def describe(self, folder: Path) -> PackageInfo:
         return PackageInfo(

@@ -20,15 +20,19 @@ from vllm_srun.adapters.contracts import (
     PackageInfo,
     as_encoder_engine,
 )
+from vllm_srun.adapters.families.decoder_packages import DECODER_TYPES, is_decoder_encoder
 from vllm_srun.adapters.families.encoder_fixture import VARIANTS, write_encoder_fixture
 from vllm_srun.adapters.families.manifest import read_manifest
-from vllm_srun.adapters.models.tokenization import Encoded
+from vllm_srun.adapters.models.encoders import ENCODER_TYPES
+from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 from vllm_srun.domain.calibration import TIME_CAP_S
 from vllm_srun.domain.dtypes import auto_dtype, dtype_refusal, resolve_dtype
 from vllm_srun.domain.lanes import Lane, forward_tokens
 from vllm_srun.domain.rows import DEFAULT_LANE
 
-ENCODER_MODEL_TYPES = frozenset({"bert"})
+# config.json model_type → our architecture (models/encoders.py); decoder backbones only when the
+# package is an embedder or a yes/no reranker (families/decoder_packages.py)
+ENCODER_MODEL_TYPES = ENCODER_TYPES
 
 # R-BAT-7: on a CPU a padded forward has a sweet spot; past it a forward is slower per row
 # (bench/embeddings_load.py). Merged forwards of an encoder stay within this many padded tokens.
@@ -39,8 +43,11 @@ SURFACES = frozenset({"embeddings", "classify", "rerank"})
 GOLDEN_FILE = "golden.json"
 
 
-def _head_labels(config: dict[str, Any]) -> int | None:
-    """The classification head's label count from config.json; None for a bare encoder."""
+def _head_labels(config: dict[str, Any], manifest: dict[str, Any] | None = None) -> int | None:
+    """The classification head's label count from config.json; None for a bare encoder. A decoder
+    yes/no reranker (srun.json `rerank`) has one: P(yes) against P(no)."""
+    if manifest and "rerank" in manifest and str(config.get("model_type", "")).lower() in DECODER_TYPES:
+        return 1
     architectures = config.get("architectures") or []
     if not any(str(a).endswith("ForSequenceClassification") for a in architectures):
         return None
@@ -68,6 +75,17 @@ def read_config(folder: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def _tokenizer(folder: Path, head: object) -> TextTokenizer:
+    """The package's tokenizer; a yes/no reranker's renders each (query, document) pair into its
+    prompt template (models/prompted_pairs.py)."""
+    from vllm_srun.adapters.models.decoder_encoder import YesNoHead
+    from vllm_srun.adapters.models.prompted_pairs import PromptedPairTokenizer
+
+    if isinstance(head, YesNoHead):
+        return PromptedPairTokenizer.from_folder(folder)
+    return TextTokenizer.from_folder(folder)
+
+
 class EncoderModel(LoadedModel):
     family = "encoder"
 
@@ -75,7 +93,7 @@ class EncoderModel(LoadedModel):
         import torch
 
         from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
-        from vllm_srun.adapters.models.tokenization import TextTokenizer
+        from vllm_srun.adapters.models.st_modules import read_text_settings
 
         manifest = read_manifest(folder)
         device = context.device
@@ -100,12 +118,11 @@ class EncoderModel(LoadedModel):
             )
         )
         self.engine = self.forward
-        self.tokenizer = TextTokenizer.from_folder(folder)
+        self.tokenizer = _tokenizer(folder, self.reference.head)
         self.pooling = self.reference.pooling
         cfg = self.reference.config
         limit = min(self.pooling.max_seq_length or cfg.max_tokens, cfg.max_tokens)
         self.max_input_tokens = min(int(manifest.get("max_input_tokens") or limit), limit)
-        self.dimensions = self.reference.dimensions
         self.normalized = self.pooling.normalize
         self.labels = list(self.reference.labels) if self.reference.has_classifier else []
         self.multi_label = bool(manifest.get("multi_label", cfg.problem_type == "multi_label_classification"))
@@ -121,9 +138,17 @@ class EncoderModel(LoadedModel):
         )
         golden = folder / GOLDEN_FILE
         self.golden_file = golden if golden.is_file() else None
+        # sentence-transformers text settings (models/st_modules.py): prompts, lowercasing, similarity
+        self.text_settings = read_text_settings(folder)
+        self.prompts: dict[str, str] = dict(self.text_settings.prompts)
+        self.default_prompt_name: str | None = self.text_settings.default_prompt_name
+        self.dimensions = self.reference.dimensions
 
     def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[Encoded]:
-        return self.tokenizer.encode(list(texts), max_length=self.max_input_tokens, truncate=truncate)
+        """Rows of TEXTS (a prompt, when the request asked for one, already prepended), lowercased
+        first when the package's sentence_bert_config.json says do_lower_case."""
+        prepared = self.text_settings.prepare(list(texts))
+        return self.tokenizer.encode(prepared, max_length=self.max_input_tokens, truncate=truncate)
 
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
         heads = [i for i, p in enumerate(payloads) if isinstance(p, LogitsRow)]
@@ -190,11 +215,24 @@ class EncoderModel(LoadedModel):
                 "dimensions": self.dimensions,
                 "normalized": self.pooling.normalize,
                 "pooling": self.pooling.mode,
+                "after_pooling": self.pooling.describe(),
+                "prompts": dict(self.prompts),
+                "default_prompt_name": self.default_prompt_name,
+                "similarity_fn_name": self.text_settings.similarity_fn_name or "cosine",
             }
         if "classify" in self.surfaces:
             out["classify"] = {"labels": self.labels, "multi_label": self.multi_label}
         if "rerank" in self.surfaces:
+            from vllm_srun.adapters.models.prompted_pairs import PromptedPairTokenizer
+
             out["rerank"] = {"relevance": "sigmoid(logit)"}
+            if isinstance(self.tokenizer, PromptedPairTokenizer):  # a yes/no reranker (its prompt template)
+                prompt = self.tokenizer.prompt
+                out["rerank"] = {
+                    "relevance": "P(yes) / (P(yes) + P(no)) of the next token",
+                    "yes": prompt.yes,
+                    "no": prompt.no,
+                }
         return out
 
 
@@ -203,13 +241,16 @@ class EncoderFamily(Family):
     fixture_variants = VARIANTS
 
     def detect(self, folder: Path) -> bool:
-        return read_config(folder).get("model_type") in ENCODER_MODEL_TYPES
+        kind = str(read_config(folder).get("model_type", "")).lower()
+        return kind in ENCODER_MODEL_TYPES or is_decoder_encoder(folder)
 
     def describe(self, folder: Path) -> PackageInfo:
         manifest = read_manifest(folder)
         declared = manifest.get("max_input_tokens")
         return PackageInfo(
-            self.name, _surfaces(manifest, _head_labels(read_config(folder))), int(declared) if declared else None
+            self.name,
+            _surfaces(manifest, _head_labels(read_config(folder), manifest)),
+            int(declared) if declared else None,
         )
 
     def load(self, folder: Path, context: LoadContext) -> LoadedModel:

@@ -1,15 +1,21 @@
 """Tiny random-weight encoder packages (R-PKG-3), deterministic by seed, in Hugging Face layout.
 
-Variants: `embed` (BertModel + sentence-transformers mean pooling, normalized), `classify`
+BERT variants: `embed` (BertModel + sentence-transformers mean pooling, normalized), `classify`
 (BertForSequenceClassification, 3 labels, softmax), `multilabel` (the same with
 `problem_type: multi_label_classification`, sigmoid), `rerank` (a cross-encoder, `num_labels: 1`).
-Weights come from numpy's PCG64 generator, so a seed writes the same bytes everywhere. The
-tokenizer is a small WordPiece built in code. Returns the requests its golden file records.
+Other architectures: `<model_type>-<kind>` (`xlm-roberta-embed`, `modernbert-rerank`, `qwen3-rerank`
+…, `ARCH_FIXTURES`): the architecture's module writes the config and the weights under
+transformers' names, `models/fixture_tokenizers.py` a tokenizer of the model type's real kind
+(SentencePiece Unigram, byte-level BPE or WordPiece) that transformers' own tokenizer class agrees
+with. Decoder embedders pool the last token; decoder rerankers answer yes/no (srun.json `rerank`).
+Weights come from numpy's PCG64 generator, so a seed writes the same bytes everywhere. Returns the
+requests its golden file records.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +23,22 @@ import numpy as np
 
 from vllm_srun.adapters.families.manifest import write_manifest
 
-VARIANTS = ("embed", "classify", "multilabel", "rerank")
+BERT_VARIANTS = ("embed", "classify", "multilabel", "rerank")
+# the other architectures: `<model_type>-<kind>` (module under adapters/models with fixture_config /
+# fixture_weights, the kinds it writes)
+ARCH_FIXTURES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "roberta": ("roberta_fixture", ("embed", "classify", "rerank")),
+    "xlm-roberta": ("roberta_fixture", ("embed", "classify", "rerank")),
+    "distilbert": ("distilbert", ("embed", "classify", "rerank")),
+    "mpnet": ("mpnet", ("embed", "classify", "rerank")),
+    "deberta-v2": ("deberta_v2", ("embed", "classify", "rerank")),
+    "modernbert": ("modernbert", ("embed", "classify", "rerank")),
+    "qwen3": ("decoder_encoder", ("embed", "rerank")),
+    "qwen2": ("decoder_encoder", ("embed", "rerank")),
+    "llama": ("decoder_encoder", ("embed", "rerank")),
+}
+ARCH_VARIANTS = tuple(f"{arch}-{kind}" for arch, (_, kinds) in ARCH_FIXTURES.items() for kind in kinds)
+VARIANTS = BERT_VARIANTS + ARCH_VARIANTS
 HIDDEN, LAYERS, HEADS, INTERMEDIATE, POSITIONS = 32, 2, 4, 64, 128
 WORDS = [
     "the",
@@ -178,8 +199,10 @@ def _sentence_transformers_files(out: Path) -> None:
     _write_json(out / "sentence_bert_config.json", {"max_seq_length": POSITIONS, "do_lower_case": True})
 
 
-def golden_requests(variant: str) -> list[dict[str, Any]]:
-    window = {"overflow": "window", "window": {"tokens": 32, "overlap": 8}}
+def golden_requests(variant: str, *, windows: bool = True) -> list[dict[str, Any]]:
+    """The requests a fixture's golden file records; WINDOWS False: long inputs are cut
+    (`overflow: truncate`) instead of windowed (a yes/no reranker's pairs cannot be windowed)."""
+    window = {"overflow": "window", "window": {"tokens": 32, "overlap": 8}} if windows else {"overflow": "truncate"}
     if variant == "embed":
         return [
             {"surface": "embeddings", "body": {"input": ["the cat sat on the mat", "a quick brown fox", "x"]}},
@@ -208,15 +231,105 @@ def golden_requests(variant: str) -> list[dict[str, Any]]:
     ]
 
 
+def split_variant(variant: str) -> tuple[str, str]:
+    """`xlm-roberta-classify` → (`xlm-roberta`, `classify`); BERT's variants → (`bert`, variant)."""
+    if variant in BERT_VARIANTS:
+        return "bert", variant
+    arch, _, kind = variant.rpartition("-")
+    if arch not in ARCH_FIXTURES or kind not in ARCH_FIXTURES[arch][1]:
+        raise ValueError(f"encoder fixtures come in variants {', '.join(VARIANTS)} (got {variant!r})")
+    return arch, kind
+
+
+def _pooling_files(out: Path, hidden: int, mode: str, positions: int, lowercase: bool) -> None:
+    """modules.json (Transformer → Pooling → Normalize), the pooling config and sentence_bert_config.json."""
+    _write_json(
+        out / "modules.json",
+        [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+        ],
+    )
+    _write_json(
+        out / "1_Pooling" / "config.json",
+        {"word_embedding_dimension": hidden, **{f"pooling_mode_{m}": m == mode for m in POOLING_FLAGS}},
+    )
+    (out / "2_Normalize").mkdir(exist_ok=True)
+    _write_json(out / "sentence_bert_config.json", {"max_seq_length": positions, "do_lower_case": lowercase})
+
+
+DECODER_RERANK_POSITIONS = 1024
+POOLING_FLAGS = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
+
+
+def write_arch_package(
+    out: Path,
+    arch: str,
+    kind: str,
+    seed: int,
+    *,
+    positions: int = POSITIONS,
+    words: Sequence[str] = (),
+    **sizes: int,
+) -> list[dict[str, Any]]:
+    """A random-weight package of ARCH (not BERT): its real tokenizer kind, its config as
+    transformers writes it, random weights under transformers' names, sentence-transformers files
+    for `embed`. SIZES (hidden, layers, heads, intermediate) default to the tiny fixture's; the
+    benchmarks ask for MiniLM's (bench/architectures.py) and add their texts' WORDS to the
+    vocabulary (each a token, as a real tokenizer's vocabulary holds common words)."""
+    import importlib
+
+    from safetensors.numpy import save_file
+
+    from vllm_srun.adapters.models.fixture_tokenizers import write_fixture_tokenizer
+
+    module = importlib.import_module(f"vllm_srun.adapters.models.{ARCH_FIXTURES[arch][0]}")
+    decoder = ARCH_FIXTURES[arch][0] == "decoder_encoder"
+    if decoder and kind == "rerank":  # the Qwen3-Reranker template alone is about 210 of these tokens
+        positions = max(positions, DECODER_RERANK_POSITIONS)
+    vocabulary = [*WORDS, *words]
+    info = write_fixture_tokenizer(
+        out, arch, vocabulary, model_max_length=positions, add_eos=decoder and kind == "embed"
+    )
+    labels = {"classify": LABELS["classify"], "rerank": None if decoder else ["LABEL_0"]}.get(kind)
+    extra = {"model_type": arch} if ARCH_FIXTURES[arch][0] in ("roberta_fixture", "decoder_encoder") else {}
+    config = module.fixture_config(
+        info.vocab_size, info.pad_token_id, len(labels) if labels else None, positions=positions, **sizes, **extra
+    )
+    if labels is not None:
+        config.update(id2label={str(i): n for i, n in enumerate(labels)}, label2id={n: i for i, n in enumerate(labels)})
+    _write_json(out / "config.json", config)
+    weights = module.fixture_weights(config, len(labels) if labels else None, seed)
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    if kind == "embed":
+        mode = "lasttoken" if decoder else ("cls_token" if arch == "modernbert" else "mean_tokens")
+        _pooling_files(out, int(config.get("hidden_size") or config.get("dim")), mode, positions, False)
+    manifest: dict[str, Any] = {
+        "family": "encoder",
+        "surfaces": ["embeddings" if kind == "embed" else kind],
+        "dtype": "float32",
+        "max_input_tokens": positions,
+        "fixture": {"variant": f"{arch}-{kind}", "seed": seed},
+    }
+    if decoder and kind == "rerank":
+        manifest["rerank"] = {"yes": "yes", "no": "no"}
+    if labels is not None and kind == "classify":
+        manifest.update(labels=labels, multi_label=False)
+    write_manifest(out, manifest)
+    return golden_requests(kind, windows=not (decoder and kind == "rerank"))
+
+
 def write_encoder_fixture(out: Path, variant: str | None, seed: int) -> list[dict[str, Any]]:
     from safetensors.numpy import save_file
 
     from vllm_srun.adapters.models.tokenization import write_tiny_wordpiece_tokenizer
 
     variant = variant or "embed"
-    if variant not in VARIANTS:
-        raise ValueError(f"encoder fixtures come in variants {', '.join(VARIANTS)} (got {variant!r})")
+    arch, kind = split_variant(variant)
     out = Path(out)
+    if arch != "bert":
+        return write_arch_package(out, arch, kind, seed)
     vocab = write_tiny_wordpiece_tokenizer(out, WORDS, model_max_length=POSITIONS)
     labels = LABELS.get(variant, ["LABEL_0"] if variant == "rerank" else None)
     config: dict[str, Any] = {

@@ -5,20 +5,23 @@ Variants: `clip` (quick-GELU towers, class-token vision pooling, causal text poo
 end-of-text token, bias-free projections to 16 dimensions) and `siglip` (no class token, an
 attention pooling head, bidirectional text padded to 16 positions and pooled at the last one).
 Both read 32×32 images in 8×8 patches; `preprocessor_config.json` is the matching CLIP or
-SigLIP image processor's. Weights come from numpy's PCG64, the tokenizer is a small WordPiece
-built in code, and the golden requests carry images and a video made in code
-(`media/samples.py`). Returns the requests its golden file records.
+SigLIP image processor's. Weights come from numpy's PCG64, the tokenizer is the model type's real
+kind built in code (CLIP's byte-level BPE, SigLIP's SentencePiece Unigram), and the golden
+requests carry images and a video made in code (`media/samples.py`). Returns the requests its golden file records.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vllm_srun.adapters.families.manifest import write_manifest
+
+if TYPE_CHECKING:
+    from vllm_srun.adapters.models.fixture_tokenizers import TokenizerInfo
 
 VARIANTS = ("clip", "siglip")
 HIDDEN, LAYERS, HEADS, INTERMEDIATE = 32, 2, 4, 64
@@ -55,45 +58,23 @@ WORDS = [
     "picture",
     "drawing",
 ]
-SPECIALS = {"clip": ("<|startoftext|>", "<|endoftext|>", "<unk>"), "siglip": ("<pad>", "</s>", "<unk>")}
 
 
 def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
 
 
-def write_tokenizer(folder: Path, kind: str) -> dict[str, int]:
-    """A lowercasing WordPiece tokenizer.json; CLIP: `<|startoftext|> … <|endoftext|>` (the end
-    token is also the pad), SigLIP: `… </s>`. Returns the vocabulary."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+def write_tokenizer(folder: Path, kind: str) -> TokenizerInfo:
+    """The variant's real kind of tokenizer (`models/fixture_tokenizers.py`), WORDS whole tokens:
+    CLIP's byte-level BPE, `<|startoftext|> … <|endoftext|>` (ids 0 and 1; the end token is also
+    the pad), or SigLIP's SentencePiece Unigram with spiece.model, `… </s>` (<pad> 0, </s> 1 — the
+    pad token —, <unk> 2). `transformers`' CLIPTokenizer / SiglipTokenizer give the same ids."""
+    from vllm_srun.adapters.models.fixture_tokenizers import write_fixture_tokenizer
 
-    pieces = "abcdefghijklmnopqrstuvwxyz0123456789.,!?'-"
-    vocab: dict[str, int] = {}
-    for token in [*SPECIALS[kind], *WORDS, *pieces, *(f"##{c}" for c in pieces)]:
-        vocab.setdefault(token, len(vocab))
-    unk = SPECIALS[kind][2]
-    tok = Tokenizer(models.WordPiece(vocab, unk_token=unk, max_input_chars_per_word=100))
-    tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    if kind == "clip":
-        bos, eos = SPECIALS[kind][:2]
-        template = processors.TemplateProcessing(
-            single=f"{bos} $A {eos}", special_tokens=[(bos, vocab[bos]), (eos, vocab[eos])]
-        )
-    else:
-        eos = SPECIALS[kind][1]
-        template = processors.TemplateProcessing(single=f"$A {eos}", special_tokens=[(eos, vocab[eos])])
-    tok.post_processor = template
-    tok.add_special_tokens(list(SPECIALS[kind]))
-    tok.save(str(folder / "tokenizer.json"))
-    _write_json(
-        folder / "tokenizer_config.json",
-        {"model_max_length": TEXT_POSITIONS[kind], "unk_token": unk, "eos_token": SPECIALS[kind][1]},
-    )
-    return vocab
+    return write_fixture_tokenizer(folder, kind, WORDS, model_max_length=TEXT_POSITIONS[kind])
 
 
-def _config(kind: str, vocab: int) -> dict[str, Any]:
+def _config(kind: str, tokens: TokenizerInfo) -> dict[str, Any]:
     act = "quick_gelu" if kind == "clip" else "gelu_pytorch_tanh"
     eps = 1e-5 if kind == "clip" else 1e-6
     tower = dict(
@@ -104,10 +85,15 @@ def _config(kind: str, vocab: int) -> dict[str, Any]:
         hidden_act=act,
         layer_norm_eps=eps,
     )
-    text = {**tower, "vocab_size": vocab, "max_position_embeddings": TEXT_POSITIONS[kind], "pad_token_id": 1}
+    text = {
+        **tower,
+        "vocab_size": tokens.vocab_size,
+        "max_position_embeddings": TEXT_POSITIONS[kind],
+        "pad_token_id": tokens.pad_token_id,
+    }
     vision = {**tower, "image_size": IMAGE, "patch_size": PATCH, "num_channels": 3}
     if kind == "clip":
-        text.update(bos_token_id=0, eos_token_id=1)
+        text.update(bos_token_id=tokens.bos_token_id, eos_token_id=tokens.eos_token_id)
         return {
             "architectures": ["CLIPModel"],
             "model_type": "clip",
@@ -117,7 +103,7 @@ def _config(kind: str, vocab: int) -> dict[str, Any]:
             "vision_config": {**vision, "model_type": "clip_vision_model"},
             "torch_dtype": "float32",
         }
-    text.update(eos_token_id=1, bos_token_id=None, projection_size=HIDDEN)
+    text.update(eos_token_id=tokens.eos_token_id, bos_token_id=None, projection_size=HIDDEN)
     return {
         "architectures": ["SiglipModel"],
         "model_type": "siglip",
@@ -256,9 +242,9 @@ def write_multimodal_fixture(out: Path, variant: str | None, seed: int) -> list[
     if kind not in VARIANTS:
         raise ValueError(f"multimodal fixtures come in variants {', '.join(VARIANTS)} (got {variant!r})")
     out = Path(out)
-    vocab = write_tokenizer(out, kind)
-    _write_json(out / "config.json", _config(kind, len(vocab)))
-    save_file(_tensors(kind, len(vocab), seed), str(out / "model.safetensors"), metadata={"format": "pt"})
+    tokens = write_tokenizer(out, kind)
+    _write_json(out / "config.json", _config(kind, tokens))
+    save_file(_tensors(kind, tokens.vocab_size, seed), str(out / "model.safetensors"), metadata={"format": "pt"})
     _write_json(out / "preprocessor_config.json", preprocessor_config(kind))
     write_manifest(
         out,

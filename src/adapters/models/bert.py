@@ -11,34 +11,40 @@ checkpoint has `classifier.weight` (BERT: pooler + classifier) or `classifier.ou
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import partial
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vllm_srun.adapters.models.weights import Weights, WeightsError, load_weights
+from vllm_srun.adapters.models.encoder_parts import ACTIVATIONS as ACTIVATIONS  # read from here too (cpu_onednn)
+from vllm_srun.adapters.models.encoder_parts import (
+    BERT_BLOCK_NAMES,
+    SIZE_FIELDS,
+    ConfigBase,
+    PostNormBlock,
+    check_heads,
+    config_labels,
+    given_fields,
+    load_parts,
+    post_norm_block_state,
+    read_activation,
+    take_linear,
+)
+from vllm_srun.adapters.models.weights import Weights, WeightsError
 
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "gelu": F.gelu,
-    "gelu_new": partial(F.gelu, approximate="tanh"),
-    "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
-    "relu": F.relu,
-    "silu": F.silu,
-    "swish": F.silu,
-}
+if TYPE_CHECKING:
+    from vllm_srun.adapters.models.unpadded import ForwardOps, LayerLinears, PackedRows
+
 ROBERTA_TYPES = frozenset({"roberta", "xlm-roberta", "camembert"})
 SUPPORTED_TYPES = frozenset({"bert"}) | ROBERTA_TYPES
-_M = TypeVar("_M", bound=nn.Module)
 
 
 @dataclass(frozen=True)
-class BertConfig:
+class BertConfig(ConfigBase):
     vocab_size: int = 30522
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -49,62 +55,39 @@ class BertConfig:
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
-    num_labels: int = 2
-    id2label: dict[int, str] = field(default_factory=dict)
-    problem_type: str | None = None
     model_type: str = "bert"
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> BertConfig:
+        """Read a config.json as transformers 4.x or 5.x writes it; a field one of them leaves out takes
+        transformers' default for the model type (RoBERTa's pad_token_id is 1, BERT's 0)."""
         model_type = str(raw.get("model_type", "bert"))
         if model_type not in SUPPORTED_TYPES:
             raise ValueError(f"model_type {model_type!r} is not a BERT-style encoder ({sorted(SUPPORTED_TYPES)})")
-        act = str(raw.get("hidden_act", "gelu"))
-        if act not in ACTIVATIONS:
-            raise ValueError(f"hidden_act {act!r} is not supported ({sorted(ACTIVATIONS)})")
+        act = read_activation(raw, "hidden_act")
+        # transformers 5.x dropped the field (absolute only); 4.x's relative kinds we cannot serve
         pos_type = raw.get("position_embedding_type", "absolute")
         if pos_type not in (None, "absolute"):
             raise ValueError(f"position_embedding_type {pos_type!r} is not supported (only 'absolute')")
-        id2label = {int(k): str(v) for k, v in (raw.get("id2label") or {}).items()}
-        num_labels = len(id2label) if id2label else int(raw.get("num_labels", 2))
-        if not id2label:  # the transformers default names
-            id2label = {i: f"LABEL_{i}" for i in range(num_labels)}
-        fields = {
-            k: raw[k]
-            for k in (
-                "vocab_size",
-                "hidden_size",
-                "num_hidden_layers",
-                "num_attention_heads",
-                "intermediate_size",
-                "max_position_embeddings",
-                "type_vocab_size",
-                "layer_norm_eps",
-                "problem_type",
-            )
-            if k in raw
-        }
+        num_labels, id2label = config_labels(raw)
+        fields = given_fields(raw, (*SIZE_FIELDS, "type_vocab_size", "layer_norm_eps", "problem_type"))
         pad = raw.get("pad_token_id")
+        if pad is None:
+            pad = 1 if model_type in ROBERTA_TYPES else 0
         cfg = cls(
             **fields,
             hidden_act=act,
             model_type=model_type,
             num_labels=num_labels,
             id2label=id2label,
-            pad_token_id=int(pad) if pad is not None else 0,
+            pad_token_id=int(pad),
         )
-        if cfg.hidden_size % cfg.num_attention_heads:
-            raise ValueError(f"hidden_size {cfg.hidden_size} is not a multiple of {cfg.num_attention_heads} heads")
+        check_heads(cfg.hidden_size, cfg.num_attention_heads)
+        if cfg.max_tokens < 1:
+            raise ValueError(
+                f"max_position_embeddings {cfg.max_position_embeddings} leaves no position past pad_token_id {pad}"
+            )
         return cfg
-
-    @classmethod
-    def from_folder(cls, folder: Path) -> BertConfig:
-        path = Path(folder) / "config.json"
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"cannot read {path}: {exc}") from exc
-        return cls.from_dict(raw)
 
     @property
     def position_offset(self) -> int:
@@ -115,10 +98,6 @@ class BertConfig:
     def max_tokens(self) -> int:
         """The longest row (special tokens included) the position table can hold."""
         return self.max_position_embeddings - self.position_offset
-
-    @property
-    def labels(self) -> list[str]:
-        return [self.id2label.get(i, f"LABEL_{i}") for i in range(self.num_labels)]
 
 
 class BertEmbeddings(nn.Module):
@@ -149,26 +128,17 @@ class BertEmbeddings(nn.Module):
         return self.LayerNorm(x)
 
 
-class BertLayer(nn.Module):
-    def __init__(self, cfg: BertConfig) -> None:
-        super().__init__()
-        h = cfg.hidden_size
-        self.heads = cfg.num_attention_heads
-        self.qkv = nn.Linear(h, 3 * h)
-        self.attn_out = nn.Linear(h, h)
-        self.attn_norm = nn.LayerNorm(h, eps=cfg.layer_norm_eps)
-        self.ffn_in = nn.Linear(h, cfg.intermediate_size)
-        self.ffn_out = nn.Linear(cfg.intermediate_size, h)
-        self.ffn_norm = nn.LayerNorm(h, eps=cfg.layer_norm_eps)
-        self.act = ACTIVATIONS[cfg.hidden_act]
+class BertLayer(PostNormBlock):
+    """BERT's post-norm block (DistilBERT's and MPNet's too, whose configs carry the same sizes)."""
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """X [B, T, H]; MASK None, a bool [B, 1, 1, T] (True = attend) or an additive float bias
+        broadcast to [B, heads, T, T] (MPNet's position bias, padded keys at the dtype's lowest)."""
         b, t, h = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         a = a.transpose(1, 2).reshape(b, t, h)
-        x = self.attn_norm(self.attn_out(a) + x)
-        return self.ffn_norm(self.ffn_out(self.act(self.ffn_in(x))) + x)
+        return self.feed_forward(self.attn_norm(self.attn_out(a) + x))
 
 
 class BertEncoder(nn.Module):
@@ -203,6 +173,21 @@ class BertEncoder(nn.Module):
             x = layer(x, mask)
         return x
 
+    def packed_forward(self, packed: PackedRows, linears: Sequence[LayerLinears], ops: ForwardOps) -> torch.Tensor:
+        """The last hidden state of every real token, [N, H], rows in PACKED's sorted order."""
+        emb = self.embeddings
+        x = emb.word_embeddings(packed.ids) + emb.position_embeddings.weight[emb.offset + packed.positions]
+        if packed.types is None:
+            x = x + emb.token_type_embeddings.weight[0]
+        else:
+            x = x + emb.token_type_embeddings(packed.types)
+        x = emb.LayerNorm(x)
+        for layer, lin in zip(self.blocks, linears):
+            attended = ops.attention(lin.qkv(x), packed, layer.heads)
+            x = ops.add_norm(lin.attn_out(attended), x, layer.attn_norm)
+            x = ops.add_norm(lin.ffn_out(lin.ffn_in_act(x)), x, layer.ffn_norm)
+        return x
+
 
 class BertPooler(nn.Module):
     """dense + tanh on the first ([CLS]) token."""
@@ -218,12 +203,14 @@ class BertPooler(nn.Module):
 class SequenceClassificationHead(nn.Module):
     """`BertForSequenceClassification`'s head: pooler, then a linear layer to num_labels logits."""
 
+    reads_first_token = True  # the unpadded forward may hand it each row's first token alone
+
     def __init__(self, hidden: int, num_labels: int) -> None:
         super().__init__()
         self.pooler = BertPooler(hidden)
         self.classifier = nn.Linear(hidden, num_labels)
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.classifier(self.pooler(hidden_states))
 
 
@@ -248,7 +235,7 @@ class BertClassifier(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return self.head(self.encoder(input_ids, attention_mask, token_type_ids))
+        return self.head(self.encoder(input_ids, attention_mask, token_type_ids), attention_mask)
 
 
 def _encoder_state(w: Weights, cfg: BertConfig) -> dict[str, torch.Tensor]:
@@ -262,39 +249,20 @@ def _encoder_state(w: Weights, cfg: BertConfig) -> dict[str, torch.Tensor]:
             "LayerNorm.bias",
         )
     }
+    qkv = [f"attention.self.{n}" for n in ("query", "key", "value")]
     for i in range(cfg.num_hidden_layers):
-        src, dst = f"encoder.layer.{i}.", f"layers.{i}."
-        for kind in ("weight", "bias"):
-            state[dst + "qkv." + kind] = torch.cat(
-                w.take_all(f"{src}attention.self.{n}.{kind}" for n in ("query", "key", "value"))
-            )
-            for ours, theirs in (
-                ("attn_out", "attention.output.dense"),
-                ("attn_norm", "attention.output.LayerNorm"),
-                ("ffn_in", "intermediate.dense"),
-                ("ffn_out", "output.dense"),
-                ("ffn_norm", "output.LayerNorm"),
-            ):
-                state[f"{dst}{ours}.{kind}"] = w.take(f"{src}{theirs}.{kind}")
+        state |= post_norm_block_state(w, f"encoder.layer.{i}.", f"layers.{i}.", qkv, BERT_BLOCK_NAMES)
     return state
 
 
-def _head_state(w: Weights) -> dict[str, torch.Tensor] | None:
+def _head_state(w: Weights, cfg: BertConfig) -> dict[str, torch.Tensor] | None:
     if "classifier.weight" in w:  # BERT
-        names = {"pooler.dense": "pooler.dense", "classifier": "classifier"}
+        pooler, classifier = "pooler.dense", "classifier"
     elif "classifier.out_proj.weight" in w:  # RoBERTa: dense + tanh on <s>, then out_proj
-        names = {"pooler.dense": "classifier.dense", "classifier": "classifier.out_proj"}
+        pooler, classifier = "classifier.dense", "classifier.out_proj"
     else:
         return None
-    return {f"{ours}.{k}": w.take(f"{theirs}.{k}") for ours, theirs in names.items() for k in ("weight", "bias")}
-
-
-def _assign(module: _M, state: dict[str, torch.Tensor], source: str) -> _M:
-    try:
-        module.load_state_dict(state, strict=True, assign=True)
-    except RuntimeError as exc:  # shape mismatches between config.json and the tensors
-        raise WeightsError(f"{source} does not fit its config.json: {exc}") from exc
-    return module.requires_grad_(False).eval()
+    return take_linear(w, "pooler.dense", pooler) | take_linear(w, "classifier", classifier)
 
 
 def load_bert(
@@ -302,14 +270,12 @@ def load_bert(
     dtype: torch.dtype = torch.float32,
 ) -> tuple[BertEncoder, SequenceClassificationHead | None]:
     """Read config.json and the safetensors of FOLDER: the encoder, and the head when there is one."""
-    folder = Path(folder)
-    cfg = BertConfig.from_folder(folder)
-    w = load_weights(folder, dtype)
-    with torch.device("meta"):  # no random init: every tensor is assigned from the checkpoint
-        encoder = BertEncoder(cfg)
-        head = SequenceClassificationHead(cfg.hidden_size, cfg.num_labels)
-    _assign(encoder, _encoder_state(w, cfg), str(folder))
-    head_state = _head_state(w)
-    if head_state is None:
-        return encoder, None
-    return encoder, _assign(head, head_state, str(folder))
+    return load_parts(
+        folder,
+        dtype,
+        config=BertConfig.from_folder,
+        encoder=BertEncoder,
+        head=lambda cfg: SequenceClassificationHead(cfg.hidden_size, cfg.num_labels),
+        encoder_state=_encoder_state,
+        head_state=_head_state,
+    )

@@ -137,6 +137,11 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + turned * sin
 
 
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """X ([..., head_dim]) turned by the rotary tables COS / SIN (from `DecoderLM.rotary`, broadcast to X)."""
+    return _rotate(x, cos, sin)
+
+
 class Attention(nn.Module):
     def __init__(self, c: DecoderConfig) -> None:
         super().__init__()
@@ -308,6 +313,10 @@ class DecoderLM(nn.Module):
         return self.model.embed_tokens.weight.device
 
     # ---------------------------------------------------------------- pieces
+    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary tables cos/sin [B, 1, T, head_dim] for POSITIONS [B, T] (see `apply_rotary`)."""
+        return self._rope(positions)
+
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin [B, 1, T, head_dim] for positions [B, T], computed in FP32 like the reference."""
         dim = self.config.head_dim

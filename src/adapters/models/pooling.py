@@ -1,38 +1,40 @@
 """Sentence pooling as sentence-transformers configures it, and the pooling maths.
 
-Read from a model folder:
-- `modules.json`: the folder of the `…Pooling` module (default `1_Pooling`); a `…Normalize` module
-  means the embeddings are L2-normalized.
-- `<pooling folder>/config.json`: the `pooling_mode_*` flags (cls, max, mean, mean_sqrt_len,
-  weightedmean, lasttoken) or a `pooling_mode` string. Several flags concatenate their results in
-  sentence-transformers' order (cls, max, mean, mean_sqrt_len, weightedmean, lasttoken).
-- `sentence_bert_config.json`: `max_seq_length` (None when absent).
+`PoolingConfig`: the pooling modes (cls, max, mean, mean_sqrt_len, weightedmean, lasttoken;
+several concatenate their results in the order given), the modules that follow pooling (`steps`:
+Dense, LayerNorm, a Normalize that is not the last module — `st_modules.py` reads them), whether
+the result is L2-normalized at the end (a trailing Normalize module) and the package's
+`max_seq_length`. `load_pooling_config(folder)` reads a package (`st_modules.read_package`);
+without sentence-transformers files: `cls` pooling for a model with a classification head
+(`default_mode="cls"`), `mean` otherwise, no normalization.
 
-Defaults when a folder has no sentence-transformers files: `cls` pooling for a model with a
-classification head (`default_mode="cls"`), `mean` otherwise, no normalization.
-
-`pool(hidden, mask, cfg)` takes right- or left-padded rows; `mask` None means every row is full.
+`pool(hidden, mask, cfg)` = `finish(pool_tokens(hidden, mask, cfg), cfg)`: the one function both
+the padded forward (`ReferenceEncoder`, the ONNX export) and the unpadded one (`unpadded.pooled`,
+per run of equal-length rows) call, so every module after pooling applies identically on both.
+It takes right- or left-padded rows; `mask` None means every row is full.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
 MODES = ("cls", "max", "mean", "mean_sqrt_len", "weightedmean", "lasttoken")
-_ALIASES = {
-    "mean_tokens": "mean",
-    "cls_token": "cls",
-    "max_tokens": "max",
-    "mean_sqrt_len_tokens": "mean_sqrt_len",
-    "weightedmean_tokens": "weightedmean",
-    "last_token": "lasttoken",
-}
+
+
+class PooledStep(Protocol):
+    """A module after pooling: [B, D] → [B, width(D)]."""
+
+    name: str
+
+    def width(self, d: int) -> int: ...
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -41,59 +43,37 @@ class PoolingConfig:
     normalize: bool = False
     max_seq_length: int | None = None
     from_sentence_transformers: bool = False
+    steps: Sequence[PooledStep] = ()
 
     def __post_init__(self) -> None:
         bad = [m for m in self.modes if m not in MODES]
         if not self.modes or bad:
             raise ValueError(f"pooling modes {self.modes!r} are not among {MODES}")
+        object.__setattr__(self, "steps", tuple(self.steps))
 
     @property
     def mode(self) -> str:
         """The one mode, or the modes joined with '+' when several are concatenated."""
         return "+".join(self.modes)
 
+    def dimensions(self, hidden_size: int) -> int:
+        """The width of the embeddings of a model of HIDDEN_SIZE: the last Dense's out_features, or
+        the pooled width (hidden size × modes)."""
+        d = hidden_size * len(self.modes)
+        for step in self.steps:
+            d = step.width(d)
+        return d
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from exc
-
-
-def _modes_from(raw: dict[str, Any]) -> tuple[str, ...]:
-    if isinstance(raw.get("pooling_mode"), str):
-        name = raw["pooling_mode"]
-        return (_ALIASES.get(name, name),)
-    return tuple(
-        m
-        for m in MODES
-        if raw.get(f"pooling_mode_{m}_tokens") or raw.get(f"pooling_mode_{m}_token") or raw.get(f"pooling_mode_{m}")
-    )
+    def describe(self) -> list[str]:
+        """The modules after pooling, for the card (`Dense(2_Dense: 64→16, Tanh)`, …)."""
+        return [repr(s) for s in self.steps] + (["Normalize"] if self.normalize else [])
 
 
 def load_pooling_config(folder: Path, default_mode: str = "mean") -> PoolingConfig:
     """The pooling of the model in FOLDER (see the module doc for the files and the defaults)."""
-    folder = Path(folder)
-    pooling_dir, normalize, found = folder / "1_Pooling", False, False
-    modules_path = folder / "modules.json"
-    if modules_path.exists():
-        found = True
-        for module in _read_json(modules_path):
-            kind = str(module.get("type", ""))
-            if kind.endswith(".Pooling") or kind == "Pooling":
-                pooling_dir = folder / module.get("path", "1_Pooling")
-            elif kind.endswith(".Normalize") or kind == "Normalize":
-                normalize = True
-    modes: tuple[str, ...] = (default_mode,)
-    if (pooling_dir / "config.json").exists():
-        found = True
-        modes = _modes_from(_read_json(pooling_dir / "config.json")) or modes
-    max_len = None
-    if (folder / "sentence_bert_config.json").exists():
-        found = True
-        value = _read_json(folder / "sentence_bert_config.json").get("max_seq_length")
-        max_len = int(value) if value is not None else None
-    return PoolingConfig(modes=modes, normalize=normalize, max_seq_length=max_len, from_sentence_transformers=found)
+    from vllm_srun.adapters.models.st_modules import read_package
+
+    return read_package(Path(folder), default_mode).pooling
 
 
 def _last_index(mask: torch.Tensor) -> torch.Tensor:
@@ -129,10 +109,22 @@ def _pool_one(mode: str, hidden: torch.Tensor, mask: torch.Tensor | None) -> tor
     return total / (count if mode == "mean" else count.sqrt())
 
 
+def pool_tokens(hidden: torch.Tensor, mask: torch.Tensor | None, cfg: PoolingConfig) -> torch.Tensor:
+    """[B, T, H] hidden states and a [B, T] mask (1 = real token; None = no padding) → the pooled
+    modes concatenated, [B, H × modes]."""
+    parts = [_pool_one(mode, hidden, mask) for mode in cfg.modes]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+
+def finish(pooled: torch.Tensor, cfg: PoolingConfig) -> torch.Tensor:
+    """The modules after pooling, in order, then the final L2 normalization when configured."""
+    for step in cfg.steps:
+        pooled = step(pooled)
+    if cfg.normalize:
+        pooled = F.normalize(pooled, p=2.0, dim=1)
+    return pooled
+
+
 def pool(hidden: torch.Tensor, mask: torch.Tensor | None, cfg: PoolingConfig) -> torch.Tensor:
     """[B, T, H] hidden states and a [B, T] mask (1 = real token; None = no padding) → [B, D]."""
-    parts = [_pool_one(mode, hidden, mask) for mode in cfg.modes]
-    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
-    if cfg.normalize:
-        out = F.normalize(out, p=2.0, dim=1)
-    return out
+    return finish(pool_tokens(hidden, mask, cfg), cfg)

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vllm_srun.adapters.models.bert import BertConfig, BertEncoder, SequenceClassificationHead, load_bert
+from vllm_srun.adapters.models.encoder_arch import EncoderConfigLike, EncoderHead, EncoderModule
+from vllm_srun.adapters.models.encoders import load_encoder
 from vllm_srun.adapters.models.pooling import PoolingConfig, load_pooling_config, pool
 from vllm_srun.adapters.models.tokenization import Encoded
 
@@ -26,15 +27,15 @@ from vllm_srun.adapters.models.tokenization import Encoded
 class ReferenceEncoder:
     def __init__(
         self,
-        encoder: BertEncoder,
-        head: SequenceClassificationHead | None,
+        encoder: EncoderModule,
+        head: EncoderHead | None,
         pooling: PoolingConfig,
         device: torch.device | str = "cpu",
     ) -> None:
         self.encoder = encoder
         self.head = head
         self.pooling = pooling
-        self.config: BertConfig = encoder.config
+        self.config: EncoderConfigLike = encoder.config
         self.device = torch.device(device)
         self.pad_id = self.config.pad_token_id
 
@@ -48,9 +49,10 @@ class ReferenceEncoder:
     ) -> ReferenceEncoder:
         """Load FOLDER. Pooling defaults to the folder's sentence-transformers config, else cls for a
         model with a classification head and mean for a bare encoder."""
-        encoder, head = load_bert(folder, dtype)
+        encoder, head = load_encoder(folder, dtype)
         if pooling is None:
-            pooling = load_pooling_config(folder, default_mode="cls" if head is not None else "mean")
+            default = getattr(encoder, "default_pooling", None) or ("cls" if head is not None else "mean")
+            pooling = load_pooling_config(folder, default_mode=default)
         if torch.device(device).type != "cpu":
             encoder = encoder.to(device)
             head = head.to(device) if head is not None else None
@@ -66,7 +68,8 @@ class ReferenceEncoder:
 
     @property
     def dimensions(self) -> int:
-        return self.config.hidden_size * len(self.pooling.modes)
+        """The width of an embedding: pooled, then through the modules after pooling (Dense …)."""
+        return self.pooling.dimensions(self.config.hidden_size)
 
     def on_host(self) -> ReferenceEncoder:
         """This model, or a copy of it on the CPU when it lives on another device (e.g. for an ONNX export)."""
@@ -122,4 +125,4 @@ class ReferenceEncoder:
             raise ValueError("this model has no sequence-classification head")
         with torch.inference_mode():
             ids, mask, types = self.tensors(batch)
-            return self.numpy(self.head(self.encoder(ids, mask, types)))
+            return self.numpy(self.head(self.encoder(ids, mask, types), mask))

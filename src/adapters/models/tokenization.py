@@ -84,6 +84,8 @@ class TextTokenizer:
                 out[i] = Encoded(e.ids, e.type_ids, True, out[i].n_tokens)
         return out
 
+    windows_pairs = True  # `windowing(..., pair=True)` cuts the second text into windows
+
     def windowing(self, length: int, overlap: int, pair: bool) -> tuple[Tokenizer, threading.Lock]:
         """A copy that cuts inputs into overflow windows of LENGTH tokens sharing OVERLAP (a pair
         keeps its first text whole and slides over the second), with the lock that guards it.

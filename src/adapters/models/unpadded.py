@@ -26,7 +26,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from vllm_srun.adapters.models.bert import BertEncoder, BertLayer
+from vllm_srun.adapters.models.encoder_arch import EncoderBlock, EncoderHead, EncoderModule
 from vllm_srun.adapters.models.pooling import PoolingConfig, pool
 from vllm_srun.adapters.models.tokenization import Encoded
 
@@ -41,11 +41,11 @@ class LayerLinears:
     ffn_out: Linear
 
 
-def _ffn_in_act(layer: BertLayer, x: torch.Tensor) -> torch.Tensor:
-    return layer.act(layer.ffn_in(x))
+def _ffn_in_act(layer: EncoderBlock, x: torch.Tensor) -> torch.Tensor:
+    return layer.activate(layer.ffn_in(x))
 
 
-def eager_linears(encoder: BertEncoder) -> list[LayerLinears]:
+def eager_linears(encoder: EncoderModule) -> list[LayerLinears]:
     return [
         LayerLinears(layer.qkv, layer.attn_out, partial(_ffn_in_act, layer), layer.ffn_out) for layer in encoder.blocks
     ]
@@ -131,26 +131,53 @@ class ForwardOps:
 EAGER_OPS = ForwardOps()
 
 
-def hidden_states(
-    encoder: BertEncoder, packed: PackedRows, linears: Sequence[LayerLinears], ops: ForwardOps = EAGER_OPS
+Bias = Callable[[torch.Tensor, torch.Tensor, int], "torch.Tensor | None"]
+
+
+def attend_runs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    packed: PackedRows,
+    *,
+    bias: Bias | None = None,
+    scale: float | None = None,
+    causal: bool = False,
 ) -> torch.Tensor:
-    """The last hidden state of every real token, [N, H], rows in sorted order."""
-    emb = encoder.embeddings
-    x = emb.word_embeddings(packed.ids) + emb.position_embeddings.weight[emb.offset + packed.positions]
-    if packed.types is None:
-        x = x + emb.token_type_embeddings.weight[0]
-    else:
-        x = x + emb.token_type_embeddings(packed.types)
-    x = emb.LayerNorm(x)
-    for layer, lin in zip(encoder.blocks, linears):
-        attended = ops.attention(lin.qkv(x), packed, layer.heads)
-        x = ops.add_norm(lin.attn_out(attended), x, layer.attn_norm)
-        x = ops.add_norm(lin.ffn_out(lin.ffn_in_act(x)), x, layer.ffn_norm)
-    return x
+    """Attention of every row over its own tokens, for architectures whose attention is more than
+    plain SDPA: Q as [N, heads, head_dim], K and V as [N, kv_heads, head_dim] (already rotated,
+    scaled or normed as the architecture wants; kv_heads divides heads), one SDPA per run of
+    equal-length rows. BIAS(q_run, k_run, length) gives the run's additive score bias or bool mask
+    ([rows or 1, heads or 1, L, L]; None for none), with q_run / k_run as [rows, heads, L, head_dim].
+    CAUSAL: each token sees only the tokens before it (decoder backbones). Returns [N, heads · head_dim]."""
+    n, heads, d = q.shape
+    kv_heads = k.shape[1]
+    rep = heads // kv_heads
+    out = q.new_empty(n, heads * d)
+    for first, end, length, token in packed.runs:
+        rows = end - first
+        span = slice(token, token + rows * length)
+        qr = q[span].view(rows, length, heads, d).transpose(1, 2)
+        kr, vr = (t[span].view(rows, length, kv_heads, d).transpose(1, 2) for t in (k, v))
+        if rep > 1:  # grouped-query attention: each K/V head serves REP query heads
+            kr, vr = kr.repeat_interleave(rep, dim=1), vr.repeat_interleave(rep, dim=1)
+        mask = bias(qr, kr, length) if bias is not None else None
+        a = F.scaled_dot_product_attention(qr, kr, vr, attn_mask=mask, scale=scale, is_causal=causal)
+        out[span] = a.transpose(1, 2).reshape(rows * length, heads * d)
+    return out
+
+
+def hidden_states(
+    encoder: EncoderModule, packed: PackedRows, linears: Sequence[LayerLinears], ops: ForwardOps = EAGER_OPS
+) -> torch.Tensor:
+    """The last hidden state of every real token, [N, H], rows in sorted order (the architecture's
+    own `packed_forward`)."""
+    return encoder.packed_forward(packed, linears, ops)
 
 
 def pooled(hidden: torch.Tensor, packed: PackedRows, cfg: PoolingConfig) -> torch.Tensor:
-    """Each row pooled over its own tokens, [B, D] in the caller's order."""
+    """Each row pooled over its own tokens, then through the modules after pooling (Dense,
+    Normalize, …: `pooling.pool`, the padded forward's function too), [B, D] in the caller's order."""
     h = hidden.shape[1]
     parts = []
     for first, end, length, token in packed.runs:
@@ -159,7 +186,17 @@ def pooled(hidden: torch.Tensor, packed: PackedRows, cfg: PoolingConfig) -> torc
     return packed.unsort(torch.cat(parts))
 
 
-def classify(hidden: torch.Tensor, packed: PackedRows, head: Linear) -> torch.Tensor:
-    """Logits from each row's first ([CLS]) token, [B, labels] in the caller's order."""
-    cls = hidden[packed.starts]
-    return packed.unsort(head(cls[:, None, :]))
+def classify(
+    hidden: torch.Tensor, packed: PackedRows, head: Linear | EncoderHead, *, first_token: bool = True
+) -> torch.Tensor:
+    """Logits [B, labels] in the caller's order. FIRST_TOKEN: the head reads only each row's first
+    token ([CLS], <s>), so it runs once on those; otherwise once per run on the run's whole rows."""
+    if first_token:
+        cls = hidden[packed.starts]
+        return packed.unsort(head(cls[:, None, :]))
+    h = hidden.shape[1]
+    parts = [
+        head(hidden[token : token + (end - first) * length].view(end - first, length, h))
+        for first, end, length, token in packed.runs
+    ]
+    return packed.unsort(torch.cat(parts))

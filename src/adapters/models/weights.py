@@ -3,9 +3,10 @@ folder) into one name → tensor map.
 
 - Non-float tensors are skipped: buffers such as all-MiniLM-L6-v2's int64 `embeddings.position_ids`
   are rebuilt by the model code, never read.
-- A task-model prefix (`bert.`, `roberta.`, `model.`, …) is stripped, so `bert.encoder.layer.0…`
-  (a `BertForSequenceClassification` checkpoint) and `encoder.layer.0…` (a bare `BertModel` such as
-  all-MiniLM) both read as `encoder.layer.0…`; head tensors (`classifier.*`) never had one.
+- A task-model prefix (`bert.`, `roberta.`, `model.`, `distilbert.`, `mpnet.`, …) is stripped, so
+  `bert.encoder.layer.0…` (a `BertForSequenceClassification` checkpoint) and `encoder.layer.0…` (a
+  bare `BertModel` such as all-MiniLM) both read as `encoder.layer.0…`; head tensors (`classifier.*`,
+  `pre_classifier.*`) never had one.
 - Old TF-converted names `LayerNorm.gamma` / `LayerNorm.beta` read as `.weight` / `.bias`.
 - A missing tensor raises `WeightsError` naming the key and the checkpoint.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-MODEL_PREFIXES: tuple[str, ...] = ("bert.", "roberta.", "model.")
+MODEL_PREFIXES: tuple[str, ...] = ("bert.", "roberta.", "model.", "distilbert.", "mpnet.", "deberta.")
 _LEGACY_SUFFIXES = {".gamma": ".weight", ".beta": ".bias"}
 
 

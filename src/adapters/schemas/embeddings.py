@@ -1,4 +1,5 @@
-"""Wire schema of `POST /v1/embeddings` (R-API-1), OpenAI-compatible."""
+"""Wire schema of `POST /v1/embeddings` (R-API-1), OpenAI-compatible, plus `input_type` and
+`prompt_name` (which of the package's sentence-transformers prompts is prepended to the texts)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,26 @@ class EmbeddingsRequest(Strict):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Annotated[int, Meta(ge=1)] | None = None
     user: str | None = None
+    input_type: (
+        Annotated[
+            Literal["query", "document"],
+            Meta(
+                description="what the texts are: the model's prompt for that kind (query; document or passage) is "
+                "prepended to each text (card: embedding.prompts)"
+            ),
+        ]
+        | None
+    ) = None
+    prompt_name: (
+        Annotated[
+            str,
+            Meta(
+                max_length=256,
+                description="the model's prompt of this name is prepended to each text (card: embedding.prompts)",
+            ),
+        ]
+        | None
+    ) = None
     options: EmbeddingsOptions | None = None
 
 

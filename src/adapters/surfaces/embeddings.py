@@ -6,6 +6,13 @@ each image is one row of the model's media lane, each video one row per sampled 
 vectors are mean-pooled (and normalized for a normalized model). Everything about an input is
 checked before any forward: its kind against the model's modalities, the URL, the limits and
 the decoding (a bad input answers 400 naming its index, and costs no forward).
+
+Prompts (a sentence-transformers package's `prompts`, card `embedding.prompts`): `prompt_name`
+picks one by name, `input_type` by kind (query → `query`; document → `document`, `passage` or
+`corpus`, the first the package has; none of them → the default prompt); neither → the package's
+`default_prompt_name`. The prompt's text is prepended to every text input before tokenizing, so
+its tokens count in `usage`. An unknown name, `input_type` for a model without prompts, or the two
+fields naming different prompts answer 400 listing the model's prompts.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.contracts import MediaEmbedder, MediaError, MediaWorkerDied, TextEmbedder
+from vllm_srun.adapters.contracts import MediaEmbedder, MediaError, MediaWorkerDied, PromptedEmbedder, TextEmbedder
 from vllm_srun.adapters.media.data_url import data_url_bytes
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.request_timing import RequestTiming
@@ -36,7 +43,7 @@ from vllm_srun.adapters.schemas.embeddings import (
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel, TokenBudget
 from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK, Prepared, answer
-from vllm_srun.domain.errors import InvalidRequest, MediaFailed, RequestTooLarge, UnsupportedSurface
+from vllm_srun.domain.errors import InvalidRequest, MediaFailed, RequestTooLarge, UnsupportedSurface, quoted
 from vllm_srun.domain.rows import RowSpec
 
 
@@ -81,6 +88,35 @@ def _split(items: list[InputItem], model: TextEmbedder) -> tuple[list[tuple[int,
     return texts, media
 
 
+DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # input_type document: the first of these a package has
+
+
+def resolve_prompt(model: object, input_type: str | None, prompt_name: str | None) -> str:
+    """The prompt text to prepend to MODEL's text inputs (module doc); InvalidRequest for a bad choice."""
+    prompts: dict[str, str] = {}
+    default: str | None = None
+    if isinstance(model, PromptedEmbedder):
+        prompts, default = dict(model.prompts), model.default_prompt_name
+    names = f"this model's prompts: {', '.join(prompts)}" if prompts else "this model has no prompts"
+    if prompt_name is not None and prompt_name not in prompts:
+        raise InvalidRequest(f"prompt_name {quoted(prompt_name)} is not a prompt of this model ({names})")
+    chosen = prompt_name
+    if input_type is not None:
+        if not prompts:
+            raise InvalidRequest(f"input_type {input_type!r} needs a model with prompts ({names})")
+        wanted = ("query",) if input_type == "query" else DOCUMENT_PROMPTS
+        by_type = next((n for n in wanted if n in prompts), default)
+        if prompt_name is not None and by_type != prompt_name:
+            picks = f"prompt {by_type!r}" if by_type is not None else "no prompt"
+            raise InvalidRequest(
+                f"input_type {input_type!r} selects {picks} but prompt_name is {quoted(prompt_name)} ({names})"
+            )
+        chosen = by_type
+    elif chosen is None:
+        chosen = default
+    return prompts.get(chosen, "") if chosen is not None else ""
+
+
 def embedder(served: ServedModel) -> TextEmbedder:
     model = served.require_surface("embeddings")
     assert isinstance(model, TextEmbedder)  # checked when the model loaded
@@ -118,10 +154,11 @@ async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Pre
     options = req.options or EmbeddingsOptions()
     if req.dimensions is not None and req.dimensions > model.dimensions:
         raise InvalidRequest(f"dimensions {req.dimensions} is larger than the model's {model.dimensions}")
+    prompt = resolve_prompt(model, req.input_type, req.prompt_name)
     media_model = model if isinstance(model, MediaEmbedder) else None
     frames = (options.frames or media_model.video_frames) if media_model is not None else 0
     text_rows, media = await served.prepare(
-        _inputs, model, items, frames, options.overflow == "truncate", served.token_budget()
+        _inputs, model, items, frames, options.overflow == "truncate", served.token_budget(), prompt
     )
     decoded = await _decode(served, media_model, media, frames) if media_model is not None and media else []
     pixels = iter(decoded)
@@ -154,11 +191,17 @@ async def embeddings(
 
 
 def _inputs(
-    model: TextEmbedder, items: list[InputItem], frames: int, truncate: bool, budget: TokenBudget
+    model: TextEmbedder,
+    items: list[InputItem],
+    frames: int,
+    truncate: bool,
+    budget: TokenBudget,
+    prompt: str = "",
 ) -> tuple[dict[int, RowSpec], list[_Media]]:
-    """The CPU work of preparing the inputs: each text item's row by input index (tokenized a
-    chunk at a time), and the media items' bytes (from their data: URLs), within the request's
-    token BUDGET (a media item counts the rows it will become before anything decodes it)."""
+    """The CPU work of preparing the inputs: each text item's row by input index (PROMPT before
+    its text, tokenized a chunk at a time), and the media items' bytes (from their data: URLs),
+    within the request's token BUDGET (a media item counts the rows it will become before
+    anything decodes it)."""
     text_items, media = _split(items, model)
     if isinstance(model, MediaEmbedder) and media:
         if any(m.kind == "video" for m in media) and frames > model.video_limits.max_frames:
@@ -166,6 +209,8 @@ def _inputs(
                 f"options.frames {frames} is over the model's limit of {model.video_limits.max_frames}"
             )
         budget.spend(sum(frames if m.kind == "video" else 1 for m in media) * model.image_tokens)
+    if prompt:
+        text_items = [(i, prompt + text) for i, text in text_items]
     encoded = _encode(model, text_items, truncate, budget)
     return {i: RowSpec(len(enc.ids), enc) for (i, _), enc in zip(text_items, encoded)}, media
 

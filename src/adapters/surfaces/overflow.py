@@ -108,6 +108,11 @@ def split_overflow_windows(
     """Every input as one or more windows of at most TOKENS tokens, within the request's BUDGET."""
     if tokens > model.max_input_tokens:
         raise InvalidRequest(f"options.window.tokens {tokens} is over the model's limit of {model.max_input_tokens}")
+    if not model.tokenizer.windows_pairs and any(not isinstance(item, str) for item in items):
+        raise InvalidRequest(
+            "options.overflow window is not supported by this model's pairs (a yes/no reranker's prompt template); "
+            "use truncate"
+        )
     raw = model.tokenizer.tokenizer
     out: list[WindowedInput] = []
     rows = 0

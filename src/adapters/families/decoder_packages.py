@@ -1,0 +1,50 @@
+"""Who serves a decoder package (Qwen3 / Qwen2 / Llama backbones): the encoder family or the decision family.
+
+A decoder checkpoint is an embedder or a yes/no reranker (encoder family: `/v1/embeddings`,
+`/v1/rerank`) when the package says so in one of the ways they are published:
+- a sentence-transformers package (`modules.json`: Qwen3-Embedding, gte-Qwen2 …);
+- a bare backbone (`architectures` lists only `…Model`, no `…ForCausalLM` head);
+- a `srun.json` with a `rerank` section (the Qwen3-Reranker recipe: template and yes/no tokens) or
+  `surfaces` naming `embeddings` or `rerank`.
+Any other decoder package is a decision model. A `srun.json` `family` always wins (registry).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from vllm_srun.adapters.families.manifest import read_manifest
+
+DECODER_TYPES = frozenset({"qwen3", "qwen2", "llama"})
+ENCODER_SURFACES = frozenset({"embeddings", "rerank"})
+
+
+def _config(folder: Path) -> dict[str, Any]:
+    path = Path(folder) / "config.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def serves_encoder_surfaces(folder: Path) -> bool:
+    """Whether the decoder package in FOLDER is an embedder or a yes/no reranker (module doc)."""
+    folder = Path(folder)
+    if (folder / "modules.json").is_file():
+        return True
+    try:
+        manifest = read_manifest(folder)
+    except ValueError:
+        return False
+    if "rerank" in manifest or ENCODER_SURFACES & set(manifest.get("surfaces") or ()):
+        return True
+    architectures = [str(a) for a in _config(folder).get("architectures") or []]
+    return bool(architectures) and all(a.endswith("Model") for a in architectures)
+
+
+def is_decoder_encoder(folder: Path) -> bool:
+    """A decoder-backbone package the encoder family serves."""
+    kind = str(_config(folder).get("model_type", "")).lower()
+    return kind in DECODER_TYPES and serves_encoder_surfaces(folder)

@@ -1,0 +1,656 @@
+"""Our own torch DeBERTa-v2 encoder (DeBERTa-v2, DeBERTa-v3, mDeBERTa), inference only, no `transformers`.
+
+Reads a Hugging Face `DebertaV2Model` / `DebertaV2ForSequenceClassification` folder (`model_type`
+"deberta-v2"). The maths, as the paper and the reference define it:
+
+- embeddings: word (+ absolute positions when `position_biased_input`, + token types when
+  `type_vocab_size` > 0), a linear `embed_proj` when `embedding_size` differs from `hidden_size`,
+  LayerNorm; padded positions are zeroed;
+- disentangled attention: the content score q·k plus, for `pos_att_type` "c2p", q_i · Kr[δ(i, j)]
+  and, for "p2c", k_j · Qr[δ'(i, j)], where Kr / Qr are the shared relative embeddings
+  (`rel_embeddings`, LayerNorm-ed when `norm_rel_ebd` says "layer_norm") projected by the block's
+  own key / query weights (`share_att_key`) or by `pos_key_proj` / `pos_query_proj`; δ is the
+  query-minus-key distance, log-bucketed past `position_buckets`/2 (`log_bucket`), shifted by the
+  span and clamped to the table. Every term is divided by sqrt(head_dim · (1 + number of position
+  terms));
+- post-norm blocks like BERT's; after the first block an optional ConvLayer (`conv_kernel_size` > 0:
+  conv1d over the embeddings, activation, LayerNorm(block output + conv)).
+
+Q, K, V are merged into one linear (`qkv`); the position projections Kr / Qr of each block depend
+only on the weights, so `prepare_relative` computes them once at load (buffers, moved with `.to`).
+The padded forward passes the position terms (and the padded-key mask) to SDPA as an additive bias;
+the unpadded one (`packed_forward`) builds them per run of equal-length rows for `attend_runs`,
+reading only the table rows a run's distances reach.
+
+`load_deberta_v2(folder)` → `(DebertaV2Encoder, DebertaV2ClassificationHead | None)`: the head (pooler
+dense + `pooler_hidden_act` on token 0, then the classifier) is there when the checkpoint has it.
+`fixture_config` / `fixture_weights` write tiny random packages under transformers' names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vllm_srun.adapters.models.encoder_parts import (
+    ACTIVATIONS,
+    BERT_BLOCK_NAMES,
+    SIZE_FIELDS,
+    ConfigBase,
+    FixtureSizes,
+    FixtureTensors,
+    PostNormBlock,
+    check_heads,
+    config_labels,
+    label_fields,
+    load_parts,
+    post_norm_block_state,
+    read_activation,
+    read_model_type,
+    take_linear,
+)
+from vllm_srun.adapters.models.unpadded import attend_runs
+from vllm_srun.adapters.models.weights import Weights
+
+if TYPE_CHECKING:
+    from vllm_srun.adapters.models.unpadded import ForwardOps, LayerLinears, PackedRows
+
+MODEL_TYPE = "deberta-v2"
+# the pooler's and the ConvLayer's activation may also be tanh (the ConvLayer's default)
+EXTRA_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {**ACTIVATIONS, "tanh": torch.tanh}
+POS_ATT_TYPES = ("c2p", "p2c")
+REL_NORMS = ("none", "layer_norm")
+
+
+def _value(raw: dict[str, Any], key: str, default: Any) -> Any:
+    """RAW[KEY], or DEFAULT when the field is missing or null (a version that does not write it)."""
+    value = raw.get(key)
+    return default if value is None else value
+
+
+def _names(raw: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> tuple[str, ...]:
+    """A list field that old configs write as one "a|b" string (`pos_att_type`, `norm_rel_ebd`)."""
+    value = _value(raw, key, default)
+    items = value.split("|") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise ValueError(f"{key} {value!r} is neither a list nor a '|'-separated string")
+    names = tuple(dict.fromkeys(str(x).strip().lower() for x in items if str(x).strip()))
+    bad = [n for n in names if n not in allowed]
+    if bad:
+        raise ValueError(f"{key} {bad} is not supported (only {list(allowed)})")
+    return names
+
+
+@dataclass(frozen=True)
+class DebertaV2Config(ConfigBase):
+    vocab_size: int = 128100
+    hidden_size: int = 1536
+    num_hidden_layers: int = 24
+    num_attention_heads: int = 24
+    intermediate_size: int = 6144
+    hidden_act: str = "gelu"
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 0
+    layer_norm_eps: float = 1e-7
+    relative_attention: bool = False
+    max_relative_positions: int = -1
+    position_buckets: int = -1
+    position_biased_input: bool = True
+    pos_att_type: tuple[str, ...] = ()
+    share_att_key: bool = False
+    norm_rel_ebd: tuple[str, ...] = ("none",)
+    embedding_size: int = 1536
+    attention_head_size: int = 64
+    pooler_hidden_act: str = "gelu"
+    conv_kernel_size: int = 0
+    conv_groups: int = 1
+    conv_act: str = "tanh"
+    pad_token_id: int = 0
+    model_type: str = MODEL_TYPE
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> DebertaV2Config:
+        """A config.json as transformers 4.x or 5.x writes it (fields a version drops take their default)."""
+        model_type = read_model_type(raw, MODEL_TYPE)
+        ints = {
+            k: int(_value(raw, k, getattr(cls, k)))
+            for k in (
+                *SIZE_FIELDS,
+                "type_vocab_size",
+                "max_relative_positions",
+                "position_buckets",
+                "conv_kernel_size",
+                "conv_groups",
+                "pad_token_id",
+            )
+        }
+        hidden, heads = ints["hidden_size"], ints["num_attention_heads"]
+        check_heads(hidden, heads)
+        pooler_size = int(_value(raw, "pooler_hidden_size", hidden))
+        if pooler_size != hidden:
+            raise ValueError(f"pooler_hidden_size {pooler_size} differs from hidden_size {hidden} (not supported)")
+        kernel = ints["conv_kernel_size"]
+        if kernel > 0 and kernel % 2 == 0:
+            raise ValueError(f"conv_kernel_size {kernel} is even (only odd kernels keep the row length)")
+        if kernel > 0 and (ints["conv_groups"] < 1 or hidden % ints["conv_groups"]):
+            raise ValueError(f"conv_groups {ints['conv_groups']} does not divide hidden_size {hidden}")
+        num_labels, id2label = config_labels(raw)
+        problem = raw.get("problem_type")
+        return cls(
+            **ints,
+            hidden_act=read_activation(raw, "hidden_act"),
+            layer_norm_eps=float(_value(raw, "layer_norm_eps", cls.layer_norm_eps)),
+            relative_attention=bool(_value(raw, "relative_attention", False)),
+            position_biased_input=bool(_value(raw, "position_biased_input", True)),
+            pos_att_type=_names(raw, "pos_att_type", POS_ATT_TYPES, ""),
+            share_att_key=bool(_value(raw, "share_att_key", False)),
+            norm_rel_ebd=_names(raw, "norm_rel_ebd", REL_NORMS, "none"),
+            embedding_size=int(_value(raw, "embedding_size", hidden)),
+            attention_head_size=int(_value(raw, "attention_head_size", hidden // heads)),
+            pooler_hidden_act=read_activation(raw, "pooler_hidden_act", "gelu", EXTRA_ACTIVATIONS),
+            conv_act=read_activation(raw, "conv_act", "tanh", EXTRA_ACTIVATIONS),
+            num_labels=num_labels,
+            id2label=id2label,
+            problem_type=str(problem) if problem is not None else None,
+            model_type=model_type,
+        )
+
+    @property
+    def relative_max(self) -> int:
+        """The farthest relative position (`max_relative_positions`, -1 → `max_position_embeddings`)."""
+        return self.max_relative_positions if self.max_relative_positions >= 1 else self.max_position_embeddings
+
+    @property
+    def relative_span(self) -> int:
+        """Half the relative-embedding table: `position_buckets` when set, else `relative_max`."""
+        return self.position_buckets if self.position_buckets > 0 else self.relative_max
+
+    @property
+    def uses_relative(self) -> bool:
+        """Whether attention has position terms at all."""
+        return self.relative_attention and bool(self.pos_att_type)
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest row (special tokens included) the model was built for."""
+        return self.max_position_embeddings
+
+
+def log_bucket(relative: torch.Tensor, buckets: int, max_position: int) -> torch.Tensor:
+    """DeBERTa's bucketed relative positions: |δ| ≤ buckets/2 kept, longer distances compressed on a log
+    scale so that max_position − 1 lands on bucket `buckets` − 1 (with δ's sign). Computed in float32 as
+    the reference does, so bucket edges agree to the bit."""
+    mid = buckets // 2
+    sign = torch.sign(relative)
+    inside = (relative < mid) & (relative > -mid)
+    # inside the window the log below is not used; mid − 1 keeps it finite there
+    magnitude = torch.where(inside, torch.full_like(relative, mid - 1), relative.abs())
+    ratio = torch.log(magnitude / mid) / torch.log(torch.tensor((max_position - 1) / mid))
+    far = torch.ceil(ratio * (mid - 1)) + mid
+    return torch.where(magnitude <= mid, relative.to(far.dtype), far * sign).to(torch.long)
+
+
+def relative_positions(distance: torch.Tensor, cfg: DebertaV2Config) -> torch.Tensor:
+    """Query-minus-key distances (long) → relative position ids (bucketed when `position_buckets` > 0)."""
+    if cfg.position_buckets > 0:
+        return log_bucket(distance, cfg.position_buckets, cfg.relative_max)
+    return distance
+
+
+@dataclass(frozen=True)
+class RelativeIndex:
+    """For rows of one length L: which relative-table rows each score reads. `c2p[i, j]` indexes the
+    c2p term of query i / key j; `p2c[j, i]` the p2c term (gathered along the key's row, then
+    transposed); both relative to the first table row read (`c2p_rows` / `p2c_rows`)."""
+
+    c2p: torch.Tensor  # [L, L] long
+    p2c: torch.Tensor  # [L, L] long
+    c2p_rows: slice
+    p2c_rows: slice
+
+
+class DebertaV2Embeddings(nn.Module):
+    def __init__(self, cfg: DebertaV2Config) -> None:
+        super().__init__()
+        e, h = cfg.embedding_size, cfg.hidden_size
+        # `_weight` skips the random init (slow on the meta device; every table is loaded anyway)
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, e, _weight=torch.empty(cfg.vocab_size, e))
+        self.position_embeddings = (
+            nn.Embedding(cfg.max_position_embeddings, e, _weight=torch.empty(cfg.max_position_embeddings, e))
+            if cfg.position_biased_input
+            else None
+        )
+        self.token_type_embeddings = (
+            nn.Embedding(cfg.type_vocab_size, e, _weight=torch.empty(cfg.type_vocab_size, e))
+            if cfg.type_vocab_size > 0
+            else None
+        )
+        self.embed_proj = nn.Linear(e, h, bias=False) if e != h else None
+        self.LayerNorm = nn.LayerNorm(h, eps=cfg.layer_norm_eps)
+
+    def combine(self, words: torch.Tensor, positions: torch.Tensor | None, types: torch.Tensor | None) -> torch.Tensor:
+        """Word vectors (+ position rows, + token types), projected and normed."""
+        x = words
+        if self.position_embeddings is not None and positions is not None:
+            x = x + positions
+        if self.token_type_embeddings is not None:
+            x = x + (self.token_type_embeddings(types) if types is not None else self.token_type_embeddings.weight[0])
+        if self.embed_proj is not None:
+            x = self.embed_proj(x)
+        return self.LayerNorm(x)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        t = input_ids.shape[1]
+        positions = self.position_embeddings.weight[:t] if self.position_embeddings is not None else None
+        return self.combine(self.word_embeddings(input_ids), positions, token_type_ids)
+
+    def packed(self, packed: PackedRows) -> torch.Tensor:
+        positions = self.position_embeddings.weight[packed.positions] if self.position_embeddings is not None else None
+        return self.combine(self.word_embeddings(packed.ids), positions, packed.types)
+
+
+class DebertaV2Layer(PostNormBlock):
+    """One post-norm block with disentangled attention."""
+
+    def __init__(self, cfg: DebertaV2Config) -> None:
+        h, d = cfg.hidden_size, cfg.attention_head_size
+        inner = cfg.num_attention_heads * d
+        super().__init__(cfg, inner)
+        self.head_dim = d
+        self.c2p = "c2p" in cfg.pos_att_type
+        self.p2c = "p2c" in cfg.pos_att_type
+        self.relative = cfg.uses_relative
+        self.share_att_key = cfg.share_att_key
+        # every score term is divided by this (the content term through SDPA's scale)
+        self.divisor = math.sqrt(d * (1 + self.c2p + self.p2c))
+        self.scale = 1.0 / self.divisor
+        own = self.relative and not cfg.share_att_key
+        self.pos_key_proj = nn.Linear(h, inner) if own and self.c2p else None
+        self.pos_query_proj = nn.Linear(h, inner) if own and self.p2c else None
+        # Kr / Qr [heads, 2·span, head_dim]: the relative embeddings projected (`set_relative`)
+        self.register_buffer("pos_key", None, persistent=False)
+        self.register_buffer("pos_query", None, persistent=False)
+
+    @torch.no_grad()
+    def set_relative(self, rel: torch.Tensor) -> None:
+        """Project the (normed) relative embeddings [2·span, H] with this block's position weights."""
+        inner = self.heads * self.head_dim
+
+        def project(linear: nn.Linear | None, part: int) -> torch.Tensor:
+            if linear is not None:
+                y = linear(rel)
+            else:  # share_att_key: the block's own query (part 0) / key (part 1) weights
+                rows = slice(part * inner, (part + 1) * inner)
+                y = F.linear(rel, self.qkv.weight[rows], self.qkv.bias[rows])
+            return y.view(rel.shape[0], self.heads, self.head_dim).transpose(0, 1).contiguous()
+
+        if self.c2p:
+            self.pos_key = project(self.pos_key_proj, 1)
+        if self.p2c:
+            self.pos_query = project(self.pos_query_proj, 0)
+
+    def position_bias(self, q: torch.Tensor, k: torch.Tensor, index: RelativeIndex) -> torch.Tensor:
+        """The c2p + p2c score terms [B, heads, L, L] for Q, K [B, heads, L, head_dim], already divided."""
+        b, heads, n, _ = q.shape
+        score = None
+        if self.c2p:
+            assert self.pos_key is not None, "prepare_relative() was not called after loading"
+            c2p = torch.matmul(q, self.pos_key[:, index.c2p_rows].transpose(-1, -2))
+            c2p = torch.gather(c2p, -1, index.c2p.expand(b, heads, n, n))
+            score = c2p / self.divisor
+        if self.p2c:
+            assert self.pos_query is not None, "prepare_relative() was not called after loading"
+            p2c = torch.matmul(k, self.pos_query[:, index.p2c_rows].transpose(-1, -2))
+            p2c = torch.gather(p2c, -1, index.p2c.expand(b, heads, n, n)).transpose(-1, -2)
+            score = p2c / self.divisor if score is None else score + p2c / self.divisor
+        assert score is not None
+        return score
+
+    def run_bias(
+        self, indices: dict[int, RelativeIndex], q: torch.Tensor, k: torch.Tensor, length: int
+    ) -> torch.Tensor:
+        """`attend_runs`' BIAS for a run of LENGTH-token rows."""
+        return self.position_bias(q, k, indices[length])
+
+    def forward(self, x: torch.Tensor, index: RelativeIndex | None, key_mask: torch.Tensor | None) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        mask = self.position_bias(q, k, index) if self.relative and index is not None else None
+        if key_mask is not None:  # padded keys: never attended
+            mask = key_mask if mask is None else mask.masked_fill(~key_mask, torch.finfo(mask.dtype).min)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+        a = a.transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
+        return self.feed_forward(self.attn_norm(self.attn_out(a) + x))
+
+
+class ConvLayer(nn.Module):
+    """After the first block: LayerNorm(block output + act(conv1d(embeddings))), each row zero-padded."""
+
+    def __init__(self, cfg: DebertaV2Config) -> None:
+        super().__init__()
+        h, k = cfg.hidden_size, cfg.conv_kernel_size
+        self.conv = nn.Conv1d(h, h, k, padding=(k - 1) // 2, groups=cfg.conv_groups)
+        self.LayerNorm = nn.LayerNorm(h, eps=cfg.layer_norm_eps)
+        self.act = EXTRA_ACTIVATIONS[cfg.conv_act]
+
+    def convolve(self, rows: torch.Tensor) -> torch.Tensor:
+        """[B, T, H] → [B, T, H]: the convolution over each row's tokens."""
+        return self.conv(rows.transpose(1, 2)).transpose(1, 2)
+
+    def forward(self, embedded: torch.Tensor, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        out = self.convolve(embedded)
+        if keep is not None:
+            out = out.masked_fill(~keep[..., None], 0.0)
+        y = self.LayerNorm(x + self.act(out))
+        return y * keep[..., None].to(y.dtype) if keep is not None else y
+
+    def packed(self, embedded: torch.Tensor, x: torch.Tensor, packed: PackedRows, ops: ForwardOps) -> torch.Tensor:
+        h = embedded.shape[1]
+        out = torch.empty_like(embedded)
+        for first, end, length, token in packed.runs:
+            span = slice(token, token + (end - first) * length)
+            out[span] = self.convolve(embedded[span].view(end - first, length, h)).reshape(-1, h)
+        return ops.add_norm(self.act(out), x, self.LayerNorm)
+
+
+class DebertaV2Encoder(nn.Module):
+    """Embeddings + the blocks (+ the relative embeddings); `forward` returns the last hidden state [B, T, H]."""
+
+    def __init__(self, cfg: DebertaV2Config) -> None:
+        super().__init__()
+        self.config = cfg
+        h, span = cfg.hidden_size, cfg.relative_span
+        self.embeddings = DebertaV2Embeddings(cfg)
+        self.layers = nn.ModuleList(DebertaV2Layer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.rel_embeddings = (
+            nn.Embedding(2 * span, h, _weight=torch.empty(2 * span, h)) if cfg.relative_attention else None
+        )
+        self.rel_norm = (
+            nn.LayerNorm(h, eps=cfg.layer_norm_eps)
+            if cfg.relative_attention and "layer_norm" in cfg.norm_rel_ebd
+            else None
+        )
+        self.conv = ConvLayer(cfg) if cfg.conv_kernel_size > 0 else None
+        self.relative = cfg.uses_relative
+
+    @property
+    def blocks(self) -> list[DebertaV2Layer]:
+        """The transformer blocks, typed (an `nn.ModuleList` yields plain modules)."""
+        return cast("list[DebertaV2Layer]", list(self.layers))
+
+    @torch.no_grad()
+    def prepare_relative(self) -> None:
+        """Compute every block's projected relative embeddings; call once the weights are loaded."""
+        if self.rel_embeddings is None:
+            return
+        rel = self.rel_embeddings.weight
+        if self.rel_norm is not None:
+            rel = self.rel_norm(rel)
+        for layer in self.blocks:
+            layer.set_relative(rel)
+
+    def _index(self, distance: torch.Tensor, c2p_rows: slice, p2c_rows: slice) -> RelativeIndex:
+        """Table rows for a [L, L] grid of query-minus-key distances (p2c: key-minus-query, transposed)."""
+        top = 2 * self.config.relative_span - 1
+        rel = relative_positions(distance, self.config)
+        c2p = (rel + self.config.relative_span).clamp(0, top) - (c2p_rows.start or 0)
+        p2c = (self.config.relative_span - rel).clamp(0, top) - (p2c_rows.start or 0)
+        return RelativeIndex(c2p, p2c, c2p_rows, p2c_rows)
+
+    def padded_index(self, input_ids: torch.Tensor) -> RelativeIndex:
+        """The whole table for T-token rows, in tensor ops only (the ONNX export traces it)."""
+        pos = torch.arange(input_ids.shape[1], device=input_ids.device)
+        whole = slice(0, 2 * self.config.relative_span)
+        return self._index(pos[:, None] - pos[None, :], whole, whole)
+
+    def run_index(self, length: int, device: torch.device) -> RelativeIndex:
+        """For LENGTH-token rows: only the table rows their distances reach (a short row reads a few)."""
+        span, top = self.config.relative_span, 2 * self.config.relative_span - 1
+        rel = relative_positions(torch.arange(-(length - 1), length), self.config)
+        c2p, p2c = (rel + span).clamp(0, top), (span - rel).clamp(0, top)
+        c2p_rows = slice(int(c2p.min()), int(c2p.max()) + 1)
+        p2c_rows = slice(int(p2c.min()), int(p2c.max()) + 1)
+        pos = torch.arange(length, device=device)
+        return self._index(pos[:, None] - pos[None, :], c2p_rows, p2c_rows)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        t = input_ids.shape[1]
+        if t > self.config.max_tokens:
+            raise ValueError(f"row of {t} tokens exceeds the {self.config.max_tokens} positions of this model")
+        x = self.embeddings(input_ids, token_type_ids)
+        keep = key_mask = None
+        if attention_mask is not None:  # [B, T], True / 1 = a real token
+            keep = attention_mask.to(torch.bool)
+            x = x * keep[..., None].to(x.dtype)
+            key_mask = keep[:, None, None, :]
+        index = self.padded_index(input_ids) if self.relative else None
+        embedded = x
+        for i, layer in enumerate(self.layers):
+            x = layer(x, index, key_mask)
+            if i == 0 and self.conv is not None:
+                x = self.conv(embedded, x, keep)
+        return x
+
+    def packed_forward(self, packed: PackedRows, linears: Sequence[LayerLinears], ops: ForwardOps) -> torch.Tensor:
+        """The last hidden state of every real token, [N, H], rows in PACKED's sorted order."""
+        x = self.embeddings.packed(packed)
+        device = x.device
+        indices = {length: self.run_index(length, device) for _, _, length, _ in packed.runs} if self.relative else {}
+        embedded = x
+        for i, (layer, lin) in enumerate(zip(self.blocks, linears)):
+            n = x.shape[0]
+            q, k, v = lin.qkv(x).view(n, 3, layer.heads, layer.head_dim).unbind(1)
+            bias = partial(layer.run_bias, indices) if layer.relative else None
+            attended = attend_runs(q, k, v, packed, bias=bias, scale=layer.scale)
+            x = ops.add_norm(lin.attn_out(attended), x, layer.attn_norm)
+            x = ops.add_norm(lin.ffn_out(lin.ffn_in_act(x)), x, layer.ffn_norm)
+            if i == 0 and self.conv is not None:
+                x = self.conv.packed(embedded, x, packed, ops)
+        return x
+
+
+class ContextPooler(nn.Module):
+    """dense + `pooler_hidden_act` on the first ([CLS]) token."""
+
+    def __init__(self, hidden: int, act: str) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+        self.act = EXTRA_ACTIVATIONS[act]
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(hidden_states[:, 0]))
+
+
+class DebertaV2ClassificationHead(nn.Module):
+    """`DebertaV2ForSequenceClassification`'s head: the context pooler, then a linear layer to the logits."""
+
+    reads_first_token = True  # the unpadded forward may hand it each row's first token alone
+
+    def __init__(self, cfg: DebertaV2Config) -> None:
+        super().__init__()
+        self.pooler = ContextPooler(cfg.hidden_size, cfg.pooler_hidden_act)
+        self.classifier = nn.Linear(cfg.hidden_size, cfg.num_labels)
+
+    def forward(self, hidden_states: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.classifier(self.pooler(hidden_states))
+
+
+def _encoder_state(w: Weights, cfg: DebertaV2Config) -> dict[str, torch.Tensor]:
+    state = {
+        **take_linear(w, "embeddings.word_embeddings", "embeddings.word_embeddings", bias=False),
+        **take_linear(w, "embeddings.LayerNorm", "embeddings.LayerNorm"),
+    }
+    if cfg.position_biased_input:
+        state.update(take_linear(w, "embeddings.position_embeddings", "embeddings.position_embeddings", bias=False))
+    if cfg.type_vocab_size > 0:
+        state.update(take_linear(w, "embeddings.token_type_embeddings", "embeddings.token_type_embeddings", bias=False))
+    if cfg.embedding_size != cfg.hidden_size:
+        state.update(take_linear(w, "embeddings.embed_proj", "embeddings.embed_proj", bias=False))
+    if cfg.relative_attention:
+        state.update(take_linear(w, "rel_embeddings", "encoder.rel_embeddings", bias=False))
+        if "layer_norm" in cfg.norm_rel_ebd:
+            state.update(take_linear(w, "rel_norm", "encoder.LayerNorm"))
+    if cfg.conv_kernel_size > 0:
+        state.update(take_linear(w, "conv.conv", "encoder.conv.conv"))
+        state.update(take_linear(w, "conv.LayerNorm", "encoder.conv.LayerNorm"))
+    own = cfg.uses_relative and not cfg.share_att_key
+    qkv = [f"attention.self.{n}_proj" for n in ("query", "key", "value")]
+    for i in range(cfg.num_hidden_layers):
+        src, dst = f"encoder.layer.{i}.", f"layers.{i}."
+        state |= post_norm_block_state(w, src, dst, qkv, BERT_BLOCK_NAMES)
+        if own and "c2p" in cfg.pos_att_type:
+            state.update(take_linear(w, dst + "pos_key_proj", src + "attention.self.pos_key_proj"))
+        if own and "p2c" in cfg.pos_att_type:
+            state.update(take_linear(w, dst + "pos_query_proj", src + "attention.self.pos_query_proj"))
+    return state
+
+
+def _head_state(w: Weights, cfg: DebertaV2Config) -> dict[str, torch.Tensor] | None:
+    if "classifier.weight" not in w:
+        return None
+    return take_linear(w, "pooler.dense", "pooler.dense") | take_linear(w, "classifier", "classifier")
+
+
+def load_deberta_v2(
+    folder: Path, dtype: torch.dtype = torch.float32
+) -> tuple[DebertaV2Encoder, DebertaV2ClassificationHead | None]:
+    """Read config.json and the safetensors of FOLDER: the encoder, and the head when there is one."""
+    encoder, head = load_parts(
+        folder,
+        dtype,
+        config=DebertaV2Config.from_folder,
+        encoder=DebertaV2Encoder,
+        head=DebertaV2ClassificationHead,
+        encoder_state=_encoder_state,
+        head_state=_head_state,
+    )
+    encoder.prepare_relative()
+    return encoder, head
+
+
+# ---- tiny random packages (`vllm-srun fixture`): config.json and tensors under transformers' names ----
+
+STYLES = ("v3", "v2")
+
+
+def fixture_config(
+    vocab_size: int,
+    pad_token_id: int,
+    num_labels: int | None,
+    *,
+    style: str = "v3",
+    bos_token_id: int = 1,
+    eos_token_id: int = 2,
+    **options: Any,
+) -> dict[str, Any]:
+    """config.json as transformers 4.x writes it for `DebertaV2Model` / `DebertaV2ForSequenceClassification`.
+    STYLE "v3" (DeBERTa-v3 / mDeBERTa: no absolute positions, shared position keys, log buckets, normed
+    relative embeddings; `position_buckets` 32 here so tiny rows reach the buckets) or "v2" (absolute
+    positions, own position projections, plain relative positions, "c2p|p2c" as old configs write it).
+    BOS / EOS default to DeBERTa-v3's [CLS] / [SEP] ids. OPTIONS: `FixtureSizes`' fields, and config
+    fields to replace or add."""
+    size, overrides = FixtureSizes.pick(options)
+    if style not in STYLES:
+        raise ValueError(f"style {style!r} is not one of {STYLES}")
+    arch = "DebertaV2Model" if num_labels is None else "DebertaV2ForSequenceClassification"
+    config: dict[str, Any] = {
+        "architectures": [arch],
+        "attention_probs_dropout_prob": 0.0,
+        "bos_token_id": bos_token_id,
+        "eos_token_id": eos_token_id,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.0,
+        "hidden_size": size.hidden,
+        "initializer_range": 0.02,
+        "intermediate_size": size.intermediate,
+        "layer_norm_eps": 1e-7,
+        "legacy": True,
+        "max_position_embeddings": size.positions,
+        "max_relative_positions": -1,
+        "model_type": MODEL_TYPE,
+        "num_attention_heads": size.heads,
+        "num_hidden_layers": size.layers,
+        "pad_token_id": pad_token_id,
+        "pooler_dropout": 0,
+        "pooler_hidden_act": "gelu",
+        "pooler_hidden_size": size.hidden,
+        "relative_attention": True,
+        "torch_dtype": "float32",
+        "type_vocab_size": 0,
+        "vocab_size": vocab_size,
+    }
+    if style == "v3":
+        config.update(
+            norm_rel_ebd="layer_norm",
+            pos_att_type=["p2c", "c2p"],
+            position_biased_input=False,
+            position_buckets=32,
+            share_att_key=True,
+        )
+    else:
+        config.update(pos_att_type="c2p|p2c", position_biased_input=True, share_att_key=False)
+    config.update(label_fields(num_labels))
+    config.update(overrides)
+    return dict(sorted(config.items()))
+
+
+def fixture_weights(config: dict[str, Any], num_labels: int | None, seed: int) -> dict[str, np.ndarray]:
+    """Random float32 tensors for CONFIG under the names of transformers' `DebertaV2Model.state_dict()`
+    (or `DebertaV2ForSequenceClassification`'s, `deberta.`-prefixed, with the pooler and classifier)."""
+    cfg = DebertaV2Config.from_dict(config)
+    t = FixtureTensors(seed)
+    h, e, inner = cfg.hidden_size, cfg.embedding_size, cfg.num_attention_heads * cfg.attention_head_size
+    base = "deberta." if num_labels is not None else ""
+    out = {f"{base}embeddings.word_embeddings.weight": t.normal(cfg.vocab_size, e)}
+    if cfg.position_biased_input:
+        out[f"{base}embeddings.position_embeddings.weight"] = t.normal(cfg.max_position_embeddings, e)
+    if cfg.type_vocab_size > 0:
+        out[f"{base}embeddings.token_type_embeddings.weight"] = t.normal(cfg.type_vocab_size, e)
+    if e != h:
+        out.update(t.linear(f"{base}embeddings.embed_proj", h, e, bias=False))
+    out.update(t.norm(f"{base}embeddings.LayerNorm", h))
+    enc = f"{base}encoder."
+    own = cfg.relative_attention and not cfg.share_att_key
+    for i in range(cfg.num_hidden_layers):
+        p = f"{enc}layer.{i}."
+        for name in ("query_proj", "key_proj", "value_proj"):
+            out.update(t.linear(f"{p}attention.self.{name}", inner, h))
+        if own and "c2p" in cfg.pos_att_type:
+            out.update(t.linear(f"{p}attention.self.pos_key_proj", inner, h))
+        if own and "p2c" in cfg.pos_att_type:
+            out.update(t.linear(f"{p}attention.self.pos_query_proj", inner, h))
+        out.update(t.linear(f"{p}attention.output.dense", h, inner))
+        out.update(t.norm(f"{p}attention.output.LayerNorm", h))
+        out.update(t.linear(f"{p}intermediate.dense", cfg.intermediate_size, h))
+        out.update(t.linear(f"{p}output.dense", h, cfg.intermediate_size))
+        out.update(t.norm(f"{p}output.LayerNorm", h))
+    if cfg.relative_attention:
+        out[f"{enc}rel_embeddings.weight"] = t.normal(2 * cfg.relative_span, h)
+    if "layer_norm" in cfg.norm_rel_ebd:  # transformers builds it even without relative attention
+        out.update(t.norm(f"{enc}LayerNorm", h))
+    if cfg.conv_kernel_size > 0:
+        out.update(
+            {
+                f"{enc}conv.conv.weight": t.normal(h, h // cfg.conv_groups, cfg.conv_kernel_size),
+                f"{enc}conv.conv.bias": t.normal(h),
+            }
+        )
+        out.update(t.norm(f"{enc}conv.LayerNorm", h))
+    if num_labels is not None:
+        out.update(t.linear("pooler.dense", h, h))
+        out.update(t.linear("classifier", num_labels, h))
+    return out

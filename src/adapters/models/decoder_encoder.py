@@ -1,0 +1,490 @@
+"""Decoder backbones (Qwen3 / Qwen2 / Llama) on the encoder surfaces: last-token embedders
+(Qwen3-Embedding, gte-Qwen2 …) and yes/no rerankers (the Qwen3-Reranker recipe).
+
+`load_decoder_encoder(folder, dtype)` → `(DecoderEncoder, head | None)`. The encoder wraps our
+`DecoderLM` (`decoder.py`: config, embeddings, RMSNorms, rotary tables) and follows
+`encoder_arch.EncoderModule`:
+- padded `forward(ids, mask, types)` → final-normed hidden states [B, T, H] of RIGHT-padded rows:
+  attention is causal, so padding after a row's real tokens never changes them (the mask is not
+  needed; padded positions hold meaningless values that pooling and the heads never read);
+- `packed_forward(packed, linears, ops)` → [N, H]: every token of the forward back to back through
+  the linears as one matrix, rotary at `packed.positions` (restarting at 0 per row), causal
+  attention per run of equal-length rows (never across rows). The blocks are pre-norm
+  (`x + delta`, the norm of the sum feeding the next linear), so `ops` (post-norm `add_norm`,
+  non-causal attention) has nothing to do here;
+- `blocks`: one `DecoderBlock` per layer with `qkv` (q_proj, k_proj, v_proj concatenated: sizes differ
+  under GQA), `attn_out` (o_proj), `ffn_in` (gate_proj, up_proj concatenated; `glu`, `activate(y) =
+  silu(gate) * up`), `ffn_out` (down_proj). The concatenated linears own the weights; the wrapped
+  model's q/k/v, gate and up projections are views of them (re-tied after `.to()`).
+`default_pooling` is `lasttoken` (each row's last real token, under any padding side).
+
+Heads (`reads_first_token = False`, both read each row's last real token): `ScoreHead` for a
+`…ForSequenceClassification` checkpoint (`score.weight`); otherwise `YesNoHead` when srun.json has
+`rerank` or lists the `rerank` surface: one logit (lm_head[yes] − lm_head[no]) · h, so
+sigmoid(logit) = P(yes) / (P(yes) + P(no)), the recipe's score. The wrapped model's output layer is
+not kept (only the yes/no head's two rows are): its `logits_at` are not for use.
+
+`fixture_config` / `fixture_weights` write tiny random packages under transformers' names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vllm_srun.adapters.families.manifest import read_manifest
+from vllm_srun.adapters.models.decoder import DecoderConfig, DecoderLayer, DecoderLM, RMSNorm, apply_rotary
+from vllm_srun.adapters.models.encoder_parts import (
+    ConfigBase,
+    FixtureSizes,
+    FixtureTensors,
+    assign,
+    config_labels,
+    label_fields,
+)
+from vllm_srun.adapters.models.encoders import read_config
+from vllm_srun.adapters.models.unpadded import attend_runs
+from vllm_srun.adapters.models.weights import WeightsError, load_weights
+
+if TYPE_CHECKING:
+    from vllm_srun.adapters.models.unpadded import ForwardOps, LayerLinears, PackedRows
+
+SUPPORTED_TYPES = ("qwen3", "qwen2", "llama")
+ARCH_NAMES = {"qwen3": "Qwen3", "qwen2": "Qwen2", "llama": "Llama"}
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+@dataclass(frozen=True)
+class DecoderEncoderConfig(ConfigBase):
+    """The `EncoderConfigLike` view of a decoder's config.json (the decoder's own fields in `decoder`)."""
+
+    decoder: DecoderConfig
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    max_position_embeddings: int
+    hidden_act: str = "silu"
+    pad_token_id: int = 0
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], pad_token_id: int | None = None) -> DecoderEncoderConfig:
+        """Read a config.json (transformers 4.x or 5.x); PAD_TOKEN_ID is the fallback when it has none."""
+        kind = str(raw.get("model_type", "")).lower()
+        if kind not in SUPPORTED_TYPES:
+            raise ValueError(
+                f"model_type {kind!r} is not a decoder backbone we serve as an encoder ({SUPPORTED_TYPES})"
+            )
+        decoder = DecoderConfig.from_dict(raw)
+        if decoder.head_dim % 2:
+            raise ValueError(f"head_dim {decoder.head_dim} is odd: rotary embeddings need an even head size")
+        if decoder.num_heads % decoder.num_kv_heads:
+            raise ValueError(
+                f"num_key_value_heads {decoder.num_kv_heads} does not divide num_attention_heads {decoder.num_heads}"
+            )
+        num_labels, id2label = config_labels(raw)
+        pad = raw.get("pad_token_id")
+        if not isinstance(pad, int):
+            pad = pad_token_id
+        if not isinstance(pad, int) or not 0 <= pad < decoder.vocab_size:
+            pad = 0  # any id in the vocabulary pads right-padded causal rows
+        return cls(
+            decoder=decoder,
+            model_type=kind,
+            vocab_size=decoder.vocab_size,
+            hidden_size=decoder.hidden_size,
+            num_hidden_layers=decoder.num_layers,
+            num_attention_heads=decoder.num_heads,
+            max_position_embeddings=decoder.max_position_embeddings,
+            pad_token_id=pad,
+            num_labels=num_labels,
+            id2label=id2label,
+            problem_type=raw.get("problem_type"),
+        )
+
+    @property
+    def max_tokens(self) -> int:
+        return self.max_position_embeddings
+
+
+def _fuse(parts: Sequence[nn.Linear]) -> nn.Linear:
+    """One linear layer whose outputs are PARTS' outputs one after the other."""
+    bias = parts[0].bias is not None
+    with torch.device("meta"):
+        fused = nn.Linear(parts[0].in_features, sum(p.out_features for p in parts), bias=bias)
+    fused.weight = nn.Parameter(torch.cat([p.weight.detach() for p in parts]), requires_grad=False)
+    if bias:
+        fused.bias = nn.Parameter(
+            torch.cat([cast("torch.Tensor", p.bias).detach() for p in parts]), requires_grad=False
+        )
+    _tie(fused, parts)
+    return fused
+
+
+def _tie(fused: nn.Linear, parts: Sequence[nn.Linear]) -> None:
+    """PARTS' weights (and biases) become views of FUSED's, so no tensor is held twice."""
+    sizes = [p.out_features for p in parts]
+    for part, w in zip(parts, fused.weight.detach().split(sizes), strict=True):
+        part.weight = nn.Parameter(w, requires_grad=False)
+    if fused.bias is not None:
+        for part, b in zip(parts, fused.bias.detach().split(sizes), strict=True):
+            part.bias = nn.Parameter(b, requires_grad=False)
+
+
+class DecoderBlock(nn.Module):
+    """One decoder layer seen as an encoder block (`encoder_arch.EncoderBlock`): pre-norm attention
+    (causal, rotary, per-head q/k norms for Qwen3) then a SwiGLU feed-forward."""
+
+    hidden_act = "silu"
+    glu = True  # ffn_in gives [gate, up]; activate → silu(gate) * up
+
+    def __init__(self, layer: DecoderLayer, c: DecoderConfig) -> None:
+        super().__init__()
+        attn, mlp = layer.self_attn, layer.mlp
+        self.heads, self.kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
+        self.sizes = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.num_kv_heads * c.head_dim)
+        self.intermediate = c.intermediate_size
+        self.input_norm = layer.input_layernorm
+        self.post_norm = layer.post_attention_layernorm
+        self.q_norm: RMSNorm | None = getattr(attn, "q_norm", None)
+        self.k_norm: RMSNorm | None = getattr(attn, "k_norm", None)
+        self.qkv = _fuse((attn.q_proj, attn.k_proj, attn.v_proj))
+        self.attn_out = attn.o_proj
+        self.ffn_in = _fuse((mlp.gate_proj, mlp.up_proj))
+        self.ffn_out = mlp.down_proj
+        self._layer = (layer,)  # the wrapped layer (registered under the encoder's `lm`)
+
+    def retie(self) -> None:
+        """Make the wrapped layer's split projections views of the fused ones again (after `.to()`)."""
+        attn, mlp = self._layer[0].self_attn, self._layer[0].mlp
+        _tie(self.qkv, (attn.q_proj, attn.k_proj, attn.v_proj))
+        _tie(self.ffn_in, (mlp.gate_proj, mlp.up_proj))
+
+    def activate(self, y: torch.Tensor) -> torch.Tensor:
+        gate, up = y.split(self.intermediate, dim=-1)
+        return F.silu(gate) * up
+
+    def split_heads(
+        self, y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """qkv's output [..., T, q+k+v] → q [..., T, heads, d], k and v [..., T, kv_heads, d]; q and k
+        normed per head (Qwen3) and turned by the rotary tables COS / SIN [..., T, 1, d]."""
+        q, k, v = y.split(self.sizes, dim=-1)
+        d = self.head_dim
+        q = q.reshape(*q.shape[:-1], self.heads, d)
+        k = k.reshape(*k.shape[:-1], self.kv_heads, d)
+        v = v.reshape(*v.shape[:-1], self.kv_heads, d)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal attention of rows [B, T, heads, d] (k / v with kv_heads) → [B, T, heads · d]."""
+        rep = self.heads // self.kv_heads
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if rep > 1:
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return out.transpose(1, 2).reshape(out.shape[0], out.shape[2], self.heads * self.head_dim)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Right-padded rows [B, T, H]; COS / SIN [B, T, 1, d]."""
+        q, k, v = self.split_heads(self.qkv(self.input_norm(x)), cos, sin)
+        x = x + self.attn_out(self.attend(q, k, v))
+        return x + self.ffn_out(self.activate(self.ffn_in(self.post_norm(x))))
+
+
+class DecoderEncoder(nn.Module):
+    """A `DecoderLM` as an encoder (module doc): final-normed hidden states of every token."""
+
+    default_pooling = "lasttoken"
+
+    def __init__(self, config: DecoderEncoderConfig, lm: DecoderLM) -> None:
+        super().__init__()
+        self.config = config
+        self.lm = lm
+        self.layers = nn.ModuleList(DecoderBlock(layer, config.decoder) for layer in lm.model.blocks)
+
+    @property
+    def blocks(self) -> list[DecoderBlock]:
+        return cast("list[DecoderBlock]", list(self.layers))
+
+    def _apply(self, fn, recurse: bool = True):
+        out = super()._apply(fn, recurse)
+        for block in self.blocks:  # moving or casting copies each parameter on its own: share again
+            block.retie()
+        return out
+
+    def _check_length(self, longest: int) -> None:
+        if longest > self.config.max_tokens:
+            raise ValueError(f"row of {longest} tokens exceeds the {self.config.max_tokens} positions of this model")
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Final-normed hidden states [B, T, H] of right-padded rows (the mask and type ids are not needed)."""
+        self._check_length(int(input_ids.shape[1]))
+        positions = torch.ones_like(input_ids).cumsum(1) - 1  # 0..T-1 per row (trace-friendly)
+        cos, sin = self.lm.rotary(positions)
+        cos, sin = cos.transpose(1, 2), sin.transpose(1, 2)  # [B, T, 1, d]
+        x = self.lm.model.embed_tokens(input_ids)
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        return self.lm.model.norm(x)
+
+    def packed_forward(self, packed: PackedRows, linears: Sequence[LayerLinears], ops: ForwardOps) -> torch.Tensor:
+        """Final-normed hidden states of every real token, [N, H], rows in PACKED's sorted order."""
+        del ops  # pre-norm blocks and causal attention: see the module doc
+        self._check_length(packed.longest)
+        cos, sin = self.lm.rotary(packed.positions[None])
+        cos, sin = cos[0, 0, :, None], sin[0, 0, :, None]  # [N, 1, d]
+        x = self.lm.model.embed_tokens(packed.ids)
+        for block, lin in zip(self.blocks, linears, strict=True):
+            q, k, v = block.split_heads(lin.qkv(block.input_norm(x)), cos, sin)
+            x = x + lin.attn_out(attend_runs(q, k, v, packed, causal=True))
+            x = x + lin.ffn_out(lin.ffn_in_act(block.post_norm(x)))
+        return self.lm.model.norm(x)
+
+
+def _last_tokens(hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Each row's last real token [B, H] (right or left padding; MASK None: every row is full)."""
+    if mask is None:
+        return hidden[:, -1]
+    positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
+    last = (mask.to(positions.dtype) * positions).argmax(dim=1)
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+
+
+class YesNoHead(nn.Module):
+    """The yes/no reranker's answer as one logit: (lm_head[yes] − lm_head[no]) · h at each row's last
+    token, so sigmoid(logit) = softmax([no, yes])[yes] (the Qwen3-Reranker score)."""
+
+    reads_first_token = False
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.score = nn.Linear(hidden, 1, bias=False)
+
+    @classmethod
+    def from_rows(cls, yes: torch.Tensor, no: torch.Tensor) -> YesNoHead:
+        with torch.device("meta"):
+            head = cls(yes.shape[0])
+        direction = (yes.float() - no.float()).to(yes.dtype)[None]
+        head.score.weight = nn.Parameter(direction.contiguous(), requires_grad=False)
+        return head.eval()
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.score(_last_tokens(hidden, mask))
+
+
+class ScoreHead(nn.Module):
+    """`…ForSequenceClassification`'s head on a decoder: `score` (no bias) at each row's last token."""
+
+    reads_first_token = False
+
+    def __init__(self, hidden: int, num_labels: int) -> None:
+        super().__init__()
+        self.score = nn.Linear(hidden, num_labels, bias=False)
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.score(_last_tokens(hidden, mask))
+
+
+def _tokenizer_pad(folder: Path) -> int | None:
+    """The pad id the package's tokenizer names (tokenizer_config.json `pad_token`), if any."""
+    from tokenizers import Tokenizer
+
+    try:
+        cfg = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        token = cfg.get("pad_token")
+        token = token.get("content") if isinstance(token, dict) else token
+        if not isinstance(token, str):
+            return None
+        return Tokenizer.from_file(str(folder / "tokenizer.json")).token_to_id(token)
+    except Exception:
+        return None
+
+
+def _wants_yes_no(manifest: dict[str, Any], has_score: bool) -> bool:
+    """The yes/no head: srun.json asks for a reranker and the checkpoint has no head of its own."""
+    return not has_score and ("rerank" in manifest or "rerank" in (manifest.get("surfaces") or ()))
+
+
+def load_decoder_encoder(
+    folder: Path, dtype: torch.dtype = torch.float32
+) -> tuple[DecoderEncoder, YesNoHead | ScoreHead | None]:
+    """Read config.json, srun.json and the safetensors of FOLDER: the encoder and its head (module doc)."""
+    from vllm_srun.adapters.models.prompted_pairs import RerankPrompt
+
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    cfg = DecoderEncoderConfig.from_dict(read_config(folder), _tokenizer_pad(folder))
+    w = load_weights(folder, dtype)
+    extra = {"lm_head.weight", "score.weight"}
+    state = {f"model.{k}": v for k, v in w.tensors.items() if k not in extra and not k.endswith(_IGNORED_SUFFIXES)}
+    with torch.device("meta"):
+        lm = DecoderLM(cfg.decoder)
+    lm.lm_head = None  # the output layer is not kept: the yes/no head takes its two rows (below)
+    try:
+        missing, unexpected = lm.load_state_dict(state, strict=False, assign=True)
+    except RuntimeError as exc:  # shape mismatches between config.json and the tensors
+        raise WeightsError(f"{folder} does not fit its config.json: {str(exc).splitlines()[-1].strip()}") from exc
+    if missing or unexpected:
+        raise WeightsError(
+            f"weights in {folder} do not fit the {cfg.model_type} layout: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+    lm.eval().requires_grad_(False)
+    head: YesNoHead | ScoreHead | None = None
+    if _wants_yes_no(manifest, "score.weight" in w):
+        from tokenizers import Tokenizer
+
+        prompt = RerankPrompt.from_manifest(manifest)
+        if not (folder / "tokenizer.json").is_file():
+            raise ValueError(f"a yes/no reranker needs its tokenizer.json (not in {folder})")
+        yes, no = prompt.answer_ids(Tokenizer.from_file(str(folder / "tokenizer.json")))
+        if cfg.decoder.tie_word_embeddings:
+            table = lm.model.embed_tokens.weight
+        elif "lm_head.weight" in w:
+            table = w.take("lm_head.weight")
+        else:
+            raise WeightsError(f"a yes/no reranker needs lm_head.weight (untied) and {folder} has none")
+        if max(yes, no) >= table.shape[0]:
+            raise ValueError(
+                f"srun.json rerank yes/no token ids {yes}/{no} are outside the {table.shape[0]} output rows"
+            )
+        head = YesNoHead.from_rows(table[yes].detach(), table[no].detach())
+        cfg = replace(cfg, num_labels=1, id2label={0: "LABEL_0"})
+    elif "score.weight" in w:
+        score = w.take("score.weight")
+        if score.ndim != 2 or score.shape[1] != cfg.hidden_size:
+            raise WeightsError(
+                f"score.weight of {folder} has shape {tuple(score.shape)}, not [labels, {cfg.hidden_size}]"
+            )
+        if score.shape[0] != cfg.num_labels:
+            cfg = replace(cfg, num_labels=score.shape[0], id2label={i: f"LABEL_{i}" for i in range(score.shape[0])})
+        with torch.device("meta"):
+            head = ScoreHead(cfg.hidden_size, cfg.num_labels)
+        head = assign(head, {"score.weight": score}, str(folder))
+    return DecoderEncoder(cfg, lm).eval().requires_grad_(False), head
+
+
+# ---------------------------------------------------------------- fixtures (vllm-srun fixture)
+def fixture_config(
+    vocab_size: int,
+    pad_token_id: int,
+    num_labels: int | None,
+    *,
+    model_type: str = "qwen3",
+    kv_heads: int | None = None,
+    head_dim: int | None = None,
+    tie_word_embeddings: bool = True,
+    causal_lm: bool = True,
+    **sizes: int,
+) -> dict[str, Any]:
+    """config.json as transformers 5.x writes it for `<Arch>ForSequenceClassification` (NUM_LABELS
+    set), `<Arch>ForCausalLM` (CAUSAL_LM: the reranker's layout, also Qwen3-Embedding's) or the bare
+    `<Arch>Model`; SIZES are `FixtureSizes`' fields. KV_HEADS defaults to half the heads (GQA) when that
+    divides them."""
+    size = FixtureSizes(**sizes)
+    if model_type not in SUPPORTED_TYPES:
+        raise ValueError(f"model_type {model_type!r} is not one of {SUPPORTED_TYPES}")
+    arch = ARCH_NAMES[model_type]
+    kind = "ForSequenceClassification" if num_labels is not None else "ForCausalLM" if causal_lm else "Model"
+    kv = kv_heads or (size.heads // 2 if size.heads % 2 == 0 else size.heads)
+    dim = head_dim or size.hidden // size.heads
+    config: dict[str, Any] = {
+        "architectures": [f"{arch}{kind}"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": None,
+        "dtype": "float32",
+        "eos_token_id": pad_token_id,
+        "head_dim": dim,
+        "hidden_act": "silu",
+        "hidden_size": size.hidden,
+        "initializer_range": 0.02,
+        "intermediate_size": size.intermediate,
+        "layer_types": ["full_attention"] * size.layers,
+        "max_position_embeddings": size.positions,
+        "max_window_layers": 28,
+        "mlp_bias": False,
+        "model_type": model_type,
+        "num_attention_heads": size.heads,
+        "num_hidden_layers": size.layers,
+        "num_key_value_heads": kv,
+        "pad_token_id": pad_token_id,
+        "pretraining_tp": 1,
+        "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "sliding_window": None,
+        "tie_word_embeddings": tie_word_embeddings,
+        "transformers_version": "5.24.0",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": vocab_size,
+    }
+    drop = {
+        "qwen3": ("mlp_bias", "pretraining_tp"),
+        "qwen2": ("attention_bias", "head_dim", "mlp_bias", "pretraining_tp"),
+        "llama": ("layer_types", "max_window_layers", "sliding_window", "use_sliding_window"),
+    }[model_type]
+    for key in drop:
+        config.pop(key)
+    if model_type == "qwen2" and dim != size.hidden // size.heads:
+        raise ValueError(
+            f"qwen2 has no head_dim field: head size is hidden // heads ({size.hidden // size.heads}, not {dim})"
+        )
+    config.update(label_fields(num_labels))
+    return dict(sorted(config.items()))
+
+
+def fixture_weights(config: dict[str, Any], num_labels: int | None, seed: int) -> dict[str, np.ndarray]:
+    """Random float32 tensors under the names of the config's architecture (`<Arch>Model`: no prefix;
+    `…ForCausalLM` / `…ForSequenceClassification`: `model.` + `lm_head.weight` when untied / `score.weight`)."""
+    t = FixtureTensors(seed)
+    kind = str(config["model_type"])
+    hidden, inter, vocab = int(config["hidden_size"]), int(config["intermediate_size"]), int(config["vocab_size"])
+    heads = int(config["num_attention_heads"])
+    kv = int(config.get("num_key_value_heads") or heads)
+    dim = int(config.get("head_dim") or hidden // heads)
+    architecture = str((config.get("architectures") or [""])[0])
+    prefix = "" if architecture.endswith("Model") else "model."
+    qkv_bias = kind == "qwen2" or bool(config.get("attention_bias"))
+    o_bias = kind != "qwen2" and bool(config.get("attention_bias"))
+    mlp_bias = bool(config.get("mlp_bias"))
+    out = {f"{prefix}embed_tokens.weight": t.normal(vocab, hidden)}
+    for i in range(int(config["num_hidden_layers"])):
+        p = f"{prefix}layers.{i}."
+        out.update(t.norm(p + "input_layernorm", hidden, bias=False))
+        out.update(t.norm(p + "post_attention_layernorm", hidden, bias=False))
+        for name, rows, cols, has_bias in (
+            ("self_attn.q_proj", heads * dim, hidden, qkv_bias),
+            ("self_attn.k_proj", kv * dim, hidden, qkv_bias),
+            ("self_attn.v_proj", kv * dim, hidden, qkv_bias),
+            ("self_attn.o_proj", hidden, heads * dim, o_bias),
+            ("mlp.gate_proj", inter, hidden, mlp_bias),
+            ("mlp.up_proj", inter, hidden, mlp_bias),
+            ("mlp.down_proj", hidden, inter, mlp_bias),
+        ):
+            out.update(t.linear(p + name, rows, cols, has_bias, bias_scale=0.1))
+        if kind == "qwen3":
+            out.update(t.norm(p + "self_attn.q_norm", dim, bias=False))
+            out.update(t.norm(p + "self_attn.k_norm", dim, bias=False))
+    out.update(t.norm(f"{prefix}norm", hidden, bias=False))
+    if architecture.endswith("ForCausalLM") and not config.get("tie_word_embeddings", False):
+        out["lm_head.weight"] = t.normal(vocab, hidden)
+    if num_labels is not None:
+        out["score.weight"] = t.normal(num_labels, hidden)
+    return out

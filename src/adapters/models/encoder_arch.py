@@ -1,0 +1,95 @@
+"""What an encoder architecture gives the encoder family and its engines, whatever its maths.
+
+Every architecture (`bert.py` for BERT / RoBERTa / XLM-RoBERTa, `distilbert.py`, `mpnet.py`,
+`deberta_v2.py`, `modernbert.py`, `decoder_encoder.py` for Qwen3 / Qwen2 / Llama embedders and
+yes/no rerankers) is a module with a loader `load(folder, dtype) -> (encoder, head | None)`
+(registered in `encoders.py`), an encoder module and an optional head that follow the protocols
+below. The engines only ever talk to these protocols:
+
+- the padded reference forward `encoder(ids, mask, types)` (`ReferenceEncoder`, the ONNX export,
+  the oneDNN numerics check) — right-padded rows, `mask` a bool [B, T] (True = real token) or
+  None when every row is full, `types` [B, T] or None (all 0);
+- the unpadded serving forward `encoder.packed_forward(packed, linears, ops)` (`unpadded.py`):
+  rows back to back as [N, H], the four linears of each block taken from LINEARS (eager
+  `nn.Linear`s or the oneDNN packed copies), attention per run of equal-length rows;
+- `encoder.blocks`: each block's four linears under the names `qkv` (Q, K and V concatenated in
+  that order), `attn_out`, `ffn_in` and `ffn_out`, plus `hidden_act`, `glu` and `activate(y)` (the
+  activation that follows `ffn_in`: `act(y)`, or `act(a) * g` for a gated unit where `y = [a, g]`),
+  so that `cpu_onednn.PackedEncoder` packs any architecture's linears the same way;
+- `head(hidden, mask)`: [B, T, H] (+ the padded mask) → logits [B, num_labels]; the unpadded
+  forward calls it per run of equal-length rows with `mask=None`.
+
+A config (`encoder.config`) exposes the fields of `EncoderConfigLike`; the family and the engines
+read nothing else of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from vllm_srun.adapters.models.unpadded import ForwardOps, LayerLinears, PackedRows
+
+
+class EncoderConfigLike(Protocol):
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    hidden_act: str
+    pad_token_id: int
+    num_labels: int
+    problem_type: str | None
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest row (special tokens included) the model can take."""
+        ...
+
+    @property
+    def labels(self) -> list[str]: ...
+
+
+class EncoderBlock(Protocol):
+    qkv: nn.Linear
+    attn_out: nn.Linear
+    ffn_in: nn.Linear
+    ffn_out: nn.Linear
+    hidden_act: str
+    glu: bool
+
+    def activate(self, y: torch.Tensor) -> torch.Tensor: ...
+
+
+class EncoderModule(Protocol):
+    config: EncoderConfigLike
+
+    @property
+    def blocks(self) -> Sequence[EncoderBlock]: ...
+
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor: ...
+
+    def parameters(self, recurse: bool = True): ...  # nn.Module's
+
+    def to(self, *args, **kwargs): ...  # nn.Module's
+
+    def packed_forward(self, packed: PackedRows, linears: Sequence[LayerLinears], ops: ForwardOps) -> torch.Tensor: ...
+
+
+class EncoderHead(Protocol):
+    def __call__(self, hidden: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor: ...
+
+    def to(self, *args, **kwargs): ...  # nn.Module's
+
+
+Loader = Callable[..., "tuple[EncoderModule, EncoderHead | None]"]
