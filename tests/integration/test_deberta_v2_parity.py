@@ -29,11 +29,10 @@ from vllm_srun.adapters.models.deberta_v2 import (
     DebertaV2ClassificationHead,
     DebertaV2Config,
     DebertaV2Encoder,
-    fixture_config,
-    fixture_weights,
     load_deberta_v2,
     log_bucket,
 )
+from vllm_srun.adapters.models.deberta_v2_fixture import fixture_config, fixture_weights
 from vllm_srun.adapters.models.encoders import load_encoder
 from vllm_srun.adapters.models.pooling import PoolingConfig
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder

@@ -141,8 +141,8 @@ class NativeEncoder:
                 packed = None  # eager serves a forward of this size
             if packed is not None and packed.classifier is not None:
                 return reference.numpy(unpadded_classify(hidden, rows, packed.logits))
-            first = bool(getattr(reference.head, "reads_first_token", False))
-            return reference.numpy(unpadded_classify(hidden, rows, reference.head, first_token=first))
+            head = reference.head
+            return reference.numpy(unpadded_classify(hidden, rows, head, first_token=head.reads_first_token))
 
 
 def _probe_batch(reference: ReferenceEncoder) -> tuple[torch.Tensor, torch.Tensor, list[int]]:

@@ -11,21 +11,20 @@ Any other decoder package is a decision model. A `srun.json` `family` always win
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from vllm_srun.adapters.families.manifest import read_manifest
+from vllm_srun.adapters.models.encoders import DECODER_TYPES, asks_for_yes_no, read_config
 
-DECODER_TYPES = frozenset({"qwen3", "qwen2", "llama"})
 ENCODER_SURFACES = frozenset({"embeddings", "rerank"})
 
 
 def _config(folder: Path) -> dict[str, Any]:
-    path = Path(folder) / "config.json"
+    """config.json, or nothing when it is missing or unreadable (detection then says no)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        return read_config(folder)
+    except ValueError:
         return {}
 
 
@@ -38,7 +37,7 @@ def serves_encoder_surfaces(folder: Path) -> bool:
         manifest = read_manifest(folder)
     except ValueError:
         return False
-    if "rerank" in manifest or ENCODER_SURFACES & set(manifest.get("surfaces") or ()):
+    if asks_for_yes_no(manifest) or ENCODER_SURFACES & set(manifest.get("surfaces") or ()):
         return True
     architectures = [str(a) for a in _config(folder).get("architectures") or []]
     return bool(architectures) and all(a.endswith("Model") for a in architectures)

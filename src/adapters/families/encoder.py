@@ -20,19 +20,15 @@ from vllm_srun.adapters.contracts import (
     PackageInfo,
     as_encoder_engine,
 )
-from vllm_srun.adapters.families.decoder_packages import DECODER_TYPES, is_decoder_encoder
+from vllm_srun.adapters.families.decoder_packages import is_decoder_encoder
 from vllm_srun.adapters.families.encoder_fixture import VARIANTS, write_encoder_fixture
 from vllm_srun.adapters.families.manifest import read_manifest
-from vllm_srun.adapters.models.encoders import ENCODER_TYPES
+from vllm_srun.adapters.models.encoders import DECODER_TYPES, ENCODER_TYPES, asks_for_yes_no
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 from vllm_srun.domain.calibration import TIME_CAP_S
 from vllm_srun.domain.dtypes import auto_dtype, dtype_refusal, resolve_dtype
 from vllm_srun.domain.lanes import Lane, forward_tokens
 from vllm_srun.domain.rows import DEFAULT_LANE
-
-# config.json model_type → our architecture (models/encoders.py); decoder backbones only when the
-# package is an embedder or a yes/no reranker (families/decoder_packages.py)
-ENCODER_MODEL_TYPES = ENCODER_TYPES
 
 # R-BAT-7: on a CPU a padded forward has a sweet spot; past it a forward is slower per row
 # (bench/embeddings_load.py). Merged forwards of an encoder stay within this many padded tokens.
@@ -46,11 +42,10 @@ GOLDEN_FILE = "golden.json"
 def _head_labels(config: dict[str, Any], manifest: dict[str, Any] | None = None) -> int | None:
     """The classification head's label count from config.json; None for a bare encoder. A decoder
     yes/no reranker (srun.json `rerank`) has one: P(yes) against P(no)."""
-    if manifest and "rerank" in manifest and str(config.get("model_type", "")).lower() in DECODER_TYPES:
-        return 1
     architectures = config.get("architectures") or []
     if not any(str(a).endswith("ForSequenceClassification") for a in architectures):
-        return None
+        decoder = str(config.get("model_type", "")).lower() in DECODER_TYPES
+        return 1 if decoder and manifest and asks_for_yes_no(manifest) else None
     id2label = config.get("id2label") or {}
     return len(id2label) if id2label else int(config.get("num_labels", 2))
 
@@ -242,7 +237,8 @@ class EncoderFamily(Family):
 
     def detect(self, folder: Path) -> bool:
         kind = str(read_config(folder).get("model_type", "")).lower()
-        return kind in ENCODER_MODEL_TYPES or is_decoder_encoder(folder)
+        # decoder backbones only when the package is an embedder or a yes/no reranker (decoder_packages.py)
+        return kind in ENCODER_TYPES or is_decoder_encoder(folder)
 
     def describe(self, folder: Path) -> PackageInfo:
         manifest = read_manifest(folder)

@@ -31,7 +31,7 @@ ARCH_FIXTURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "xlm-roberta": ("roberta_fixture", ("embed", "classify", "rerank")),
     "distilbert": ("distilbert", ("embed", "classify", "rerank")),
     "mpnet": ("mpnet", ("embed", "classify", "rerank")),
-    "deberta-v2": ("deberta_v2", ("embed", "classify", "rerank")),
+    "deberta-v2": ("deberta_v2_fixture", ("embed", "classify", "rerank")),
     "modernbert": ("modernbert", ("embed", "classify", "rerank")),
     "qwen3": ("decoder_encoder", ("embed", "rerank")),
     "qwen2": ("decoder_encoder", ("embed", "rerank")),

@@ -50,7 +50,7 @@ from vllm_srun.adapters.models.encoder_parts import (
     config_labels,
     label_fields,
 )
-from vllm_srun.adapters.models.encoders import read_config
+from vllm_srun.adapters.models.encoders import asks_for_yes_no, read_config
 from vllm_srun.adapters.models.unpadded import attend_runs
 from vllm_srun.adapters.models.weights import WeightsError, load_weights
 
@@ -319,7 +319,7 @@ def _tokenizer_pad(folder: Path) -> int | None:
 
 def _wants_yes_no(manifest: dict[str, Any], has_score: bool) -> bool:
     """The yes/no head: srun.json asks for a reranker and the checkpoint has no head of its own."""
-    return not has_score and ("rerank" in manifest or "rerank" in (manifest.get("surfaces") or ()))
+    return not has_score and asks_for_yes_no(manifest)
 
 
 def load_decoder_encoder(

@@ -87,6 +87,8 @@ class EncoderModule(Protocol):
 
 
 class EncoderHead(Protocol):
+    reads_first_token: bool  # only token 0 of each row matters: the unpadded forward hands it that alone
+
     def __call__(self, hidden: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor: ...
 
     def to(self, *args, **kwargs): ...  # nn.Module's

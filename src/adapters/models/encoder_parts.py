@@ -19,6 +19,7 @@ keep their own maths; what they have in common lives here:
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import partial
@@ -112,7 +113,7 @@ def check_heads(
 
 
 @dataclass(frozen=True, kw_only=True)
-class ConfigBase:
+class ConfigBase(abc.ABC):
     """What every architecture's config (a frozen dataclass with its own `from_dict`) shares: the
     classification labels (keyword-only fields, after the architecture's own)."""
 
@@ -121,8 +122,9 @@ class ConfigBase:
     problem_type: str | None = None
 
     @classmethod
+    @abc.abstractmethod
     def from_dict(cls, raw: dict[str, Any]) -> Self:
-        raise NotImplementedError
+        """The config of config.json's RAW dict (a one-line ValueError for what we cannot serve)."""
 
     @classmethod
     def from_folder(cls, folder: Path) -> Self:

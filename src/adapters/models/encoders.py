@@ -36,6 +36,13 @@ DECODER_TYPES = frozenset({"qwen3", "qwen2", "llama"})
 ENCODER_TYPES = frozenset(ARCHITECTURES) - DECODER_TYPES
 
 
+def asks_for_yes_no(manifest: dict[str, Any]) -> bool:
+    """Whether srun.json asks a decoder package to rerank by P(yes) against P(no): a `rerank` section
+    or the `rerank` surface (the loader then builds the yes/no head unless the checkpoint has a
+    `score` head of its own)."""
+    return "rerank" in manifest or "rerank" in (manifest.get("surfaces") or ())
+
+
 def read_config(folder: Path) -> dict[str, Any]:
     path = Path(folder) / "config.json"
     try:

@@ -25,15 +25,16 @@ Kinds: WordPiece (`bert`, `distilbert`, `mpnet`), byte-level BPE (`roberta`, `mo
 
 from __future__ import annotations
 
-import itertools
 import json
-import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+from vllm_srun.adapters.models.bpe_vocab import MergeBuilder, byte_alphabet, byte_symbols
+from vllm_srun.adapters.models.sentencepiece_file import sentencepiece_model
 
 WORDPIECE_TYPES = ("bert", "distilbert", "mpnet")
 BYTE_BPE_TYPES = ("roberta", "modernbert", "qwen2", "qwen3", "llama")
@@ -265,63 +266,6 @@ def _wordpiece(folder: Path, kind: str, words: list[str], model_max_length: int,
 # ---------------------------------------------------------------- byte-level BPE
 
 
-def _byte_symbols(text: str) -> list[str]:
-    """TEXT's UTF-8 bytes as byte-level BPE's printable stand-ins (GPT-2's alphabet), one per byte."""
-    mapped = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str(text)
-    return list("".join(piece for piece, _ in mapped))
-
-
-def _byte_alphabet() -> list[str]:
-    """The 256 stand-ins in byte order (the printable bytes are themselves, the others follow U+00FF)."""
-    return sorted(pre_tokenizers.ByteLevel.alphabet())
-
-
-class _MergeBuilder:
-    """Grows a BPE vocabulary and merge list so that chosen words come out as single tokens.
-
-    Each word is first split with the merges so far (lowest rank first, leftmost on ties, as BPE
-    applies them); then merges joining the resulting pieces left to right are appended. Later
-    merges rank after every earlier one, so words added before still come out whole."""
-
-    def __init__(self, alphabet: Iterable[str]) -> None:
-        self.tokens: list[str] = list(dict.fromkeys(alphabet))
-        self._known = set(self.tokens)
-        self.merges: list[tuple[str, str]] = []
-        self._rank: dict[tuple[str, str], int] = {}
-
-    def split(self, symbols: Sequence[str]) -> list[str]:
-        pieces = list(symbols)
-        while len(pieces) > 1:
-            ranked = [(self._rank.get((a, b)), i) for i, (a, b) in enumerate(itertools.pairwise(pieces))]
-            found = [(r, i) for r, i in ranked if r is not None]
-            if not found:
-                break
-            _, i = min(found)
-            pieces[i : i + 2] = [pieces[i] + pieces[i + 1]]
-        return pieces
-
-    def add(self, symbols: Sequence[str]) -> None:
-        pieces = self.split(symbols)
-        while len(pieces) > 1:
-            pair = (pieces[0], pieces[1])
-            self._rank[pair] = len(self.merges)
-            self.merges.append(pair)
-            joined = pieces[0] + pieces[1]
-            if joined not in self._known:
-                self._known.add(joined)
-                self.tokens.append(joined)
-            pieces = [joined, *pieces[2:]]
-
-    def model(self, head: Sequence[str], tail: Sequence[str] = (), **options: Any) -> tuple[dict[str, int], models.BPE]:
-        """The vocabulary (HEAD, the tokens built, TAIL; a repeated token keeps its first id) and the BPE
-        model of it and the merges (no dropout, no subword prefix, no fused unknowns; OPTIONS add to them)."""
-        vocab: dict[str, int] = {}
-        for token in [*head, *self.tokens, *tail]:
-            vocab.setdefault(token, len(vocab))
-        bpe = models.BPE(vocab, self.merges, dropout=None, continuing_subword_prefix="", fuse_unk=False, **options)
-        return vocab, bpe
-
-
 def _byte_bpe(folder: Path, kind: str, words: list[str], model_max_length: int, add_eos: bool) -> TokenizerInfo:
     """Byte-level BPE: every byte is a token, WORDS (bare and after a space) and two-digit numbers
     are merged whole.
@@ -334,12 +278,12 @@ def _byte_bpe(folder: Path, kind: str, words: list[str], model_max_length: int, 
     ADD_EOS. llama (Llama-3, PreTrainedTokenizerFast): Llama-3's split regex, merges ignored for
     whole-vocabulary words, `<|begin_of_text|> A` (and `<|end_of_text|>` last with ADD_EOS)."""
     nfc = normalizers.NFC() if kind in ("modernbert", "qwen2", "qwen3") else None
-    builder = _MergeBuilder(_byte_alphabet())
+    builder = MergeBuilder(byte_alphabet())
     for word in _as_normalized(words, nfc):
         for variant in (word, f" {word}"):
-            builder.add(_byte_symbols(variant))
+            builder.add(byte_symbols(variant))
     for pair in (f"{a}{b}" for a in DIGITS for b in DIGITS):  # numbers, so digit grouping shows (Qwen splits them)
-        builder.add(_byte_symbols(pair))
+        builder.add(byte_symbols(pair))
     # RoBERTa's specials are vocabulary entries (<mask> the last); the others' are added tokens only,
     # after the BPE vocabulary (as the published packages' vocab.json / tokenizer.json have them)
     head, tail = (["<s>", "<pad>", "</s>", "<unk>"], ["<mask>"]) if kind == "roberta" else ([], [])
@@ -439,10 +383,10 @@ def _clip(folder: Path, kind: str, words: list[str], model_max_length: int, add_
     normalizer = normalizers.Sequence(
         [normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Lowercase()]
     )
-    alphabet = _byte_alphabet()
-    builder = _MergeBuilder([*alphabet, *(f"{c}</w>" for c in alphabet)])
+    alphabet = byte_alphabet()
+    builder = MergeBuilder([*alphabet, *(f"{c}</w>" for c in alphabet)])
     for word in _as_normalized(words, normalizer):
-        symbols = _byte_symbols(word)
+        symbols = byte_symbols(word)
         builder.add([*symbols[:-1], f"{symbols[-1]}</w>"])
     vocab, bpe = builder.model([bos, eos], end_of_word_suffix="</w>", unk_token=eos)
     tok = Tokenizer(bpe)
@@ -514,7 +458,7 @@ def _unigram(folder: Path, kind: str, words: list[str], model_max_length: int, a
             single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
         )
         spm = [("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3), *((p, s, 1) for p, s in pieces)]
-        model = _sentencepiece_model(spm, unk=0, bos=1, eos=2, pad=-1, names=("<unk>", "<s>", "</s>", "<pad>"))
+        model = sentencepiece_model(spm, unk=0, bos=1, eos=2, pad=-1, names=("<unk>", "<s>", "</s>", "<pad>"))
         (folder / "sentencepiece.bpe.model").write_bytes(model)
         roles: dict[str, str | None] = dict(ROBERTA_ROLES)
         added = [_special(t, lstrip=t == "<mask>") for t in ("<s>", "<pad>", "</s>", "<unk>", "<mask>")]
@@ -534,7 +478,7 @@ def _unigram(folder: Path, kind: str, words: list[str], model_max_length: int, a
             special_tokens=[("[CLS]", 1), ("[SEP]", 2)],
         )
         spm = [(p, s, 3) for p, s in head[:3]] + [("[UNK]", 0.0, 2), *((p, s, 1) for p, s in pieces)]
-        model = _sentencepiece_model(spm, unk=3, bos=1, eos=2, pad=0, names=("[UNK]", "[CLS]", "[SEP]", "[PAD]"))
+        model = sentencepiece_model(spm, unk=3, bos=1, eos=2, pad=0, names=("[UNK]", "[CLS]", "[SEP]", "[PAD]"))
         (folder / "spm.model").write_bytes(model)
         roles = {
             "bos_token": "[CLS]",
@@ -583,77 +527,12 @@ def _siglip(folder: Path, kind: str, words: list[str], model_max_length: int, ad
         single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)]
     )
     spm = [("<pad>", 0.0, 3), ("</s>", 0.0, 3), ("<unk>", 0.0, 2), *((p, s, 1) for p, s in pieces)]
-    model = _sentencepiece_model(spm, unk=2, bos=-1, eos=1, pad=0, names=("<unk>", "<s>", "</s>", "<pad>"))
+    model = sentencepiece_model(spm, unk=2, bos=-1, eos=1, pad=0, names=("<unk>", "<s>", "</s>", "<pad>"))
     (folder / "spiece.model").write_bytes(model)
     roles = {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "</s>"}
     added = [_special(t, lstrip=True, rstrip=True) for t in ("</s>", "<unk>")]
     config = {"tokenizer_class": "SiglipTokenizer", "do_lower_case": True, "sp_model_kwargs": {}}
     return _finish(folder, tok, added, roles, config, model_max_length)
-
-
-# ---------------------------------------------------------------- SentencePiece model files
-
-
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1  # negative int32s are written as ten-byte two's complement
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _pb_int(number: int, value: int) -> bytes:
-    return _varint(number << 3) + _varint(value)
-
-
-def _pb_bytes(number: int, payload: bytes | str) -> bytes:
-    data = payload.encode("utf-8") if isinstance(payload, str) else payload
-    return _varint((number << 3) | 2) + _varint(len(data)) + data
-
-
-def _pb_float(number: int, value: float) -> bytes:
-    return _varint((number << 3) | 5) + struct.pack("<f", value)
-
-
-def _sentencepiece_model(
-    pieces: Sequence[tuple[str, float, int]],
-    *,
-    unk: int,
-    bos: int,
-    eos: int,
-    pad: int,
-    names: tuple[str, str, str, str],
-) -> bytes:
-    """A serialized SentencePiece ModelProto: Unigram, PIECES as (piece, score, type) with types
-    1 normal, 2 unknown, 3 control; no byte fallback; identity normalization with SentencePiece's
-    usual whitespace handling (dummy `▁` prefix, extra spaces removed, spaces escaped to `▁`).
-    NAMES: the unknown, begin, end and pad pieces' strings."""
-    body = b"".join(
-        _pb_bytes(1, _pb_bytes(1, piece) + _pb_float(2, score) + _pb_int(3, kind)) for piece, score, kind in pieces
-    )
-    unk_piece, bos_piece, eos_piece, pad_piece = names
-    trainer = b"".join(
-        [
-            _pb_int(3, 1),  # model_type UNIGRAM
-            _pb_int(4, len(pieces)),  # vocab_size
-            _pb_int(35, 0),  # byte_fallback
-            _pb_int(40, unk),
-            _pb_int(41, bos),
-            _pb_int(42, eos),
-            _pb_int(43, pad),
-            _pb_bytes(45, unk_piece),
-            _pb_bytes(46, bos_piece),
-            _pb_bytes(47, eos_piece),
-            _pb_bytes(48, pad_piece),
-        ]
-    )
-    normalizer = _pb_bytes(1, "identity") + _pb_int(3, 1) + _pb_int(4, 1) + _pb_int(5, 1)
-    return body + _pb_bytes(2, trainer) + _pb_bytes(3, normalizer)
 
 
 _WRITERS = {
