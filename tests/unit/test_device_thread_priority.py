@@ -57,3 +57,13 @@ def test_no_increment_leaves_the_priority_alone_and_a_bad_one_is_refused() -> No
     for bad in (-1, 20):
         with pytest.raises(ValueError, match="nice"):
             DeviceThread(nice=bad)
+
+
+def test_every_device_thread_starts_when_the_device_is_made_not_at_some_later_burst() -> None:
+    started: list[tuple[int, int]] = []
+    device = DeviceThread(workers=3, initializer=lambda: started.append((threading.get_ident(), _nice())), nice=2)
+    try:
+        assert len({ident for ident, _ in started}) == 3  # before any call: each ran its initializer
+        assert {nice for _, nice in started} == {min(19, _nice() + 2)}
+    finally:
+        device.shutdown()

@@ -7,7 +7,7 @@ threads ÷ N (`workers`); loading, warm-up and the readiness checks take one of 
 
 It knows nothing of torch: each forward declares its thread count in the process's thread
 context just before it runs (`serving/forward_threads.py`, `engines/threads.py`); INITIALIZER
-runs once on each of the device's threads when it starts.
+runs once on each of the device's threads, all started when the device is made.
 
 NICE lowers the device threads' CPU priority below the rest of the process (Linux: a thread's
 nice value is its own, and the OpenMP threads a forward starts inherit it), so the event loop
@@ -59,6 +59,17 @@ class DeviceThread:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix=name, initializer=self._start_thread
         )
+        self._start_every_thread()
+
+    def _start_every_thread(self) -> None:
+        """Start all WORKERS threads now: an executor starts one only when no idle thread can
+        take a call, so under light load the second would start at some later burst, its
+        initializer and priority change running in the middle of serving (or never)."""
+        if self.workers == 1:
+            return
+        met = threading.Barrier(self.workers)
+        for future in [self._pool.submit(met.wait, 60.0) for _ in range(self.workers)]:
+            future.result()
 
     def _start_thread(self) -> None:
         lower_thread_priority(self.nice)
