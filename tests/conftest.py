@@ -37,6 +37,16 @@ def engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cpu_attention_op() -> None:
+    """Build the one-call CPU attention op once before any test loads a model (it is built at the
+    first load on a machine, into the user's kernel cache, and servers the tests start would
+    otherwise each wait for that build on a clean machine)."""
+    from vllm_srun.adapters.engines.cpu_attention import load_varlen_attention
+
+    load_varlen_attention(lambda line: print(line, flush=True))
+
+
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """The real all-MiniLM-L6-v2 folder (built-in catalog, R-PKG-4).

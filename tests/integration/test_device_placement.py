@@ -79,7 +79,11 @@ def test_the_guard_catches_a_tensor_left_on_the_host(encoder_fixture, monkeypatc
     """The proof can fail: index tensors built on the host and never moved are caught."""
     model = EncoderFamily().load(encoder_fixture("embed"), _context())
     build = unpadded.PackedRows.build.__func__  # type: ignore[attr-defined]
-    monkeypatch.setattr(unpadded.PackedRows, "build", classmethod(lambda cls, batch, device="cpu": build(cls, batch)))
+    monkeypatch.setattr(
+        unpadded.PackedRows,
+        "build",
+        classmethod(lambda cls, batch, device="cpu", pad_to=None: build(cls, batch, pad_to=pad_to)),
+    )
     with DeviceGuard(), pytest.raises(WrongDevice, match="meta"):
         model.run(DEFAULT_LANE, _encoder_payloads(model))
 

@@ -105,6 +105,7 @@ def test_gates_fall_back_to_eager_with_a_reason(minilm, monkeypatch) -> None:  #
     assert off.packed is None and off.describe()["kernels"] == {
         "linear": "eager",
         "reason": "turned off (VLLM_SRUN_ONEDNN=0)",
+        "attention": "one call for every row (C++ varlen op)",  # attention is not the linears' switch
     }
     assert off.kernel_switch_tokens is None
     assert "not a CPU" in onednn_unsupported("cuda:0", torch.float32)

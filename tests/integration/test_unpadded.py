@@ -73,3 +73,30 @@ def test_one_length_batch_has_one_run() -> None:
     rows = [Encoded((1, 2, 3), (0, 0, 0), False, 3)] * 4
     packed = PackedRows.build(rows)
     assert packed.runs == [(0, 4, 3, 0)] and packed.positions.tolist() == [0, 1, 2] * 4
+
+
+def test_a_forward_padded_once_gives_the_bits_of_one_padded_per_linear(minilm_dir) -> None:  # type: ignore[no-untyped-def]
+    from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
+    from vllm_srun.adapters.models.unpadded import LayerLinears
+    from vllm_srun.domain.kernels import bucket_rows
+
+    reference = ReferenceEncoder.from_folder(minilm_dir)
+    batch = TextTokenizer.from_folder(minilm_dir).encode(_texts(11, 4), max_length=256)
+    answers = {}
+    with torch.inference_mode():
+        eager = eager_linears(reference.encoder)
+        for pad_to in (None, bucket_rows, lambda n: n + 7):
+            rows = PackedRows.build(batch, pad_to=pad_to)
+            assert rows.tokens == sum(len(e.ids) for e in batch) and rows.rows_total >= rows.tokens
+            answers[rows.rows_total] = pooled(hidden_states(reference.encoder, rows, eager), rows, reference.pooling)
+        if onednn_unsupported("cpu", torch.float32) is None:
+            encoder = PackedEncoder(reference.encoder, None)
+            linears = [LayerLinears(x.qkv, x.attn_out, x.ffn_in, x.ffn_out) for x in encoder.layers]
+            per_linear, once = (PackedRows.build(batch, pad_to=p) for p in (None, bucket_rows))
+            assert once.rows_total == bucket_rows(once.tokens) > once.tokens  # the case this test is about
+            a, b = (
+                pooled(hidden_states(reference.encoder, r, linears), r, reference.pooling) for r in (per_linear, once)
+            )
+            assert torch.equal(a, b)
+    first, *rest = answers.values()
+    assert len(answers) == 3 and all((first - other).abs().max().item() < 1e-5 for other in rest)

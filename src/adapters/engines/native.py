@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from vllm_srun.adapters.contracts import Device
+from vllm_srun.adapters.engines.cpu_attention import cpu_ops
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.onednn_timing import measure
 from vllm_srun.adapters.engines.triton_encoder import GpuEncoderKernels, encoder_kernels
@@ -48,7 +49,7 @@ from vllm_srun.adapters.models.unpadded import (
 )
 from vllm_srun.adapters.models.unpadded import classify as unpadded_classify
 from vllm_srun.adapters.models.unpadded import pooled as unpadded_pooled
-from vllm_srun.domain.kernels import DEFAULT_TIE, KernelPlan, plan_kernels
+from vllm_srun.domain.kernels import DEFAULT_TIE, KernelPlan, bucket_rows, plan_kernels
 from vllm_srun.domain.lanes import Accounting
 from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
 
@@ -75,10 +76,12 @@ class NativeEncoder:
         plan: KernelPlan | None = None,
         kernels: dict[str, Any] | None = None,
         gpu: GpuEncoderKernels | None = None,
+        ops: ForwardOps = EAGER_OPS,
     ) -> None:
         plan = plan or KernelPlan()
         self.reference = reference
         self.gpu = gpu
+        self.ops = ops
         self.packed = packed if plan.enabled else None
         self.plan = plan if packed is not None else KernelPlan()
         self.kernels = kernels or {"linear": "eager", "reason": "reference kernels"}
@@ -118,11 +121,13 @@ class NativeEncoder:
     def _kernels(self, tokens: int) -> tuple[list[LayerLinears], ForwardOps]:
         if self.gpu is not None:
             return self.gpu.for_tokens(tokens)
-        return self._linears(tokens), EAGER_OPS
+        return self._linears(tokens), self.ops
 
     def _hidden(self, batch: Sequence[Any]) -> tuple[torch.Tensor, PackedRows]:
-        rows = PackedRows.build(batch, self.reference.device)
-        linears, ops = self._kernels(rows.tokens)
+        linears, ops = self._kernels(sum(len(row.ids) for row in batch))
+        # packed linears run on bucketed row counts: the forward is padded once, not per linear
+        pad_to = bucket_rows if self._packed_linears and linears is self._packed_linears else None
+        rows = PackedRows.build(batch, self.reference.device, pad_to)
         return hidden_states(self.reference.encoder, rows, linears, ops), rows
 
     def embed(self, batch: Sequence[Any]) -> np.ndarray:
@@ -137,7 +142,7 @@ class NativeEncoder:
         with torch.inference_mode():
             hidden, rows = self._hidden(batch)
             packed = self.packed
-            if packed is not None and not self.plan.use_fast(int(rows.ids.shape[0])):
+            if packed is not None and not self.plan.use_fast(rows.tokens):
                 packed = None  # eager serves a forward of this size
             if packed is not None and packed.classifier is not None:
                 return reference.numpy(unpadded_classify(hidden, rows, packed.logits))
@@ -157,13 +162,13 @@ def _probe_batch(reference: ReferenceEncoder) -> tuple[torch.Tensor, torch.Tenso
     return ids, mask, lengths
 
 
-def numerics_gap(reference: ReferenceEncoder, packed: PackedEncoder) -> float:
+def numerics_gap(reference: ReferenceEncoder, packed: PackedEncoder, ops: ForwardOps = EAGER_OPS) -> float:
     """Largest |packed − eager| over the answers of a probe batch, relative to their size: the
-    serving forward on the packed copies (`NativeEncoder` with every forward on them) against
-    the reference (the padded eager forward)."""
+    serving forward on the packed copies (`NativeEncoder` with every forward on them, attention
+    on OPS) against the reference (the padded eager forward)."""
     ids, mask, lengths = _probe_batch(reference)
     batch = [Encoded(ids[i, :n].tolist(), [0] * n, False, n) for i, n in enumerate(lengths)]
-    serving = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO))
+    serving = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=ops)
     gaps = []
     with torch.inference_mode():
         eager_hidden = reference.encoder(ids, mask, None)
@@ -177,9 +182,12 @@ def numerics_gap(reference: ReferenceEncoder, packed: PackedEncoder) -> float:
     return max(gaps)
 
 
-def _eager(reference: ReferenceEncoder, reason: str, progress: Progress) -> NativeEncoder:
+def _eager(
+    reference: ReferenceEncoder, reason: str, progress: Progress, ops: ForwardOps = EAGER_OPS, attention: str = ""
+) -> NativeEncoder:
     progress(f"load: linear kernels eager ({reason})")
-    return NativeEncoder(reference, kernels={"linear": "eager", "reason": reason})
+    card = {"linear": "eager", "reason": reason} | ({"attention": attention} if attention else {})
+    return NativeEncoder(reference, kernels=card, ops=ops)
 
 
 def _mode(env: Mapping[str, str]) -> str:
@@ -226,22 +234,25 @@ def native_encoder(
     mode = _mode(env)
     if deterministic and mode == "auto":
         mode = "force"
-    if mode == "off":
-        return _eager(reference, f"turned off ({ENV}={env[ENV]})", progress)
     dtype = next(reference.encoder.parameters()).dtype
+    ops, attention = cpu_ops(dtype, progress, env)
+    if mode == "off":
+        return _eager(reference, f"turned off ({ENV}={env[ENV]})", progress, ops, attention)
     unsupported = onednn_unsupported(device.name, dtype)
     if unsupported:
-        return _eager(reference, unsupported, progress)
+        return _eager(reference, unsupported, progress, ops, attention)
     try:
         packed = PackedEncoder(reference.encoder, reference.head)
-        gap = numerics_gap(reference, packed)
+        gap = numerics_gap(reference, packed, ops)
     except (RuntimeError, ValueError) as exc:  # an op oneDNN refuses for this model's shapes
         log.warning("oneDNN packing failed", exc_info=True)
-        return _eager(reference, f"packing failed: {exc}"[:200], progress)
+        return _eager(reference, f"packing failed: {exc}"[:200], progress, ops, attention)
     tol = NUMERICS_TOL_BY_DTYPE.get(dtype, NUMERICS_TOL)
     if not gap <= tol:
-        return _eager(reference, f"packed answers differ from eager by {gap:.1e} (> {tol:g})", progress)
+        why = f"packed answers differ from eager by {gap:.1e} (> {tol:g})"
+        return _eager(reference, why, progress, ops, attention)
     kernels: dict[str, Any] = {
+        "attention": attention,
         "linear": "onednn_packed",
         "dtype": str(dtype).removeprefix("torch."),
         "fused_activation": packed.fused_activation,
@@ -256,7 +267,7 @@ def native_encoder(
         )
         progress(f"load: linear kernels oneDNN packed for every forward ({why})")
         packed.warm(WARM_UP_TO)
-        return NativeEncoder(reference, packed, plan, kernels)
+        return NativeEncoder(reference, packed, plan, kernels, ops=ops)
     timings, source = measure(reference, packed, largest_forward_tokens, cache_dir, progress)
     plan = plan_kernels(timings, exact_tokens=BATCH_INVARIANT_TOKENS)
     speedups = [[t.tokens, round(t.speedup, 2)] for t in timings]
@@ -265,11 +276,13 @@ def native_encoder(
         return NativeEncoder(
             reference,
             kernels={
+                "attention": attention,
                 "linear": "eager",
                 "reason": "the packed copies were not faster at the smallest measured size",
                 "speedups": speedups,
                 "timings": source,
             },
+            ops=ops,
         )
     faster = plan_kernels(timings).fast_up_to
     tie = (
@@ -285,4 +298,4 @@ def native_encoder(
     )
     progress(f"load: linear kernels oneDNN packed up to {plan.fast_up_to} tokens ({source} speedups {speedups})")
     packed.warm(min(plan.fast_up_to, WARM_UP_TO))
-    return NativeEncoder(reference, packed, plan, kernels)
+    return NativeEncoder(reference, packed, plan, kernels, ops=ops)

@@ -352,6 +352,7 @@ class ConvLayer(nn.Module):
     def packed(self, embedded: torch.Tensor, x: torch.Tensor, packed: PackedRows, ops: ForwardOps) -> torch.Tensor:
         h = embedded.shape[1]
         out = torch.empty_like(embedded)
+        out[packed.tokens :] = 0  # padding rows
         for first, end, length, token in packed.runs:
             span = slice(token, token + (end - first) * length)
             out[span] = self.convolve(embedded[span].view(end - first, length, h)).reshape(-1, h)

@@ -13,8 +13,16 @@ forward's answers equal each row run alone up to rounding (`tests/integration/te
 The linears are passed in (`LayerLinears`), so the same forward runs on eager `nn.Linear`s or on
 pre-packed oneDNN copies; so are attention and the residual + norm steps (`ForwardOps`), so on a
 GPU one launch of a variable-length attention kernel can serve every row and head instead of one
-SDPA per run (`engines/gpu_kernels.py`). `PackedRows.build(batch, device)` puts every index
-tensor the forward uses on the model's device.
+SDPA per run (`engines/gpu_kernels.py`), and on a CPU one C++ op serves every row and head
+(`engines/cpu_attention.py`). `PackedRows.build(batch, device)` puts every index tensor the
+forward uses on the model's device.
+
+Linears that run on a bounded set of row counts (oneDNN's primitives, `domain.kernels.bucket_rows`)
+get the forward padded once: `build(..., pad_to=bucket_rows)` appends padding tokens (id 0,
+position 0) up to the bucket, so every matrix of the forward already has a bucket's rows and no
+linear copies its input to pad it. Padding rows are independent of the real ones everywhere (the
+linears and norms work row by row, attention reads and writes only the real tokens and leaves the
+padding rows zero), and pooling and the heads read real tokens only.
 """
 
 from __future__ import annotations
@@ -61,16 +69,22 @@ class PackedRows:
     positions: torch.Tensor  # [N]
     types: torch.Tensor | None  # [N], None when every type id is 0
     starts: torch.Tensor  # [B] first token of each sorted row
+    lengths: torch.Tensor  # [B] tokens of each sorted row
     bounds: torch.Tensor  # int32 [B + 1]: each sorted row's first token, then N (variable-length kernels)
     inverse: torch.Tensor  # [B]: caller's row index → sorted position
     longest: int
+    tokens: int  # real tokens (ids holds `rows_total`: these, then any padding)
 
     @property
-    def tokens(self) -> int:
+    def rows_total(self) -> int:
+        """Rows of the forward's matrices: the real tokens and the padding after them."""
         return int(self.ids.shape[0])
 
     @classmethod
-    def build(cls, batch: Sequence[Encoded], device: torch.device | str = "cpu") -> PackedRows:
+    def build(
+        cls, batch: Sequence[Encoded], device: torch.device | str = "cpu", pad_to: Callable[[int], int] | None = None
+    ) -> PackedRows:
+        """BATCH sorted and laid back to back; PAD_TO(tokens): the row count to pad the forward to."""
         if not batch:
             raise ValueError("empty batch")
         order = sorted(range(len(batch)), key=lambda i: -len(batch[i].ids))
@@ -91,6 +105,11 @@ class PackedRows:
         types = None
         if any(any(r.type_ids) for r in rows):
             types = torch.tensor([t for r in rows for t in r.type_ids])
+        n_tokens = token
+        padding = (pad_to(n_tokens) if pad_to is not None else n_tokens) - n_tokens
+        if padding > 0:
+            ids, positions = F.pad(ids, (0, padding)), F.pad(positions, (0, padding))
+            types = F.pad(types, (0, padding)) if types is not None else None
         bounds = torch.tensor([0, *lengths], dtype=torch.int32).cumsum(0, dtype=torch.int32)
         inverse = torch.empty(len(order), dtype=torch.long)
         inverse[torch.tensor(order)] = torch.arange(len(order))
@@ -100,7 +119,8 @@ class PackedRows:
             )
             types = types.to(device, non_blocking=True) if types is not None else None
         starts = bounds[:-1].long()
-        return cls(order, runs, ids, positions, types, starts, bounds, inverse, lengths[0])
+        sizes = torch.tensor(lengths, device=starts.device)
+        return cls(order, runs, ids, positions, types, starts, sizes, bounds, inverse, lengths[0], n_tokens)
 
     def unsort(self, sorted_rows: torch.Tensor) -> torch.Tensor:
         """Rows in sorted order → the caller's order."""
@@ -115,8 +135,9 @@ class ForwardOps:
 
     def attention(self, qkv: torch.Tensor, packed: PackedRows, heads: int) -> torch.Tensor:
         """[N, 3·H] → [N, H]: each row attends to its own tokens only."""
-        n_tokens, h = qkv.shape[0], qkv.shape[1] // 3
-        attended = qkv.new_empty(n_tokens, h)
+        n_rows, h = qkv.shape[0], qkv.shape[1] // 3
+        attended = qkv.new_empty(n_rows, h)
+        attended[packed.tokens :] = 0  # padding rows (`PackedRows.build`'s PAD_TO)
         for first, end, length, token in packed.runs:
             rows = end - first
             span = qkv[token : token + rows * length].view(rows, length, 3, heads, h // heads).permute(2, 0, 3, 1, 4)
@@ -154,6 +175,7 @@ def attend_runs(
     kv_heads = k.shape[1]
     rep = heads // kv_heads
     out = q.new_empty(n, heads * d)
+    out[packed.tokens :] = 0  # padding rows (`PackedRows.build`'s PAD_TO)
     for first, end, length, token in packed.runs:
         rows = end - first
         span = slice(token, token + rows * length)

@@ -1,0 +1,262 @@
+// Attention of every row of an unpadded forward in one call, on a CPU (vllm-srun,
+// engines/cpu_attention.py). QKV is [N, 3 * heads * dim] (Q, K, V of a token side by side, heads
+// inside each), rows back to back; each row attends to its own tokens only, no mask.
+//
+// Each (row, head) is one task, computed the same way whatever else is in the forward and
+// whichever thread runs it: a row's answer depends on its own tokens only (batch-invariant by
+// construction). For each query: scores against a transposed copy of the row's keys (vectorised
+// across keys), a max-subtracted softmax with a polynomial exp, then the weighted sum of values
+// (vectorised across the head's dimensions).
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace {
+
+// exp(x) for x <= 0 (scores minus their max), about 2 ulp: x = n ln2 + r, |r| <= ln2 / 2, a
+// degree-6 polynomial for e^r, and 2^n written into the exponent bits. Branch-free, so the
+// compiler vectorises the loop that calls it.
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+constexpr int QB = 4;   // queries scored together
+constexpr int KB = 16;  // keys scored together (one 512-bit vector of scores)
+
+struct Scratch {
+  std::vector<float> queries, keys_t, scores;
+};
+
+// S[a][0..KB) = Q[a] · K[j0 + t] for the QB queries of QB (pre-scaled, [QB][D]) and the KB keys
+// at KT (transposed keys, row stride KEYS); S's rows are KEYS apart.
+template <int D>
+inline void score_block(const float* qb, const float* kt, int64_t keys, float* s) {
+#if defined(__AVX512F__)
+  __m512 acc[QB];
+  for (int a = 0; a < QB; ++a) acc[a] = _mm512_setzero_ps();
+  for (int c = 0; c < D; ++c) {
+    const __m512 k = _mm512_loadu_ps(kt + c * keys);
+    for (int a = 0; a < QB; ++a) acc[a] = _mm512_fmadd_ps(_mm512_set1_ps(qb[a * D + c]), k, acc[a]);
+  }
+  for (int a = 0; a < QB; ++a) _mm512_storeu_ps(s + a * keys, acc[a]);
+#else
+  float acc[QB][KB] = {};
+  for (int c = 0; c < D; ++c)
+    for (int a = 0; a < QB; ++a)
+      for (int t = 0; t < KB; ++t) acc[a][t] += qb[a * D + c] * kt[c * keys + t];
+  for (int a = 0; a < QB; ++a)
+    for (int t = 0; t < KB; ++t) s[a * keys + t] = acc[a][t];
+#endif
+}
+
+#if defined(__AVX512F__)
+inline __m512 exp_nonpositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.3981999507e-3f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+}
+#endif
+
+// S[j] = exp(S[j] - MOST) for the LENGTH scores of S; returns their sum.
+inline float exp_and_sum(float* s, int64_t length, float most) {
+  int64_t j = 0;
+  float total = 0.0f;
+#if defined(__AVX512F__)
+  const __m512 m = _mm512_set1_ps(most);
+  __m512 sum = _mm512_setzero_ps();
+  for (; j + KB <= length; j += KB) {
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + j), m));
+    _mm512_storeu_ps(s + j, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  total = _mm512_reduce_add_ps(sum);
+#endif
+  for (; j < length; ++j) {
+    s[j] = exp_nonpositive(s[j] - most);
+    total += s[j];
+  }
+  return total;
+}
+
+// OUT[a] = Σ_j S[a][j] · V[j] for the QB queries (S's rows KEYS apart), V's rows STRIDE apart.
+template <int D>
+inline void weighted_values(const float* s, int64_t keys, int64_t length, const float* v, int64_t stride,
+                            float (&out)[QB][D]) {
+#if defined(__AVX512F__)
+  if constexpr (D % 16 == 0) {
+    constexpr int W = D / 16;
+    __m512 acc[QB][W];
+    for (int a = 0; a < QB; ++a)
+      for (int w = 0; w < W; ++w) acc[a][w] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < length; ++j) {
+      const float* vj = v + j * stride;
+      __m512 row[W];
+      for (int w = 0; w < W; ++w) row[w] = _mm512_loadu_ps(vj + 16 * w);
+      for (int a = 0; a < QB; ++a) {
+        const __m512 p = _mm512_set1_ps(s[a * keys + j]);
+        for (int w = 0; w < W; ++w) acc[a][w] = _mm512_fmadd_ps(p, row[w], acc[a][w]);
+      }
+    }
+    for (int a = 0; a < QB; ++a)
+      for (int w = 0; w < W; ++w) _mm512_storeu_ps(out[a] + 16 * w, acc[a][w]);
+    return;
+  }
+#endif
+  for (int a = 0; a < QB; ++a)
+    for (int c = 0; c < D; ++c) out[a][c] = 0.0f;
+  for (int64_t j = 0; j < length; ++j) {
+    const float* vj = v + j * stride;
+    for (int a = 0; a < QB; ++a) {
+      const float p = s[a * keys + j];
+      for (int c = 0; c < D; ++c) out[a][c] += p * vj[c];
+    }
+  }
+}
+
+inline float row_max(const float* s, int64_t length) {
+  float most = -std::numeric_limits<float>::infinity();
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  __m512 m = _mm512_set1_ps(most);
+  for (; j + KB <= length; j += KB) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
+  most = _mm512_reduce_max_ps(m);
+#endif
+  for (; j < length; ++j) most = s[j] > most ? s[j] : most;
+  return most;
+}
+
+template <int D>
+void attend_row_head(const float* qkv, float* out, int64_t start, int64_t length, int64_t head, int64_t heads,
+                     float scale, Scratch& scratch) {
+  const int64_t stride = 3 * heads * D;  // one token's Q, K and V
+  const int64_t width = heads * D;
+  const int64_t keys = (length + KB - 1) / KB * KB;   // keys padded to whole blocks (zero keys)
+  const int64_t queries = (length + QB - 1) / QB * QB;  // queries padded to whole blocks (zero queries)
+  scratch.queries.assign(static_cast<size_t>(queries * D), 0.0f);
+  scratch.keys_t.assign(static_cast<size_t>(D * keys), 0.0f);
+  scratch.scores.resize(static_cast<size_t>(QB * keys));
+  float* qs = scratch.queries.data();
+  float* kt = scratch.keys_t.data();
+  float* s = scratch.scores.data();
+  for (int64_t j = 0; j < length; ++j) {
+    const float* q = qkv + (start + j) * stride + head * D;
+    const float* k = q + width;
+    for (int c = 0; c < D; ++c) {
+      qs[j * D + c] = q[c] * scale;
+      kt[c * keys + j] = k[c];
+    }
+  }
+  for (int64_t i0 = 0; i0 < length; i0 += QB) {
+    const float* qb = qs + i0 * D;
+    for (int64_t j0 = 0; j0 < keys; j0 += KB) score_block<D>(qb, kt + j0, keys, s + j0);
+    float inv[QB];
+    for (int a = 0; a < QB; ++a) {
+      float* sa = s + a * keys;
+      float most = -std::numeric_limits<float>::infinity();
+      most = row_max(sa, length);
+      const float total = exp_and_sum(sa, length, most);
+      inv[a] = 1.0f / total;
+    }
+    float acc[QB][D];
+    weighted_values<D>(s, keys, length, qkv + start * stride + 2 * width + head * D, stride, acc);
+    for (int a = 0; a < QB && i0 + a < length; ++a) {
+      float* o = out + (start + i0 + a) * width + head * D;
+      for (int c = 0; c < D; ++c) o[c] = acc[a][c] * inv[a];
+    }
+  }
+}
+
+using Kernel = void (*)(const float*, float*, int64_t, int64_t, int64_t, int64_t, float, Scratch&);
+
+Kernel kernel_for(int64_t dim) {
+  switch (dim) {
+    case 8: return attend_row_head<8>;
+    case 16: return attend_row_head<16>;
+    case 32: return attend_row_head<32>;
+    case 64: return attend_row_head<64>;
+    case 80: return attend_row_head<80>;
+    case 96: return attend_row_head<96>;
+    case 128: return attend_row_head<128>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+bool supports_head_dim(int64_t dim) { return kernel_for(dim) != nullptr; }
+
+// qkv [rows_total, 3 * heads * dim] float32 contiguous; starts/lengths int64 [B] (each row's first
+// token and length); returns [rows_total, heads * dim] with every token past the rows zeroed.
+at::Tensor varlen_attention(const at::Tensor& qkv, const at::Tensor& starts, const at::Tensor& lengths,
+                               int64_t heads, double scale) {
+  TORCH_CHECK(qkv.dim() == 2 && qkv.scalar_type() == at::kFloat && qkv.is_contiguous(),
+              "qkv must be a contiguous float32 [N, 3 * heads * dim] matrix");
+  TORCH_CHECK(starts.scalar_type() == at::kLong && lengths.scalar_type() == at::kLong &&
+                  starts.numel() == lengths.numel(),
+              "starts and lengths must be int64 vectors of one size");
+  const int64_t width = qkv.size(1) / 3;
+  TORCH_CHECK(qkv.size(1) == 3 * width && width % heads == 0, "qkv width is not 3 * heads * dim");
+  const int64_t dim = width / heads;
+  const Kernel kernel = kernel_for(dim);
+  TORCH_CHECK(kernel != nullptr, "no kernel for head dim ", dim);
+  auto out = at::empty({qkv.size(0), width}, qkv.options());
+  const auto s = starts.contiguous();
+  const auto l = lengths.contiguous();
+  const int64_t* sp = s.data_ptr<int64_t>();
+  const int64_t* lp = l.data_ptr<int64_t>();
+  const int64_t rows = s.numel();
+  int64_t end = 0;
+  for (int64_t b = 0; b < rows; ++b) end = std::max(end, sp[b] + lp[b]);
+  TORCH_CHECK(end <= qkv.size(0), "a row runs past the qkv matrix");
+  if (end < qkv.size(0)) out.narrow(0, end, qkv.size(0) - end).zero_();
+  const float* in = qkv.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const float sc = static_cast<float>(scale);
+  at::parallel_for(0, rows * heads, 1, [&](int64_t begin, int64_t stop) {
+    Scratch scratch;
+    for (int64_t task = begin; task < stop; ++task) {
+      const int64_t b = task / heads;
+      kernel(in, o, sp[b], lp[b], task % heads, heads, sc, scratch);
+    }
+  });
+  return out;
+}
+
+TORCH_LIBRARY(srun_cpu, m) {
+  m.def("varlen_attention(Tensor qkv, Tensor starts, Tensor lengths, int heads, float scale) -> Tensor",
+        &varlen_attention);
+  m.def("supports_head_dim(int dim) -> bool", &supports_head_dim);
+}

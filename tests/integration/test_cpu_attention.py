@@ -1,0 +1,125 @@
+"""The one-call CPU attention op (engines/cpu_attention.py): SDPA's answers per row, a row's bits
+independent of the rest of the forward and of the thread count, padding rows left zero, bad
+input refused, and every reason not to use it turned into the per-run path with one line."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from vllm_srun.adapters.engines import cpu_attention
+from vllm_srun.adapters.engines.cpu_attention import VarlenOps, cpu_ops, load_varlen_attention
+from vllm_srun.adapters.models.tokenization import Encoded
+from vllm_srun.adapters.models.unpadded import EAGER_OPS, PackedRows
+
+pytestmark = pytest.mark.skipif(
+    cpu_attention._compiler(os.environ) is None, reason="no C++ compiler: the op cannot be built here"
+)
+
+
+@pytest.fixture(scope="module")
+def op() -> VarlenOps:
+    why = load_varlen_attention(lambda _m: None)
+    assert why is None, why  # a compiler is here: a failed build is a failure, not a skip
+    return VarlenOps()
+
+
+def _rows(lengths: list[int]) -> PackedRows:
+    return PackedRows.build([Encoded(list(range(1, n + 1)), [0] * n, False, n) for n in lengths])
+
+
+def _qkv(packed: PackedRows, heads: int, dim: int, extra: int = 0, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(packed.tokens + extra, 3 * heads * dim, generator=gen)
+
+
+@pytest.mark.parametrize(("heads", "dim"), [(12, 32), (2, 8), (4, 16), (3, 64), (1, 128)])
+def test_every_row_gets_sdpa_answer(op: VarlenOps, heads: int, dim: int) -> None:
+    packed = _rows([100, 64, 33, 17, 16, 7, 7, 2, 1])
+    qkv = _qkv(packed, heads, dim)
+    ours = op.attention(qkv, packed, heads)
+    want = EAGER_OPS.attention(qkv, packed, heads)
+    assert ours.shape == want.shape
+    assert (ours - want).abs().max().item() < 1e-5
+
+
+def test_a_rows_bits_do_not_depend_on_the_forward_or_the_thread_count(op: VarlenOps) -> None:
+    alone = _rows([37])
+    crowd = _rows([90, 60, 37, 5, 1])
+    q_alone = _qkv(alone, 12, 32, seed=1)
+    q_crowd = _qkv(crowd, 12, 32, seed=2)
+    start = 150  # the 37-token row sits after the 90 and 60 ones in sorted order
+    q_crowd[start : start + 37] = q_alone
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = op.attention(q_crowd, crowd, 12)[start : start + 37]
+        torch.set_num_threads(2)
+        two = op.attention(q_crowd, crowd, 12)[start : start + 37]
+    finally:
+        torch.set_num_threads(threads)
+    by_itself = op.attention(q_alone, alone, 12)
+    assert torch.equal(one, by_itself) and torch.equal(two, by_itself)
+
+
+def test_padding_rows_are_zero_and_never_read(op: VarlenOps) -> None:
+    packed = PackedRows.build([Encoded([1] * n, [0] * n, False, n) for n in (9, 4)], pad_to=lambda n: n + 3)
+    assert packed.tokens == 13 and packed.rows_total == 16
+    qkv = _qkv(packed, 4, 16, extra=3)
+    clean = op.attention(qkv, packed, 4)
+    qkv[13:] = float("nan")  # whatever the padding rows hold
+    out = op.attention(qkv, packed, 4)
+    assert torch.equal(out[:13], clean[:13]) and torch.equal(out[13:], torch.zeros(3, 64))
+    assert torch.equal(EAGER_OPS.attention(qkv, packed, 4)[13:], torch.zeros(3, 64))
+
+
+def test_bad_input_is_refused_by_the_op(op: VarlenOps) -> None:
+    packed = _rows([5, 3])
+    qkv = _qkv(packed, 2, 8)
+    with pytest.raises(RuntimeError, match="contiguous float32"):
+        torch.ops.srun_cpu.varlen_attention(qkv.double(), packed.starts, packed.lengths, 2, 0.3)
+    with pytest.raises(RuntimeError, match="runs past"):
+        torch.ops.srun_cpu.varlen_attention(qkv, packed.starts + 4, packed.lengths, 2, 0.3)
+    with pytest.raises(RuntimeError, match="no kernel for head dim 12"):
+        torch.ops.srun_cpu.varlen_attention(torch.zeros(8, 36), packed.starts, packed.lengths, 1, 0.3)
+
+
+def test_a_head_size_without_a_kernel_or_another_dtype_runs_sdpa_per_run(op: VarlenOps) -> None:
+    packed = _rows([6, 6, 3])
+    qkv = _qkv(packed, 2, 12)  # head dim 12: no kernel
+    assert not op.supports(12)
+    assert torch.equal(op.attention(qkv, packed, 2), EAGER_OPS.attention(qkv, packed, 2))
+    half = _qkv(packed, 2, 16).to(torch.bfloat16)
+    assert torch.equal(op.attention(half, packed, 2), EAGER_OPS.attention(half, packed, 2))
+
+
+def test_the_op_is_built_once_per_cache_and_keyed_by_source_torch_and_cpu(tmp_path: Path) -> None:
+    lines: list[str] = []
+    env = {**os.environ, cpu_attention.CACHE_ENV: str(tmp_path)}
+    assert load_varlen_attention(lines.append, env) is None
+    built = cpu_attention.library_path(tmp_path)
+    assert built.exists() and len(lines) == 1 and "building" in lines[0] and str(tmp_path) in lines[0]
+    assert load_varlen_attention(lines.append, env) is None and len(lines) == 1  # loaded, not rebuilt
+    assert [p.name for p in tmp_path.iterdir()] == [built.name]  # no temporary file left behind
+
+
+def test_every_reason_not_to_use_it_keeps_per_run_attention_with_one_line(tmp_path: Path) -> None:
+    lines: list[str] = []
+    ops, card = cpu_ops(torch.float32, lines.append, {**os.environ, cpu_attention.ENV: "0"})
+    assert ops is EAGER_OPS and "VLLM_SRUN_CPU_ATTENTION=0" in card and len(lines) == 1
+    lines.clear()
+    no_compiler = {**os.environ, cpu_attention.CACHE_ENV: str(tmp_path / "empty"), "CXX": "/nonexistent/c++"}
+    ops, card = cpu_ops(torch.float32, lines.append, no_compiler)
+    assert ops is EAGER_OPS and "no C++ compiler" in card and len(lines) == 1 and "no C++ compiler" in lines[0]
+    lines.clear()
+    ops, card = cpu_ops(torch.bfloat16, lines.append)
+    assert ops is EAGER_OPS and "FP32" in card and not lines
+    lines.clear()
+    broken = tmp_path / "broken"
+    bad_compiler = {**os.environ, cpu_attention.CACHE_ENV: str(broken), "CXX": "false"}
+    ops, card = cpu_ops(torch.float32, lines.append, bad_compiler)
+    assert ops is EAGER_OPS and "could not build" in card
+    assert [line for line in lines if line.startswith("load: attention per run")], lines
