@@ -131,6 +131,19 @@ def test_the_default_uses_the_whole_cpu_budget_as_concurrent_forwards_below_the_
     assert threads["adaptive"]["mode"] == 0
     merged = card["merged_forward_tokens"]  # R-BAT-5: an exact model says how far it merges
     assert (card["numerics"] == "exact") == (merged is not None) and (merged is None or 256 <= merged <= 512)
+    lone = threads["lone_forward"]  # a forward alone on the device takes the whole budget
+    if concurrent > 1 and team < BUDGET and not os.environ.get("VLLM_SRUN_LONE_FORWARD"):
+        differs = (
+            lone["threads"] is None and "answers differ" in lone["reason"] and card["kernels"]["linear"] == "eager"
+        )
+        assert lone["threads"] == BUDGET or differs, (lone, card["kernels"])  # eager F.linear may change bits
+        if lone["threads"] == BUDGET:
+            before = lone["forwards"]
+            httpx.post(f"{minilm_server}/v1/embeddings", json={"input": ["a lone request"], "model": card["id"]})
+            after = httpx.get(f"{minilm_server}/v1/models").json()["data"][0]["threads"]["lone_forward"]
+            assert after["forwards"] > before
+    else:
+        assert lone["threads"] is None and lone["reason"], lone
     if not sys.platform.startswith("linux") or os.environ.get("VLLM_SRUN_FORWARD_NICE"):
         return
     assert threads["forward_nice"] == DEFAULT_FORWARD_NICE

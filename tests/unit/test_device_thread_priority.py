@@ -67,3 +67,23 @@ def test_every_device_thread_starts_when_the_device_is_made_not_at_some_later_bu
         assert {nice for _, nice in started} == {min(19, _nice() + 2)}
     finally:
         device.shutdown()
+
+
+def test_busy_counts_the_calls_running_now_each_counting_itself() -> None:
+    device = DeviceThread(workers=2)
+    try:
+        assert device.busy() == 0
+        assert device.call(device.busy) == 1
+        both = threading.Barrier(2)
+
+        def seen_together() -> int:
+            both.wait(timeout=10)
+            seen = device.busy()
+            both.wait(timeout=10)  # neither leaves before both have looked
+            return seen
+
+        futures = [device.submit(seen_together) for _ in range(2)]
+        assert [f.result(timeout=10) for f in futures] == [2, 2]
+        assert device.busy() == 0
+    finally:
+        device.shutdown()

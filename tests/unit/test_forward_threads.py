@@ -8,11 +8,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tests.fakes import FakeClock
-from vllm_srun.adapters.serving.forward_threads import ForwardRunner, same_bits
+from vllm_srun.adapters.serving.forward_threads import ForwardRunner, lone_forward_off, same_answers_at, same_bits
 from vllm_srun.domain.adaptive_threads import Mode, Phase, ThreadLearner
-from vllm_srun.domain.lanes import Accounting
+from vllm_srun.domain.lanes import Accounting, Lane
 from vllm_srun.domain.planning import ForwardBatch
 
 
@@ -112,3 +113,73 @@ def test_same_bits_compares_dtype_shape_and_bytes() -> None:
     assert same_bits([a, [a]], [a.copy(), [a.copy()]])
     assert not same_bits(a, np.array([1.0, 0.0], dtype=np.float32))  # -0.0 and 0.0 differ in bits
     assert not same_bits(a, a.astype(np.float64)) and not same_bits([a], [a, a])
+
+
+def _lone_runner(busy: list[int]) -> tuple[ForwardRunner, FakeModel, FakeContext]:
+    clock, context = FakeClock(), FakeContext()
+    model = FakeModel(context, clock)
+    runner = ForwardRunner(
+        model.run, context=context, configured=1, learner=None, clock=clock, lone=2, busy=lambda: busy[0]
+    )
+    return runner, model, context
+
+
+def test_a_forward_alone_on_the_device_runs_on_the_lone_count_and_one_beside_another_on_its_team() -> None:
+    busy = [1]  # the forward itself
+    runner, model, _ = _lone_runner(busy)
+    runner.run(*_batch(8))
+    busy[0] = 2  # another forward runs
+    runner.run(*_batch(8))
+    busy[0] = 1
+    runner.run(*_batch(8))
+    assert model.runs == [2, 1, 2] and runner.lone_forwards == 2
+    lone = runner.card(2, None)["lone_forward"]
+    assert lone == {"threads": 2, "forwards": 2, "reason": None}
+
+
+def test_a_lone_count_needs_the_devices_busy_count_and_no_learner() -> None:
+    clock, context = FakeClock(), FakeContext()
+    with pytest.raises(ValueError, match="lone-forward"):
+        ForwardRunner(lambda lane, p: p, context=context, configured=1, learner=None, clock=clock, lone=2)
+    learner = ThreadLearner(Mode.LEARN, 1, (1, 2), samples=2, window_s=1e6)
+    with pytest.raises(ValueError, match="lone-forward"):
+        ForwardRunner(
+            lambda lane, p: p,
+            context=context,
+            configured=1,
+            learner=learner,
+            clock=clock,
+            submit=lambda *a: None,
+            lone=2,
+            busy=lambda: 1,
+        )
+
+
+class ProbedModel:
+    """A loaded model's probe surface: answers drift at the counts in DRIFTS."""
+
+    def __init__(self, context: FakeContext, rows: list[int], drifts: frozenset[int] = frozenset()) -> None:
+        self.inner = FakeModel(context, FakeClock(), drifts)
+        self.rows = rows
+        self.lanes = [Lane("text")]
+
+    def probe_payloads(self) -> list[int]:
+        return self.rows
+
+    def run(self, lane: str, payloads: Sequence[Any]) -> list[np.ndarray]:
+        return self.inner.run(lane, payloads)
+
+
+def test_same_answers_at_compares_every_row_alone_and_together_and_restores_the_first_count() -> None:
+    context = FakeContext()
+    steady = ProbedModel(context, [3, 5, 8])
+    assert same_answers_at(steady, context.declare, [1, 2]) is True  # type: ignore[arg-type]
+    assert context.current == 1 and steady.inner.runs == [1, 1, 1, 1, 2, 2, 2, 2]
+    drifting = ProbedModel(context, [3, 5], drifts=frozenset({2}))
+    assert same_answers_at(drifting, context.declare, [1, 2]) is False  # type: ignore[arg-type]
+    assert same_answers_at(ProbedModel(context, []), context.declare, [1, 2]) is None  # type: ignore[arg-type]
+
+
+def test_the_lone_forward_is_turned_off_by_its_variable_only() -> None:
+    assert lone_forward_off({}) is None and lone_forward_off({"VLLM_SRUN_LONE_FORWARD": "1"}) is None
+    assert lone_forward_off({"VLLM_SRUN_LONE_FORWARD": "0"}) == "turned off (VLLM_SRUN_LONE_FORWARD=0)"

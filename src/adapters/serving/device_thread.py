@@ -59,6 +59,8 @@ class DeviceThread:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix=name, initializer=self._start_thread
         )
+        self._busy = 0
+        self._busy_lock = threading.Lock()
         self._start_every_thread()
 
     def _start_every_thread(self) -> None:
@@ -76,18 +78,31 @@ class DeviceThread:
         if self._initializer is not None:
             self._initializer()
 
+    def _counted(self, fn: Callable[..., Any], *args: Any) -> Any:
+        with self._busy_lock:
+            self._busy += 1
+        try:
+            return fn(*args)
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+
+    def busy(self) -> int:
+        """How many of the device's threads are running a call now (a call counts itself)."""
+        return self._busy
+
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, fn, *args)
+        return await loop.run_in_executor(self._pool, self._counted, fn, *args)
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Blocking call from a non-loop thread (loading, warm-up, golden checks)."""
-        return self._pool.submit(fn, *args).result()
+        return self._pool.submit(self._counted, fn, *args).result()
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
         """Queue a call without waiting for it (from any thread, the device thread included: it
         runs after the calls queued before it)."""
-        return self._pool.submit(fn, *args)
+        return self._pool.submit(self._counted, fn, *args)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

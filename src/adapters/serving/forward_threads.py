@@ -10,18 +10,22 @@ learner's warm-up rerun and shadow forwards (R-CPU-2).
    for bit with the served answer, and the learner is told.
 The served answer is always the one computed at the plan's serving count; a shadow's answer is
 never returned. Without a learner (adaptive threads off, an engine that fixes its own threads,
-a GPU) a forward only declares the configured count (when there is one).
+a GPU) a forward only declares the configured count (when there is one), or, where the runtime
+found the model's answers the same bits at both counts (`same_answers_at`),
+the LONE count (the worker's whole budget) when no other forward of the device runs as it starts:
+with `--concurrent-forwards N` a request alone would otherwise run on one of N teams while the
+others idle (R-CPU-1). A forward that starts while another runs takes its own team as before.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.contracts import ThreadContext
+from vllm_srun.adapters.contracts import LoadedModel, ThreadContext
 from vllm_srun.domain.adaptive_threads import Phase, ThreadLearner, ThreadPlan
 from vllm_srun.domain.planning import ForwardBatch
 from vllm_srun.domain.ports import Clock
@@ -44,6 +48,34 @@ def same_bits(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+LONE_ENV = "VLLM_SRUN_LONE_FORWARD"  # 0: a lone forward keeps its team's count (A/B)
+
+
+def lone_forward_off(env: Mapping[str, str]) -> str | None:
+    """Why a lone forward may not widen by configuration (None: it may)."""
+    value = env.get(LONE_ENV, "").strip().lower()
+    return f"turned off ({LONE_ENV}={env[LONE_ENV]})" if value in ("0", "off", "false", "no") else None
+
+
+def same_answers_at(model: LoadedModel, declare: Callable[[int], None], counts: Sequence[int]) -> bool | None:
+    """Whether MODEL answers its probe rows, each alone and all together, with the same bits at
+    every thread count of COUNTS (declared on the calling device thread; the first again at the
+    end); None when the family offers no probe rows."""
+    rows = model.probe_payloads()
+    if not rows:
+        return None
+    lane = model.lanes[0].name
+    answers = []
+    try:
+        for count in counts:
+            declare(count)
+            answers.append([*(model.run(lane, [row])[0] for row in rows), *model.run(lane, rows)])
+    finally:
+        declare(counts[0])
+    first, *others = answers
+    return all(same_bits(first, other) for other in others)
+
+
 class ForwardRunner:
     def __init__(
         self,
@@ -56,6 +88,9 @@ class ForwardRunner:
         submit: Submit | None = None,
         on_shadow: ShadowObserver | None = None,
         why_not_adaptive: str | None = None,
+        lone: int | None = None,
+        busy: Callable[[], int] | None = None,
+        why_not_lone: str | None = None,
     ) -> None:
         if learner is not None and (context is None or configured is None or submit is None):
             raise ValueError("an adaptive learner needs a thread context, a configured count and a device queue")
@@ -67,6 +102,12 @@ class ForwardRunner:
         self._submit = submit
         self._on_shadow = on_shadow
         self.why_not_adaptive = why_not_adaptive
+        if lone is not None and (learner is not None or context is None or busy is None):
+            raise ValueError("a lone-forward count needs a thread context, the device's busy count and no learner")
+        self.lone = lone
+        self._busy = busy
+        self.why_not_lone = why_not_lone
+        self.lone_forwards = 0  # forwards that ran on the LONE count
 
     def _declare(self, threads: int | None) -> None:
         if self.context is not None and threads is not None:
@@ -75,7 +116,7 @@ class ForwardRunner:
     def run(self, batch: ForwardBatch, payloads: list[Any]) -> Sequence[Any]:
         learner = self.learner
         if learner is None:
-            self._declare(self.configured)
+            self._declare(self._count_now())
             return self._run(batch.lane, payloads)
         plan = learner.plan(batch.tokens, self._clock.now())
         self._declare(plan.serve)
@@ -86,6 +127,13 @@ class ForwardRunner:
             assert self._submit is not None
             self._submit(self._explore, batch, payloads, outputs, plan)
         return outputs
+
+    def _count_now(self) -> int | None:
+        """The count a forward starting now runs on: LONE when it is the device's only call."""
+        if self.lone is not None and self._busy is not None and self._busy() <= 1:
+            self.lone_forwards += 1
+            return self.lone
+        return self.configured
 
     def _explore(self, batch: ForwardBatch, payloads: list[Any], served: Sequence[Any], plan: ThreadPlan) -> None:
         """The warm-up rerun and the shadows of one served forward (on the device thread)."""
@@ -129,4 +177,11 @@ class ForwardRunner:
             adaptive = self.learner.table()
         else:
             adaptive = {"mode": 0, "phase": "off", "reason": self.why_not_adaptive}
-        return {"forward": self.configured, "budget": budget, "omp_wait_policy": wait_policy, "adaptive": adaptive}
+        lone = {"threads": self.lone, "forwards": self.lone_forwards, "reason": self.why_not_lone}
+        return {
+            "forward": self.configured,
+            "budget": budget,
+            "omp_wait_policy": wait_policy,
+            "adaptive": adaptive,
+            "lone_forward": lone,
+        }
