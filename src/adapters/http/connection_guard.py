@@ -11,19 +11,30 @@ import math
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from vllm_srun.adapters.http.errors import raw_error_response
 from vllm_srun.adapters.prometheus import Counter, Gauge
-from vllm_srun.domain.connections import Admission, ConnectionLimits, ConnectionTable, Phase
-
-if TYPE_CHECKING:
-    from vllm_srun.adapters.http.guarded_protocol import GuardedProtocol
+from vllm_srun.domain.connections import Admission, ConnectionLimits, ConnectionTable, Expiry, Phase
 
 log = logging.getLogger("vllm_srun.connections")
 REFUSAL_LOG_S = 10.0
 QUIET_PEAK = 64
 OnClose = Callable[[str], None]  # the reason a connection was closed by the guard (metrics)
+
+
+class Guarded(Protocol):
+    """What the guard needs of a connection it tracks (`guarded_protocol.GuardedProtocol`)."""
+
+    def __hash__(self) -> int: ...
+
+    def expire(self, expiry: Expiry) -> None:
+        """Close the connection: it is past its deadline (EXPIRY says which one)."""
+        ...
+
+    def evict(self) -> None:
+        """Close the connection: a newer one took its place in a full table."""
+        ...
 
 
 class ConnectionGuard:
@@ -33,7 +44,7 @@ class ConnectionGuard:
         self, limits: ConnectionLimits, on_close: OnClose | None = None, on_quiet: Callable[[], None] | None = None
     ) -> None:
         self.limits = limits
-        self.table: ConnectionTable[GuardedProtocol] = ConnectionTable(limits)
+        self.table: ConnectionTable[Guarded] = ConnectionTable(limits)
         self.on_close = on_close or (lambda reason: None)
         self.on_quiet = on_quiet or (lambda: None)  # many connections went: their memory can go back to the OS
         self._peak = 0
@@ -70,14 +81,14 @@ class ConnectionGuard:
                 self.closed.get("refused", 0),
             )
 
-    def admit(self, protocol: GuardedProtocol, loop: asyncio.AbstractEventLoop) -> Admission[GuardedProtocol]:
+    def admit(self, protocol: Guarded, loop: asyncio.AbstractEventLoop) -> Admission[Guarded]:
         admission = self.table.open(protocol, loop.time())
         self._peak = max(self._peak, len(self.table))
         if self._timer is None:
             self._timer = loop.call_later(self.limits.tick_s, self._sweep, loop)
         return admission
 
-    def forget(self, protocol: GuardedProtocol) -> None:
+    def forget(self, protocol: Guarded) -> None:
         """A connection is gone; after a crowd of them has gone (a quarter of a peak of 64 or more
         is left), `on_quiet`."""
         self.table.close(protocol)

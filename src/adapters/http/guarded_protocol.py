@@ -56,10 +56,13 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_made(cast(asyncio.Transport, transport))
         admission = self.guard.admit(self, self.loop)
         if admission.evicted is not None:
-            admission.evicted.transport.close()
+            admission.evicted.evict()
             self.guard.count("evicted")
         if not admission.admitted:
             self._refuse()
+
+    def evict(self) -> None:
+        self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.guard.forget(self)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from vllm_srun.adapters.media.ports import MediaError, MediaLimits
+from vllm_srun.adapters.media.ports import MediaError, MediaLimits, check_size
 from vllm_srun.adapters.media.preprocess import ImagePreprocess, pixels
 
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
@@ -38,17 +38,6 @@ def signature(data: bytes) -> str | None:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "WEBP"
     return next((name for magic, name in SIGNATURES if data.startswith(magic)), None)
-
-
-def _mib(n: int) -> str:
-    return f"{n / (1024 * 1024):.1f} MiB"
-
-
-def check_size(data: bytes, limit: int, what: str) -> None:
-    if not data:
-        raise MediaError(f"the {what} is empty")
-    if len(data) > limit:
-        raise MediaError(f"the {what} is {len(data)} bytes ({_mib(len(data))}), over the limit of {limit} bytes")
 
 
 def open_image(data: bytes, limits: MediaLimits) -> Image.Image:
@@ -113,7 +102,7 @@ class PillowAvDecoder:
             raise MediaError("the image is too large to preprocess") from None
 
     def video_frames(self, data: bytes, frames: int, limits: MediaLimits, preprocess: Any) -> np.ndarray:
-        from vllm_srun.adapters.media.video import sample_video
+        from vllm_srun.adapters.media.video import sample_video  # PyAV loads only where a video comes
 
         spec: ImagePreprocess = preprocess
         tables = self.tables(spec)

@@ -65,3 +65,15 @@ class MediaLoader(Protocol):
         ...
 
     async def stop(self) -> None: ...
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def check_size(data: bytes, limit: int, what: str) -> None:
+    """MediaError unless DATA (an image or a video, WHAT) holds 1..LIMIT bytes."""
+    if not data:
+        raise MediaError(f"the {what} is empty")
+    if len(data) > limit:
+        raise MediaError(f"the {what} is {len(data)} bytes ({_mib(len(data))}), over the limit of {limit} bytes")

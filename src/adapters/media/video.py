@@ -22,8 +22,7 @@ import av
 import numpy as np
 from PIL import Image
 
-from vllm_srun.adapters.media.decoder import check_size
-from vllm_srun.adapters.media.ports import MediaError, MediaLimits
+from vllm_srun.adapters.media.ports import MediaError, MediaLimits, check_size
 from vllm_srun.domain.media import FramePicker, sample_times
 
 CONTAINERS = "MP4/MOV, Matroska/WebM, AVI, GIF, MPEG-TS"
