@@ -1,6 +1,10 @@
 """This CPU's FP32 peak, derived and said how: vector width × FMA units × 2 FLOP per FMA × cores ×
 clock, each factor read from the machine where it can be (flags, CPU family, clock source) and
-named where it comes from a table. Also a measured ceiling: one large FP32 matrix product.
+named where it comes from a table. Also two measured ceilings on MiniLM's feed-forward shape
+(384 → 1536): MKL's sgemm (`torch.matmul`) and oneDNN's FP32 linear on a pre-packed weight
+(`torch.ops.mkldnn._linear_pointwise` on `_reorder_linear_weight`, the kernel our CPU engine runs),
+1,024–4,096 rows, best of several. On the AMD CPU this was written on, oneDNN's reaches about
+twice MKL's there, so oneDNN's is the ceiling the benchmarks divide by.
 
 MiniLM's FLOPs per request are counted from its config and the request's real tokens
 (`encoder_flops`), so `achieved GFLOP/s = req/s × GFLOP per request`.
@@ -81,7 +85,7 @@ def fp32_peak(cores: int) -> Peak:
 
 
 def measured_gemm_gflops(threads: int, m: int = 2048, k: int = 384, n: int = 1536, repeats: int = 10) -> float:
-    """GFLOP/s of an FP32 [M, K] × [K, N] product at THREADS (MiniLM's feed-forward shape)."""
+    """GFLOP/s of an FP32 [M, K] × [K, N] product (`torch.matmul`: MKL's sgemm) at THREADS."""
     import torch
 
     torch.set_num_threads(threads)
@@ -93,6 +97,40 @@ def measured_gemm_gflops(threads: int, m: int = 2048, k: int = 384, n: int = 153
         a @ b
         best = min(best, time.perf_counter() - start)
     return 2 * m * k * n / best / 1e9
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    gflops: float
+    rows: int  # the row count that reached it
+
+
+def measured_linear_gflops(
+    threads: int, rows: tuple[int, ...] = (1024, 2048, 4096), k: int = 384, n: int = 1536, repeats: int = 10
+) -> Ceiling:
+    """The best GFLOP/s of oneDNN's FP32 linear ([ROWS, K] → [ROWS, N], bias, weight pre-packed once)
+    at THREADS over ROWS and REPEATS; falls back to sgemm where torch has no oneDNN."""
+    import torch
+
+    torch.set_num_threads(threads)
+    if not torch.backends.mkldnn.is_available():
+        return Ceiling(measured_gemm_gflops(threads, rows[-1], k, n, repeats), rows[-1])
+    gen = torch.Generator().manual_seed(0)
+    weight, bias = torch.randn(n, k, generator=gen), torch.randn(n, generator=gen)
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight, 64)
+    best = Ceiling(0.0, rows[0])
+    for m in rows:
+        x = torch.randn(m, k, generator=gen)
+        torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")  # oneDNN builds its primitive
+        fastest = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+            fastest = min(fastest, time.perf_counter() - start)
+        gflops = 2 * m * k * n / fastest / 1e9
+        if gflops > best.gflops:
+            best = Ceiling(gflops, m)
+    return best
 
 
 def encoder_flops(tokens: int, hidden: int, layers: int, intermediate: int) -> float:

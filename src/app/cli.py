@@ -1,4 +1,4 @@
-"""`vllm-srun`: serve models, pull catalog models, write fixtures.
+"""`vllm-srun`: serve models, pull catalog models, write fixtures, quantize packages.
 
 Every refusal is one line on stderr and a non-zero exit, before any model loads (R-ARG-2).
 """
@@ -108,6 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
     pull = sub.add_parser("pull", help="place a built-in model in the local model store")
     pull.add_argument(
         "name", choices=sorted(CATALOG), metavar="NAME", help=f"a built-in model: {', '.join(sorted(CATALOG))}"
+    )
+
+    # ---- `quantize` (app/quantize.py, docs/quantization.md)
+    quantize = sub.add_parser("quantize", help="write an int8 package of an encoder package (with its own golden file)")
+    quantize.add_argument("model", metavar="MODEL", help="path, store name or built-in name of an FP32 encoder package")
+    quantize.add_argument("out", metavar="OUT", help="the folder to create (new or empty)")
+    quantize.add_argument(
+        "--int8",
+        action="store_true",
+        help="int8 weights per output channel, activations quantized per token at run time (required, the only scheme)",
     )
 
     from vllm_srun.app import simulate_cli
@@ -312,6 +322,19 @@ def fixture(ns: argparse.Namespace) -> int:
     return 0
 
 
+def quantize(ns: argparse.Namespace) -> int:
+    if not ns.int8:
+        refuse("quantize: name the scheme: --int8 (the only one)")
+    from vllm_srun.app.quantize import quantize as write_quantized
+
+    try:
+        out = write_quantized(ns.model, ns.out, progress=_progress)
+    except (OSError, ValueError, RuntimeError) as exc:
+        refuse(f"quantize: {exc}")
+    print(out)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     if ns.command == "serve":
@@ -320,6 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return pull(ns)
     if ns.command == "fixture":
         return fixture(ns)
+    if ns.command == "quantize":
+        return quantize(ns)
     if ns.command == "simulate":
         from vllm_srun.app import simulate_cli
 

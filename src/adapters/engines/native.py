@@ -229,6 +229,12 @@ def native_encoder(
     (module doc), or on a GPU the fused Triton kernels where they are faster. DETERMINISTIC
     (`--deterministic`): on a CPU the packed copies serve every forward where they can (they are
     batch-invariant), whatever the timings say."""
+    # ---- int8 packages (`vllm-srun quantize`): int8 linears on a CPU with VNNI/AMX, else refused in one line
+    if reference.quantization is not None:
+        from vllm_srun.adapters.engines.cpu_int8 import int8_encoder
+
+        return int8_encoder(reference, device, progress, cpu_ops=lambda: cpu_ops(torch.float32, progress, env), env=env)
+    # ---- end of the int8 branch
     if device.kind != "cpu":
         return gpu_encoder(reference, device, progress, env)
     mode = _mode(env)

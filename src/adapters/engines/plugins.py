@@ -69,6 +69,10 @@ class OnnxRuntimePlugin:
     def build(self, request: EngineRequest, progress: Progress) -> Engine:
         if request.kind != "encoder":
             raise EngineRefused(f"the onnxruntime engine serves encoder models only (this is a {request.kind} model)")
+        if getattr(request.model, "quantization", None) is not None:  # an int8 package (engines/cpu_int8.py)
+            raise EngineRefused(
+                "the onnxruntime engine does not serve int8 packages (vllm-srun quantize); use --engine native"
+            )
         use_threads(request.threads)  # torch pools a package graph's hidden states
         from vllm_srun.adapters.engines.onnxruntime import onnx_encoder
 

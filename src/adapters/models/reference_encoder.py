@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,6 +22,7 @@ import torch
 from vllm_srun.adapters.models.encoder_arch import EncoderConfigLike, EncoderHead, EncoderModule
 from vllm_srun.adapters.models.encoders import load_encoder
 from vllm_srun.adapters.models.pooling import PoolingConfig, load_pooling_config, pool
+from vllm_srun.adapters.models.quantize import read_quantization
 from vllm_srun.adapters.models.tokenization import Encoded
 
 
@@ -31,8 +33,11 @@ class ReferenceEncoder:
         head: EncoderHead | None,
         pooling: PoolingConfig,
         device: torch.device | str = "cpu",
+        quantization: dict[str, Any] | None = None,
     ) -> None:
         self.encoder = encoder
+        # an int8 package's marker (`models/quantize.py`): its weights here are the dequantized int8 ones
+        self.quantization = quantization
         self.head = head
         self.pooling = pooling
         self.config: EncoderConfigLike = encoder.config
@@ -49,6 +54,7 @@ class ReferenceEncoder:
     ) -> ReferenceEncoder:
         """Load FOLDER. Pooling defaults to the folder's sentence-transformers config, else cls for a
         model with a classification head and mean for a bare encoder."""
+        quantization = read_quantization(folder)  # before the weights: a foreign quantization is refused
         encoder, head = load_encoder(folder, dtype)
         if pooling is None:
             default = getattr(encoder, "default_pooling", None) or ("cls" if head is not None else "mean")
@@ -56,7 +62,7 @@ class ReferenceEncoder:
         if torch.device(device).type != "cpu":
             encoder = encoder.to(device)
             head = head.to(device) if head is not None else None
-        return cls(encoder, head, pooling, device)
+        return cls(encoder, head, pooling, device, quantization)
 
     @property
     def has_classifier(self) -> bool:
@@ -77,7 +83,7 @@ class ReferenceEncoder:
             return self
         encoder = copy.deepcopy(self.encoder).to("cpu")
         head = copy.deepcopy(self.head).to("cpu") if self.head is not None else None
-        return ReferenceEncoder(encoder, head, self.pooling, "cpu")
+        return ReferenceEncoder(encoder, head, self.pooling, "cpu", self.quantization)
 
     def tensors(
         self, batch: Sequence[Encoded], device: torch.device | str | None = None

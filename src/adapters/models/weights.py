@@ -8,6 +8,8 @@ folder) into one name → tensor map.
   bare `BertModel` such as all-MiniLM) both read as `encoder.layer.0…`; head tensors (`classifier.*`,
   `pre_classifier.*`) never had one.
 - Old TF-converted names `LayerNorm.gamma` / `LayerNorm.beta` read as `.weight` / `.bias`.
+- An int8 tensor with a float `<name>_scale` beside it (one value per row: an int8 package of
+  `vllm-srun quantize`, `models/quantize.py`) reads as the float tensor `int8 × scale`.
 - A missing tensor raises `WeightsError` naming the key and the checkpoint.
 """
 
@@ -15,9 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
+
+from vllm_srun.adapters.models.quantize import SCALE_SUFFIX, dequantize_rows
 
 MODEL_PREFIXES: tuple[str, ...] = ("bert.", "roberta.", "model.", "distilbert.", "mpnet.", "deberta.")
 _LEGACY_SUFFIXES = {".gamma": ".weight", ".beta": ".bias"}
@@ -78,6 +83,20 @@ class Weights:
         return [self.take(n) for n in names]
 
 
+def _int8_with_scales(f: Any) -> dict[str, str]:
+    """The int8 tensors of an open safetensors file that have a `<name>_scale` beside them → that name."""
+    keys = set(f.keys())
+    return {k: k + SCALE_SUFFIX for k in keys if k + SCALE_SUFFIX in keys and f.get_slice(k).get_dtype() == "I8"}
+
+
+def _dequantized(q: torch.Tensor, scale: torch.Tensor, where: str) -> torch.Tensor:
+    if q.dim() != 2 or not scale.is_floating_point() or tuple(scale.shape) != (q.shape[0],):
+        raise WeightsError(
+            f"{where}: an int8 weight needs one float scale per row (int8 {tuple(q.shape)}, scale {tuple(scale.shape)})"
+        )
+    return dequantize_rows(q, scale)
+
+
 def load_weights(path: Path, dtype: torch.dtype | None = torch.float32) -> Weights:
     """Read every float tensor of the checkpoint at PATH, cast to DTYPE (None keeps the stored one)."""
     files = safetensors_files(path)
@@ -88,8 +107,14 @@ def load_weights(path: Path, dtype: torch.dtype | None = torch.float32) -> Weigh
         except Exception as exc:  # safetensors raises its own error types
             raise WeightsError(f"cannot read {file}: {exc}") from exc
         with handle as f:
+            int8 = _int8_with_scales(f)
+            scales = set(int8.values())
             for raw in f.keys():  # noqa: SIM118 - a safetensors handle is not iterable
+                if raw in scales:
+                    continue  # a scale: read with its int8 tensor
                 tensor = f.get_tensor(raw)
+                if raw in int8:
+                    tensor = _dequantized(tensor, f.get_tensor(int8[raw]), f"{file}: {raw}")
                 if not tensor.is_floating_point():
                     continue
                 name = _canonical(raw)
