@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from vllm_srun.adapters.engines import cpu_attention
+from vllm_srun.adapters.engines import cpp_ops, cpu_attention
 from vllm_srun.adapters.engines.cpu_attention import VarlenOps, cpu_ops, load_varlen_attention
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import EAGER_OPS, PackedRows
 
 pytestmark = pytest.mark.skipif(
-    cpu_attention._compiler(os.environ) is None, reason="no C++ compiler: the op cannot be built here"
+    cpp_ops.compiler(os.environ) is None, reason="no C++ compiler: the op cannot be built here"
 )
 
 
@@ -98,9 +98,9 @@ def test_a_head_size_without_a_kernel_or_another_dtype_runs_sdpa_per_run(op: Var
 
 def test_the_op_is_built_once_per_cache_and_keyed_by_source_torch_and_cpu(tmp_path: Path) -> None:
     lines: list[str] = []
-    env = {**os.environ, cpu_attention.CACHE_ENV: str(tmp_path)}
+    env = {**os.environ, cpp_ops.CACHE_ENV: str(tmp_path)}
     assert load_varlen_attention(lines.append, env) is None
-    built = cpu_attention.library_path(tmp_path)
+    built = cpu_attention.OP.library_path(tmp_path)
     assert built.exists() and len(lines) == 1 and "building" in lines[0] and str(tmp_path) in lines[0]
     assert load_varlen_attention(lines.append, env) is None and len(lines) == 1  # loaded, not rebuilt
     assert [p.name for p in tmp_path.iterdir()] == [built.name]  # no temporary file left behind
@@ -111,7 +111,7 @@ def test_every_reason_not_to_use_it_keeps_per_run_attention_with_one_line(tmp_pa
     ops, card = cpu_ops(torch.float32, lines.append, {**os.environ, cpu_attention.ENV: "0"})
     assert ops is EAGER_OPS and "VLLM_SRUN_CPU_ATTENTION=0" in card and len(lines) == 1
     lines.clear()
-    no_compiler = {**os.environ, cpu_attention.CACHE_ENV: str(tmp_path / "empty"), "CXX": "/nonexistent/c++"}
+    no_compiler = {**os.environ, cpp_ops.CACHE_ENV: str(tmp_path / "empty"), "CXX": "/nonexistent/c++"}
     ops, card = cpu_ops(torch.float32, lines.append, no_compiler)
     assert ops is EAGER_OPS and "no C++ compiler" in card and len(lines) == 1 and "no C++ compiler" in lines[0]
     lines.clear()
@@ -119,7 +119,7 @@ def test_every_reason_not_to_use_it_keeps_per_run_attention_with_one_line(tmp_pa
     assert ops is EAGER_OPS and "FP32" in card and not lines
     lines.clear()
     broken = tmp_path / "broken"
-    bad_compiler = {**os.environ, cpu_attention.CACHE_ENV: str(broken), "CXX": "false"}
+    bad_compiler = {**os.environ, cpp_ops.CACHE_ENV: str(broken), "CXX": "false"}
     ops, card = cpu_ops(torch.float32, lines.append, bad_compiler)
     assert ops is EAGER_OPS and "could not build" in card
     assert [line for line in lines if line.startswith("load: attention per run")], lines
