@@ -331,6 +331,7 @@ def main() -> None:
     }
     say(f"# peers: {MODEL} ({folder}), wrk {args.connections} connections × {args.seconds:g} s per run, {cores} CPUs")
     say(f"# before: {results['load_before']}")
+    first_ceiling = measured_linear_gflops(cores)  # again at the end: the better of the two is kept
     reference: dict[str, list] = {}
 
     front_too = [] if args.skip_front else [args.front_connections]
@@ -495,10 +496,10 @@ def main() -> None:
         texts_file.unlink(missing_ok=True)
 
     peak = fp32_peak(cores)
-    linear = measured_linear_gflops(cores)
+    linear = max(first_ceiling, measured_linear_gflops(cores), key=lambda c: c.gflops)
     results["ceiling"] = {
         "onednn_gflops": linear.gflops,
-        "onednn_shape": f"[{linear.rows}, 384] × [384, 1536] + bias, rows tried 1024/2048/4096",
+        "onednn_shape": f"[{linear.rows}, 384] × [384, 1536] + bias, rows tried 1024/2048/4096, at the start and the end",
         "sgemm_gflops": measured_gemm_gflops(cores),
         "sgemm_shape": "[2048, 384] × [384, 1536]",
         "repeats": 10,
