@@ -24,18 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _texts import SHAPES, make_texts
-
-
-def model_folder() -> Path:
-    """MiniLM from the model store (pulled there from the embedded package once)."""
-    from vllm_srun.adapters.model_store import LocalModelStore
-    from vllm_srun.domain.errors import ModelNotFound
-
-    store = LocalModelStore.from_env()
-    try:
-        return store.resolve("all-MiniLM-L6-v2", lambda _m: None)
-    except ModelNotFound:
-        return store.pull("all-MiniLM-L6-v2", lambda _m: None)
+from peers import model_folder
 
 
 def forwards(encoded: list, most_tokens: int) -> list[list]:

@@ -76,6 +76,39 @@ def same_answers_at(model: LoadedModel, declare: Callable[[int], None], counts: 
     return all(same_bits(first, other) for other in others)
 
 
+def lone_forward_threads(
+    model: LoadedModel,
+    context: ThreadContext | None,
+    *,
+    team: int | None,
+    budget: int | None,
+    workers: int,
+    learning: bool,
+    deterministic: bool,
+    call: Callable[..., Any],
+    env: Mapping[str, str],
+) -> tuple[int | None, str | None]:
+    """The count a forward alone on the device runs on (BUDGET), or None and why not: only with
+    concurrent forwards (WORKERS > 1) on teams smaller than the budget, no adaptive learner (it
+    times one count at a time), no `--deterministic` (one thread count), and the model's answers
+    checked the same bits at both counts (`same_answers_at`, run on the device thread by CALL)."""
+    if context is None or team is None or budget is None or workers < 2:
+        return None, "one forward at a time, or no CPU thread count"
+    if budget <= team:
+        return None, f"a forward's team already has the whole budget ({budget})"
+    why = lone_forward_off(env)
+    if why is None and learning:
+        why = "adaptive threads time one count at a time"
+    if why is None and deterministic:
+        why = "--deterministic answers at one thread count"
+    if why is not None:
+        return None, why
+    same = call(same_answers_at, model, context.declare, [team, budget])
+    if not same:
+        return None, f"answers differ between {team} and {budget} threads" if same is False else "no probe rows"
+    return budget, None
+
+
 class ForwardRunner:
     def __init__(
         self,

@@ -42,7 +42,7 @@ from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.offload import Offload
 from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL
 from vllm_srun.adapters.serving.device_thread import DeviceThread
-from vllm_srun.adapters.serving.forward_threads import ForwardRunner, lone_forward_off, same_answers_at
+from vllm_srun.adapters.serving.forward_threads import ForwardRunner, lone_forward_threads
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
@@ -349,7 +349,17 @@ class Runtime:
             labels = {"model": name, "threads": str(count), "outcome": "match" if matched else "drift"}
             loop.call_soon_threadsafe(self.metrics.adaptive_shadows.inc, labels)
 
-        lone, why_not_lone = self._lone_forward_threads(model, context, learner)
+        lone, why_not_lone = lone_forward_threads(
+            model,
+            context,
+            team=self.threads,
+            budget=self.thread_budget,
+            workers=self.device_thread.workers,
+            learning=learner is not None,
+            deterministic=self.deterministic,
+            call=self.device_thread.call,
+            env=os.environ,
+        )
         if lone is not None:
             self.progress(
                 f"load: a forward alone on the device runs on {lone} threads (same answers as on {self.threads})"
@@ -367,32 +377,6 @@ class Runtime:
             busy=self.device_thread.busy,
             why_not_lone=why_not_lone,
         )
-
-    def _lone_forward_threads(
-        self, model: LoadedModel, context: ThreadContext | None, learner: ThreadLearner | None
-    ) -> tuple[int | None, str | None]:
-        """The count a forward alone on the device runs on (the whole budget), or None and why not:
-        only with concurrent forwards, no learner (it times one count at a time), no
-        `--deterministic` (one thread count), and answers checked the same bits at both counts."""
-        budget = self.thread_budget
-        if context is None or self.threads is None or budget is None or self.device_thread.workers < 2:
-            return None, "one forward at a time, or no CPU thread count"
-        if budget <= self.threads:
-            return None, f"a forward's team already has the whole budget ({budget})"
-        why = lone_forward_off(os.environ)
-        if why is None and learner is not None:
-            why = "adaptive threads time one count at a time"
-        if why is None and self.deterministic:
-            why = "--deterministic answers at one thread count"
-        if why is not None:
-            return None, why
-        same = self.device_thread.call(same_answers_at, model, context.declare, [self.threads, budget])
-        if not same:
-            return (
-                None,
-                f"answers differ between {self.threads} and {budget} threads" if same is False else "no probe rows",
-            )
-        return budget, None
 
     def _golden_check(self, served: ServedModel) -> bool:
         """R-GOLD-1: the recorded requests, twice, through the serving path. False: failed (final)."""
