@@ -64,7 +64,7 @@ def offline_rate(folder: Path, texts: list[str], batches: list[int]) -> tuple[fl
     import torch
     import transformers
 
-    from vllm_srun.adapters.models.pooling import load_pooling_config
+    from vllm_srun.adapters.models.st_modules import load_pooling_config
 
     tok = transformers.AutoTokenizer.from_pretrained(str(folder))
     model = transformers.AutoModel.from_pretrained(str(folder), torch_dtype=torch.float32).eval()

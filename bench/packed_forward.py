@@ -2,11 +2,12 @@
 
   per-run   rows padded per linear call, one SDPA per run of equal-length rows (the path before);
   pad-once  the forward padded to its bucket once (no linear copies its input), SDPA per run;
-  one-call  pad-once, and attention for every row and head in one call (engines/cpu_attention.py).
+  one-call  pad-once, and attention for every row and head in one call (engines/cpu_attention.py);
+  add-norm  one-call, and each residual add + LayerNorm in one pass (the same C++ ops: the serving path).
 
 MiniLM (the embedded default), texts of the load benchmarks' shapes (bench/_texts.py), merged
 into forwards of up to --forward-tokens tokens in arrival order as the scheduler does, at
---threads threads. The three run interleaved (a, b, c, then c, b, a, ...) over the same forwards;
+--threads threads. The four run interleaved (a, b, c, then c, b, a, ...) over the same forwards;
 printed: texts/s each, and the median over rounds of each one's time ÷ per-run's.
 
     python bench/packed_forward.py [--threads 1] [--rounds 5] [--forward-tokens 512] [--texts 400]
@@ -51,9 +52,10 @@ def main() -> None:
     from vllm_srun.adapters.engines.cpu_attention import cpu_ops
     from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder
     from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
+    from vllm_srun.adapters.models.encoder_arch import hidden_states
     from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import TextTokenizer
-    from vllm_srun.adapters.models.unpadded import EAGER_OPS, PackedRows, hidden_states, pooled
+    from vllm_srun.adapters.models.unpadded import EAGER_OPS, PackedRows, pooled
     from vllm_srun.domain.kernels import KernelPlan
 
     torch.set_num_threads(args.threads)
@@ -63,16 +65,21 @@ def main() -> None:
     packed = PackedEncoder(reference.encoder, reference.head)
     packed.warm(args.forward_tokens)
     ops, attention = cpu_ops(torch.float32, print)
+
+    class AttentionOnly(type(ops)):  # the one-call attention, the eager residual add + norm
+        add_norm = EAGER_OPS.add_norm.__func__
+
+    one_call = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=AttentionOnly())
     new = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=ops)
     pad_only = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO))
-    linears = pad_only._packed_linears
+    linears = pad_only.packed_linears
 
     def per_run(batch: list) -> None:  # the path before: no pad_to, eager ops
         with torch.inference_mode():
             rows = PackedRows.build(batch)
             pooled(hidden_states(reference.encoder, rows, linears, EAGER_OPS), rows, reference.pooling)
 
-    variants = {"per-run": per_run, "pad-once": pad_only.embed, "one-call": new.embed}
+    variants = {"per-run": per_run, "pad-once": pad_only.embed, "one-call": one_call.embed, "add-norm": new.embed}
     print(f"# MiniLM, {args.threads} thread(s), forwards of <= {args.forward_tokens} tokens; attention: {attention}")
     for shape in [s for s in ("short", "mixed", "long") if s in SHAPES]:
         texts = make_texts(shape, args.texts, seed=1)

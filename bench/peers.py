@@ -255,7 +255,9 @@ def card_line(base: str) -> str:
     return (
         f"  card: engine {card.get('engine')}, {card.get('dtype')}, numerics {card.get('numerics')}; threads "
         f"{threads.get('forward')} per forward × {threads.get('concurrent_forwards', 1)} concurrent forwards "
-        f"(budget {threads.get('budget')}); linears {kernels.get('linear')}, attention {kernels.get('attention')}"
+        f"(budget {threads.get('budget')}), lone forward {threads.get('lone_forward')}; linears "
+        f"{kernels.get('linear')} (packed up to {kernels.get('packed_up_to_tokens')} tokens), attention "
+        f"{kernels.get('attention')}, add + norm {kernels.get('add_norm')}"
     )
 
 

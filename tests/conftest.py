@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 from collections.abc import Callable, Iterator
@@ -10,6 +11,18 @@ from pathlib import Path
 import pytest
 
 from tests.stores import session_store, set_engine_cache
+
+
+@contextlib.contextmanager
+def _serving_defaults() -> Iterator[None]:
+    """Session fixtures record their golden files with the serving path's defaults: a test that
+    turns a kernel switch on (`monkeypatch.setenv("VLLM_SRUN_ONEDNN", "1")`) and is the first to ask
+    for a package must not record it on that path for every later test."""
+    saved = {name: os.environ.pop(name) for name in list(os.environ) if name.startswith("VLLM_SRUN_")}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def _run_triton_interpreted() -> None:
@@ -74,9 +87,10 @@ def encoder_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
     def get(variant: str, seed: int = 0) -> Path:
         if (variant, seed) not in made:
             root = tmp_path_factory.mktemp(f"encoder-{variant}-{seed}")
-            made[variant, seed] = write_fixture(
-                root / f"tiny-{variant}", "encoder", variant, seed, store=session_store()
-            )
+            with _serving_defaults():
+                made[variant, seed] = write_fixture(
+                    root / f"tiny-{variant}", "encoder", variant, seed, store=session_store()
+                )
         return made[variant, seed]
 
     return get
@@ -93,9 +107,10 @@ def decision_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[
     def get(variant: str = "llama", seed: int = 0) -> Path:
         if (variant, seed) not in made:
             root = tmp_path_factory.mktemp(f"decision-{variant}-{seed}")
-            made[variant, seed] = write_fixture(
-                root / f"tiny-decision-{variant}", "decision", variant, seed, store=session_store()
-            )
+            with _serving_defaults():
+                made[variant, seed] = write_fixture(
+                    root / f"tiny-decision-{variant}", "decision", variant, seed, store=session_store()
+                )
         return made[variant, seed]
 
     return get
@@ -127,9 +142,10 @@ def multimodal_fixture(tmp_path_factory: pytest.TempPathFactory) -> Callable[...
     def get(variant: str = "clip", seed: int = 0) -> Path:
         if (variant, seed) not in made:
             root = tmp_path_factory.mktemp(f"multimodal-{variant}-{seed}")
-            made[variant, seed] = write_fixture(
-                root / f"tiny-{variant}", "multimodal", variant, seed, store=session_store()
-            )
+            with _serving_defaults():
+                made[variant, seed] = write_fixture(
+                    root / f"tiny-{variant}", "multimodal", variant, seed, store=session_store()
+                )
         return made[variant, seed]
 
     return get

@@ -43,7 +43,7 @@ from vllm_srun.adapters.families.decision_rows import (
     SharedRow,
     prepare,
 )
-from vllm_srun.adapters.families.manifest import read_manifest, write_manifest
+from vllm_srun.adapters.models.manifest import read_manifest, write_manifest
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer, write_tiny_wordpiece_tokenizer
 from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens
 from vllm_srun.domain.rows import DEFAULT_LANE

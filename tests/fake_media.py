@@ -1,7 +1,8 @@
 """A `MediaDecoder` for tests (no pillow, no PyAV): what the bytes start with says what happens.
 
 - `exit` — the process dies on the spot (a media worker crashing in a native library);
-- `sleep:S;…` — takes S seconds first (a slow decode, to be killed or timed out);
+- `sleep:S;…` — takes S seconds first (a slow decode, to be killed or timed out); with a field
+  `mark:PATH;` it creates the file PATH as it starts (a test waits for that: the job is in a worker);
 - `bad` — a `MediaError` (bad media);
 - anything else — pixels of shape [3, H, W] (a video: [frames, 3, H, W]) filled with a value
   decided by the bytes alone (equal bytes give equal pixels in any process); H × W is what the
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,7 +32,11 @@ class FakeDecoder:
         if data.startswith(b"exit"):
             os._exit(3)
         if data.startswith(b"sleep:"):
-            time.sleep(float(data[6:].split(b";")[0]))
+            seconds, *fields = data[6:].split(b";")
+            for field in fields:
+                if field.startswith(b"mark:"):
+                    Path(field[5:].decode()).touch()
+            time.sleep(float(seconds))
         if data.startswith(b"bad"):
             raise MediaError("bad fake media")
 

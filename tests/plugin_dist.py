@@ -10,9 +10,11 @@ from pathlib import Path
 from tests.stores import subprocess_env
 
 REPO = Path(__file__).resolve().parents[1]
+# the test plugin distribution: the torch-free fake family and its engine, and `acme`, an engine
+# for our encoder family that wraps the native one and refuses settings of its own
 FAKE_PLUGINS = {
     "vllm_srun.families": {"fake": "tests.fake_family:FakeFamily"},
-    "vllm_srun.engines": {"fake": "tests.fake_family:FakeEnginePlugin"},
+    "vllm_srun.engines": {"fake": "tests.fake_family:FakeEnginePlugin", "acme": "tests.plugin_engine:AcmeEnginePlugin"},
 }
 
 

@@ -32,7 +32,7 @@ def _print(msg: str) -> None:
 
 @dataclass(frozen=True)
 class LocalModelStore:
-    """The `ModelStore` on this machine's disk (`adapters/contracts.py`)."""
+    """The `ModelStore` on this machine's disk (`adapters/contracts/family.py`)."""
 
     root: Path
     engine_cache_dir: Path | None = None

@@ -8,10 +8,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from vllm_srun.adapters.catalog import CATALOG, DEFAULT_MODEL
+from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
+from vllm_srun.adapters.plugins import PluginConflict
 from vllm_srun.app.flags import OneLineParser, add_setting, arg_type, non_negative_int, positive_int
 from vllm_srun.domain import bounds
 from vllm_srun.domain.adaptive_threads import ADAPTIVE_ENV, Mode, parse_mode
@@ -74,7 +76,29 @@ def refuse_all(problems: Sequence[str]) -> NoReturn:
     raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def engine_name(engines: EngineRegistry) -> Callable[[str], str]:
+    """An argparse `type=` for `--engine`: auto or an installed engine plugin's name, else the
+    registry's one line naming the installed ones."""
+
+    def convert(text: str) -> str:
+        refusal = engines.unknown(text)
+        if refusal is not None:
+            raise argparse.ArgumentTypeError(refusal)
+        return text
+
+    convert.__name__ = bounds.ENGINE.name
+    return convert
+
+
+def engine_help(engines: EngineRegistry) -> str:
+    """`--engine`'s help: the installed engines, then the default."""
+    return f"{bounds.ENGINE.help}: {engines.choices_text()} (default: {bounds.ENGINE.default_text()})"
+
+
+def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentParser:
+    """The `vllm-srun` parser; `--engine` takes what ENGINES (default: the installed plugins) holds.
+    Raises PluginConflict (one line) when two distributions claim an engine name."""
+    engines = engines or installed_engines()
     parser = OneLineParser(prog=PROG, description="Serve non-generative models with cross-request batching.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
@@ -84,7 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_setting(serve, bounds.MODELS_FILE, dest="models_file", metavar="FILE")
     for setting in SERVE_SETTINGS:
-        add_setting(serve, setting)
+        if setting is bounds.ENGINE:  # the names come from the installed plugins, not the domain
+            serve.add_argument(
+                setting.flag,
+                type=engine_name(engines),
+                default=setting.default,
+                metavar="ENGINE",
+                help=engine_help(engines),
+            )
+        else:
+            add_setting(serve, setting)
 
     fixture = sub.add_parser("fixture", help="write a tiny random-weight model package (with its golden file)")
     fixture.add_argument("out", metavar="OUT", help="the folder to create (new or empty)")
@@ -181,8 +214,9 @@ def connection_limits(ns: argparse.Namespace) -> ConnectionLimits:
 def cpu_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[CpuPlan, Mode]:
     """How the forwards use the CPUs, and the adaptive mode, or a one-line refusal (R-ARG-2,
     R-CPU): a thread count above the budget, an unknown adaptive mode, `--deterministic` with
-    adaptive mode 2 or with an engine that cannot honour it, `--concurrent-forwards` that does
-    not divide the threads or comes with adaptive threads, a bad `VLLM_SRUN_FORWARD_NICE`.
+    adaptive mode 2, `--concurrent-forwards` that does not divide the threads or comes with
+    adaptive threads, a bad `VLLM_SRUN_FORWARD_NICE`. (An engine that cannot honour
+    `--deterministic` says so itself: `serve`, `EngineRegistry.flag_refusal`.)
     With N concurrent forwards (`--concurrent-forwards`, else `default_concurrent_forwards`)
     each runs on threads ÷ N."""
     from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
@@ -198,10 +232,6 @@ def cpu_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[CpuPla
         refuse(str(exc))
     if ns.deterministic and adaptive is Mode.SERVE:
         refuse(f"--deterministic answers at one thread count; {ADAPTIVE_ENV}=2 serves others (use 0 or 1)")
-    if ns.deterministic and ns.engine == "onnxruntime":
-        refuse(
-            "--deterministic: the onnxruntime engine cannot answer bit-identically in any batch; use --engine native"
-        )
     threads = ns.threads or standalone_threads(budget_cpus)
     concurrent = ns.concurrent_forwards
     if concurrent is None:
@@ -229,6 +259,7 @@ def model_specs(settings: WorkerSettings, device: str) -> list[ModelSpec]:
             engine=settings.engine,
             admission=settings.admission,
             dtype_refusal=dtype_refusal,
+            engines=installed_engines(),
         )
     except OSError as exc:
         refuse(f"--models {settings.models_file}: {exc.strerror or exc}")
@@ -241,9 +272,18 @@ def serve(ns: argparse.Namespace) -> int:
     problems = settings.problems()
     if problems:
         refuse("; ".join(problems))
+    from vllm_srun.adapters.contracts import EngineSettings
+
     device = ns.device  # `auto` becomes a device when the container opens it (check_worker)
-    refusal = None if device == "auto" else dtype_refusal(ns.dtype, device, ns.engine)
-    if refusal and settings.models_file is None:  # a models file's entries are checked one by one
+    by_file = settings.models_file is not None  # a models file's entries' dtypes are checked one by one
+    asked = EngineSettings(dtype="auto" if by_file else ns.dtype, deterministic=ns.deterministic)
+    try:
+        refusal = installed_engines().flag_refusal(ns.engine, asked)  # what the plugin refuses whatever the model
+    except PluginConflict as exc:  # the plugin cannot be loaded
+        refuse(str(exc))
+    if refusal is None and device != "auto" and not by_file:
+        refusal = dtype_refusal(ns.dtype, device)
+    if refusal:
         refuse(refusal)
     cpu, adaptive = cpu_settings(ns, os.environ)
     policy = cpu.wait_policy
@@ -336,7 +376,11 @@ def quantize(ns: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ns = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()
+    except PluginConflict as exc:  # two distributions claim one engine name
+        refuse(str(exc))
+    ns = parser.parse_args(argv)
     if ns.command == "serve":
         return serve(ns)
     if ns.command == "pull":

@@ -129,8 +129,11 @@ class WorkerContainer(containers.DeclarativeContainer):
     app = providers.Singleton(
         create_app,
         runtime=runtime,
+        runtime_metrics=metrics,
+        offload=offload,
         max_request_bytes=config.max_request_bytes,
         max_bundle_tasks=config.max_bundle_tasks,
+        clock=clock.provided.now,  # the Retry-After holds read the runtime's clock
     )
     connection_guard = providers.Singleton(
         watched_guard, config.connection_limits, metrics, offload.provided.release_memory

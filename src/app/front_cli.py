@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
+from vllm_srun.adapters.plugins import PluginConflict
 from vllm_srun.app.flags import OneLineParser, add_setting, positive_int
 from vllm_srun.domain import bounds
 from vllm_srun.domain.connections import ConnectionLimits
@@ -60,7 +62,7 @@ DEPLOYMENT_SETTINGS = (
 )
 
 
-def _add_config_flags(p: argparse.ArgumentParser) -> None:
+def _add_config_flags(p: argparse.ArgumentParser, engines: EngineRegistry) -> None:
     from vllm_srun.adapters.config.overrides import PLATFORMS
 
     p.add_argument(
@@ -77,7 +79,8 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="ENGINE",
         help="Engine mode (serve the model runtime; LLM routing is out of scope); "
-        f"with a value, the runtime engine: {bounds.ENGINE.rule()} (default: {bounds.ENGINE.default})",
+        f"with a value, the runtime engine: {engines.choices_text()}; a value that is no engine is the MODEL "
+        f"(default: {bounds.ENGINE.default})",
     )
     p.add_argument("--config", metavar="FILE", help="the canonical config (YAML) (default: none, the flags alone)")
     p.add_argument(
@@ -105,11 +108,14 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
         add_setting(p, setting, default=None)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentParser:
+    """The `vllm-sr` parser; `--engine`'s help lists ENGINES (default: the installed plugins).
+    Raises PluginConflict (one line) when two distributions claim an engine name."""
+    engines = engines or installed_engines()
     parser = OneLineParser(prog=PROG, description="The deployment front: workers, dispatch, ejection, inventory.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     serve = sub.add_parser("serve", help="start the workers and serve the deployments over HTTP")
-    _add_config_flags(serve)
+    _add_config_flags(serve, engines)
     for setting in (bounds.HOST, bounds.FRONT_PORT, bounds.MAX_REQUEST_BYTES):
         add_setting(serve, setting)
     serve.add_argument(
@@ -140,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     config = sub.add_parser("config", help="show or migrate the canonical config")
     config_sub = config.add_subparsers(dest="config_command", required=True, parser_class=OneLineParser)
     show = config_sub.add_parser("show", help="print the config `serve` would run, as YAML")
-    _add_config_flags(show)
+    _add_config_flags(show, engines)
     migrate = config_sub.add_parser("migrate", help="rewrite removed settings (prints, or --write)")
     migrate.add_argument("file", metavar="FILE", help="the config to migrate")
     migrate.add_argument("--write", action="store_true", help="rewrite FILE in place (default: print the result)")
@@ -166,9 +172,10 @@ def build_config(ns: argparse.Namespace):
     from vllm_srun.adapters.config.schema import ConfigError, FrontConfig
 
     model, engine = ns.model, ns.engine
-    if engine is not None and engine != ENGINE_MODE and not bounds.ENGINE.accepts(engine):
+    unknown = None if engine in (None, ENGINE_MODE) else installed_engines().unknown(engine)
+    if unknown is not None:
         if model is not None:
-            raise ConfigError([f"--engine: expected {bounds.ENGINE.rule()}, got {engine!r}"])
+            raise ConfigError([f"--engine: {unknown}"])
         model, engine = engine, ENGINE_MODE  # `-e MODEL`: the value was the model
     try:
         config = load_config_file(ns.config) if ns.config else FrontConfig()
@@ -299,7 +306,11 @@ def reload(ns: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ns = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()
+    except PluginConflict as exc:  # two distributions claim one engine name
+        refuse(str(exc))
+    ns = parser.parse_args(argv)
     if ns.command == "serve":
         return serve(ns)
     if ns.command == "reload":

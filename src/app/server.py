@@ -14,6 +14,7 @@ from typing import Any
 
 import uvicorn
 
+from vllm_srun.adapters.contracts import EngineSettings
 from vllm_srun.adapters.http.connection_guard import ConnectionGuard
 from vllm_srun.adapters.http.guarded_protocol import uvicorn_config
 from vllm_srun.adapters.http.listeners import Listener, ensure_descriptors
@@ -30,8 +31,9 @@ GRACEFUL_SHUTDOWN_S = 30  # after SIGTERM, in-flight requests may finish this lo
 def check_worker(container: WorkerContainer) -> list[str]:
     """Refuse (ValueError, one line) what cannot run before anything loads: a device that is not
     here (or a GPU index out of range, `rocm` on a CUDA build), a dtype the device has no kernels
-    for, an engine that is not installed or cannot run on the device, engine args the packages do
-    not take (R-ARG-2). Returns warnings (e.g. bfloat16 on a CPU without native BF16, R-DT-2)."""
+    for, an engine that is not installed, refuses the dtype or `--deterministic` or cannot run on
+    the device, engine args the packages do not take (R-ARG-2). Returns warnings (e.g. bfloat16
+    on a CPU without native BF16, R-DT-2)."""
     families = container.families()  # PluginConflict is a ValueError
     engines = container.engines()
     try:
@@ -48,8 +50,9 @@ def check_worker(container: WorkerContainer) -> list[str]:
     for served in runtime.models.values():
         device = runtime.device_for(served)
         where = f"model {served.name}: " if len(runtime.models) > 1 else ""
-        refusal = dtype_refusal(served.args.dtype, device.name, engine, device.native_dtypes)
-        refusal = refusal or engines.device_refusal(engine, device)
+        refusal = dtype_refusal(served.args.dtype, device.name, device.native_dtypes)
+        settings = EngineSettings(dtype=served.args.dtype, deterministic=container.config.deterministic())
+        refusal = refusal or engines.flag_refusal(engine, settings) or engines.device_refusal(engine, device)
         if refusal:
             raise ValueError(where + refusal)
         refusal = engine_arg_refusal(

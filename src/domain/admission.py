@@ -161,6 +161,10 @@ class RetryDiscipline:
         self.max_keys = max_keys
         self._not_before: dict[object, float] = {}
 
+    def __len__(self) -> int:
+        """How many clients it remembers (at most `max_keys`)."""
+        return len(self._not_before)
+
     def wait_s(self, key: object, now: float) -> float:
         """How long this request must wait before it is tried (0: at once)."""
         until = self._not_before.pop(key, None)

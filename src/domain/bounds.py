@@ -284,10 +284,13 @@ REPLICA_DEVICE = PatternSetting(
     spelled="one of cpu, cuda:N, rocm:N, mps, auto",
     help="where a managed worker runs",
 )
-ENGINE = ChoiceSetting(
+# Engines are plugins (entry point group `vllm_srun.engines`): here only how a name is spelled;
+# whether one is installed is the engine registry's to say (`adapters/engines/registry.py`).
+ENGINE = PatternSetting(
     name="engine",
-    choices=("auto", "native", "onnxruntime"),
+    pattern=r"[A-Za-z0-9_][A-Za-z0-9._-]*",
     default="auto",
+    spelled="auto or an installed engine's name (letters, digits, '.', '_' or '-')",
     help="the runtime engine",
 )
 LOG_LEVEL = ChoiceSetting(

@@ -62,7 +62,9 @@ class ConnectionLimits:
         return min(1.0, max(0.05, shortest / 4))
 
 
-class Phase(enum.Enum):
+class ConnectionPhase(enum.Enum):
+    """Where an open connection is in its request cycle (the module's docstring gives each deadline)."""
+
     FRESH = "fresh"
     HEAD = "head"
     BODY = "body"
@@ -70,7 +72,7 @@ class Phase(enum.Enum):
     IDLE = "idle"
 
 
-EVICTABLE = frozenset({Phase.FRESH, Phase.IDLE, Phase.HEAD})
+EVICTABLE = frozenset({ConnectionPhase.FRESH, ConnectionPhase.IDLE, ConnectionPhase.HEAD})
 
 
 class Expiry(enum.Enum):
@@ -80,14 +82,16 @@ class Expiry(enum.Enum):
     SEND_TIMEOUT = "send_timeout"  # the client stopped reading its response: abort
 
 
-class Admission(NamedTuple, Generic[K]):
+class ConnectionAdmission(NamedTuple, Generic[K]):
+    """The verdict on a new connection at the cap (not the worker's admission of work, `domain/admission.py`)."""
+
     admitted: bool
     evicted: K | None  # the connection that gave way (the adapter closes it), if any
 
 
 @dataclass(slots=True)
 class _Entry:
-    phase: Phase
+    phase: ConnectionPhase
     deadline: float
     stalled_since: float | None = None
 
@@ -106,11 +110,11 @@ class ConnectionTable(Generic[K]):
     def __contains__(self, key: object) -> bool:
         return key in self._entries
 
-    def phase(self, key: K) -> Phase | None:
+    def phase(self, key: K) -> ConnectionPhase | None:
         entry = self._entries.get(key)
         return None if entry is None else entry.phase
 
-    def count(self, phase: Phase) -> int:
+    def count(self, phase: ConnectionPhase) -> int:
         """Open connections in PHASE."""
         return sum(1 for entry in self._entries.values() if entry.phase is phase)
 
@@ -118,33 +122,33 @@ class ConnectionTable(Generic[K]):
         """Evictable connections, the longest-idle first."""
         return list(self._evictable)
 
-    def open(self, key: K, now: float) -> Admission[K]:
+    def open(self, key: K, now: float) -> ConnectionAdmission[K]:
         """A new connection: admitted (perhaps in the place of an evicted one) or refused."""
         evicted: K | None = None
         if len(self._entries) >= self.limits.max_connections:
             evicted = next(iter(self._evictable), None)
             if evicted is None:
-                return Admission(False, None)
+                return ConnectionAdmission(False, None)
             self.close(evicted)
-        self._entries[key] = _Entry(Phase.FRESH, now + self.limits.header_timeout_s)
+        self._entries[key] = _Entry(ConnectionPhase.FRESH, now + self.limits.header_timeout_s)
         self._evictable[key] = None
-        return Admission(True, evicted)
+        return ConnectionAdmission(True, evicted)
 
     def head_started(self, key: K, now: float) -> None:
         """The first byte of a request head. A fresh connection keeps its deadline; a kept-alive
         one gets `header_timeout` from now; a busy one (a pipelined request) stays busy."""
         entry = self._entries.get(key)
-        if entry is None or entry.phase not in (Phase.FRESH, Phase.IDLE):
+        if entry is None or entry.phase not in (ConnectionPhase.FRESH, ConnectionPhase.IDLE):
             return
-        if entry.phase is Phase.IDLE:
+        if entry.phase is ConnectionPhase.IDLE:
             entry.deadline = now + self.limits.header_timeout_s
-        entry.phase = Phase.HEAD
+        entry.phase = ConnectionPhase.HEAD
 
     def head_done(self, key: K, now: float) -> None:
         entry = self._entries.get(key)
         if entry is None:
             return
-        entry.phase = Phase.BODY
+        entry.phase = ConnectionPhase.BODY
         entry.deadline = now + self.limits.body_timeout_s
         self._evictable.pop(key, None)
 
@@ -152,7 +156,7 @@ class ConnectionTable(Generic[K]):
         entry = self._entries.get(key)
         if entry is None:
             return
-        entry.phase = Phase.BUSY
+        entry.phase = ConnectionPhase.BUSY
         entry.deadline = math.inf
         self._evictable.pop(key, None)
 
@@ -162,7 +166,7 @@ class ConnectionTable(Generic[K]):
         entry = self._entries.get(key)
         if entry is None:
             return
-        entry.phase = Phase.IDLE
+        entry.phase = ConnectionPhase.IDLE
         entry.deadline = now + self.limits.keep_alive_timeout_s
         self._evictable.pop(key, None)
         self._evictable[key] = None
@@ -196,9 +200,9 @@ class ConnectionTable(Generic[K]):
 
 
 _EXPIRY = {
-    Phase.FRESH: Expiry.CLOSE,
-    Phase.IDLE: Expiry.CLOSE,
-    Phase.HEAD: Expiry.HEAD_TIMEOUT,
-    Phase.BODY: Expiry.BODY_TIMEOUT,
-    Phase.BUSY: Expiry.SEND_TIMEOUT,  # never reached: a busy connection's deadline is infinite
+    ConnectionPhase.FRESH: Expiry.CLOSE,
+    ConnectionPhase.IDLE: Expiry.CLOSE,
+    ConnectionPhase.HEAD: Expiry.HEAD_TIMEOUT,
+    ConnectionPhase.BODY: Expiry.BODY_TIMEOUT,
+    ConnectionPhase.BUSY: Expiry.SEND_TIMEOUT,  # never reached: a busy connection's deadline is infinite
 }

@@ -129,7 +129,7 @@ class Pool:
         """Give back one request's slot and bytes and feed its outcome to the outlier policy.
 
         `request_bytes` is what `pick` was given; `started_at` is when the request was sent
-        (it dates the start of a timeout run, see `ejection.py`). A replica that has left the
+        (it dates the start of a timeout streak, see `ejection.py`). A replica that has left the
         pool is ignored (its requests no longer count anywhere).
         """
         replica = self._replicas.get(replica_id)

@@ -46,19 +46,18 @@ def resolve_dtype(requested: str, family: str, device: str, native: frozenset[st
     return auto_dtype(family, device, native) if requested == "auto" else requested
 
 
-def dtype_refusal(requested: str, device: str, engine: str, native: frozenset[str] | None = None) -> str | None:
+def dtype_refusal(requested: str, device: str, native: frozenset[str] | None = None) -> str | None:
     """R-ARG-2 / R-DT-2: why this dtype cannot run here (one line), or None when it can.
 
     DEVICE is the device's name; NATIVE its native dtypes once the device is open (then a GPU or
     MPS device without kernels for the asked half precision is refused too). A CPU may run
-    bfloat16 without native kernels (emulated, warned: `needs_bf16_warning`)."""
+    bfloat16 without native kernels (emulated, warned: `needs_bf16_warning`). The dtypes an
+    engine refuses are its plugin's to say (`EngineRegistry.settings_refusal`)."""
     if requested not in DTYPES:
         return f"--dtype must be one of {', '.join(DTYPES)} (got {requested!r})"
     kind = device_kind(device)
     if requested == "float16" and kind not in HALF_KINDS:
         return f"--dtype float16 runs on GPUs only (device {device}); use auto, float32 or bfloat16"
-    if engine == "onnxruntime" and requested != "auto":
-        return f"--dtype {requested}: the onnxruntime engine runs only dtype auto"
     if native is not None and kind != "cpu" and requested in ("float16", "bfloat16") and requested not in native:
         runs = ", ".join(sorted(native))
         return f"--dtype {requested}: device {device} has no {requested} kernels (it runs {runs}); use auto or float32"

@@ -7,22 +7,22 @@ it never logs, reads a clock or sleeps. Adapters turn the events into logs
 probes.
 
 Rules, in the order they are applied:
-- `ok` resets the timeout run, the backoff and the ejection multiplier, and readmits an
+- `ok` resets the timeout streak, the backoff and the ejection multiplier, and readmits an
   ejected replica at once.
 - `cancelled` and `rejected` change nothing.
 - `failed` backs the replica off (0.1 s doubling to 3.2 s) and asks for a /health probe;
-  it neither counts as a timeout nor resets the run.
+  it neither counts as a timeout nor resets the streak.
 - `timeout` counts, backs off and asks for a probe like a failure; at `consecutive_timeouts`
   the replica is ejected for `base_ejection_ms × 2^(ejections in a row)`, at most
   `max_ejection_ms`, unless a guard withholds it:
   one-worker deployment; no other ready, non-ejected replica answered since this one began
   timing out; or `max_ejection_percent` already ejected (one can always be).
-- "Began timing out" is when the first timed-out request of the current run was sent
+- "Began timing out" is when the first timed-out request of the current streak was sent
   (`started_at`; the time the timeout was observed when the caller does not say), so with
   `consecutive_timeouts: 1` a replica is ejected when another one answered while its request
   was stuck.
 - A replica that was ejected keeps its count, so its next timeout after the cooldown
-  ejects it again (twice as long) without waiting for another full run.
+  ejects it again (twice as long) without waiting for another full streak.
 - Timeouts that land while the replica is already ejected count but do not extend it.
 - Withheld decisions are re-examined at the replica's next timeout.
 """

@@ -6,8 +6,7 @@ under test. Nothing in the domain reads a clock or a random source directly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 
 class Clock(Protocol):
@@ -20,12 +19,3 @@ class Rng(Protocol):
     def random(self) -> float:
         """A float in [0, 1)."""
         ...
-
-
-class Engine(Protocol):
-    """Runs one forward: a batch of row payloads in, one output per row out (same order).
-
-    Raises on failure; the caller fails exactly the requests whose rows were in the batch.
-    """
-
-    def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]: ...

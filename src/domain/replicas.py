@@ -54,7 +54,7 @@ class Replica:
     last_assigned: int = 0  # pool assignment sequence number; 0 = never assigned
     # outlier bookkeeping, moved by the ejection policy
     consecutive_timeouts: int = 0
-    timing_out_since: float | None = None  # when this run's first timed-out request was sent
+    timing_out_since: float | None = None  # when this streak's first timed-out request was sent
     last_answered_at: float | None = None  # when its latest successful answer arrived
     timeouts: int = 0  # totals, for inventory and metrics
     failures: int = 0

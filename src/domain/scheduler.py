@@ -118,6 +118,16 @@ class Scheduler:
     def pending_requests(self) -> int:
         return len(self._requests)
 
+    @property
+    def unplanned_rows(self) -> tuple[Row, ...]:
+        """The queued rows no plan holds yet, in arrival order (the next plan takes them all)."""
+        return tuple(self._queue)
+
+    @property
+    def planned_forwards(self) -> tuple[ForwardBatch, ...]:
+        """The forwards planned and not handed out yet, in the order they will be."""
+        return tuple(self._plan)
+
     def _full(self) -> bool:
         return len(self._queue) >= self.budget.max_num_seqs or self._queued_tokens >= min(
             lane_token_limit(lane, self.budget, self.costs, self.batch_invariant, self.invariant_tokens)

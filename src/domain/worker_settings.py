@@ -43,7 +43,7 @@ class WorkerSettings:
     models: tuple[str, ...] = ()  # none: the built-in default model (or the models file's)
     models_file: str | None = bounds.MODELS_FILE.default
     device: str = bounds.DEVICE.default
-    engine: str = bounds.ENGINE.default
+    engine: str = bounds.ENGINE.default  # auto or a plugin name; the CLIs check it is installed
     host: str = bounds.HOST.default
     port: int = bounds.PORT.default
     uds: str | None = bounds.UDS.default

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 
 import httpx
 import pytest
 
 from tests.e2e.server import running_server
 from tests.e2e.test_embeddings_e2e import _metric
+from tests.prometheus_text import metric
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 HOG_ROWS = 24
@@ -36,8 +37,12 @@ def _hog(base: str) -> threading.Thread:
     body = {"input": [f"{i} " + "a long sentence about nothing in particular " * 25 for i in range(HOG_ROWS)]}
     t = threading.Thread(target=lambda: httpx.post(f"{base}/v1/embeddings", json=body, timeout=120), daemon=True)
     t.start()
-    time.sleep(0.3)  # the hog is queued and running
+    wait_until(lambda: _gauge(base, "vllm_srun_queue_depth") > 0, what="the hog queued and running")
     return t
+
+
+def _gauge(base: str, name: str) -> float:
+    return metric(httpx.get(f"{base}/metrics").text, name)
 
 
 def test_deadline_exceeded_drops_the_rows(one_row_server: str) -> None:
@@ -63,7 +68,7 @@ def test_client_that_goes_away_costs_no_forward(one_row_server: str) -> None:
             + f"content-length: {len(body)}\r\n\r\n".encode()
             + body
         )
-        time.sleep(0.2)  # queued behind the hog
+        wait_until(lambda: _gauge(base, "vllm_srun_unanswered_requests") == 2, what="queued behind the hog")
     hog.join(120)
     text = httpx.get(f"{base}/metrics").text
     assert _metric(text, "vllm_srun_rows_total") - before == HOG_ROWS

@@ -59,3 +59,4 @@ def test_native_card_names_its_linear_kernels(minilm_server: str) -> None:
     assert card["kernels"]["reason"] and card["golden"]["status"] == "matched"
     # a compiler is on every machine the suite runs on: MiniLM's attention runs in one call
     assert card["kernels"]["attention"] == "one call for every row (C++ varlen op)", card["kernels"]
+    assert card["kernels"]["add_norm"] == "residual add + LayerNorm in one pass (C++ op)", card["kernels"]

@@ -10,12 +10,14 @@ import os
 import re
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.e2e.front import FrontProcess, post_once, running_front
+from tests.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -33,9 +35,12 @@ def metric(front: FrontProcess, name: str, **labels: str) -> float:
     return total
 
 
-async def load(base: str, clients: int, stop: asyncio.Event, tag: str) -> list[tuple[float, float, int]]:
-    """(sent, answered, status) of every request of `clients` looping clients until `stop`."""
-    results: list[tuple[float, float, int]] = []
+async def load(
+    base: str, clients: int, stop: asyncio.Event, tag: str, results: list[tuple[float, float, int]] | None = None
+) -> list[tuple[float, float, int]]:
+    """(sent, answered, status) of every request of `clients` looping clients until `stop`, in
+    RESULTS as they come (a list the caller watches) and returned."""
+    results = [] if results is None else results
 
     async def client(n: int) -> None:
         i = 0
@@ -47,6 +52,23 @@ async def load(base: str, clients: int, stop: asyncio.Event, tag: str) -> list[t
 
     await asyncio.gather(*(client(n) for n in range(clients)))
     return results
+
+
+async def worker_in_flight(front: FrontProcess, worker: int = 0) -> int:
+    """The requests the front has on WORKER now (its inventory, read off the event loop)."""
+    rows = await asyncio.to_thread(front.workers)
+    return int(rows[worker]["in_flight"])
+
+
+def in_flight_is(front: FrontProcess, count: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return await worker_in_flight(front) == count
+
+    return check
+
+
+def draining(front: FrontProcess) -> bool:
+    return "SIGTERM: draining" in front.log()
 
 
 def config_file(tmp_path: Path, fixture: Path, **fields: object) -> str:
@@ -70,11 +92,15 @@ def test_a_killed_worker_fails_fast_and_rejoins(encoder_fixture) -> None:  # typ
 
         async def scenario() -> tuple[list[tuple[float, float, int]], float]:
             stop = asyncio.Event()
-            running = asyncio.ensure_future(load(front.base, 8, stop, "kill"))
-            await asyncio.sleep(1.0)
+            results: list[tuple[float, float, int]] = []
+            running = asyncio.ensure_future(load(front.base, 8, stop, "kill", results))
+            await until(lambda: worker_in_flight(front), poll_s=0.05, what="the victim holding requests")
             killed_at = time.monotonic()
             os.kill(victim["pid"], signal.SIGKILL)
-            await asyncio.sleep(2.0)
+            await until(
+                lambda: any(status == 200 and sent > killed_at + 0.2 for sent, _, status in results),
+                what="the other worker answering after the kill",
+            )
             stop.set()
             return await running, killed_at
 
@@ -173,7 +199,11 @@ def test_256_clients_on_one_worker_get_200_or_429_and_none_is_lost(encoder_fixtu
                     asyncio.ensure_future(post_once(front.base, "/v1/embeddings", body(f"client {i}"), timeout=30))
                     for i in range(256)
                 ]
-                await asyncio.sleep(1.0)
+
+                async def all_dispatched() -> bool:  # each one in flight on the worker, or answered
+                    return sum(task.done() for task in sent) + await worker_in_flight(front) == len(sent)
+
+                await until(all_dispatched, poll_s=0.05, what="every request dispatched or refused")
             finally:
                 os.kill(worker_pid, signal.SIGCONT)
             return await asyncio.gather(*sent)
@@ -199,9 +229,9 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(encoder_fixture) -> None:
                 in_flight = [
                     asyncio.ensure_future(post_once(front.base, "/v1/embeddings", body(f"drain {i}"))) for i in range(4)
                 ]
-                await asyncio.sleep(0.3)
+                await until(in_flight_is(front, 4), poll_s=0.05, what="4 requests in flight")
                 front.proc.send_signal(signal.SIGTERM)
-                await asyncio.sleep(0.3)
+                await until(lambda: draining(front), what="the front draining")
                 late, headers, _ = await post_once(front.base, "/v1/embeddings", body("late"))
                 assert headers.get("connection") == "close"
                 health = (await asyncio.to_thread(httpx.get, f"{front.base}/health", timeout=5)).status_code
@@ -227,9 +257,9 @@ def test_a_second_sigterm_exits_at_once(encoder_fixture) -> None:  # type: ignor
             pending = [
                 asyncio.ensure_future(post_once(front.base, "/v1/embeddings", body(f"slow {i}"))) for i in range(2)
             ]
-            await asyncio.sleep(0.3)
+            await until(in_flight_is(front, 2), poll_s=0.05, what="2 requests in flight")
             front.proc.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.3)
+            await until(lambda: draining(front), what="the front draining")
             assert front.proc.poll() is None  # draining, waiting for the stuck requests
             started = time.monotonic()
             front.proc.send_signal(signal.SIGTERM)

@@ -32,6 +32,7 @@ from tests.e2e.front import FrontProcess, post_once, running_front
 from tests.e2e.netns import Host, can_create_namespaces, namespace_hosts
 from tests.e2e.test_front_e2e import metric
 from tests.stores import subprocess_env
+from tests.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -155,8 +156,11 @@ def test_the_front_serves_both_hosts_and_spreads_load_by_outstanding_bytes(
     assert all(row["in_flight"] == 0 and row["outstanding_bytes"] == 0 for row in front.workers())
 
 
-async def _load(base: str, clients: int, stop: asyncio.Event) -> list[tuple[float, float, int]]:
-    results: list[tuple[float, float, int]] = []
+async def _load(
+    base: str, clients: int, stop: asyncio.Event, results: list[tuple[float, float, int]]
+) -> list[tuple[float, float, int]]:
+    """(sent, answered, status) of every request of CLIENTS looping clients until STOP, appended
+    to RESULTS as they come (a list the caller watches)."""
 
     async def client(n: int) -> None:
         i = 0
@@ -179,8 +183,13 @@ def test_a_host_whose_link_goes_down_fails_only_its_requests_and_is_readmitted(
 
     async def scenario() -> tuple[list[tuple[float, float, int]], float, float]:
         stop = asyncio.Event()
-        running = asyncio.ensure_future(_load(front.base, 8, stop))
-        await asyncio.sleep(1.5)
+        results: list[tuple[float, float, int]] = []
+        running = asyncio.ensure_future(_load(front.base, 8, stop, results))
+
+        async def victim_holds_requests() -> bool:
+            return bool((await asyncio.to_thread(front.workers))[1]["in_flight"])
+
+        await until(victim_holds_requests, poll_s=0.05, what="the host holding requests")
         down_at = time.monotonic()
         await asyncio.to_thread(host.link, False)
         out_at = 0.0
@@ -191,7 +200,10 @@ def test_a_host_whose_link_goes_down_fails_only_its_requests_and_is_readmitted(
             if row["state"] in ("ejected", "failed"):
                 out_at = time.monotonic()
                 break
-        await asyncio.sleep(1.0)  # the survivor carries the load alone (the ejection lasts 2 s)
+        await until(  # the survivor carries the load alone (the ejection lasts 2 s)
+            lambda: any(status == 200 and sent > out_at for sent, _, status in results),
+            what="the survivor answering once the host was out",
+        )
         stop.set()
         return await running, down_at, out_at
 

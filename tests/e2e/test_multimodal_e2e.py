@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +20,7 @@ import pytest
 import torch
 
 from tests.e2e.server import running_server
+from tests.waiting import exited, wait_until
 from vllm_srun.adapters.media.decoder import PillowAvDecoder
 from vllm_srun.adapters.media.samples import image_url, video_url
 
@@ -52,9 +52,9 @@ def server(package: Path) -> Iterator[str]:
 
 def _reference(package: Path, items: list[object], frames: int) -> np.ndarray:
     """Our model in this process, item by item."""
-    from vllm_srun.adapters.families.manifest import read_manifest
     from vllm_srun.adapters.families.multimodal import media_limits, read_preprocess
     from vllm_srun.adapters.models.dual_encoder import load_dual_encoder
+    from vllm_srun.adapters.models.manifest import read_manifest
     from vllm_srun.adapters.models.tokenization import TextTokenizer
 
     network, tokenizer = load_dual_encoder(package), TextTokenizer.from_folder(package)
@@ -109,7 +109,7 @@ def test_default_media_workers_and_a_killed_worker_is_replaced(server: str) -> N
     before = httpx.post(f"{server}/v1/embeddings", json=body, timeout=60).json()["data"]
     for pid in media["worker_pids"]:
         os.kill(pid, signal.SIGKILL)
-    time.sleep(0.2)
+    wait_until(lambda: all(exited(pid) for pid in media["worker_pids"]), what="the media workers dead")
     fresh = {"input": [{"type": "image_url", "image_url": {"url": image_url(23)}}]}  # not in the decode cache
     assert httpx.post(f"{server}/v1/embeddings", json=fresh, timeout=60).status_code == 200
     assert httpx.post(f"{server}/v1/embeddings", json=body, timeout=60).json()["data"] == before

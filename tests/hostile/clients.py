@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from tests import prometheus_text
 from tests.e2e.server import free_port
 from tests.stores import subprocess_env
 
@@ -172,6 +173,28 @@ def model_name(server: Server, kind: str) -> str:
     if server.extra.get("kind") == "front":
         return kind
     return {"embed": "tiny-embed", "decide": "tiny-decision-llama"}[kind]
+
+
+def connections(server: Server, name: str, **labels: str) -> float | None:
+    """A connection metric of SERVER (`open_connections`, `connections_closed_total`: the worker's
+    `vllm_srun_…`, the front's `vllm_sr_…`); None when the scrape itself was refused (a full table).
+    The scrape's own connection counts among the open ones."""
+    prefix = "vllm_sr" if server.extra.get("kind") == "front" else "vllm_srun"
+    answer = httpx.get(server.base + "/metrics", timeout=10)
+    if answer.status_code != 200:
+        return None
+    return prometheus_text.metric(answer.text, f"{prefix}_{name}", **labels)
+
+
+def unread_bytes(server: Server, sockets: list[socket.socket]) -> list[int]:
+    """Per client socket, the bytes it sent that SERVER has not read yet: the receive queue of the
+    server's end of the connection (/proc/net/tcp; -1 while the kernel shows no such connection)."""
+    queued: dict[int, int] = {}
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        _, local, remote, state, queues, *_ = line.split()
+        if state == "01" and int(local.split(":")[1], 16) == server.port:  # ESTABLISHED, the server's end
+            queued[int(remote.split(":")[1], 16)] = int(queues.split(":")[1], 16)
+    return [queued.get(s.getsockname()[1], -1) for s in sockets]
 
 
 def inventory(server: Server) -> dict[str, Any]:

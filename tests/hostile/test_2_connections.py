@@ -17,14 +17,22 @@ from tests.hostile.clients import (
     MAX_CONNECTIONS,
     Server,
     connect,
+    connections,
     model_name,
     open_fds,
     post,
     read_until_closed,
     rss_mib,
+    unread_bytes,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
+
+
+def no_other_connections(target: Server) -> None:
+    """Earlier tests' sockets are gone: the scrape's own connection is the only one open."""
+    wait_until(lambda: connections(target, "open_connections") == 1, what="earlier tests' connections closed")
 
 
 def test_slowloris_heads_get_408(target: Server) -> None:
@@ -70,10 +78,16 @@ def test_a_body_shorter_than_its_length_gets_408(target: Server) -> None:
 
 def test_idle_sockets_up_to_the_cap_never_lock_out_clients(target: Server) -> None:
     pid = target.proc.pid
-    time.sleep(2.5)  # earlier tests' sockets are gone
+    no_other_connections(target)
     baseline = open_fds(pid)
+    evicted = connections(target, "connections_closed_total", reason="evicted") or 0
     idle = [connect(target) for _ in range(3 * MAX_CONNECTIONS)]
-    time.sleep(0.3)
+    wait_until(  # the server took every one: the oldest two thirds gave way
+        lambda: (
+            (connections(target, "connections_closed_total", reason="evicted") or 0) >= evicted + 2 * MAX_CONNECTIONS
+        ),
+        what="every idle socket admitted",
+    )
     statuses = [
         post(target, "/v1/embeddings", {"model": model_name(target, "embed"), "input": f"hi {i}"}).status_code
         for i in range(5)
@@ -85,17 +99,19 @@ def test_idle_sockets_up_to_the_cap_never_lock_out_clients(target: Server) -> No
 
 
 def test_when_every_connection_is_busy_a_new_one_gets_503(target: Server) -> None:
-    time.sleep(2.5)
+    no_other_connections(target)
     held = []
     for _ in range(MAX_CONNECTIONS):  # bodies that never finish: busy, not evictable
         s = connect(target)
         s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{")
         held.append(s)
-    time.sleep(0.3)
+    wait_until(  # each held head read: its connection waits for its body (busy, not evictable)
+        lambda: unread_bytes(target, held) == [0] * len(held), what=lambda: f"unread: {unread_bytes(target, held)}"
+    )
     late = connect(target)
     late.sendall(b"GET /health/live HTTP/1.1\r\nhost: x\r\n\r\n")
     answer = read_until_closed(late, 5)
     assert answer.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in answer and b"too_many_connections" in answer
-    time.sleep(2.5)  # --body-timeout 2: the held ones got 408 and went
+    # --body-timeout 2: the held ones get 408 and go (each read ends when the server closes it)
     assert all(read_until_closed(s).startswith(b"HTTP/1.1 408") for s in held)
     assert httpx.get(target.base + "/health/live", timeout=5).status_code == 200

@@ -14,6 +14,7 @@ import pytest
 from tests.e2e.front import post_once
 from tests.e2e.server import running_server
 from tests.prometheus_text import metric
+from tests.waiting import until
 
 pytestmark = pytest.mark.slow
 CLIENTS = 512
@@ -22,8 +23,10 @@ EACH = 3
 
 async def burst(base: str) -> list[tuple[int, dict[str, str], bytes]]:
     start = asyncio.Event()
+    waiting = [0]
 
     async def client(index: int) -> list[tuple[int, dict[str, str], bytes]]:
+        waiting[0] += 1
         await start.wait()
         out = []
         for n in range(EACH):
@@ -32,7 +35,7 @@ async def burst(base: str) -> list[tuple[int, dict[str, str], bytes]]:
         return out
 
     tasks = [asyncio.ensure_future(client(i)) for i in range(CLIENTS)]
-    await asyncio.sleep(0.1)
+    await until(lambda: waiting[0] == CLIENTS, what="every client at the start line")
     start.set()
     return [answer for task in await asyncio.gather(*tasks) for answer in task]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes import FakeClock
 from tests.integration.serving import serving
 from tests.integration.test_fake_family import fake_container
 from tests.prometheus_text import metric
@@ -17,7 +18,10 @@ from vllm_srun.domain.admission import AdmissionLimits
 
 def test_full_model_429_and_early_retries_are_held(fake_packages: list[Path]) -> None:
     limits = AdmissionLimits(max_queue=1, max_queued_tokens=100)
-    with serving(fake_container(fake_packages[0], admission=limits)) as (client, rt):
+    container = fake_container(fake_packages[0], admission=limits)
+    clock = FakeClock()  # the app's: when a client's Retry-After has passed
+    container.app.add_kwargs(clock=clock.now)
+    with serving(container) as (client, rt):
         served = rt.models["fake-a"]
         assert served.admission is not None and served.clock is not None
         huge = {"input": ["the cat " * 10] * 20}  # far over 100 body bytes: alone it gets in
@@ -32,8 +36,10 @@ def test_full_model_429_and_early_retries_are_held(fake_packages: list[Path]) ->
             assert again.status_code == 429 and time.monotonic() - started >= 0.9
         finally:
             served.admission.release(held, served.clock.now(), answered=False)
-        time.sleep(1.0)
+        clock.advance(float(again.headers["retry-after"]))  # its Retry-After has passed: tried at once
+        started = time.monotonic()
         assert client.post("/v1/embeddings", json={"input": "a dog"}).status_code == 200
+        assert time.monotonic() - started < 0.9  # not held
         text = client.get("/metrics").text
         assert metric(text, "vllm_srun_unanswered_requests", model="fake-a") == 0
         assert metric(text, "vllm_srun_requests_total", model="fake-a", surface="embeddings", code="overloaded") == 2

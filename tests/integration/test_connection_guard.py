@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 import uvicorn
 
+from tests.waiting import wait_until
 from vllm_srun.adapters.cancellation import wait_disconnect
 from vllm_srun.adapters.http.connection_guard import ConnectionGuard
 from vllm_srun.adapters.http.guarded_protocol import uvicorn_config
 from vllm_srun.adapters.http.listeners import bind_tcp
 from vllm_srun.adapters.http.request_body import read_body
-from vllm_srun.domain.connections import ConnectionLimits
+from vllm_srun.domain.connections import ConnectionLimits, ConnectionPhase
 from vllm_srun.domain.errors import DomainError
 
 LIMITS = ConnectionLimits(
@@ -67,11 +68,19 @@ def server() -> Iterator[tuple[int, ConnectionGuard]]:
     srv = uvicorn.Server(uvicorn_config(app, guard, lifespan="off", log_level="error", log_config=None))
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    while not srv.started:
-        time.sleep(0.01)
+    wait_until(lambda: srv.started, what="uvicorn started")
     yield port, guard
     srv.should_exit = True
     thread.join(10)
+
+
+def in_phase(guard: ConnectionGuard, phase: ConnectionPhase) -> int:
+    """Connections the guard holds in PHASE, read from the test's thread while the server's runs."""
+    while True:
+        try:
+            return guard.table.count(phase)
+        except RuntimeError:  # the table changed size under the count: count again
+            pass
 
 
 def connect(port: int) -> socket.socket:
@@ -103,7 +112,7 @@ def test_keep_alive_traffic_is_untouched(server: tuple[int, ConnectionGuard]) ->
         s.sendall(request("/", b'{"n": %d}' % i))
         head = s.recv(65536)
         assert head.startswith(b"HTTP/1.1 200") and b'{"bytes":' in head
-    time.sleep(0.2)
+    wait_until(lambda: in_phase(guard, ConnectionPhase.IDLE) == 1, what="the connection idle, kept alive")
     s.sendall(request("/"))  # still open within the keep-alive timeout
     assert s.recv(65536).startswith(b"HTTP/1.1 200")
     assert guard.closed == {}
@@ -170,16 +179,13 @@ def test_a_half_closed_client_still_gets_its_answer(server: tuple[int, Connectio
 
 
 def test_a_client_that_closed_and_left_still_has_its_request_dropped(server: tuple[int, ConnectionGuard]) -> None:
-    port, _ = server
+    port, guard = server
     WATCHED.clear()
     s = connect(port)
     s.sendall(request("/watch"))
-    time.sleep(0.1)
+    wait_until(lambda: in_phase(guard, ConnectionPhase.BUSY) == 1, what="the /watch request in progress")
     s.close()  # FIN, like a half-close, but nobody reads: the interim 100 gets a reset
-    deadline = time.monotonic() + 5
-    while not WATCHED:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: WATCHED, timeout=5, what="the /watch request ended")
     assert WATCHED == ["disconnected"]
 
 
@@ -188,16 +194,15 @@ def test_a_client_that_never_reads_is_dropped(server: tuple[int, ConnectionGuard
     s = connect(port)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.sendall(request("/big"))
-    deadline = time.monotonic() + 10
-    while guard.closed.get("send_timeout", 0) == 0:
-        assert time.monotonic() < deadline, guard.closed
-        time.sleep(0.1)
+    wait_until(lambda: guard.closed.get("send_timeout", 0) > 0, what=lambda: f"a send timeout (closed: {guard.closed})")
 
 
 def test_idle_sockets_give_way_at_the_cap(server: tuple[int, ConnectionGuard]) -> None:
     port, guard = server
     idle = [connect(port) for _ in range(LIMITS.max_connections)]
-    time.sleep(0.1)
+    wait_until(
+        lambda: in_phase(guard, ConnectionPhase.FRESH) == LIMITS.max_connections, what="every idle socket admitted"
+    )
     s = connect(port)
     s.sendall(request("/", extra=b"connection: close\r\n"))
     assert read_until_closed(s).startswith(b"HTTP/1.1 200")
@@ -210,7 +215,7 @@ def test_a_new_connection_gets_503_when_every_one_is_busy(server: tuple[int, Con
     busy = [connect(port) for _ in range(LIMITS.max_connections)]
     for s in busy:
         s.sendall(request("/slow"))
-    time.sleep(0.2)
+    wait_until(lambda: in_phase(guard, ConnectionPhase.BUSY) == LIMITS.max_connections, what="every connection busy")
     late = connect(port)
     late.sendall(request("/"))
     answer = read_until_closed(late)

@@ -1,6 +1,8 @@
-"""The one-call CPU attention op (engines/cpu_attention.py): SDPA's answers per row, a row's bits
-independent of the rest of the forward and of the thread count, padding rows left zero, bad
-input refused, and every reason not to use it turned into the per-run path with one line."""
+"""The CPU forward's C++ ops (engines/cpu_attention.py). The one-call attention: SDPA's answers per
+row, a row's bits independent of the rest of the forward and of the thread count, padding rows left
+zero, bad input refused, and every reason not to use it turned into the per-run path with one line.
+The one-pass residual add + LayerNorm: eager's answers, a row's bits its own, eager kept where the
+op has no kernel."""
 
 from __future__ import annotations
 
@@ -94,6 +96,56 @@ def test_a_head_size_without_a_kernel_or_another_dtype_runs_sdpa_per_run(op: Var
     assert torch.equal(op.attention(qkv, packed, 2), EAGER_OPS.attention(qkv, packed, 2))
     half = _qkv(packed, 2, 16).to(torch.bfloat16)
     assert torch.equal(op.attention(half, packed, 2), EAGER_OPS.attention(half, packed, 2))
+
+
+def _norm(hidden: int, *, bias: bool = True, seed: int = 3) -> torch.nn.LayerNorm:
+    norm = torch.nn.LayerNorm(hidden, eps=1e-12, bias=bias)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(hidden, generator=gen))
+        if bias:
+            norm.bias.copy_(torch.randn(hidden, generator=gen))
+    return norm
+
+
+@pytest.mark.parametrize("hidden", [384, 768, 40, 23])  # whole vectors, and widths with a scalar tail
+def test_add_norm_in_one_pass_gives_eager_answers_row_by_row(op: VarlenOps, hidden: int) -> None:
+    gen = torch.Generator().manual_seed(hidden)
+    delta, residual = torch.randn(70, hidden, generator=gen) * 3, torch.randn(70, hidden, generator=gen)
+    norm = _norm(hidden)
+    want = EAGER_OPS.add_norm(delta, residual, norm)
+    with torch.inference_mode():
+        ours = op.add_norm(delta.clone(), residual, norm)
+        threads = torch.get_num_threads()
+        try:
+            torch.set_num_threads(1)
+            rows_alone = [op.add_norm(delta[i : i + 1].clone(), residual[i : i + 1], norm) for i in (0, 33, 69)]
+            torch.set_num_threads(2)
+            two = op.add_norm(delta.clone(), residual, norm)
+        finally:
+            torch.set_num_threads(threads)
+    assert (ours - want).abs().max().item() < 1e-5
+    assert torch.equal(two, ours)  # the thread count changes no bit
+    assert all(torch.equal(alone[0], ours[i]) for alone, i in zip(rows_alone, (0, 33, 69)))  # nor the forward
+
+
+def test_add_norm_keeps_eager_where_the_op_has_no_kernel(op: VarlenOps) -> None:
+    delta, residual = torch.randn(9, 32), torch.randn(9, 32)
+    cases = [
+        (delta, residual, _norm(32, bias=False)),  # a norm without bias (ModernBERT)
+        (delta.double(), residual.double(), _norm(32).double()),
+        (delta.t().contiguous().t(), residual, _norm(32)),  # not contiguous
+        (delta[:, None, :], residual[:, None, :], _norm(32)),  # not a matrix
+    ]
+    for d, r, norm in cases:
+        kept = d.clone()
+        with torch.inference_mode():
+            out = op.add_norm(d, r, norm)
+        assert torch.equal(out, EAGER_OPS.add_norm(kept, r, norm)) and torch.equal(d, kept)  # delta untouched
+    with pytest.raises(RuntimeError, match="residual must be"):
+        torch.ops.srun_cpu.add_layer_norm_(delta.clone(), residual[:4], torch.ones(32), torch.zeros(32), 1e-5)
+    with pytest.raises(RuntimeError, match="weight and bias"):
+        torch.ops.srun_cpu.add_layer_norm_(delta.clone(), residual, torch.ones(31), torch.zeros(32), 1e-5)
 
 
 def test_the_op_is_built_once_per_cache_and_keyed_by_source_torch_and_cpu(tmp_path: Path) -> None:

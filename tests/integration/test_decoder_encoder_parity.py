@@ -29,7 +29,6 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
-from vllm_srun.adapters.families.manifest import write_manifest
 from vllm_srun.adapters.models.decoder_encoder import (
     DecoderEncoderConfig,
     ScoreHead,
@@ -39,6 +38,7 @@ from vllm_srun.adapters.models.decoder_encoder import (
     load_decoder_encoder,
 )
 from vllm_srun.adapters.models.encoders import load_encoder
+from vllm_srun.adapters.models.manifest import write_manifest
 from vllm_srun.adapters.models.pooling import PoolingConfig
 from vllm_srun.adapters.models.prompted_pairs import (
     DEFAULT_INSTRUCTION,
@@ -277,8 +277,8 @@ def test_split_projections_stay_views_of_the_fused_linears(embedder) -> None:
     ids, mask = _pad([list(r.ids) for r in rows], reference.pad_id, left=False)
     for dtype in (torch.float32, torch.float64):
         encoder = encoder.to(dtype)
-        for block in encoder.blocks:
-            attn = block._layer[0].self_attn
+        for block, layer in zip(encoder.blocks, encoder.lm.model.blocks, strict=True):  # the layers the lm runs
+            attn = layer.self_attn
             assert attn.q_proj.weight.data_ptr() == block.qkv.weight.data_ptr()
             assert attn.v_proj.weight.dtype == dtype and block.ffn_in.weight.dtype == dtype
         with torch.inference_mode():

@@ -91,7 +91,8 @@ def test_the_guard_catches_a_tensor_left_on_the_host(encoder_fixture, monkeypatc
 def test_the_guard_catches_token_ids_left_on_the_host(decision_fixture, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     with DeviceGuard():
         model = DecisionFamily().load(decision_fixture("llama"), _context())
-    monkeypatch.setattr(DecoderLM, "_ids", lambda self, ids: torch.as_tensor(ids).long().cpu())  # not placed
+    # the model places its token ids where it says it is: on the host, its weights on the device
+    monkeypatch.setattr(DecoderLM, "device", property(lambda self: torch.device("cpu")))
     with DeviceGuard(), pytest.raises(WrongDevice):
         model.run(DEFAULT_LANE, [QuestionRow((3, 4, 5), (0, 1))])
 

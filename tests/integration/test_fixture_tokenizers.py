@@ -259,10 +259,9 @@ def test_add_eos_closes_every_text(tmp_path: Path, model_type: str) -> None:
 
 @pytest.mark.parametrize("variant", ["clip", "siglip"])
 def test_multimodal_fixture_tokenizer_agrees_with_its_model_config(tmp_path: Path, variant: str) -> None:
-    from vllm_srun.adapters.families.multimodal_fixture import _config, write_tokenizer
+    from vllm_srun.adapters.families.multimodal_fixture import write_multimodal_fixture
 
-    info = write_tokenizer(tmp_path, variant)
-    (tmp_path / "config.json").write_text(json.dumps(_config(variant, info)), encoding="utf-8")
+    write_multimodal_fixture(tmp_path, variant, seed=0)  # the tokenizer and config.json it ships
     reference = _reference(tmp_path)
     _assert_same_ids(tmp_path, reference, TEXTS, [])
     text = transformers.AutoConfig.from_pretrained(tmp_path).text_config

@@ -22,7 +22,8 @@ import pytest
 
 from tests.fake_media import FakeDecoder
 from tests.prometheus_text import metric
-from vllm_srun.adapters.contracts import MediaError, MediaLimits, MediaWorkerDied
+from tests.waiting import until
+from vllm_srun.adapters.contracts import ImageJob, MediaError, MediaLimits, MediaWorkerDied
 from vllm_srun.adapters.media.pool import MediaWorkerPool
 from vllm_srun.adapters.media.preprocess import ImagePreprocess
 from vllm_srun.adapters.media.samples import image_bytes, video_bytes
@@ -75,8 +76,8 @@ def test_a_worker_that_dies_fails_only_its_job_and_is_replaced() -> None:
         await asyncio.to_thread(pool.start)
         first = pool.pids()
         try:
-            slow = [pool.run("image", f"sleep:0.3;{i}".encode(), IMAGE, None) for i in range(3)]
-            results = await asyncio.gather(pool.run("image", b"exit", IMAGE, None), *slow, return_exceptions=True)
+            slow = [pool.run(ImageJob(f"sleep:0.3;{i}".encode(), IMAGE, None)) for i in range(3)]
+            results = await asyncio.gather(pool.run(ImageJob(b"exit", IMAGE, None)), *slow, return_exceptions=True)
             died = results[0]
             assert isinstance(died, MediaWorkerDied) and died.reason == "exited"
             assert "exited with status 3" in str(died) and "replaced" in str(died)
@@ -84,7 +85,7 @@ def test_a_worker_that_dies_fails_only_its_job_and_is_replaced() -> None:
                 assert isinstance(got, np.ndarray), got
                 assert np.array_equal(got, FakeDecoder().image(f"sleep:0.3;{i}".encode(), IMAGE, None))
             # a new process took the dead one's place; every later job is answered
-            again = await asyncio.gather(*(pool.run("image", bytes([i]), IMAGE, None) for i in range(6)))
+            again = await asyncio.gather(*(pool.run(ImageJob(bytes([i]), IMAGE, None)) for i in range(6)))
             assert len(again) == 6 and pool.replaced == 1
             assert len(pool.pids()) == 2 and pool.pids() != first
         finally:
@@ -93,24 +94,26 @@ def test_a_worker_that_dies_fails_only_its_job_and_is_replaced() -> None:
     asyncio.run(run())
 
 
-def test_a_worker_killed_from_outside_or_over_its_time_fails_its_job_only() -> None:
+def test_a_worker_killed_from_outside_or_over_its_time_fails_its_job_only(tmp_path: Path) -> None:
     async def run() -> None:
         replaced: list[str] = []
         pool = MediaWorkerPool(1, FAKE, job_timeout_s=1.0, on_replaced=replaced.append)
         await asyncio.to_thread(pool.start)
         try:
-            job = asyncio.ensure_future(pool.run("image", b"sleep:5;killed", IMAGE, None))
-            await asyncio.sleep(0.3)
+            job = asyncio.ensure_future(
+                pool.run(ImageJob(f"sleep:5;mark:{tmp_path / 'taken'};killed".encode(), IMAGE, None))
+            )
+            await until((tmp_path / "taken").exists, what="the job in the worker")
             os.kill(pool.pids()[0], signal.SIGKILL)
             with pytest.raises(MediaWorkerDied, match="exited with status -9"):
                 await job
             started = time.monotonic()
             with pytest.raises(MediaWorkerDied, match="took over 1 s") as caught:
-                await pool.run("image", b"sleep:30;stuck", IMAGE, None)
+                await pool.run(ImageJob(b"sleep:30;stuck", IMAGE, None))
             assert caught.value.reason == "timeout" and time.monotonic() - started < 10
             with pytest.raises(MediaError, match="bad fake media"):  # bad media: the worker stays
-                await pool.run("image", b"bad", IMAGE, None)
-            assert (await pool.run("image", b"ok", IMAGE, None)).shape == (3, 4, 4)
+                await pool.run(ImageJob(b"bad", IMAGE, None))
+            assert (await pool.run(ImageJob(b"ok", IMAGE, None))).shape == (3, 4, 4)
             assert replaced == ["exited", "timeout"]
         finally:
             pool.stop()

@@ -21,11 +21,12 @@ from safetensors.numpy import save_file
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
 from vllm_srun.adapters.models import modernbert as mb
+from vllm_srun.adapters.models.encoder_arch import eager_linears, hidden_states
 from vllm_srun.adapters.models.encoders import load_encoder
 from vllm_srun.adapters.models.pooling import PoolingConfig
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
-from vllm_srun.adapters.models.unpadded import PackedRows, eager_linears, hidden_states
+from vllm_srun.adapters.models.unpadded import PackedRows
 from vllm_srun.adapters.models.weights import WeightsError
 from vllm_srun.domain.kernels import KernelPlan
 
@@ -147,7 +148,7 @@ def test_unpadded_embeddings_match_rows_alone(bare, path: str, lengths: list[int
     assert np.abs(reference.embed(rows) - want).max() < TOL  # the padded reference path too
     # every token of every row, not only the means
     packed = PackedRows.build(rows)
-    linears = eager_linears(encoder) if path == "eager" else engine._packed_linears
+    linears = eager_linears(encoder) if path == "eager" else engine.packed_linears
     with torch.inference_mode():
         hidden = hidden_states(encoder, packed, linears)
     alone = _alone_hidden(theirs, rows)

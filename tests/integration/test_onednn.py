@@ -16,9 +16,10 @@ from vllm_srun.adapters.devices.torch_devices import CpuDevice
 from vllm_srun.adapters.engines import native, onednn_timing
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import NativeEncoder, native_encoder
+from vllm_srun.adapters.models.encoder_arch import hidden_states
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
-from vllm_srun.adapters.models.unpadded import PackedRows, hidden_states
+from vllm_srun.adapters.models.unpadded import PackedRows
 from vllm_srun.domain.kernels import KernelPlan, KernelTiming
 
 pytestmark = pytest.mark.skipif(
@@ -53,7 +54,7 @@ def test_packed_forward_within_1e5_of_eager_on_minilm(minilm, lengths: list[int]
     with torch.inference_mode():  # the hidden states too, on every real token (rows sorted longest first)
         ids, mask, _ = reference.tensors(batch)
         rows = PackedRows.build(batch)
-        hidden = hidden_states(reference.encoder, rows, forced._linears(int(rows.ids.shape[0])))
+        hidden = hidden_states(reference.encoder, rows, forced.linears_for(int(rows.ids.shape[0])))
         eager = reference.encoder(ids, mask, None)
         for j, (i, start) in enumerate(zip(rows.order, rows.starts.tolist())):
             n = lengths[i]
@@ -106,6 +107,7 @@ def test_gates_fall_back_to_eager_with_a_reason(minilm, monkeypatch) -> None:  #
         "linear": "eager",
         "reason": "turned off (VLLM_SRUN_ONEDNN=0)",
         "attention": "one call for every row (C++ varlen op)",  # attention is not the linears' switch
+        "add_norm": "residual add + LayerNorm in one pass (C++ op)",  # nor is the residual's norm
     }
     assert off.kernel_switch_tokens is None
     assert "not a CPU" in onednn_unsupported("cuda:0", torch.float32)
@@ -153,9 +155,9 @@ def test_the_plan_from_timings_picks_the_path_per_shape(minilm, monkeypatch, tmp
     assert kernels["linear"] == "onednn_packed" and kernels["packed_up_to_tokens"] == 67
     assert kernels["speedups"] == [[17, 1.8], [34, 1.5], [67, 1.1], [133, 0.8]] and kernels["timings"] == "measured"
     calls: list[tuple[int, bool]] = []
-    choose = engine._linears
+    choose = engine.linears_for
     monkeypatch.setattr(
-        engine, "_linears", lambda n: calls.append((n, choose(n) is engine._packed_linears)) or choose(n)
+        engine, "linears_for", lambda n: calls.append((n, choose(n) is engine.packed_linears)) or choose(n)
     )
     short, long = _rows([8]), _rows([40, 30])  # 8 tokens: packed copies; 40 + 30 = 70 tokens: eager
     assert np.abs(engine.embed(short) - reference.embed(short)).max() <= 1e-5
@@ -251,7 +253,7 @@ def test_a_fast_path_ending_between_256_and_512_tokens_caps_merged_forwards_ther
     model = EncoderFamily().load(encoder_fixture("embed"), context)
     assert model.engine.kernel_switch_tokens == 265 and model.invariant_tokens == 265
     calls: list[int] = []
-    real = model.engine._linears  # the kernels each forward of the probe runs on
-    monkeypatch.setattr(model.engine, "_linears", lambda tokens: calls.append(tokens) or real(tokens))
+    real = model.engine.linears_for  # the kernels each forward of the probe runs on
+    monkeypatch.setattr(model.engine, "linears_for", lambda tokens: calls.append(tokens) or real(tokens))
     assert probe_model(model) is True
     assert calls and max(calls) <= 265  # every probe forward ran on the packed copies

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_srun.adapters.models.pooling import PoolingConfig, load_pooling_config, pool
+from vllm_srun.adapters.models.pooling import PoolingConfig, pool
+from vllm_srun.adapters.models.st_modules import load_pooling_config
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer, write_tiny_wordpiece_tokenizer
 
 LONG = " ".join(f"word{i % 17} and, more" for i in range(120))  # about 600 tokens

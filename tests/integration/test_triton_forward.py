@@ -21,9 +21,10 @@ from vllm_srun.adapters.engines.native_decoder import NativeDecoder
 from vllm_srun.adapters.engines.triton_decoder import GpuDecoderKernels, TritonDecoderOps
 from vllm_srun.adapters.engines.triton_encoder import GpuEncoderKernels, fused_ffn_in
 from vllm_srun.adapters.models.decoder import DecoderLM
+from vllm_srun.adapters.models.encoder_arch import eager_linears
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import TextTokenizer
-from vllm_srun.adapters.models.unpadded import LayerLinears, eager_linears
+from vllm_srun.adapters.models.unpadded import LayerLinears
 from vllm_srun.domain.kernels import SizePlan
 
 triton = pytest.importorskip("triton")
@@ -53,7 +54,7 @@ def test_unpadded_encoder_on_the_fused_kernels_equals_eager(encoder_fixture, var
     reference = ReferenceEncoder.from_folder(folder, device=device)
     rows = TextTokenizer.from_folder(folder).encode(TEXTS, max_length=64, truncate=True)
     eager, fused = NativeEncoder(reference), NativeEncoder(reference, gpu=_forced_encoder(reference))
-    linears, ops = fused._kernels(32)
+    linears, ops = fused.kernels_for(32)
     assert ops.name == "varlen_attention+add_layer_norm" and linears is fused.gpu.fused_linears  # type: ignore[union-attr]
     for run in ("embed", "classify_logits") if variant == "classify" else ("embed",):
         got, want = getattr(fused, run)(rows), getattr(eager, run)(rows)
@@ -76,7 +77,7 @@ def test_decoder_on_the_fused_kernels_equals_eager(decision_fixture) -> None:  #
     assert torch.allclose(shared, lm.branch_logits(lm.prefix_kv([11, 12, 13, 14, 15]), branches), atol=1e-4, rtol=1e-4)
     forced = GpuDecoderKernels(KernelChoice("add_rms_norm", FORCED, 0.0), KernelChoice("silu_mul", FORCED, 0.0))
     engine = NativeDecoder(lm, forced)
-    assert engine.kernel_switch_tokens == 1 << 30 and engine._ops(10) is not None
+    assert engine.kernel_switch_tokens == 1 << 30 and engine.ops_for(10) is not None
     assert torch.allclose(engine.logits_at(ids, positions), want, atol=1e-4, rtol=1e-4)
 
 

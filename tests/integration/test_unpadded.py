@@ -7,9 +7,10 @@ import random
 import numpy as np
 import torch
 
+from vllm_srun.adapters.models.encoder_arch import eager_linears, hidden_states
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import TextTokenizer
-from vllm_srun.adapters.models.unpadded import PackedRows, classify, eager_linears, hidden_states, pooled
+from vllm_srun.adapters.models.unpadded import PackedRows, classify, pooled
 
 WORDS = [
     "the",

@@ -194,4 +194,4 @@ def test_the_discipline_remembers_a_bounded_number_of_clients(keys: list[int], c
     for key in keys:
         discipline.refused(key, clock.now(), 1)
         clock.advance(0.01)
-        assert len(discipline._not_before) <= cap
+        assert len(discipline) <= cap

@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from vllm_srun.domain.connections import ConnectionLimits, ConnectionTable, Expiry, Phase
+from vllm_srun.domain.connections import ConnectionLimits, ConnectionPhase, ConnectionTable, Expiry
 
 
 @dataclass
 class Conn:
-    phase: Phase
+    phase: ConnectionPhase
     deadline: float
     idle_since: float  # when it last became evictable (its place in the eviction order)
     stalled_since: float | None = None
@@ -47,7 +47,11 @@ class ConnectionMachine(RuleBasedStateMachine):
 
     # ---- helpers ---------------------------------------------------------------------------------
     def evictable_order(self) -> list[int]:
-        idle = [(c.idle_since, k) for k, c in self.model.items() if c.phase in (Phase.FRESH, Phase.IDLE, Phase.HEAD)]
+        idle = [
+            (c.idle_since, k)
+            for k, c in self.model.items()
+            if c.phase in (ConnectionPhase.FRESH, ConnectionPhase.IDLE, ConnectionPhase.HEAD)
+        ]
         return [k for _, k in sorted(idle)]
 
     def stamp(self) -> float:
@@ -69,7 +73,7 @@ class ConnectionMachine(RuleBasedStateMachine):
         else:
             assert admission == (False, None)  # every connection has a request in progress
             return
-        self.model[key] = Conn(Phase.FRESH, self.now + self.limits.header_timeout_s, self.stamp())
+        self.model[key] = Conn(ConnectionPhase.FRESH, self.now + self.limits.header_timeout_s, self.stamp())
 
     def pick(self, data: st.DataObject) -> int:
         return data.draw(st.sampled_from(sorted(self.model)))
@@ -80,17 +84,17 @@ class ConnectionMachine(RuleBasedStateMachine):
         key = self.pick(data)
         self.table.head_started(key, self.now)
         conn = self.model[key]
-        if conn.phase is Phase.IDLE:
+        if conn.phase is ConnectionPhase.IDLE:
             conn.deadline = self.now + self.limits.header_timeout_s
-        if conn.phase in (Phase.FRESH, Phase.IDLE):
-            conn.phase = Phase.HEAD
+        if conn.phase in (ConnectionPhase.FRESH, ConnectionPhase.IDLE):
+            conn.phase = ConnectionPhase.HEAD
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())
     def head_arrives(self, data: st.DataObject) -> None:
         key = self.pick(data)
         self.table.head_done(key, self.now)
-        self.model[key].phase = Phase.BODY
+        self.model[key].phase = ConnectionPhase.BODY
         self.model[key].deadline = self.now + self.limits.body_timeout_s
 
     @precondition(lambda self: self.model)
@@ -98,7 +102,7 @@ class ConnectionMachine(RuleBasedStateMachine):
     def body_arrives(self, data: st.DataObject) -> None:
         key = self.pick(data)
         self.table.body_done(key, self.now)
-        self.model[key].phase = Phase.BUSY
+        self.model[key].phase = ConnectionPhase.BUSY
         self.model[key].deadline = math.inf
 
     @precondition(lambda self: self.model)
@@ -107,7 +111,7 @@ class ConnectionMachine(RuleBasedStateMachine):
         key = self.pick(data)
         self.table.answered(key, self.now)
         stalled = self.model[key].stalled_since  # an unread answer stays stalled
-        self.model[key] = Conn(Phase.IDLE, self.now + self.limits.keep_alive_timeout_s, self.stamp(), stalled)
+        self.model[key] = Conn(ConnectionPhase.IDLE, self.now + self.limits.keep_alive_timeout_s, self.stamp(), stalled)
 
     @precondition(lambda self: self.model)
     @rule(data=st.data(), paused=st.booleans())
@@ -136,10 +140,10 @@ class ConnectionMachine(RuleBasedStateMachine):
         for key, conn in self.model.items():
             if self.now >= conn.deadline:
                 expected[key] = {
-                    Phase.FRESH: Expiry.CLOSE,
-                    Phase.IDLE: Expiry.CLOSE,
-                    Phase.HEAD: Expiry.HEAD_TIMEOUT,
-                    Phase.BODY: Expiry.BODY_TIMEOUT,
+                    ConnectionPhase.FRESH: Expiry.CLOSE,
+                    ConnectionPhase.IDLE: Expiry.CLOSE,
+                    ConnectionPhase.HEAD: Expiry.HEAD_TIMEOUT,
+                    ConnectionPhase.BODY: Expiry.BODY_TIMEOUT,
                 }[conn.phase]
             elif conn.stalled_since is not None and self.now - conn.stalled_since >= self.limits.body_timeout_s:
                 expected[key] = Expiry.SEND_TIMEOUT
@@ -155,7 +159,7 @@ class ConnectionMachine(RuleBasedStateMachine):
         assert len(self.table) == len(self.model) <= self.limits.max_connections
         assert {k: self.table.phase(k) for k in self.model} == {k: c.phase for k, c in self.model.items()}
         assert self.table.evictable() == self.evictable_order()
-        for phase in Phase:
+        for phase in ConnectionPhase:
             assert self.table.count(phase) == sum(1 for c in self.model.values() if c.phase is phase)
 
 

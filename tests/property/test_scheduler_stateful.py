@@ -114,9 +114,10 @@ class SchedulerMachine(RuleBasedStateMachine):
     def start(self) -> None:
         now = self.clock.now()
         state_before = self.scheduler.window_state(now)
-        had_plan = bool(self.scheduler._plan)
-        oldest = min((self.arrival[r.request_id] for r in self.scheduler._queue), default=None)
-        full = bool(self.scheduler._queue) and self.scheduler._full()
+        had_plan = bool(self.scheduler.planned_forwards)
+        queued = self.scheduler.unplanned_rows
+        oldest = min((self.arrival[r.request_id] for r in queued), default=None)
+        full = bool(queued) and self._fills_a_forward(queued)
         slots_full = len(self.running) >= self.scheduler.max_in_flight
         batch = self.scheduler.next_forward(now)
         if batch is None:
@@ -128,7 +129,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert full or now >= oldest + self.window_s, (now, oldest, self.window_s, state_before)
         self._check_batch(batch)
         if not had_plan:
-            self._check_round([batch, *self.scheduler._plan])  # the whole round just planned
+            self._check_round([batch, *self.scheduler.planned_forwards])  # the whole round just planned
         self.running.append(batch)
         assert self.scheduler.in_flight == len(self.running) <= self.scheduler.max_in_flight
 
@@ -156,6 +157,16 @@ class SchedulerMachine(RuleBasedStateMachine):
                 (self.numbers[answer.request_id], i) for i in range(len(self.submitted[answer.request_id]))
             )
             assert answer.outputs == expected, "rows out of input order"
+
+    def _fills_a_forward(self, queued) -> bool:  # type: ignore[no-untyped-def]
+        """The queued rows fill a forward: as many as it may hold, or tokens up to any lane's limit."""
+        limit = min(
+            lane_token_limit(
+                lane, self.budget, self.scheduler.costs, self.scheduler.batch_invariant, self.scheduler.invariant_tokens
+            )
+            for lane in self.lanes
+        )
+        return len(queued) >= self.budget.max_num_seqs or sum(round_up(r.tokens) for r in queued) >= limit
 
     def _check_batch(self, batch) -> None:  # type: ignore[no-untyped-def]
         lanes = {r.lane for r in batch.rows}

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vllm_srun.adapters.config.schema import DeploymentConfig
+from vllm_srun.adapters.engines.registry import installed_engines
 from vllm_srun.adapters.workers.command import worker_settings
 from vllm_srun.app.cli import build_parser, serve_settings
 from vllm_srun.domain import bounds
@@ -18,6 +19,7 @@ from vllm_srun.domain.worker_settings import WorkerSettings
 # anything a command line can carry: no NUL, no lone surrogates
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
 MODEL = TEXT.filter(lambda name: name != "" and not name.startswith("-"))
+ENGINES = installed_engines().choices()  # auto and every installed engine plugin
 
 
 def ints(setting: bounds.IntSetting[object]) -> st.SearchStrategy[int]:
@@ -41,7 +43,7 @@ SETTINGS = st.builds(
     WorkerSettings,
     models=st.lists(MODEL, max_size=3).map(tuple),
     device=st.from_regex(bounds.DEVICE.pattern, fullmatch=True),
-    engine=st.sampled_from(bounds.ENGINE.choices),
+    engine=st.sampled_from(ENGINES),
     host=TEXT,
     port=ints(bounds.PORT),
     uds=maybe(TEXT),
@@ -81,7 +83,7 @@ def test_the_worker_reads_any_valid_settings_back_from_their_argv(settings: Work
     seqs=maybe(ints(bounds.MAX_NUM_SEQS)),
     window=maybe(st.floats(bounds.BATCH_WINDOW_MS.low, bounds.BATCH_WINDOW_MS.high)),
     dtype=maybe(st.sampled_from(bounds.DTYPE.choices)),
-    engine=maybe(st.sampled_from(bounds.ENGINE.choices)),
+    engine=maybe(st.sampled_from(ENGINES)),
     entries=maybe(ints(bounds.RESULT_CACHE_ENTRIES)),
     device=st.from_regex(bounds.REPLICA_DEVICE.pattern, fullmatch=True),
     threads=maybe(ints(bounds.THREADS)),

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vllm_srun.adapters.config.loader import validate_config_data
+from vllm_srun.adapters.engines.registry import AUTO, installed_engines
 from vllm_srun.app import cli, front_cli
 from vllm_srun.domain import bounds
 from vllm_srun.domain.connections import ConnectionLimits
@@ -152,7 +155,10 @@ def test_help_says_what_each_flag_does_and_its_default() -> None:
 
     worker = help_of(cli.build_parser(), ["serve"])
     for setting in cli.SERVE_SETTINGS:
-        assert setting.help_text() in worker, setting.name
+        if setting is bounds.ENGINE:  # the installed engines, not a list of the domain's
+            assert cli.engine_help(installed_engines()) in worker
+        else:
+            assert setting.help_text() in worker, setting.name
     front = help_of(front_cli.build_parser(), ["serve"])
     for setting in (*front_cli.DEPLOYMENT_SETTINGS, *CONNECTIONS, bounds.FRONT_PORT, bounds.MAX_REQUEST_BYTES):
         assert setting.help_text() in front, setting.name
@@ -170,25 +176,46 @@ def test_problems_are_one_line_each_in_order() -> None:
     assert bounds.MAX_NUM_SEQS.problem(True) == "max_num_seqs must be >= 1 (got True)"  # not a count
 
 
-def test_the_built_in_engines_are_the_engine_choices() -> None:
-    from vllm_srun.adapters.engines.registry import AUTO, EngineRegistry
+def test_every_installed_engine_name_is_spelled_as_the_domain_says() -> None:
+    """The domain knows how an engine's name is spelled; which ones exist is the registry's."""
+    assert bounds.ENGINE.default == AUTO
+    assert all(bounds.ENGINE.accepts(name) for name in installed_engines().choices())
+    assert {"native", "onnxruntime"} <= set(installed_engines().names())
 
-    assert (AUTO, *sorted(EngineRegistry().names())) == (bounds.ENGINE.choices[0], *sorted(bounds.ENGINE.choices[1:]))
 
-
-def _every_action(parser: argparse.ArgumentParser, command: str) -> Any:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _every_action(sub, f"{command} {name}")
-        elif not isinstance(action, argparse._HelpAction):
-            yield command, action
+def _every_argument(parser: argparse.ArgumentParser, argv: list[str]) -> Iterator[tuple[str, str, str]]:
+    """(command, argument, help) of every argument the `--help` of each command lists, as a user
+    reads it: under each heading ("options:", a group's title), an argument starts a line indented
+    by two, its help follows two spaces on or wraps onto deeper lines; `{a,b}` lists subcommands."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        parser.parse_args([*argv, "--help"])
+    entries: list[list[str]] = []
+    listed = False
+    for line in out.getvalue().splitlines():
+        if line[:1].strip():  # a heading, the usage or the description
+            listed = line.endswith(":")
+        elif listed and line.strip():
+            if re.match(r"  \S", line):
+                entries.append([*re.split(r"\s{2,}", line.strip(), maxsplit=1), ""][:2])
+            else:
+                joint = "" if entries[-1][1].endswith("-") else " "  # wrapped at a space or after a hyphen
+                entries[-1][1] = f"{entries[-1][1]}{joint}{line.strip()}".strip()
+    command = " ".join([parser.prog, *argv])
+    for argument, help_text in entries:
+        if argument.startswith("{"):
+            for name in argument.strip("{}").split(","):
+                yield from _every_argument(parser, [*argv, name])
+        elif argument != "-h, --help":
+            yield command, argument, help_text
 
 
 @pytest.mark.parametrize("parser", [cli.build_parser(), front_cli.build_parser()], ids=["vllm-srun", "vllm-sr"])
 def test_every_flag_of_every_command_says_what_it_does_and_its_default(parser: argparse.ArgumentParser) -> None:
-    for command, action in _every_action(parser, parser.prog):
-        what = f"{command} {action.option_strings or action.dest}"
-        assert action.help and len(action.help) > 10, what
-        if action.option_strings:  # a flag: its default in words, like vLLM's CLI
-            assert "(default: " in action.help or "(required" in action.help, what
+    arguments = list(_every_argument(parser, []))
+    assert any(argument.startswith("--") for _, argument, _ in arguments)
+    for command, argument, help_text in arguments:
+        what = f"{command} {argument}"
+        assert len(help_text) > 10, what
+        if argument.startswith("-"):  # a flag: its default in words, like vLLM's CLI
+            assert "(default: " in help_text or "(required" in help_text, what

@@ -286,7 +286,11 @@ def test_endpoints_that_are_refused(endpoint: str) -> None:
             "dtype: float64",
             "dtype: expected one of auto, float32, bfloat16, float16, got 'float64'",
         ),
-        ("engine: tensorrt", "engine: expected one of auto, native, onnxruntime, got 'tensorrt'"),
+        ("engine: tensorrt", "engine: unknown engine 'tensorrt': installed are native, onnxruntime (or auto)"),
+        (
+            "engine: 'tensor rt'",
+            "engine: expected auto or an installed engine's name (letters, digits, '.', '_' or '-'), got 'tensor rt'",
+        ),
         ("enable_shared_context: 2", "enable_shared_context: expected true or false, got 2"),
         ("result_cache_entries: -1", "result_cache_entries: expected an integer >= 0, got -1"),
         ("timeout_ms: 0", "timeout_ms: expected an integer >= 1, got 0"),
@@ -643,7 +647,7 @@ def test_device_ids_place_the_workers(dp: int | None, ids: list[int], devices: l
         ),
         ({"platform": "cuda", "data_parallel_size": 0}, "-dp: expected a worker count >= 1, got 0"),
         ({"platform": "tpu"}, "--platform: expected one of auto, cpu, cuda, rocm, mps, got 'tpu'"),
-        ({"engine": "tensorrt"}, "--engine: expected one of auto, native, onnxruntime"),
+        ({"engine": "tensorrt"}, "--engine: unknown engine 'tensorrt': installed are native, onnxruntime (or auto)"),
         ({"engine_args": {"max_num_seq": 4}}, "engine argument 'max_num_seq': unknown"),
         (
             {"engine_args": {"max_num_seqs": 0}},

@@ -121,7 +121,10 @@ def test_router_mode_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[st
         (["serve", "tiny", "--device-ids", "0", "--platform", "cpu"], "--device-ids places workers on GPUs"),
         (["serve", "tiny", "--dtype", "float16", "--platform", "cpu"], "float16 runs on GPUs only"),
         (["serve", "tiny", "--platform", "cuda", "-dp", "2", "--device-ids", "0,0"], "list each GPU once"),
-        (["serve", "tiny", "--engine", "turbo", "--platform", "cpu"], "--engine: expected one of"),
+        (
+            ["serve", "tiny", "--engine", "turbo", "--platform", "cpu"],
+            "--engine: unknown engine 'turbo': installed are",
+        ),
         (["serve", "tiny", "--batch-window-ms", "-1"], "--batch-window-ms"),
         (["serve", "--config", "/nonexistent/config.yaml"], "/nonexistent/config.yaml"),
     ],

@@ -25,7 +25,7 @@ from vllm_srun.adapters.models.quantize import (
     quantize_rows,
     read_quantization,
 )
-from vllm_srun.adapters.models.quantize_package import _sources
+from vllm_srun.adapters.models.quantize_package import checkpoint_sources
 from vllm_srun.app.quantize import default_requests, quantize
 
 
@@ -159,7 +159,7 @@ def test_checkpoint_tensors_are_found_by_their_rows() -> None:
 
     file = Path("model.safetensors")
     names = {"q": q, "k": k, "v": v, "o": o, "up": up, "down": down, "emb": torch.randn(30, 4, generator=gen)}
-    found = _sources(Encoder(), {file: (dict(names), None)})
+    found = checkpoint_sources(Encoder(), {file: (dict(names), None)})
     assert {name: where for (_, name), where in found.items()} == {
         "q": (0, "qkv"),
         "k": (0, "qkv"),
@@ -170,7 +170,7 @@ def test_checkpoint_tensors_are_found_by_their_rows() -> None:
     }
     names["k"] = k * 2  # the loader would have to transform it
     with pytest.raises(ValueError, match="block 0's qkv") as err:
-        _sources(Encoder(), {file: (names, None)})
+        checkpoint_sources(Encoder(), {file: (names, None)})
     assert "\n" not in str(err.value)
 
 

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests.waiting import until
 from vllm_srun.adapters.offload import INLINE_BYTES, REQUEST_BYTES, Offload
 from vllm_srun.domain.errors import Overloaded
 from vllm_srun.domain.threads import preparation_threads
@@ -59,15 +60,18 @@ def test_the_loop_keeps_answering_while_large_work_runs() -> None:
 def test_a_backed_up_pool_answers_overloaded_and_context_follows_the_work() -> None:
     async def scenario() -> str:
         offload = Offload(1, max_waiting=2)
+        gate = threading.Event()
         try:
-            blocking = [asyncio.ensure_future(offload.run(time.sleep, 0.3, size=1 << 20)) for _ in range(2)]
-            await asyncio.sleep(0.05)
+            blocking = [asyncio.ensure_future(offload.run(gate.wait, 10, size=1 << 20)) for _ in range(2)]
+            await until(lambda: offload.waiting == 2, what="two large jobs running or waiting")
             with pytest.raises(Overloaded):
                 await offload.run(time.sleep, 0, size=1 << 20)
+            gate.set()
             await asyncio.gather(*blocking)
             TAG.set("request-7")
             return await offload.run(TAG.get, size=1 << 20)
         finally:
+            gate.set()
             offload.shutdown()
 
     assert asyncio.run(scenario()) == "request-7"

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tests.fakes import FakeForward
+from tests.waiting import until
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
 from vllm_srun.domain.errors import ForwardFailed
@@ -77,9 +78,10 @@ def test_failed_forward_fails_only_its_requests() -> None:
 
 def test_cancelled_request_never_reaches_the_device() -> None:
     engine = FakeForward()
-    gate = threading.Event()
+    gate, on_device = threading.Event(), threading.Event()
 
     def run(lane, payloads):  # type: ignore[no-untyped-def]
+        on_device.set()
         gate.wait(5)
         return engine.run(lane, payloads)
 
@@ -87,9 +89,9 @@ def test_cancelled_request_never_reaches_the_device() -> None:
         runner, device = make(run, window_ms=0, seqs=1)
         runner.start()
         first = asyncio.ensure_future(runner.submit([RowSpec(3, "first")]))
-        await asyncio.sleep(0.05)  # first is on the device, blocked on the gate
+        await until(on_device.is_set, what="first on the device, blocked on the gate")
         doomed = asyncio.ensure_future(runner.submit([RowSpec(3, "doomed")]))
-        await asyncio.sleep(0.01)
+        await until(lambda: runner.scheduler.pending_requests == 2, what="doomed queued behind first")
         doomed.cancel()
         with pytest.raises(asyncio.CancelledError):
             await doomed

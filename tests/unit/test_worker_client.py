@@ -68,6 +68,7 @@ def test_keep_alive_reuses_one_connection(tmp_path: Path) -> None:
 
 def test_a_pooled_connection_the_worker_closed_is_replaced(tmp_path: Path) -> None:
     seen = []
+    hung_up = asyncio.Event()
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
@@ -75,10 +76,12 @@ def test_a_pooled_connection_the_worker_closed_is_replaced(tmp_path: Path) -> No
         writer.write(OK)
         await writer.drain()
         writer.close()  # no keep-alive header: the client pooled it, the worker hangs up
+        await writer.wait_closed()
+        hung_up.set()
 
     async def test(client: WorkerClient) -> None:
         assert (await client.request("GET", "/health")).status == 200
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(hung_up.wait(), 5)
         assert (await client.request("GET", "/health")).status == 200
         assert len(seen) == 2
 
@@ -150,6 +153,29 @@ def test_a_handshake_that_never_completes_is_unreachable_within_the_connect_time
     asyncio.run(go())
 
 
-def test_an_ipv6_endpoint_is_named_in_brackets_in_the_host_header() -> None:
-    assert WorkerClient(host="fd00::2", port=8100)._host_header == b"[fd00::2]:8100"
-    assert WorkerClient(host="worker-0.workers", port=8100)._host_header == b"worker-0.workers:8100"
+def test_an_ipv6_endpoint_is_named_in_brackets_in_the_host_header(monkeypatch: pytest.MonkeyPatch) -> None:
+    heads: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heads.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(OK)
+        await writer.drain()
+        writer.close()
+
+    async def go() -> None:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        connect = asyncio.open_connection
+        # every endpoint's connection reaches this server, which reads the Host header it was sent
+        monkeypatch.setattr(
+            http_client.asyncio, "open_connection", lambda _h, _p, **kw: connect("127.0.0.1", port, **kw)
+        )
+        try:
+            for host in ("fd00::2", "worker-0.workers"):
+                assert (await WorkerClient(host=host, port=8100).request("GET", "/health")).status == 200
+        finally:
+            server.close()
+
+    asyncio.run(go())
+    sent = [line for head in heads for line in head.split(b"\r\n") if line.startswith(b"host: ")]
+    assert sent == [b"host: [fd00::2]:8100", b"host: worker-0.workers:8100"]

@@ -4,8 +4,9 @@ The parsed YAML is converted to the Structs of `schema.py` with msgspec, which s
 first problem: the problem becomes one line, what it is about is pruned from a copy of the
 data, and the copy is converted again until it converts. msgspec reads in order, so the lines
 follow the file. Then the rules that relate fields to each other (`rules.py`) run on the data
-as written. Each line is `PATH: what and why`, PATH starting at `deployments.NAME` for anything
-inside a deployment. Nothing is loaded until there are no problems.
+as written, with the engine registry (a deployment's `engine` must be installed; default: this
+process's installed plugins). Each line is `PATH: what and why`, PATH starting at
+`deployments.NAME` for anything inside a deployment. Nothing is loaded until there are no problems.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 
 import msgspec
 from msgspec.inspect import DictType, ListType, NoneType, StructType, UnionType, type_info
+
+from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
 
 from .rules import relation_problems
 from .schema import (
@@ -55,16 +58,16 @@ __all__ = [
 ]
 
 
-def load_config_text(text: str, *, source: str = "config.yaml") -> FrontConfig:
-    return load_config_data(parse_yaml(text), source=source)
+def load_config_text(text: str, *, source: str = "config.yaml", engines: EngineRegistry | None = None) -> FrontConfig:
+    return load_config_data(parse_yaml(text), source=source, engines=engines)
 
 
-def load_config_file(path: str | Path) -> FrontConfig:
-    return load_config_text(Path(path).read_text(encoding="utf-8"), source=str(path))
+def load_config_file(path: str | Path, engines: EngineRegistry | None = None) -> FrontConfig:
+    return load_config_text(Path(path).read_text(encoding="utf-8"), source=str(path), engines=engines)
 
 
-def load_config_data(data: Any, *, source: str = "config.yaml") -> FrontConfig:
-    problems = validate_config_data(data, source=source)
+def load_config_data(data: Any, *, source: str = "config.yaml", engines: EngineRegistry | None = None) -> FrontConfig:
+    problems = validate_config_data(data, source=source, engines=engines)
     if problems:
         raise ConfigError(problems)
     try:
@@ -73,10 +76,11 @@ def load_config_data(data: Any, *, source: str = "config.yaml") -> FrontConfig:
         raise ConfigError([f"config: {error}"]) from None
 
 
-def validate_config_data(data: Any, *, source: str = "config.yaml") -> list[str]:
-    """Every problem of a parsed config, one line each; [] when it loads."""
+def validate_config_data(data: Any, *, source: str = "config.yaml", engines: EngineRegistry | None = None) -> list[str]:
+    """Every problem of a parsed config, one line each; [] when it loads. ENGINES: the engine
+    plugins a deployment's `engine` may name (default: the installed ones)."""
     return conversion_problems(data, FrontConfig, source=source) + (
-        relation_problems(data) if isinstance(data, dict) else []
+        relation_problems(data, engines or installed_engines()) if isinstance(data, dict) else []
     )
 
 

@@ -15,7 +15,8 @@ models:
 A field left out takes the worker's flag (`--max-num-seqs`, `--device`, `--max-queue`, …), and
 that flag's default when it was not given. The file is converted with msgspec like the front's
 config (`loader.py`): every problem is one line (`models[1].dtype: expected …`), then the
-rules that relate fields (a served name given twice, a dtype the device or engine refuses).
+rules that relate fields (a served name given twice, a dtype the device refuses, or the worker's
+`--engine` plugin: `EngineRegistry.settings_refusal`). The worker's `--engine` serves every entry.
 Nothing loads until there are no problems.
 """
 
@@ -28,6 +29,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from vllm_srun.adapters.contracts import EngineSettings
+from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
 from vllm_srun.domain import bounds
 from vllm_srun.domain.admission import AdmissionLimits
 from vllm_srun.domain.engine_args import EngineArgs
@@ -42,7 +45,7 @@ if TYPE_CHECKING:
 else:
     Dtype = Literal[bounds.DTYPE.choices]
 
-DtypeRefusal = Callable[[str, str, str], str | None]  # (dtype, device, engine) -> why not, or None
+DtypeRefusal = Callable[[str, str], str | None]  # (dtype, device) -> why not, or None
 
 
 class ModelEntry(Section, kw_only=True):
@@ -71,9 +74,11 @@ def load_models_file(
     engine: str,
     admission: AdmissionLimits,
     dtype_refusal: DtypeRefusal,
+    engines: EngineRegistry | None = None,
 ) -> list[ModelSpec]:
     """The file's models, each field left out taken from the worker's flags; raises ConfigError
-    (one line per problem) or OSError (the file cannot be read)."""
+    (one line per problem) or OSError (the file cannot be read). ENGINES: where ENGINE's plugin
+    is found (default: the installed ones)."""
     source = str(path)
     data = parse_yaml(Path(path).read_text(encoding="utf-8"))
     problems = conversion_problems(data, ModelsFile, source=source)
@@ -81,7 +86,7 @@ def load_models_file(
         raise ConfigError([f"{source}: {line}" for line in problems])
     entries = msgspec.convert(data, ModelsFile).models
     specs = [_spec(entry, flags, device, admission) for entry in entries]
-    problems = _relation_problems(specs, engine, dtype_refusal)
+    problems = _relation_problems(specs, engine, dtype_refusal, engines or installed_engines())
     if problems:
         raise ConfigError([f"{source}: {line}" for line in problems])
     return specs
@@ -107,7 +112,9 @@ def _spec(entry: ModelEntry, flags: EngineArgs, device: str, admission: Admissio
     return ModelSpec(entry.artifact, args, name=entry.name, device=entry.device or device, admission=limits)
 
 
-def _relation_problems(specs: list[ModelSpec], engine: str, dtype_refusal: DtypeRefusal) -> list[str]:
+def _relation_problems(
+    specs: list[ModelSpec], engine: str, dtype_refusal: DtypeRefusal, engines: EngineRegistry
+) -> list[str]:
     problems = []
     seen: dict[str, int] = {}
     for index, spec in enumerate(specs):
@@ -117,7 +124,10 @@ def _relation_problems(specs: list[ModelSpec], engine: str, dtype_refusal: Dtype
             problems.append(f"{where}: the served name {name!r} is taken by models[{seen[name]}]; give one a 'name'")
         seen.setdefault(name, index)
         device = "cpu" if spec.device in (None, "auto") else spec.device
-        refusal = dtype_refusal(spec.args.dtype, device, engine)
+        refusal = dtype_refusal(spec.args.dtype, device)
         if refusal:
             problems.append(f"{where}.dtype: {refusal}")
+        refused = engines.settings_refusal(engine, EngineSettings(dtype=spec.args.dtype))
+        if refused is not None:
+            problems.append(f"{where}.{refused.setting}: {refused.reason}")
     return problems

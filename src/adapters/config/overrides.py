@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from vllm_srun.domain import bounds
+from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
 
 from .loader import load_config_data
 from .schema import (
@@ -51,12 +51,15 @@ def apply_cli_overrides(
     device_ids: Sequence[int] | None = None,
     engine_args: Mapping[str, Any] | None = None,
     available_gpus: Sequence[int] = (),
+    engines: EngineRegistry | None = None,
 ) -> FrontConfig:
     """The config with the flags applied to the default deployment; raises ConfigError.
 
     `platform` "auto" or None keeps the configured platform (the CLI resolves auto before
-    calling when it has to); `available_gpus` are the host's usable GPU ids, in order.
+    calling when it has to); `available_gpus` are the host's usable GPU ids, in order;
+    `engines` the engine plugins `engine` may name (default: the installed ones).
     """
+    engines = engines or installed_engines()
     args = {key: value for key, value in (engine_args or {}).items() if value is not None}
     placing = data_parallel_size is not None or bool(device_ids) or platform not in (None, "auto")
     if model is None and engine is None and not args and not placing:
@@ -78,8 +81,9 @@ def apply_cli_overrides(
     if model is not None and model != deployment.artifact:
         deployment = replace(deployment, artifact=model, revision=None)
     if engine is not None:
-        if not bounds.ENGINE.accepts(engine):
-            raise ConfigError([f"--engine: expected {bounds.ENGINE.rule()}, got {engine!r}"])
+        refusal = engines.unknown(engine)
+        if refusal is not None:
+            raise ConfigError([f"--engine: {refusal}"])
         deployment = replace(deployment, engine=engine)
     unknown = sorted(set(args) - set(ENGINE_ARG_FIELDS))
     if unknown:
@@ -102,7 +106,7 @@ def apply_cli_overrides(
             updated,
             system=replace(config.system, decision_model=DecisionModelConfig(deployment=name)),
         )
-    return load_config_data(msgspec.to_builtins(updated))  # the same rules as a file
+    return load_config_data(msgspec.to_builtins(updated), engines=engines)  # the same rules as a file
 
 
 def place_workers(

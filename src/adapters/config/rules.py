@@ -2,6 +2,8 @@
 
 They run on the parsed YAML (plain dicts and lists) after `loader.py` has reported what the
 types refuse, so they look only at values of the right shape and report one line per problem.
+A deployment's `engine` is checked against the engine registry: installed (or auto), and the
+settings its plugin refuses whatever the model (`engine_problems`).
 """
 
 from __future__ import annotations
@@ -10,10 +12,14 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
+from vllm_srun.adapters.contracts import EngineSettings
+from vllm_srun.adapters.engines.registry import EngineRegistry
+from vllm_srun.domain import bounds
+
 from .schema import DEPLOYMENT_NAME_PATTERN, ENDPOINT_PATTERN
 
 
-def relation_problems(data: dict[Any, Any]) -> list[str]:
+def relation_problems(data: dict[Any, Any], engines: EngineRegistry) -> list[str]:
     problems: list[str] = []
     glob = data.get("global")
     glob = glob if isinstance(glob, dict) else {}
@@ -34,7 +40,7 @@ def relation_problems(data: dict[Any, Any]) -> list[str]:
                 f"{path}: a deployment name is letters, digits, '.', '_' or '-', starting with a letter or digit"
             )
         if isinstance(deployment, dict):
-            problems.extend(deployment_problems(path, deployment))
+            problems.extend(deployment_problems(path, deployment, engines))
             for where, entry in _placements(path, deployment):
                 identity = endpoint_identity(entry.get("endpoint"))
                 if identity is None:
@@ -54,7 +60,7 @@ def relation_problems(data: dict[Any, Any]) -> list[str]:
     return problems
 
 
-def deployment_problems(path: str, d: dict[str, Any]) -> list[str]:
+def deployment_problems(path: str, d: dict[str, Any], engines: EngineRegistry) -> list[str]:
     """Placement and engine-argument rules of one deployment (raw YAML mapping)."""
     problems: list[str] = []
     replicas = d.get("replicas")
@@ -96,10 +102,24 @@ def deployment_problems(path: str, d: dict[str, Any]) -> list[str]:
     devices = [d.get("device")] + [r.get("device") for r in entries]
     if d.get("dtype") == "float16" and "cpu" in devices:
         problems.append(f"{path}.dtype: float16 runs on GPUs only, and a worker is on the CPU")
-    if d.get("engine") == "onnxruntime" and d.get("dtype") not in (None, "auto"):
-        problems.append(f"{path}.dtype: the onnxruntime engine runs only dtype auto")
+    problems.extend(engine_problems(path, d, engines))
     problems.extend(_outlier_problems(path, d.get("outlier_detection")))
     return problems
+
+
+def engine_problems(path: str, d: dict[str, Any], engines: EngineRegistry) -> list[str]:
+    """A deployment's `engine`: auto or installed (the registry's one line naming the installed
+    ones), then what its plugin refuses of the deployment's settings (e.g. its `dtype`)."""
+    engine = d.get("engine")
+    if not isinstance(engine, str) or not bounds.ENGINE.accepts(engine):
+        return []  # absent, or badly spelled: the schema says so
+    unknown = engines.unknown(engine)
+    if unknown is not None:
+        return [f"{path}.engine: {unknown}"]
+    dtype = d.get("dtype")
+    asked = EngineSettings(dtype=dtype if isinstance(dtype, str) and bounds.DTYPE.accepts(dtype) else "auto")
+    refused = engines.settings_refusal(engine, asked)
+    return [] if refused is None else [f"{path}.{refused.setting}: {refused.reason}"]
 
 
 def endpoint_identity(endpoint: Any) -> str | None:

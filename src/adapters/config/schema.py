@@ -47,16 +47,16 @@ FIELD_HINTS = {
 }
 
 Device = Annotated[str, Meta(pattern=f"^({bounds.REPLICA_DEVICE.pattern})$")]
+# spelled here; whether it is installed is checked by the loader (`rules.engine_problems`)
+EngineName = Annotated[str, Meta(pattern=f"^({bounds.ENGINE.pattern})$")]
 Endpoint = Annotated[str, Meta(pattern=ENDPOINT_PATTERN)]
 Name = Annotated[str, Meta(min_length=1, pattern=r"^\S(.*\S)?$")]
 # msgspec reads a Literal's values at run time: the bounds module's choices, stated once there.
 # A type checker cannot read them, so it sees the fields as strings.
 if TYPE_CHECKING:
     Dtype = str
-    EngineName = str
 else:
     Dtype = Literal[bounds.DTYPE.choices]
-    EngineName = Literal[bounds.ENGINE.choices]
 
 
 def _range(setting: bounds.IntSetting[Any] | bounds.FloatSetting[Any]) -> Meta:

@@ -1,4 +1,4 @@
-"""Device adapters behind the `Device` contract (`adapters/contracts.py`): the CPU, CUDA and ROCm
+"""Device adapters behind the `Device` contract (`adapters/contracts/device.py`): the CPU, CUDA and ROCm
 GPUs through torch (torch's HIP build calls ROCm GPUs `cuda`), and Apple's MPS.
 
 `open_device(name)` turns a `--device` value into a Device, or refuses it with one line before

@@ -40,9 +40,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from vllm_srun.adapters.contracts import Device
+from vllm_srun.adapters.contracts import Determinism, Device
+from vllm_srun.adapters.engines.encoder_engine import NativeEncoder
 from vllm_srun.adapters.engines.int8_kernels import load_int8_kernels
-from vllm_srun.adapters.engines.native import NativeEncoder
 from vllm_srun.adapters.models.encoder_arch import EncoderBlock
 from vllm_srun.adapters.models.quantize import QUANT_METHOD, dequantize_rows, int8_grid, quantize_rows
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
@@ -221,11 +221,11 @@ class Int8Encoder(NativeEncoder):
         return None  # the same kernels at every forward size
 
     @property
-    def determinism(self) -> str:
+    def determinism(self) -> Determinism:
         """Each row's answer depends on its own tokens only (module doc): rows may share forwards."""
-        return "batch_invariant"
+        return Determinism.BATCH_INVARIANT
 
-    def _linears(self, tokens: int) -> list[LayerLinears]:
+    def linears_for(self, tokens: int) -> list[LayerLinears]:
         return self.int8
 
     def describe(self) -> dict[str, Any]:
@@ -275,6 +275,7 @@ def int8_encoder(
         "activations": ACTIVATIONS_CARD,
         "row_steps": steps.name + (f" ({why})" if why else ""),
         "attention": attention,
+        "add_norm": ops.norm_card,
         "reason": f"{QUANT_METHOD} package: its block linears run int8 at every forward size",
     }
     quantization = {

@@ -1,6 +1,8 @@
 """The native (torch) engine for encoders, with the oneDNN fast path where it is measured to help.
 
-`native_encoder(reference, device, progress)` decides, once at load on the device thread:
+`native_encoder(reference, device, progress)` decides, once at load on the device thread, which
+`NativeEncoder` (`encoder_engine.py`) an encoder gets (an int8 package: `cpu_int8.py`'s
+`Int8Encoder`, or a refusal). For any other package:
 1. gate: `VLLM_SRUN_ONEDNN=0` turns the fast path off (A/B; `=1` puts every forward on it,
    skipping step 3); otherwise it needs an x86 CPU, oneDNN and FP32 weights
    (`cpu_onednn.onednn_unsupported`);
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,23 +36,14 @@ import torch
 from vllm_srun.adapters.contracts import Device
 from vllm_srun.adapters.engines.cpu_attention import cpu_ops
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
+from vllm_srun.adapters.engines.encoder_engine import FORCED_UP_TO, NativeEncoder
 from vllm_srun.adapters.engines.onednn_timing import measure
-from vllm_srun.adapters.engines.triton_encoder import GpuEncoderKernels, encoder_kernels
+from vllm_srun.adapters.engines.triton_encoder import encoder_kernels
 from vllm_srun.adapters.models.pooling import pool
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
-from vllm_srun.adapters.models.unpadded import (
-    EAGER_OPS,
-    ForwardOps,
-    LayerLinears,
-    PackedRows,
-    eager_linears,
-    hidden_states,
-)
-from vllm_srun.adapters.models.unpadded import classify as unpadded_classify
-from vllm_srun.adapters.models.unpadded import pooled as unpadded_pooled
-from vllm_srun.domain.kernels import DEFAULT_TIE, KernelPlan, bucket_rows, plan_kernels
-from vllm_srun.domain.lanes import Accounting
+from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps
+from vllm_srun.domain.kernels import DEFAULT_TIE, KernelPlan, plan_kernels
 from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
 
 log = logging.getLogger("vllm_srun.engines.native")
@@ -58,96 +51,8 @@ ENV = "VLLM_SRUN_ONEDNN"
 NUMERICS_TOL = 1e-5
 # BF16 answers on two kernel sets differ by BF16 rounding (8 bits of mantissa), not by 1e-5
 NUMERICS_TOL_BY_DTYPE = {torch.float32: NUMERICS_TOL, torch.bfloat16: 3e-2}
-FORCED_UP_TO = 1 << 30  # VLLM_SRUN_ONEDNN=1: every forward on the packed copies
 WARM_UP_TO = 64  # oneDNN primitives built at load for forwards of up to this many token rows
 Progress = Callable[[str], None]
-
-
-class NativeEncoder:
-    """Our torch encoder; forwards the plan sends to the fast path run on the packed copies."""
-
-    name = "native"
-    forward_threads = True  # torch kernels read the count each forward declares
-
-    def __init__(
-        self,
-        reference: ReferenceEncoder,
-        packed: PackedEncoder | None = None,
-        plan: KernelPlan | None = None,
-        kernels: dict[str, Any] | None = None,
-        gpu: GpuEncoderKernels | None = None,
-        ops: ForwardOps = EAGER_OPS,
-    ) -> None:
-        plan = plan or KernelPlan()
-        self.reference = reference
-        self.gpu = gpu
-        self.ops = ops
-        self.packed = packed if plan.enabled else None
-        self.plan = plan if packed is not None else KernelPlan()
-        self.kernels = kernels or {"linear": "eager", "reason": "reference kernels"}
-        self._eager_linears = eager_linears(reference.encoder)
-        self._packed_linears = (
-            [LayerLinears(x.qkv, x.attn_out, x.ffn_in, x.ffn_out) for x in self.packed.layers]
-            if self.packed is not None
-            else []
-        )
-
-    @property
-    def kernel_switch_tokens(self) -> int | None:
-        if self.gpu is not None:
-            return self.gpu.switch_tokens
-        return self.plan.fast_up_to if self.packed is not None else None
-
-    @property
-    def determinism(self) -> str:
-        """Packed for every forward: the packed linears give a row the same bits in any forward
-        (R-BAT-5's probe confirms it at load), so rows may share forwards. Eager `F.linear`
-        changes bits with the row count, so each row runs alone."""
-        if self.packed is not None and self.plan.covers(FORCED_UP_TO):
-            return "batch_invariant"
-        return "rows_alone"
-
-    def describe(self) -> dict[str, Any]:
-        return {"kernels": dict(self.kernels)}
-
-    # rows run back to back without padding (models/unpadded.py): the planner counts packed tokens
-    accounting = Accounting.PACKED
-
-    def _linears(self, tokens: int) -> list[LayerLinears]:
-        if self.packed is not None and self.plan.use_fast(tokens):
-            return self._packed_linears
-        return self._eager_linears
-
-    def _kernels(self, tokens: int) -> tuple[list[LayerLinears], ForwardOps]:
-        if self.gpu is not None:
-            return self.gpu.for_tokens(tokens)
-        return self._linears(tokens), self.ops
-
-    def _hidden(self, batch: Sequence[Any]) -> tuple[torch.Tensor, PackedRows]:
-        linears, ops = self._kernels(sum(len(row.ids) for row in batch))
-        # packed linears run on bucketed row counts: the forward is padded once, not per linear
-        pad_to = bucket_rows if self._packed_linears and linears is self._packed_linears else None
-        rows = PackedRows.build(batch, self.reference.device, pad_to)
-        return hidden_states(self.reference.encoder, rows, linears, ops), rows
-
-    def embed(self, batch: Sequence[Any]) -> np.ndarray:
-        with torch.inference_mode():
-            hidden, rows = self._hidden(batch)
-            return self.reference.numpy(unpadded_pooled(hidden, rows, self.reference.pooling))
-
-    def classify_logits(self, batch: Sequence[Any]) -> np.ndarray:
-        reference = self.reference
-        if reference.head is None:
-            raise ValueError("this model has no sequence-classification head")
-        with torch.inference_mode():
-            hidden, rows = self._hidden(batch)
-            packed = self.packed
-            if packed is not None and not self.plan.use_fast(rows.tokens):
-                packed = None  # eager serves a forward of this size
-            if packed is not None and packed.classifier is not None:
-                return reference.numpy(unpadded_classify(hidden, rows, packed.logits))
-            head = reference.head
-            return reference.numpy(unpadded_classify(hidden, rows, head, first_token=head.reads_first_token))
 
 
 def _probe_batch(reference: ReferenceEncoder) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -186,7 +91,9 @@ def _eager(
     reference: ReferenceEncoder, reason: str, progress: Progress, ops: ForwardOps = EAGER_OPS, attention: str = ""
 ) -> NativeEncoder:
     progress(f"load: linear kernels eager ({reason})")
-    card = {"linear": "eager", "reason": reason} | ({"attention": attention} if attention else {})
+    card = {"linear": "eager", "reason": reason} | (
+        {"attention": attention, "add_norm": ops.norm_card} if attention else {}
+    )
     return NativeEncoder(reference, kernels=card, ops=ops)
 
 
@@ -259,6 +166,7 @@ def native_encoder(
         return _eager(reference, why, progress, ops, attention)
     kernels: dict[str, Any] = {
         "attention": attention,
+        "add_norm": ops.norm_card,
         "linear": "onednn_packed",
         "dtype": str(dtype).removeprefix("torch."),
         "fused_activation": packed.fused_activation,
@@ -283,6 +191,7 @@ def native_encoder(
             reference,
             kernels={
                 "attention": attention,
+                "add_norm": ops.norm_card,
                 "linear": "eager",
                 "reason": "the packed copies were not faster at the smallest measured size",
                 "speedups": speedups,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vllm_srun.adapters.contracts import Device, Progress
+from vllm_srun.adapters.contracts import Determinism, Device, Progress
 from vllm_srun.adapters.engines.triton_decoder import GpuDecoderKernels, decoder_kernels
 from vllm_srun.adapters.models.decoder import DecoderLM, DecoderOps
 from vllm_srun.domain.lanes import Accounting
@@ -22,7 +22,7 @@ class NativeDecoder:
     accounting = Accounting.PADDED
     forward_threads = True  # torch kernels read the count each forward declares
     # padded eager forwards change a row's bits with its batch; a row alone is reproducible
-    determinism = "rows_alone"
+    determinism = Determinism.ROWS_ALONE
 
     def __init__(self, lm: DecoderLM, gpu: GpuDecoderKernels | None = None, reason: str = "reference kernels") -> None:
         self.lm = lm
@@ -44,19 +44,20 @@ class NativeDecoder:
             kernels["reason"] = self.reason
         return {"kernels": kernels}
 
-    def _ops(self, tokens: int) -> DecoderOps | None:
+    def ops_for(self, tokens: int) -> DecoderOps | None:
+        """The Triton kernels a forward of TOKENS tokens runs on (None: torch's own ops)."""
         return self.gpu.for_tokens(tokens) if self.gpu is not None else None
 
     def logits_at(self, input_ids: Any, positions: Any) -> Any:
-        return self.lm.logits_at(input_ids, positions=positions, ops=self._ops(int(input_ids.numel())))
+        return self.lm.logits_at(input_ids, positions=positions, ops=self.ops_for(int(input_ids.numel())))
 
     def prefix_kv(self, state_ids: Sequence[int]) -> Any:
-        return self.lm.prefix_kv(list(state_ids), ops=self._ops(len(state_ids)))
+        return self.lm.prefix_kv(list(state_ids), ops=self.ops_for(len(state_ids)))
 
     def branch_logits(self, state: Any, branches: Sequence[Sequence[int]], *, chunk: int) -> Any:
         rows = [list(b) for b in branches]
         width = max((len(b) for b in rows), default=0)
-        return self.lm.branch_logits(state, rows, chunk=chunk, ops=self._ops(min(chunk, len(rows)) * width))
+        return self.lm.branch_logits(state, rows, chunk=chunk, ops=self.ops_for(min(chunk, len(rows)) * width))
 
 
 def native_decoder(

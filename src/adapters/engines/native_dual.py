@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vllm_srun.adapters.contracts import Determinism
 from vllm_srun.adapters.models.dual_encoder import DualEncoder
 from vllm_srun.domain.lanes import Accounting
 
@@ -24,7 +25,7 @@ class NativeDualEncoder:
     kernel_switch_tokens: int | None = None
     forward_threads = True  # torch kernels read the count each forward declares
     # padded eager forwards change a row's bits with its batch; a row alone is reproducible
-    determinism = "rows_alone"
+    determinism = Determinism.ROWS_ALONE
 
     def __init__(self, network: DualEncoder) -> None:
         self.network = network

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vllm_srun.adapters.contracts import Device, EngineRefused
+from vllm_srun.adapters.contracts import Determinism, Device, EngineRefused
 from vllm_srun.adapters.engines.onnx_export import INPUTS, cached_export
 from vllm_srun.adapters.models.pooling import pool
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
@@ -96,7 +96,7 @@ class OnnxEncoder:
     kernel_switch_tokens: int | None = None  # one set of kernels at every size
     forward_threads = False  # the session's intra-op threads are fixed when it is built
     # ONNX Runtime's CPU kernels were not shown to give a row the same bits in any batch here
-    determinism: str | None = None
+    determinism: Determinism | None = None
 
     def __init__(self, reference: ReferenceEncoder, session: Any, graph: str, threads: int | None) -> None:
         self.reference = reference
@@ -175,6 +175,10 @@ def onnx_encoder(
     package_sha256: str | None = None,
 ) -> OnnxEncoder:
     """Serve REFERENCE's model with ONNX Runtime on DEVICE (module doc)."""
+    computes = next(reference.encoder.parameters()).dtype
+    if computes != torch.float32:  # dtype auto is float32 for encoders (domain/dtypes.py PUBLISHED)
+        spelled = str(computes).removeprefix("torch.")
+        raise EngineRefused(f"the onnxruntime engine runs only dtype auto (this encoder computes in {spelled})")
     providers = providers_for(device)
     if onnx_file is not None:
         session = open_session(onnx_file, threads, providers)

@@ -6,6 +6,9 @@
   `triton_encoder.py`, `triton_decoder.py`); dual encoders (the multimodal family's CLIP and
   SigLIP) run eager (`native_dual.py`);
 - `onnxruntime`: ONNX Runtime for encoders (`onnxruntime.py`), on the CPU or a GPU's execution provider.
+  What it refuses whatever the model is its own to say (`settings_refusal`: dtype auto only, no
+  `--deterministic`), as is what it lacks on a device (`device_refusal`); no other module tests an
+  engine's name against it.
 
 Each plugin imports its engine module only when it builds, so `--engine native` never imports
 onnxruntime.
@@ -13,7 +16,15 @@ onnxruntime.
 
 from __future__ import annotations
 
-from vllm_srun.adapters.contracts import Device, Engine, EngineRefused, EngineRequest, Progress
+from vllm_srun.adapters.contracts import (
+    Device,
+    Engine,
+    EngineRefused,
+    EngineRequest,
+    EngineSettings,
+    Progress,
+    SettingRefusal,
+)
 
 
 def use_threads(threads: int | None) -> None:
@@ -56,6 +67,18 @@ class NativePlugin:
 class OnnxRuntimePlugin:
     name = "onnxruntime"
 
+    def settings_refusal(self, settings: EngineSettings) -> SettingRefusal | None:
+        """ONNX Runtime serves a float32 graph (ours, exported, or the package's), so it runs only
+        dtype auto; its CPU kernels were not shown to give a row the same bits in any batch."""
+        if settings.deterministic:
+            return SettingRefusal(
+                "deterministic",
+                "the onnxruntime engine cannot answer bit-identically in any batch; use --engine native",
+            )
+        if settings.dtype != "auto":
+            return SettingRefusal("dtype", "the onnxruntime engine runs only dtype auto")
+        return None
+
     def device_refusal(self, device: Device) -> str | None:
         """What this process's onnxruntime lacks to run on DEVICE (checked before any weights load)."""
         from vllm_srun.adapters.engines.onnxruntime import providers_for
@@ -69,6 +92,9 @@ class OnnxRuntimePlugin:
     def build(self, request: EngineRequest, progress: Progress) -> Engine:
         if request.kind != "encoder":
             raise EngineRefused(f"the onnxruntime engine serves encoder models only (this is a {request.kind} model)")
+        refusal = self.settings_refusal(EngineSettings(deterministic=request.deterministic))
+        if refusal is not None:  # the CLIs refuse it before any load; a container built in code, here
+            raise EngineRefused(refusal.reason)
         if getattr(request.model, "quantization", None) is not None:  # an int8 package (engines/cpu_int8.py)
             raise EngineRefused(
                 "the onnxruntime engine does not serve int8 packages (vllm-srun quantize); use --engine native"

@@ -16,9 +16,10 @@ import torch.nn.functional as F
 from vllm_srun.adapters.contracts import Device, Progress
 from vllm_srun.adapters.engines.gpu_kernels import ENV, SIZES, KernelChoice, choose, mode, triton_unsupported
 from vllm_srun.adapters.models.bert import BertEncoder, BertLayer
+from vllm_srun.adapters.models.encoder_arch import eager_linears
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
-from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, LayerLinears, PackedRows, eager_linears
+from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, LayerLinears, PackedRows
 
 
 def fused_ffn_in(layer: BertLayer, activation: str, x: torch.Tensor) -> torch.Tensor:

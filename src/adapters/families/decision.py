@@ -38,7 +38,7 @@ from vllm_srun.adapters.families.decision_rows import (
     prepare,
 )
 from vllm_srun.adapters.families.decoder_packages import serves_encoder_surfaces
-from vllm_srun.adapters.families.manifest import read_manifest
+from vllm_srun.adapters.models.manifest import read_manifest
 from vllm_srun.domain.calibration import TIME_CAP_S
 from vllm_srun.domain.dtypes import dtype_refusal, resolve_dtype
 from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens
@@ -90,7 +90,7 @@ class DecisionModel(LoadedModel):
         device = context.device
         self.device = device
         self.dtype = resolve_dtype(args.dtype, "decision", device.name, device.native_dtypes)
-        refusal = dtype_refusal(args.dtype, device.name, context.engine_choice, device.native_dtypes)
+        refusal = dtype_refusal(args.dtype, device.name, device.native_dtypes)
         if refusal:
             raise ValueError(refusal)
         self.package_limit = package_limit(folder)

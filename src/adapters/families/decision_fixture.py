@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from vllm_srun.adapters.families.decision_prompts import DEFAULT_SYSTEM, TEMPLATES
-from vllm_srun.adapters.families.manifest import write_manifest
+from vllm_srun.adapters.models.manifest import write_manifest
 
 VARIANTS = ("llama", "qwen3")
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, POSITIONS = 64, 2, 4, 2, 16, 128, 1024

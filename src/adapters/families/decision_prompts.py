@@ -23,6 +23,11 @@ from itertools import product
 from string import ascii_uppercase
 from typing import Any
 
+from vllm_srun.adapters.contracts import (  # what the surface reads (contracts/decisions.py)
+    QuestionError,
+    RenderedQuestion,
+)
+
 DEFAULT_SYSTEM = "You answer questions about the content the user gives. Reply with the answer only."
 
 _CHATML_STATE = "{bos}<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{state}\n\n"
@@ -44,15 +49,6 @@ MIN_OPTIONS, MAX_OPTIONS = 2, 255
 MIN_LEVELS, MAX_LEVELS = 2, 10
 # option keys when the criteria keys are not single tokens: A..Z, then AA, AB, .. ZZ (single tokens only)
 OPTION_KEYS = tuple(ascii_uppercase) + tuple(a + b for a, b in product(ascii_uppercase, repeat=2))
-
-
-class QuestionError(Exception):
-    """A question that cannot be answered; it fails in place (R-API-5)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -125,14 +121,6 @@ def content_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False)
-
-
-@dataclass(frozen=True)
-class RenderedQuestion:
-    body: str
-    answer_keys: tuple[str, ...]  # the text of each answer token (without the template's answer prefix)
-    labels: tuple[str, ...]  # what each answer is called in the response (choice: criteria keys; score: "0"..)
-    legend: dict[str, Any] | None = None
 
 
 SingleToken = Callable[[str], "int | None"]  # the id of a text that is exactly one token, else None

@@ -1,80 +1,34 @@
-"""Decision requests → rows (R-BAT-1, R-SC, R-LEN): tokenized prompts, limits, and the two layouts.
+"""Decision requests → token ids (R-BAT-1, R-SC, R-LEN): tokenized prompts and their limits.
 
 `prepare` turns one state and its questions into token ids: the state part once, each question
 part on its own, and each question's answer tokens. A question that is invalid or whose prompt
 (state part + question part) is longer than the model's limit fails here, in place, before any
 forward; a prompt exactly at the limit is read.
 
-`rows_for` lays a prepared state out for the scheduler: unshared, one `text`-lane row per
-question holding the whole prompt; shared (decided by `domain.shared_context.should_share`), one
-`shared`-lane row holding the state once and every question after it.
+The types it fills and the two row layouts (`rows_for`: unshared, one `text`-lane row per
+question; shared, decided by `domain.shared_context.should_share`, one `shared`-lane row holding
+the state once and every question after it) are the contract with the decisions surface
+(`contracts/decisions.py`); they stay importable from here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from tokenizers import Tokenizer
 
-from vllm_srun.adapters.families.decision_prompts import (
-    PromptTemplate,
+from vllm_srun.adapters.contracts import (
+    AskedQuestion,
+    PreparedQuestion,
+    PreparedState,
     QuestionError,
-    RenderedQuestion,
-    content_text,
-    render_question,
 )
-from vllm_srun.domain.rows import DEFAULT_LANE, RowSpec
-from vllm_srun.domain.shared_context import SHARED_LANE, shared_row_tokens
-
-
-@dataclass(frozen=True, slots=True)
-class QuestionRow:
-    """A prompt's token ids (unshared: state + question; inside a SharedRow: the question part only)."""
-
-    ids: tuple[int, ...]
-    answer_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SharedRow:
-    state_ids: tuple[int, ...]
-    questions: tuple[QuestionRow, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class AskedQuestion:
-    name: str
-    kind: str  # noul | choice | score | box
-    instructions: Any = None
-    criteria: Any = None
-
-
-@dataclass
-class PreparedQuestion:
-    name: str
-    kind: str
-    ids: tuple[int, ...] = ()
-    answer_ids: tuple[int, ...] = ()
-    rendered: RenderedQuestion | None = None
-    error: QuestionError | None = None
-
-
-@dataclass
-class PreparedState:
-    state_ids: tuple[int, ...]
-    questions: list[PreparedQuestion] = field(default_factory=list)
-
-    @property
-    def answerable(self) -> list[PreparedQuestion]:
-        return [q for q in self.questions if q.error is None]
-
-    @property
-    def input_tokens(self) -> int:
-        """The state once plus every answerable question (R-SC-1), whichever layout runs."""
-        ok = self.answerable
-        return len(self.state_ids) + sum(len(q.ids) for q in ok) if ok else 0
+from vllm_srun.adapters.contracts import QuestionRow as QuestionRow
+from vllm_srun.adapters.contracts import SharedRow as SharedRow
+from vllm_srun.adapters.contracts import probabilities_per_question as probabilities_per_question
+from vllm_srun.adapters.contracts import rows_for as rows_for
+from vllm_srun.adapters.families.decision_prompts import PromptTemplate, content_text, render_question
 
 
 class PromptTokens:
@@ -142,27 +96,3 @@ def prepare(
         elif total > max_input_tokens:
             item.error = QuestionError("max_length_exceeded", f"the prompt has {total} tokens, {limit_message(total)}")
     return out
-
-
-def rows_for(prepared: PreparedState, shared: bool) -> list[RowSpec]:
-    """The scheduler rows of one prepared state (answerable questions only, in order)."""
-    ok = prepared.answerable
-    if not ok:
-        return []
-    state = prepared.state_ids
-    if shared:
-        lengths = [len(q.ids) for q in ok]
-        payload = SharedRow(state, tuple(QuestionRow(q.ids, q.answer_ids) for q in ok))
-        return [RowSpec(shared_row_tokens(len(state), lengths), payload, SHARED_LANE)]
-    return [RowSpec(len(state) + len(q.ids), QuestionRow(state + q.ids, q.answer_ids), DEFAULT_LANE) for q in ok]
-
-
-def probabilities_per_question(rows: Sequence[RowSpec], outputs: Sequence[Any]) -> list[Any]:
-    """Flatten row outputs back to one probability vector per answerable question, in order."""
-    flat: list[Any] = []
-    for spec, out in zip(rows, outputs):
-        if isinstance(spec.payload, SharedRow):
-            flat.extend(out)
-        else:
-            flat.append(out)
-    return flat

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.adapters.families.manifest import read_manifest
-from vllm_srun.adapters.models.encoders import DECODER_TYPES, asks_for_yes_no, read_config
+from vllm_srun.adapters.models.encoders import DECODER_TYPES
+from vllm_srun.adapters.models.manifest import asks_for_yes_no, read_config, read_manifest
 
 ENCODER_SURFACES = frozenset({"embeddings", "rerank"})
 

@@ -22,11 +22,11 @@ from vllm_srun.adapters.contracts import (
 )
 from vllm_srun.adapters.families.decoder_packages import is_decoder_encoder
 from vllm_srun.adapters.families.encoder_fixture import VARIANTS, write_encoder_fixture
-from vllm_srun.adapters.families.manifest import read_manifest
-from vllm_srun.adapters.models.encoders import DECODER_TYPES, ENCODER_TYPES, asks_for_yes_no
+from vllm_srun.adapters.models.encoders import DECODER_TYPES, ENCODER_TYPES
+from vllm_srun.adapters.models.manifest import asks_for_yes_no, read_manifest
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 from vllm_srun.domain.calibration import TIME_CAP_S
-from vllm_srun.domain.dtypes import auto_dtype, dtype_refusal, resolve_dtype
+from vllm_srun.domain.dtypes import dtype_refusal, resolve_dtype
 from vllm_srun.domain.lanes import Lane, forward_tokens
 from vllm_srun.domain.rows import DEFAULT_LANE
 
@@ -94,11 +94,9 @@ class EncoderModel(LoadedModel):
         device = context.device
         self.device = device
         self.dtype = resolve_dtype(context.args.dtype, "encoder", device.name, device.native_dtypes)
-        refusal = dtype_refusal(context.args.dtype, device.name, context.engine_choice, device.native_dtypes)
+        refusal = dtype_refusal(context.args.dtype, device.name, device.native_dtypes)
         if refusal:
             raise ValueError(refusal)
-        if context.engine_choice == "onnxruntime" and self.dtype != auto_dtype("encoder", device.name):
-            raise ValueError(f"the onnxruntime engine runs only dtype auto (asked: {context.args.dtype})")
         context.progress(f"load: reading weights of {folder.name} ({self.dtype}, {device.name})")
         self.reference = ReferenceEncoder.from_folder(
             folder, dtype=getattr(torch, self.dtype), device=device.torch_device

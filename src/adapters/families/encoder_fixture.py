@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.families.manifest import write_manifest
+from vllm_srun.adapters.models.manifest import write_manifest
 
 BERT_VARIANTS = ("embed", "classify", "multilabel", "rerank")
 # the other architectures: `<model_type>-<kind>` (module under adapters/models with fixture_config /

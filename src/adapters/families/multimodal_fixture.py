@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vllm_srun.adapters.families.manifest import write_manifest
+from vllm_srun.adapters.models.manifest import write_manifest
 
 if TYPE_CHECKING:
     from vllm_srun.adapters.models.fixture_tokenizers import TokenizerInfo

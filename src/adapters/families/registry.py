@@ -11,7 +11,7 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 
 from vllm_srun.adapters.contracts import Family
-from vllm_srun.adapters.families.manifest import read_manifest
+from vllm_srun.adapters.models.manifest import read_manifest
 from vllm_srun.adapters.plugins import FAMILIES_GROUP, PluginInfo, PluginRegistry
 from vllm_srun.domain.errors import InvalidRequest
 

@@ -4,22 +4,21 @@ its reference card and (single-worker deployments only) a front result cache (R-
 Building a fleet starts nothing; it raises ConfigError (one line per problem) when a managed
 worker would refuse its settings. `start()` starts every worker and the ejection clock.
 
-Reconfiguration (R-REP-2, `reconfigure.py`): `plan(config)` builds the new deployments,
-keeping every worker whose deployment and placement did not change (`domain/reconfiguration`);
+Reconfiguration (R-REP-2, `reconfigure.py`): `plan(config)` builds the new deployments from
+the pure plan of `domain/reconfiguration` (which workers are kept, started, retired; whether the
+reference card and front cache carry over), the new workers built by `workers/factory.py`;
 `publish(config, plans)` swaps them in at once and returns the retired workers, which
-`retire()` stops once they hold no request.
+`retire()` stops once they hold no request. Names resolve through `domain/lifecycle`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from vllm_srun.adapters.config.schema import (
     ConfigError,
@@ -29,12 +28,7 @@ from vllm_srun.adapters.config.schema import (
 )
 from vllm_srun.adapters.front.metrics import FrontEvents
 from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL, is_decision_card
-from vllm_srun.adapters.workers.command import (
-    is_cpu_device,
-    worker_command,
-    worker_settings,
-)
-from vllm_srun.adapters.workers.http_client import WorkerClient
+from vllm_srun.adapters.workers.factory import WorkerFactory
 from vllm_srun.adapters.workers.replica import ReplicaHandle
 from vllm_srun.adapters.workers.supervisor import ReplicaSupervisor
 from vllm_srun.domain import bounds
@@ -42,9 +36,8 @@ from vllm_srun.domain.cache import LruCache
 from vllm_srun.domain.dispatch import Pool
 from vllm_srun.domain.ejection import PoolEvent, ProbeHealth
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound, quoted
-from vllm_srun.domain.reconfiguration import match_replicas
-from vllm_srun.domain.replicas import Replica
-from vllm_srun.domain.worker_settings import WorkerSettings
+from vllm_srun.domain.lifecycle import NameTable, Unresolved, name_table, sole
+from vllm_srun.domain.reconfiguration import CachePlan, Deployed, DeploymentChange, Wanted, plan_reconfiguration
 
 TICK_S = 0.25
 
@@ -92,99 +85,82 @@ class Fleet:
     ) -> None:
         self.events = events
         self.clock = clock
-        self.socket_dir = socket_dir
-        self.threads = threads
-        self.max_request_bytes = max_request_bytes
-        self.worker_log_level = worker_log_level
-        self.env = env
+        self.workers = WorkerFactory(
+            socket_dir=socket_dir,
+            threads=threads,
+            max_request_bytes=max_request_bytes,
+            worker_log_level=worker_log_level,
+            env=env,
+            clock=clock,
+            on_event=lambda event, h, detail: events.lifecycle(event, h.deployment, h.id, detail),
+        )
         self.config = config
         self.deployments: dict[str, Deployment] = {}
         self.retiring: dict[str, ReplicaSupervisor] = {}  # retired workers finishing what they hold
         self.preparing: list[ReplicaSupervisor] = []  # started by a reconfiguration, not published yet
-        self._aliases: dict[str, str | None] = {}
+        self._names = NameTable(())
         self._tick_task: asyncio.Task[None] | None = None
-        self._sockets = 0
-        self._next_index: dict[str, int] = {}
         self.publish(config, self.plan(config))  # ConfigError: a worker would refuse its settings
 
     # ---- plans (R-REP-2: reconfiguration) ------------------------------------------------
     def plan(self, config: FrontConfig) -> dict[str, DeploymentPlan]:
         """The deployments of CONFIG, keeping every current worker whose deployment and
-        placement are unchanged; starts nothing. Raises ConfigError (one line per problem)
-        when a new managed worker would refuse its settings."""
+        placement are unchanged (`domain/reconfiguration` decides); builds the new workers
+        (`workers/factory`) and starts nothing. Raises ConfigError (one line per problem) when a
+        new managed worker would refuse its settings."""
+        key = self.workers.key
+        placements = {name: spec.placement() for name, spec in config.deployments.items()}
+        current = {
+            name: Deployed(
+                d.config, tuple((s, key(d.config, s.handle.placement)) for s in d.supervisors), d.cache is not None
+            )
+            for name, d in self.deployments.items()
+        }
+        wanted = {
+            name: Wanted(spec, tuple(key(spec, replica) for replica in placements[name]))
+            for name, spec in config.deployments.items()
+        }
+        change = plan_reconfiguration(current, wanted)
         problems: list[str] = []
         plans = {
-            name: self._plan_deployment(name, spec, self.deployments.get(name), problems)
+            name: self._apply(name, spec, placements[name], change.changes[name], problems)
             for name, spec in config.deployments.items()
         }
         if problems:
             raise ConfigError(list(dict.fromkeys(problems)))
         return plans
 
-    def _key(self, spec: DeploymentConfig, replica: ReplicaConfig) -> Hashable:
-        """What decides a worker: its command (managed) or its endpoint (attached)."""
-        if replica.attached:
-            return ("attached", replica.endpoint, replica.model, spec.artifact, spec.revision)
-        device = replica.device or "auto"
-        return ("managed", self._settings(spec, device, ""), spec.revision)
-
-    def _settings(self, spec: DeploymentConfig, device: str, uds: str) -> WorkerSettings:
-        return worker_settings(
-            spec,
-            device=device,
-            uds=uds,
-            threads=self.threads if is_cpu_device(device) else None,
-            max_request_bytes=self.max_request_bytes,
-            log_level=self.worker_log_level,
-        )
-
-    def _plan_deployment(
-        self, name: str, spec: DeploymentConfig, current: Deployment | None, problems: list[str]
+    def _apply(
+        self,
+        name: str,
+        spec: DeploymentConfig,
+        placement: list[ReplicaConfig],
+        change: DeploymentChange[ReplicaSupervisor],
+        problems: list[str],
     ) -> DeploymentPlan:
-        placement = spec.placement()
-        now = [(s, self._key(current.config, s.handle.placement)) for s in current.supervisors] if current else []
-        match = match_replicas(now, [self._key(spec, replica) for replica in placement])
-        kept = [s for s in match.kept if s is not None]
-        if current is not None and spec == current.config and len(kept) == len(now) == len(placement):
+        """The Deployment a planned CHANGE gives, with the workers it starts built (not started)."""
+        current = self.deployments.get(name)
+        kept = list(change.kept)
+        if change.unchanged and current is not None:
             return DeploymentPlan(current, [], kept)  # nothing changed: the same deployment
         pool = Pool(outlier_detection=spec.outlier_policy())
         deployment = Deployment(name=name, config=spec, pool=pool, handles={})
-        if kept and current is not None:
+        if change.keeps_reference and current is not None:
             deployment.reference_card = current.reference_card
         started = []
-        for replica, supervisor in zip(placement, match.kept):
+        for replica, supervisor in zip(placement, change.match.kept):
             if supervisor is None:
-                supervisor = self._new_worker(deployment, replica, problems)
+                supervisor = self.workers.build(deployment, replica, pool, problems)
                 started.append(supervisor)
             else:
                 pool.add(supervisor.handle.record)
             deployment.handles[supervisor.handle.id] = supervisor.handle
             deployment.supervisors.append(supervisor)
-        if len(placement) == 1:  # the same worker keeps its answers, so the front's cache of them stays
-            same_worker = current is not None and current.cache is not None and len(kept) == 1
-            deployment.cache = current.cache if same_worker and current is not None else _front_cache(spec)
+        if change.cache is CachePlan.KEEP and current is not None:
+            deployment.cache = current.cache
+        elif change.cache is CachePlan.NEW:
+            deployment.cache = _front_cache(spec)
         return DeploymentPlan(deployment, started, kept)
-
-    def _new_worker(self, deployment: Deployment, replica: ReplicaConfig, problems: list[str]) -> ReplicaSupervisor:
-        name = deployment.name
-        index = self._next_index.get(name, 0)
-        self._next_index[name] = index + 1
-        handle = self._handle(name, index, replica, deployment.pool, self.socket_dir, self._sockets, self.threads)
-        self._sockets += 1
-        command = None
-        if not replica.attached:
-            settings = self._settings(deployment.config, replica.device or "auto", handle.socket_path or "")
-            problems += [f"deployments.{name}: {problem}" for problem in settings.problems()]
-            command = worker_command(settings)
-        events = self.events
-        return ReplicaSupervisor(
-            handle,
-            deployment,
-            command=command,
-            env=self.env,
-            clock=self.clock,
-            on_event=lambda event, h, detail: events.lifecycle(event, h.deployment, h.id, detail),
-        )
 
     def publish(self, config: FrontConfig, plans: dict[str, DeploymentPlan]) -> list[ReplicaSupervisor]:
         """Make CONFIG's deployments the served ones, at once; the workers no deployment keeps
@@ -192,7 +168,7 @@ class Fleet:
         before = [s for d in self.deployments.values() for s in d.supervisors]
         self.config = config
         self.deployments = {name: plan.deployment for name, plan in plans.items()}
-        self._aliases = _aliases(config)
+        self._names = _name_table(config)
         for plan in plans.values():
             for supervisor in plan.deployment.supervisors:
                 supervisor.deployment = plan.deployment
@@ -201,61 +177,31 @@ class Fleet:
         serving = {id(s) for d in self.deployments.values() for s in d.supervisors}
         return [s for s in before if id(s) not in serving]
 
-    @staticmethod
-    def _handle(
-        deployment: str,
-        index: int,
-        replica: ReplicaConfig,
-        pool: Pool,
-        socket_dir: str,
-        n: int,
-        threads: int | None,
-    ) -> ReplicaHandle:
-        replica_id = f"{deployment}/{index}"
-        record = pool.add(Replica(replica_id))
-        if replica.attached:
-            url = urlsplit(replica.endpoint or "")
-            port = url.port or (443 if url.scheme == "https" else 80)
-            client = WorkerClient(host=url.hostname, port=port, base_path=url.path, tls=url.scheme == "https")
-            return ReplicaHandle(replica_id, deployment, replica, record, client, worker_model=replica.model)
-        path = os.path.join(socket_dir, f"w{n}.sock")
-        cpu = is_cpu_device(replica.device or "auto")
-        return ReplicaHandle(
-            replica_id,
-            deployment,
-            replica,
-            record,
-            WorkerClient(uds=path),
-            socket_path=path,
-            threads=threads if cpu else None,
-        )
-
     # ---- lookup --------------------------------------------------------------------------
     def resolve(self, model: str | None) -> Deployment:
-        if model is None:
-            if len(self.deployments) == 1:
-                return next(iter(self.deployments.values()))
+        """The deployment MODEL names (`domain/lifecycle`: names): its name, its artifact or the
+        artifact's last part (when no other deployment has it), the typesafe-sdk's default."""
+        found = self._names.resolve(model, self._implied)
+        if found is Unresolved.UNNAMED:
             raise InvalidRequest(f"several deployments are served ({', '.join(self.deployments)}): name one in `model`")
-        found = self.deployments.get(model)
-        if found is not None:
-            return found
-        alias = self._aliases.get(model)
-        if alias is not None:
-            return self.deployments[alias]
-        if model == TYPESAFE_DEFAULT_MODEL and (deciding := self._decision_deployment()) is not None:
-            return deciding
-        raise ModelNotFound(f"model {quoted(model)} is not served here (deployments: {', '.join(self.deployments)})")
+        if found is Unresolved.UNKNOWN:
+            raise ModelNotFound(
+                f"model {quoted(model)} is not served here (deployments: {', '.join(self.deployments)})"
+            )
+        return self.deployments[found]
 
-    def _decision_deployment(self) -> Deployment | None:
+    def _implied(self, model: str) -> str | None:
         """The deployment the typesafe-sdk's default name means: `system.decision_model`, else
         the only one serving decisions, else the only one."""
+        if model != TYPESAFE_DEFAULT_MODEL:
+            return None
         named = self.config.system.decision_model.deployment
         if named is not None:
-            return self.deployments.get(named)
+            return named
         cards = [d for d in self.deployments.values() if d.reference_card and is_decision_card(d.reference_card)]
         if len(cards) == 1:
-            return cards[0]
-        return next(iter(self.deployments.values())) if len(self.deployments) == 1 else None
+            return cards[0].name
+        return sole(self.deployments)
 
     # ---- events --------------------------------------------------------------------------
     def pool_events(self, deployment: Deployment, events: list[PoolEvent]) -> None:
@@ -319,11 +265,8 @@ def _front_cache(spec: DeploymentConfig) -> LruCache[bytes]:
     )
 
 
-def _aliases(config: FrontConfig) -> dict[str, str | None]:
-    """Artifact names that address a deployment (None: more than one has it)."""
-    aliases: dict[str, str | None] = {}
-    for name, spec in config.deployments.items():
-        for alias in {spec.artifact, Path(spec.artifact).name}:
-            if alias and alias not in config.deployments:
-                aliases[alias] = None if alias in aliases else name
-    return aliases
+def _name_table(config: FrontConfig) -> NameTable:
+    """Deployment names, and their artifacts (whole and last part) as aliases: an alias two
+    deployments share names neither."""
+    entries = [(name, (spec.artifact, Path(spec.artifact).name)) for name, spec in config.deployments.items()]
+    return name_table(entries, first_wins=False)

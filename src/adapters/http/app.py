@@ -26,12 +26,13 @@ from vllm_srun.adapters.http.liveness import live
 from vllm_srun.adapters.http.openapi import openapi_document
 from vllm_srun.adapters.http.request_body import content_encoding, decode_request, decompress, inflated_size, read_body
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
-from vllm_srun.adapters.offload import REQUEST_BYTES, TRIM_BYTES
+from vllm_srun.adapters.offload import REQUEST_BYTES, TRIM_BYTES, Offload
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
 from vllm_srun.adapters.request_timing import RequestTiming, timing_of
 from vllm_srun.adapters.schemas.common import json_encoder
 from vllm_srun.adapters.schemas.models_list import models_list
 from vllm_srun.adapters.schemas.routes import BUNDLE_PATH, SURFACE_SCHEMAS
+from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.adapters.surfaces.admission import admission_tokens
 from vllm_srun.adapters.surfaces.bundle import bundle
@@ -54,11 +55,11 @@ class Body:
         self.limit = limit
         self.size = size  # at most what it inflates to: where it is decoded
 
-    async def decode(self, runtime: Runtime, decoder: msgspec.json.Decoder[Any]) -> tuple[Any, int]:
+    async def decode(self, offload: Offload, decoder: msgspec.json.Decoder[Any]) -> tuple[Any, int]:
         """The request Struct and the plain body's size (R-ADM-1 counts it), decoded off the
         event loop when the body is large or compressed; the bytes are let go once decoded."""
         raw, self.raw = self.raw, b""
-        return await runtime.offload.run(_decode, decoder, raw, self.encoding, self.limit, size=self.size)
+        return await offload.run(_decode, decoder, raw, self.encoding, self.limit, size=self.size)
 
 
 def _decode(decoder: msgspec.json.Decoder[Any], body: bytes, encoding: str | None, limit: int) -> tuple[Any, int]:
@@ -73,11 +74,11 @@ def _decode(decoder: msgspec.json.Decoder[Any], body: bytes, encoding: str | Non
 Work = Callable[[Body, RequestTiming, Callable[[], Awaitable[None]], list[str], object], Awaitable[msgspec.Struct]]
 
 
-def _post_handler(path: str, surface: str, runtime: Runtime, max_request_bytes: int, work: Work) -> HTTPRouteHandler:
+def _post_handler(
+    path: str, surface: str, metrics: RuntimeMetrics, offload: Offload, max_request_bytes: int, work: Work
+) -> HTTPRouteHandler:
     """A POST route: read the body, run WORK (which decodes it), encode the answer; count every
     request; release the memory a large one freed."""
-    metrics = runtime.metrics
-    offload = runtime.offload
 
     async def handle(request: Request[Any, Any, Any]) -> Response[bytes]:
         timing = timing_of(request.scope)
@@ -120,7 +121,13 @@ def _tcp_peer(scope: Any) -> object:
 
 
 def _surface_handler(
-    route: SurfaceRoute, runtime: Runtime, max_request_bytes: int, discipline: RetryDiscipline
+    route: SurfaceRoute,
+    runtime: Runtime,
+    metrics: RuntimeMetrics,
+    offload: Offload,
+    max_request_bytes: int,
+    discipline: RetryDiscipline,
+    clock: Callable[[], float],
 ) -> HTTPRouteHandler:
     async def work(
         body: Body,
@@ -129,24 +136,26 @@ def _surface_handler(
         label: list[str],
         peer: object,
     ) -> msgspec.Struct:
-        req, plain_bytes = await body.decode(runtime, route.decoder)
+        req, plain_bytes = await body.decode(offload, route.decoder)
         served = runtime.get(req.model)
         label[0] = served.name
         timing.parse_ms = (time.perf_counter() - timing.start) * 1000
-        if peer is not None and (wait := discipline.wait_s(peer, time.monotonic())) > 0:
+        if peer is not None and (wait := discipline.wait_s(peer, clock())) > 0:
             await asyncio.sleep(wait)  # it asked again before its Retry-After: it waits that out here
         try:
             with served.admitted(1, admission_tokens(served, req, plain_bytes)):  # R-ADM-1, before tokenizing
                 return await route.handler(served, req, timing, disconnected)
         except Overloaded as refusal:
             if peer is not None:
-                discipline.refused(peer, time.monotonic(), refusal.retry_after_s)
+                discipline.refused(peer, clock(), refusal.retry_after_s)
             raise
 
-    return _post_handler(route.path, route.surface, runtime, max_request_bytes, work)
+    return _post_handler(route.path, route.surface, metrics, offload, max_request_bytes, work)
 
 
-def _bundle_handler(runtime: Runtime, max_request_bytes: int, max_bundle_tasks: int) -> HTTPRouteHandler:
+def _bundle_handler(
+    runtime: Runtime, metrics: RuntimeMetrics, offload: Offload, max_request_bytes: int, max_bundle_tasks: int
+) -> HTTPRouteHandler:
     """POST /v1/bundle (R-PERF-1): each model's tasks are admitted and run as one unit."""
     schema = next(s for s in SURFACE_SCHEMAS if s.path == BUNDLE_PATH)
 
@@ -157,11 +166,11 @@ def _bundle_handler(runtime: Runtime, max_request_bytes: int, max_bundle_tasks: 
         label: list[str],
         peer: object,
     ) -> msgspec.Struct:
-        req, _ = await body.decode(runtime, schema.decoder)  # the same body decoding and JSON limits
+        req, _ = await body.decode(offload, schema.decoder)  # the same body decoding and JSON limits
         timing.parse_ms = (time.perf_counter() - timing.start) * 1000
         return await bundle(runtime.get, req, timing, disconnected, max_tasks=max_bundle_tasks, status_of=status_for)
 
-    return _post_handler(schema.path, schema.surface, runtime, max_request_bytes, work)
+    return _post_handler(schema.path, schema.surface, metrics, offload, max_request_bytes, work)
 
 
 @get("/v1/models")
@@ -183,8 +192,8 @@ async def health(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 @get("/metrics")
 async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
-    runtime: Runtime = request.app.state.runtime
-    return Response(content=runtime.metrics.render().encode(), headers={"content-type": CONTENT_TYPE})
+    registry: RuntimeMetrics = request.app.state.metrics
+    return Response(content=registry.render().encode(), headers={"content-type": CONTENT_TYPE})
 
 
 @get("/openapi.json")
@@ -195,10 +204,18 @@ async def openapi() -> Response[bytes]:
 def create_app(
     runtime: Runtime,
     *,
+    runtime_metrics: RuntimeMetrics,
+    offload: Offload,
     max_request_bytes: int,
     max_bundle_tasks: int = bounds.MAX_BUNDLE_TASKS.default,
     load_on_startup: bool = True,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Litestar:
+    """The worker's app over RUNTIME: its requests counted in RUNTIME_METRICS (also what
+    `/metrics` renders), large bodies decoded and answers encoded on OFFLOAD. CLOCK (seconds,
+    monotonic) times the holds of clients that retry before their Retry-After
+    (`RetryDiscipline`); tests pass one they advance."""
+
     async def on_startup(app: Litestar) -> None:
         if load_on_startup:
             runtime.start_loading(asyncio.get_running_loop())
@@ -207,8 +224,11 @@ def create_app(
         await runtime.stop()
 
     discipline = RetryDiscipline()
-    handlers = [_surface_handler(r, runtime, max_request_bytes, discipline) for r in SURFACE_ROUTES]
-    handlers.append(_bundle_handler(runtime, max_request_bytes, max_bundle_tasks))
+    handlers = [
+        _surface_handler(r, runtime, runtime_metrics, offload, max_request_bytes, discipline, clock)
+        for r in SURFACE_ROUTES
+    ]
+    handlers.append(_bundle_handler(runtime, runtime_metrics, offload, max_request_bytes, max_bundle_tasks))
     app = Litestar(
         route_handlers=[*handlers, list_models, health, live, metrics, openapi],
         middleware=[ServerTimingMiddleware],  # type: ignore[list-item]  # litestar types a middleware's scope as its TypedDicts; ours is raw ASGI (a plain dict)
@@ -221,4 +241,5 @@ def create_app(
         logging_config=None,
     )
     app.state.runtime = runtime
+    app.state.metrics = runtime_metrics
     return app

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from vllm_srun.adapters.http.errors import raw_error_response
 from vllm_srun.adapters.prometheus import Counter, Gauge
-from vllm_srun.domain.connections import Admission, ConnectionLimits, ConnectionTable, Expiry, Phase
+from vllm_srun.domain.connections import ConnectionAdmission, ConnectionLimits, ConnectionPhase, ConnectionTable, Expiry
 
 log = logging.getLogger("vllm_srun.connections")
 REFUSAL_LOG_S = 10.0
@@ -81,7 +81,7 @@ class ConnectionGuard:
                 self.closed.get("refused", 0),
             )
 
-    def admit(self, protocol: Guarded, loop: asyncio.AbstractEventLoop) -> Admission[Guarded]:
+    def admit(self, protocol: Guarded, loop: asyncio.AbstractEventLoop) -> ConnectionAdmission[Guarded]:
         admission = self.table.open(protocol, loop.time())
         self._peak = max(self._peak, len(self.table))
         if self._timer is None:
@@ -119,10 +119,10 @@ def watched_guard(
     guard = ConnectionGuard(
         limits or ConnectionLimits(), lambda reason: metrics.connections_closed.inc({"reason": reason}), on_quiet
     )
-    for phase in Phase:
+    for phase in ConnectionPhase:
         metrics.open_connections.set_function(partial(_count, guard, phase), {"phase": phase.value})
     return guard
 
 
-def _count(guard: ConnectionGuard, phase: Phase) -> float:
+def _count(guard: ConnectionGuard, phase: ConnectionPhase) -> float:
     return float(guard.table.count(phase))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from vllm_srun.adapters.media.ports import MediaError
+from vllm_srun.adapters.contracts.media import MediaError
 from vllm_srun.domain.errors import ECHO_LIMIT
 
 ACCEPTED_TYPES = {"image": ("image/",), "video": ("video/", "image/gif")}

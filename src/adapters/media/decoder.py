@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import io
 import warnings
-from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps
 
-from vllm_srun.adapters.media.ports import MediaError, MediaLimits, check_size
+from vllm_srun.adapters.contracts.media import MediaError, MediaLimits, PixelSpec
 from vllm_srun.adapters.media.preprocess import ImagePreprocess, pixels
 
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
@@ -42,7 +41,7 @@ def signature(data: bytes) -> str | None:
 
 def open_image(data: bytes, limits: MediaLimits) -> Image.Image:
     """The decoded, upright image; MediaError for anything bad or oversize."""
-    check_size(data, limits.max_bytes, "image")
+    limits.check_bytes(data, "image")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
@@ -93,17 +92,24 @@ class PillowAvDecoder:
             found = self._tables[spec] = spec.tables()
         return found
 
-    def image(self, data: bytes, limits: MediaLimits, preprocess: Any) -> np.ndarray:
-        spec: ImagePreprocess = preprocess
+    def image(self, data: bytes, limits: MediaLimits, preprocess: PixelSpec) -> np.ndarray:
+        spec = _spec(preprocess)
         image = open_image(data, limits)
         try:
             return pixels(image, spec, self.tables(spec))
         except MemoryError:
             raise MediaError("the image is too large to preprocess") from None
 
-    def video_frames(self, data: bytes, frames: int, limits: MediaLimits, preprocess: Any) -> np.ndarray:
+    def video_frames(self, data: bytes, frames: int, limits: MediaLimits, preprocess: PixelSpec) -> np.ndarray:
         from vllm_srun.adapters.media.video import sample_video  # PyAV loads only where a video comes
 
-        spec: ImagePreprocess = preprocess
+        spec = _spec(preprocess)
         tables = self.tables(spec)
         return sample_video(data, frames, limits, lambda image: pixels(image, spec, tables))
+
+
+def _spec(preprocess: PixelSpec) -> ImagePreprocess:
+    """The preprocessing this decoder applies: a package's `ImagePreprocess`, nothing else."""
+    if not isinstance(preprocess, ImagePreprocess):
+        raise TypeError(f"this decoder preprocesses with an ImagePreprocess, not a {type(preprocess).__name__}")
+    return preprocess

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from vllm_srun.adapters.media.ports import MediaError, MediaWorkerDied
+from vllm_srun.adapters.contracts.media import MediaError, MediaJob, MediaWorkerDied
 
 log = logging.getLogger("vllm_srun.media")
 WORKER_MODULE = "vllm_srun.adapters.media.worker"
@@ -85,7 +85,7 @@ class _Worker:
             proc.kill()
             return proc.wait()
 
-    def call(self, method: str, args: tuple[Any, ...], timeout_s: float) -> Any:
+    def call(self, job: MediaJob, timeout_s: float) -> Any:
         """Run one job (blocking): its value, MediaError for bad media, MediaWorkerDied when the
         process is gone before it answered."""
         if self.proc is None or self.proc.poll() is not None:
@@ -93,7 +93,7 @@ class _Worker:
             self.spawn()
         assert self.conn is not None and self.proc is not None
         try:
-            self.conn.send_bytes(pickle.dumps((method, args), protocol=pickle.HIGHEST_PROTOCOL))
+            self.conn.send_bytes(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
             answered = self.conn.poll(timeout_s)
         except OSError:
             answered = False
@@ -150,8 +150,8 @@ class MediaWorkerPool:
     def pids(self) -> list[int]:
         return [pid for w in self._workers if (pid := w.pid) is not None]
 
-    async def run(self, method: str, *args: Any) -> Any:
-        """One job on the next free worker. A caller that goes away does not free the worker
+    async def run(self, job: MediaJob) -> Any:
+        """JOB on the next free worker: its pixels. A caller that goes away does not free the worker
         early: it is free again when its job is done."""
         if not self._queued:  # the queue lives on the event loop: filled on first use
             self._queued = True
@@ -159,9 +159,9 @@ class MediaWorkerPool:
                 self._free.put_nowait(worker)
         worker = await self._free.get()
         loop = asyncio.get_running_loop()
-        job = self._threads.submit(worker.call, method, args, self.job_timeout_s)
-        job.add_done_callback(lambda done: self._finished(loop, worker, done))
-        return await asyncio.wrap_future(job)
+        done = self._threads.submit(worker.call, job, self.job_timeout_s)
+        done.add_done_callback(lambda finished: self._finished(loop, worker, finished))
+        return await asyncio.wrap_future(done)
 
     def _finished(self, loop: asyncio.AbstractEventLoop, worker: _Worker, job: concurrent.futures.Future[Any]) -> None:
         try:  # on the worker's thread: hand the slot back on the loop

@@ -17,14 +17,22 @@ import asyncio
 import hashlib
 import threading
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Hashable
 from functools import partial
 from typing import Any
 
 import numpy as np
 
+from vllm_srun.adapters.contracts.media import (
+    ImageJob,
+    MediaDecoder,
+    MediaJob,
+    MediaLimits,
+    PixelSpec,
+    VideoJob,
+    decode,
+)
 from vllm_srun.adapters.media.pool import DEFAULT_DECODER, MediaWorkerPool
-from vllm_srun.adapters.media.ports import MediaLimits
 from vllm_srun.adapters.media.worker import load_decoder
 from vllm_srun.domain.cache import LruCache
 from vllm_srun.domain.media import DECODE_CACHE_BYTES, DECODE_CACHE_ENTRIES
@@ -49,7 +57,7 @@ class MediaService:
         self.decoder_path = decoder
         replaced = (lambda why: metrics.media_workers_replaced.inc({"reason": why})) if metrics is not None else None
         self._pool = MediaWorkerPool(workers, decoder, env=env, on_replaced=replaced) if workers > 0 else None
-        self._inline: Any = None
+        self._inline: MediaDecoder | None = None
         self._cache: LruCache[np.ndarray] = LruCache(cache_entries, max_weight=cache_bytes)
         self._lock = threading.Lock()
         self._inflight: dict[Hashable, asyncio.Future[np.ndarray]] = {}
@@ -74,15 +82,16 @@ class MediaService:
             await asyncio.to_thread(self._pool.stop)
 
     # ---- decoding -------------------------------------------------------------------------
-    async def image(self, data: bytes, limits: MediaLimits, preprocess: Any) -> np.ndarray:
+    async def image(self, data: bytes, limits: MediaLimits, preprocess: PixelSpec) -> np.ndarray:
         key = ("image", hashlib.sha256(data).digest(), limits, preprocess)
-        return await self._once(key, "image", "image", (data, limits, preprocess))
+        return await self._once(key, ImageJob(data, limits, preprocess))
 
-    async def video(self, data: bytes, frames: int, limits: MediaLimits, preprocess: Any) -> np.ndarray:
+    async def video(self, data: bytes, frames: int, limits: MediaLimits, preprocess: PixelSpec) -> np.ndarray:
         key = ("video", hashlib.sha256(data).digest(), frames, limits, preprocess)
-        return await self._once(key, "video", "video_frames", (data, frames, limits, preprocess))
+        return await self._once(key, VideoJob(data, frames, limits, preprocess))
 
-    async def _once(self, key: Hashable, kind: str, method: str, args: tuple[Any, ...]) -> np.ndarray:
+    async def _once(self, key: Hashable, job: MediaJob) -> np.ndarray:
+        kind = job.kind
         with self._lock:
             found = self._cache.get(key)
         if found is not None:
@@ -93,26 +102,24 @@ class MediaService:
             self._count(kind, "hit")
             return await asyncio.shield(pending)
         self._count(kind, "miss")
-        task = asyncio.ensure_future(self._decode(key, kind, method, args))
+        task = asyncio.ensure_future(self._decode(key, job))
         self._inflight[key] = task
         task.add_done_callback(lambda _: self._inflight.pop(key, None))
         return await asyncio.shield(task)
 
-    async def _decode(self, key: Hashable, kind: str, method: str, args: tuple[Any, ...]) -> np.ndarray:
+    async def _decode(self, key: Hashable, job: MediaJob) -> np.ndarray:
         started = time.perf_counter()
-        run: Callable[[], Awaitable[Any]]
         if self._pool is not None:
-            pool = self._pool
-            run = lambda: pool.run(method, *args)  # noqa: E731
+            decoded = await self._pool.run(job)
         else:
             if self._inline is None:
                 self.start()
-            decode = getattr(self._inline, method)
-            run = lambda: asyncio.to_thread(decode, *args)  # noqa: E731
-        pixels = np.asarray(await run(), dtype=np.float32)
+            assert self._inline is not None
+            decoded = await asyncio.to_thread(decode, self._inline, job)
+        pixels = np.asarray(decoded, dtype=np.float32)
         pixels.setflags(write=False)
         if self._metrics is not None:
-            self._metrics.media_decode_seconds.observe(time.perf_counter() - started, {"kind": kind})
+            self._metrics.media_decode_seconds.observe(time.perf_counter() - started, {"kind": job.kind})
         with self._lock:
             self._cache.put(key, pixels, weight=pixels.nbytes)
         return pixels

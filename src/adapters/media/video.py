@@ -22,7 +22,7 @@ import av
 import numpy as np
 from PIL import Image
 
-from vllm_srun.adapters.media.ports import MediaError, MediaLimits, check_size
+from vllm_srun.adapters.contracts.media import MediaError, MediaLimits
 from vllm_srun.domain.media import FramePicker, sample_times
 
 CONTAINERS = "MP4/MOV, Matroska/WebM, AVI, GIF, MPEG-TS"
@@ -113,7 +113,7 @@ def _measure(data: bytes, fmt: str, limits: MediaLimits) -> tuple[float, float]:
 
 def sample_video(data: bytes, frames: int, limits: MediaLimits, to_pixels: ToPixels) -> np.ndarray:
     """FRAMES preprocessed frames, [FRAMES, 3, H, W] float32."""
-    check_size(data, limits.max_bytes, "video")
+    limits.check_bytes(data, "video")
     if limits.max_frames and not 1 <= frames <= limits.max_frames:
         raise MediaError(f"frames must be between 1 and {limits.max_frames} (got {frames})")
     fmt = container_format(data)

@@ -1,11 +1,11 @@
 """One media worker process (R-MEDIA): `python -m vllm_srun.adapters.media.worker FD DECODER`.
 
 It loads the `MediaDecoder` named `module:attribute` (a class built with no arguments), says
-`ready` on the socket FD it was given, then answers one job at a time: a pickled
-`(method, args)` (`image` or `video_frames`) in, a pickled `(status, value)` out, where status is
-`ok` (value: the pixels), `media` (a `MediaError`: bad input, value: its one line) or `error`
-(anything else). It never imports torch. It exits when its socket closes (the serving process
-stopped or died).
+`ready` on the socket FD it was given, then answers one job at a time: a pickled `MediaJob`
+(`ImageJob` or `VideoJob`, run by `contracts.media.decode`) in, a pickled `(status, value)` out,
+where status is `ok` (value: the pixels), `media` (a `MediaError`: bad input, value: its one
+line) or `error` (anything else). It never imports torch. It exits when its socket closes (the
+serving process stopped or died).
 """
 
 from __future__ import annotations
@@ -15,26 +15,29 @@ import pickle
 import signal
 import sys
 from multiprocessing.connection import Connection
-from typing import Any
 
-from vllm_srun.adapters.media.ports import MediaError
+from vllm_srun.adapters.contracts.media import MEDIA_JOBS, MediaDecoder, MediaError, decode
 
-METHODS = frozenset({"image", "video_frames"})
 READY = b"ready"
+Answer = tuple[str, object]  # (status, the pixels or a one-line message)
 
 
-def load_decoder(target: str) -> Any:
-    """The decoder `module:attribute` names, built with no arguments."""
+def load_decoder(target: str) -> MediaDecoder:
+    """The decoder `module:attribute` names, built with no arguments; TypeError when what it
+    names does not decode (no `image` and `video_frames`)."""
     module, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module), attribute)()
+    decoder = getattr(importlib.import_module(module), attribute)()
+    if not isinstance(decoder, MediaDecoder):
+        raise TypeError(f"{target} is not a MediaDecoder (it needs image and video_frames)")
+    return decoder
 
 
-def answer(decoder: Any, blob: bytes) -> tuple[str, Any]:
-    method, args = pickle.loads(blob)
-    if method not in METHODS:
-        return "error", f"unknown media job {method!r}"
+def answer(decoder: MediaDecoder, blob: bytes) -> Answer:
+    job = pickle.loads(blob)
+    if not isinstance(job, MEDIA_JOBS):
+        return "error", f"unknown media job {type(job).__name__}"
     try:
-        return "ok", getattr(decoder, method)(*args)
+        return "ok", decode(decoder, job)
     except MediaError as exc:
         return "media", str(exc)
     except Exception as exc:  # reported to the request that sent it; the worker keeps serving

@@ -40,7 +40,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vllm_srun.adapters.families.manifest import read_manifest
 from vllm_srun.adapters.models.decoder import DecoderConfig, DecoderLayer, DecoderLM, RMSNorm, apply_rotary
 from vllm_srun.adapters.models.encoder_parts import (
     ConfigBase,
@@ -50,7 +49,7 @@ from vllm_srun.adapters.models.encoder_parts import (
     config_labels,
     label_fields,
 )
-from vllm_srun.adapters.models.encoders import asks_for_yes_no, read_config
+from vllm_srun.adapters.models.manifest import asks_for_yes_no, read_config, read_manifest
 from vllm_srun.adapters.models.unpadded import attend_runs
 from vllm_srun.adapters.models.weights import WeightsError, load_weights
 

@@ -21,18 +21,23 @@ below. The engines only ever talk to these protocols:
 
 A config (`encoder.config`) exposes the fields of `EncoderConfigLike`; the family and the engines
 read nothing else of it.
+
+Two functions serve the engines over these protocols: `eager_linears(encoder)`, each block's four
+linears as `LayerLinears` (eager `nn.Linear`s, activation applied after `ffn_in`), and
+`hidden_states(encoder, packed, linears, ops)`, the unpadded forward's last hidden states. This
+module imports `unpadded.py` (the forward's rows, linears and ops), never the other way round.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from functools import partial
+from typing import Protocol
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from vllm_srun.adapters.models.unpadded import ForwardOps, LayerLinears, PackedRows
+from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, LayerLinears, PackedRows
 
 
 class EncoderConfigLike(Protocol):
@@ -95,3 +100,22 @@ class EncoderHead(Protocol):
 
 
 Loader = Callable[..., "tuple[EncoderModule, EncoderHead | None]"]
+
+
+def _ffn_in_act(layer: EncoderBlock, x: torch.Tensor) -> torch.Tensor:
+    return layer.activate(layer.ffn_in(x))
+
+
+def eager_linears(encoder: EncoderModule) -> list[LayerLinears]:
+    """Each block's four linears, eager (the first feed-forward linear with its activation)."""
+    return [
+        LayerLinears(layer.qkv, layer.attn_out, partial(_ffn_in_act, layer), layer.ffn_out) for layer in encoder.blocks
+    ]
+
+
+def hidden_states(
+    encoder: EncoderModule, packed: PackedRows, linears: Sequence[LayerLinears], ops: ForwardOps = EAGER_OPS
+) -> torch.Tensor:
+    """The last hidden state of every real token, [N, H], rows in sorted order (the architecture's
+    own `packed_forward`)."""
+    return encoder.packed_forward(packed, linears, ops)

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vllm_srun.adapters.models.encoders import read_config
+from vllm_srun.adapters.models.manifest import read_config
 from vllm_srun.adapters.models.weights import Weights, WeightsError, load_weights
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {

@@ -2,15 +2,17 @@
 
 Each loader is `load(folder, dtype) -> (encoder, head | None)` in the architecture's own module
 (`encoder_arch.py` says what the encoder and the head must offer); modules are imported only when
-a package of theirs loads.
+a package of theirs loads. The architecture modules import the package readers from
+`manifest.py`, never this module, so no import runs in a circle through the table.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from vllm_srun.adapters.models.manifest import read_config
 
 if TYPE_CHECKING:  # importing this table never loads torch (family detection reads it)
     import torch
@@ -34,21 +36,6 @@ ARCHITECTURES: dict[str, str] = {
 # decoder backbones: served by the encoder family only when the package says so (families/decoder_packages.py)
 DECODER_TYPES = frozenset({"qwen3", "qwen2", "llama"})
 ENCODER_TYPES = frozenset(ARCHITECTURES) - DECODER_TYPES
-
-
-def asks_for_yes_no(manifest: dict[str, Any]) -> bool:
-    """Whether srun.json asks a decoder package to rerank by P(yes) against P(no): a `rerank` section
-    or the `rerank` surface (the loader then builds the yes/no head unless the checkpoint has a
-    `score` head of its own)."""
-    return "rerank" in manifest or "rerank" in (manifest.get("surfaces") or ())
-
-
-def read_config(folder: Path) -> dict[str, Any]:
-    path = Path(folder) / "config.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from exc
 
 
 def model_type(folder: Path) -> str:

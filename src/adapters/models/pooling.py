@@ -4,8 +4,8 @@
 several concatenate their results in the order given), the modules that follow pooling (`steps`:
 Dense, LayerNorm, a Normalize that is not the last module — `st_modules.py` reads them), whether
 the result is L2-normalized at the end (a trailing Normalize module) and the package's
-`max_seq_length`. `load_pooling_config(folder)` reads a package (`st_modules.read_package`);
-without sentence-transformers files: `cls` pooling for a model with a classification head
+`max_seq_length`. `st_modules.load_pooling_config(folder)` reads it from a package; without
+sentence-transformers files: `cls` pooling for a model with a classification head
 (`default_mode="cls"`), `mean` otherwise, no normalization.
 
 `pool(hidden, mask, cfg)` = `finish(pool_tokens(hidden, mask, cfg), cfg)`: the one function both
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -67,13 +66,6 @@ class PoolingConfig:
     def describe(self) -> list[str]:
         """The modules after pooling, for the card (`Dense(2_Dense: 64→16, Tanh)`, …)."""
         return [repr(s) for s in self.steps] + (["Normalize"] if self.normalize else [])
-
-
-def load_pooling_config(folder: Path, default_mode: str = "mean") -> PoolingConfig:
-    """The pooling of the model in FOLDER (see the module doc for the files and the defaults)."""
-    from vllm_srun.adapters.models.st_modules import read_package
-
-    return read_package(Path(folder), default_mode).pooling
 
 
 def _last_index(mask: torch.Tensor) -> torch.Tensor:

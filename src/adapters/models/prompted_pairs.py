@@ -27,7 +27,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from vllm_srun.adapters.families.manifest import read_manifest
+from vllm_srun.adapters.models.manifest import read_manifest
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 
 DEFAULT_PREFIX = (

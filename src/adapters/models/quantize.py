@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from vllm_srun.adapters.models.encoders import read_config
+from vllm_srun.adapters.models.manifest import read_config
 
 QUANT_METHOD = "vllm-srun-int8"
 QUANT_KEY = "quantization_config"  # config.json's entry, where Hugging Face packages name their quantization

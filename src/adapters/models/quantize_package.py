@@ -30,7 +30,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from vllm_srun.adapters.models.encoders import load_encoder, read_config
+from vllm_srun.adapters.models.encoders import load_encoder
+from vllm_srun.adapters.models.manifest import read_config
 from vllm_srun.adapters.models.quantize import (
     BLOCK_LINEARS,
     QUANT_KEY,
@@ -83,7 +84,7 @@ def _row_key(row: torch.Tensor) -> bytes:
     return row.to(torch.float32).contiguous().numpy().tobytes()
 
 
-def _sources(
+def checkpoint_sources(
     encoder: Any, raw: dict[Path, tuple[dict[str, torch.Tensor], dict[str, str] | None]]
 ) -> dict[tuple[Path, str], tuple[int, str]]:
     """(file, tensor name) → (block, linear) for every checkpoint tensor that makes up block linears."""
@@ -168,7 +169,7 @@ def write_int8_package(source: Path, out: Path, progress: Progress) -> Quantized
     encoder, head = load_encoder(source, torch.float32)
     files = safetensors_files(source)
     raw = _raw_tensors(files)
-    sources = _sources(encoder, raw)
+    sources = checkpoint_sources(encoder, raw)
     blocks = len(encoder.blocks)
     progress(f"quantize: {blocks} blocks × {len(BLOCK_LINEARS)} linears come from {len(sources)} checkpoint tensors")
     out.mkdir(parents=True, exist_ok=True)

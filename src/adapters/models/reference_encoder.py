@@ -21,8 +21,9 @@ import torch
 
 from vllm_srun.adapters.models.encoder_arch import EncoderConfigLike, EncoderHead, EncoderModule
 from vllm_srun.adapters.models.encoders import load_encoder
-from vllm_srun.adapters.models.pooling import PoolingConfig, load_pooling_config, pool
+from vllm_srun.adapters.models.pooling import PoolingConfig, pool
 from vllm_srun.adapters.models.quantize import read_quantization
+from vllm_srun.adapters.models.st_modules import load_pooling_config
 from vllm_srun.adapters.models.tokenization import Encoded
 
 

@@ -1,7 +1,8 @@
 """A sentence-transformers package as published, read into what the encoder family runs (our own
 torch code: sentence-transformers is never imported here).
 
-`read_package(folder, default_mode)` → `StPackage` (the `PoolingConfig` and the `TextSettings`):
+`read_package(folder, default_mode)` → `StPackage` (the `PoolingConfig` and the `TextSettings`;
+`load_pooling_config(folder, default_mode)` the first alone):
 - `modules.json`: the modules in order. The first is the Transformer, at the package root (the
   encoder our architecture loaders read); then one Pooling; after it any of Dense, LayerNorm,
   Dropout (nothing at inference) and Normalize, in any order. A trailing Normalize is
@@ -387,3 +388,8 @@ def read_package(folder: Path, default_mode: str = "mean") -> StPackage:
         steps=tuple(steps),
     )
     return StPackage(pooling, text)
+
+
+def load_pooling_config(folder: Path, default_mode: str = "mean") -> PoolingConfig:
+    """The pooling of the model in FOLDER (`read_package`'s; DEFAULT_MODE without sentence-transformers files)."""
+    return read_package(Path(folder), default_mode).pooling

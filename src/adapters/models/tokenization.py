@@ -16,20 +16,11 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-
-@dataclass(frozen=True, slots=True)
-class Encoded:
-    """One tokenized row: ids and token-type ids (same length), whether it was cut, and its full length."""
-
-    ids: Sequence[int]
-    type_ids: Sequence[int]
-    truncated: bool
-    n_tokens: int
+from vllm_srun.adapters.contracts import Encoded as Encoded  # the row type is the contracts'; kept importable here
 
 
 class TextTokenizer:

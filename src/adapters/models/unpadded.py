@@ -29,12 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 import torch.nn.functional as F
 
-from vllm_srun.adapters.models.encoder_arch import EncoderBlock, EncoderHead, EncoderModule
 from vllm_srun.adapters.models.pooling import PoolingConfig, pool
 from vllm_srun.adapters.models.tokenization import Encoded
 
@@ -47,16 +45,6 @@ class LayerLinears:
     attn_out: Linear
     ffn_in_act: Linear  # the first feed-forward linear with its activation applied
     ffn_out: Linear
-
-
-def _ffn_in_act(layer: EncoderBlock, x: torch.Tensor) -> torch.Tensor:
-    return layer.activate(layer.ffn_in(x))
-
-
-def eager_linears(encoder: EncoderModule) -> list[LayerLinears]:
-    return [
-        LayerLinears(layer.qkv, layer.attn_out, partial(_ffn_in_act, layer), layer.ffn_out) for layer in encoder.blocks
-    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +120,7 @@ class ForwardOps:
     of equal-length rows, then `norm(delta + residual)`. GPU kernels subclass it."""
 
     name = "eager"
+    norm_card = "torch add, then LayerNorm"  # what the card says of `add_norm`
 
     def attention(self, qkv: torch.Tensor, packed: PackedRows, heads: int) -> torch.Tensor:
         """[N, 3·H] → [N, H]: each row attends to its own tokens only."""
@@ -146,6 +135,8 @@ class ForwardOps:
         return attended
 
     def add_norm(self, delta: torch.Tensor, residual: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
+        """NORM(DELTA + RESIDUAL). DELTA is a fresh result (a linear's output) that the forward never
+        reads again: a subclass may write the answer over it."""
         return norm(delta + residual)
 
 
@@ -189,14 +180,6 @@ def attend_runs(
     return out
 
 
-def hidden_states(
-    encoder: EncoderModule, packed: PackedRows, linears: Sequence[LayerLinears], ops: ForwardOps = EAGER_OPS
-) -> torch.Tensor:
-    """The last hidden state of every real token, [N, H], rows in sorted order (the architecture's
-    own `packed_forward`)."""
-    return encoder.packed_forward(packed, linears, ops)
-
-
 def pooled(hidden: torch.Tensor, packed: PackedRows, cfg: PoolingConfig) -> torch.Tensor:
     """Each row pooled over its own tokens, then through the modules after pooling (Dense,
     Normalize, …: `pooling.pool`, the padded forward's function too), [B, D] in the caller's order."""
@@ -208,9 +191,7 @@ def pooled(hidden: torch.Tensor, packed: PackedRows, cfg: PoolingConfig) -> torc
     return packed.unsort(torch.cat(parts))
 
 
-def classify(
-    hidden: torch.Tensor, packed: PackedRows, head: Linear | EncoderHead, *, first_token: bool = True
-) -> torch.Tensor:
+def classify(hidden: torch.Tensor, packed: PackedRows, head: Linear, *, first_token: bool = True) -> torch.Tensor:
     """Logits [B, labels] in the caller's order. FIRST_TOKEN: the head reads only each row's first
     token ([CLS], <s>), so it runs once on those; otherwise once per run on the run's whole rows."""
     if first_token:

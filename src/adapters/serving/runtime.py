@@ -26,7 +26,10 @@ from typing import Any, Protocol
 
 from vllm_srun.adapters.catalog import CATALOG
 from vllm_srun.adapters.contracts import (
+    Determinism,
     Device,
+    EngineCatalog,
+    FamilyFinder,
     LoadContext,
     LoadedModel,
     MediaEmbedder,
@@ -37,8 +40,6 @@ from vllm_srun.adapters.contracts import (
     quiet,
     surface_contract_problems,
 )
-from vllm_srun.adapters.engines.registry import EngineRegistry
-from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.offload import Offload
 from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL
 from vllm_srun.adapters.serving.device_thread import DeviceThread
@@ -46,13 +47,14 @@ from vllm_srun.adapters.serving.forward_threads import ForwardRunner, lone_forwa
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
-from vllm_srun.adapters.serving.served import ServedModel, weights_sha256
+from vllm_srun.adapters.serving.served import ForwardSetup, ServedModel, Serving, weights_sha256
 from vllm_srun.domain import bounds
 from vllm_srun.domain.adaptive_threads import BUCKET_EDGES, Mode, ThreadLearner, bucket_label, candidate_counts
 from vllm_srun.domain.admission import Admission, AdmissionLimits
 from vllm_srun.domain.calibration import Calibration, CalibrationFailed
 from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs, calibrated_limits, resolve_limits
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound, quoted, without_paths
+from vllm_srun.domain.lifecycle import ModelState, NameTable, Unresolved, decide_determinism, health, name_table, sole
 from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget, ForwardBatch
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.scheduler import Scheduler
@@ -123,8 +125,8 @@ class Runtime:
         models: Sequence[ModelSpec | tuple[str, EngineArgs]],
         *,
         store: ModelStore,
-        families: FamilyRegistry,
-        engines: EngineRegistry,
+        families: FamilyFinder,
+        engines: EngineCatalog,
         device: Device,
         device_thread: DeviceThread,
         metrics: RuntimeMetrics,
@@ -189,26 +191,29 @@ class Runtime:
                 max_request_tokens=max_request_tokens,
                 offload=self.offload,
             )
+        self._names = self._name_table()
         self.loaded = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    # ---- lookup ---------------------------------------------------------------------------
+    # ---- lookup (`domain/lifecycle`: names) -------------------------------------------------
     def get(self, name: str | None) -> ServedModel:
-        if name is None:
-            if len(self.models) == 1:
-                return next(iter(self.models.values()))
+        found = self._names.resolve(name, self._implied)
+        if found is Unresolved.UNNAMED:
             raise InvalidRequest("several models are served: name one in `model`")
-        found = self.models.get(name)
-        if found is not None:
-            return found
-        for served in self.models.values():
-            if name in (served.artifact, served.folder.name if served.folder else None):
-                return served
-        if name == TYPESAFE_DEFAULT_MODEL:  # the typesafe-sdk's default: the one decision model
-            deciding = [s for s in self.models.values() if s.model is None or "decisions" in s.model.surfaces]
-            if len(deciding) == 1:
-                return deciding[0]
-        raise ModelNotFound(f"model {quoted(name)} is not served here (serving: {', '.join(self.models)})")
+        if found is Unresolved.UNKNOWN:
+            raise ModelNotFound(f"model {quoted(name)} is not served here (serving: {', '.join(self.models)})")
+        return self.models[found]
+
+    def _name_table(self) -> NameTable:
+        """Served names, and their artifacts and package folders as aliases (the first model listed wins)."""
+        entries = [(s.name, (s.artifact, s.folder.name if s.folder else "")) for s in self.models.values()]
+        return name_table(entries, first_wins=True)
+
+    def _implied(self, name: str) -> str | None:
+        """The typesafe-sdk's default name: the one decision model (or model not loaded yet)."""
+        if name != TYPESAFE_DEFAULT_MODEL:
+            return None
+        return sole(s.name for s in self.models.values() if s.model is None or "decisions" in s.model.surfaces)
 
     def device_for(self, served: ServedModel) -> Device:
         """The device a model runs on: the worker's, or the one its models-file entry names."""
@@ -236,15 +241,15 @@ class Runtime:
                 self._load(served)
             except Exception as exc:  # a model that cannot load fails alone; the card says why
                 log.exception("model %s failed to load", served.name)  # the log keeps the paths
-                served.status = "failed"
-                served.reason = public_reason(exc, served)
+                if not served.status.final:
+                    served.become(ModelState.FAILED, public_reason(exc, served))
                 self.progress(f"load: {served.name} failed: {served.reason}")
         gc.collect()
         gc.freeze()
         self.loaded.set()
 
     def _load(self, served: ServedModel) -> None:
-        served.status = "loading"
+        served.become(ModelState.LOADING)
         self.progress(f"load: resolving {served.artifact}")
         try:
             folder = self.store.resolve(served.artifact, self.progress)
@@ -255,6 +260,7 @@ class Runtime:
             self.progress(f"load: {served.artifact} is a built-in model not in the store yet: pulling it")
             folder = self.store.pull(served.artifact, self.progress)
         served.folder = folder
+        self._names = self._name_table()  # its folder's name is an alias now
         family = self.families.family_for(folder)
         served.sha256 = weights_sha256(folder)  # before the load: engines key their caches by it
         device = self.device_for(served)
@@ -274,58 +280,53 @@ class Runtime:
         if problems:
             raise ValueError(f"the {family.name} family's model {'; '.join(problems)}")
         served.model = model
-        served.plugins = [self.families.info(family.name).card()]
+        plugins = [self.families.info(family.name).card()]
         if model.engine.name in self.engines.names():
-            served.plugins.append(self.engines.info(model.engine.name).card())
-        served.limits = resolve_limits(served.args, device.kind, device.memory_total())
+            plugins.append(self.engines.info(model.engine.name).card())
+        limits = resolve_limits(served.args, device.kind, device.memory_total())
+        served.serving = serving = Serving(tuple(plugins), limits)
         if isinstance(model, MediaEmbedder):
             if self.media is None:
                 raise ValueError(f"the {family.name} family's model reads media, and this worker has no media loader")
             self.progress("load: starting the media decoders")
             self.media.start()
-            served.media = self.media
-        served.status = "warming"
+            served.serving = serving = serving.but(media=self.media)
+        served.become(ModelState.WARMING)
         self.progress(f"load: warming {served.name}")
         self.device_thread.call(model.warm_up)
         invariant = self.device_thread.call(self.readiness.probe, model)  # R-BAT-5, before the scheduler exists
         if invariant is not None:
             model.batch_invariant = invariant
         if self.deterministic:
-            self._make_deterministic(served, model)
-        served.forward_runner = self._forward_runner(served, model)
+            serving = serving.but(limits=self._make_deterministic(served.name, model, serving.limits))
+        forwards = self._forward_setup(served, model)
+        served.serving = serving.but(forwards=forwards)
         assert self._loop is not None
         asyncio.run_coroutine_threadsafe(self._start_scheduler_loop(served), self._loop).result()
         passed = self._golden_check(served)
-        self.device_thread.call(served.forward_runner.golden_done, served.golden["status"])
+        self.device_thread.call(forwards.runner.golden_done, served.golden["status"])
         if not passed:
             return
         self._calibrate(served)
-        served.status = "ready"
+        served.become(ModelState.READY)
         self.progress(f"load: {served.name} ready ({model.family}, {', '.join(sorted(model.surfaces))})")
 
-    def _make_deterministic(self, served: ServedModel, model: LoadedModel) -> None:
-        """`--deterministic`: merged forwards where the engine is batch-invariant and the probe
-        agrees; one row per forward otherwise; refused when the engine cannot honour it."""
-        method = model.engine.determinism
-        if method is None:
-            raise ValueError(
-                f"--deterministic: the {model.engine.name} engine cannot answer bit-identically in any batch"
-            )
-        if method == "batch_invariant" and not model.batch_invariant:
-            method = "rows_alone"  # the probe found rows that differ inside a batch
+    def _make_deterministic(self, name: str, model: LoadedModel, limits: BatchingLimits) -> BatchingLimits:
+        """`--deterministic` (`domain/lifecycle` decides): merged forwards where the engine is
+        batch-invariant and the probe agrees; one row per forward otherwise; refused when the
+        engine cannot honour it. The limits the model then serves with."""
+        method = decide_determinism(model.engine.name, model.engine.determinism, model.batch_invariant)
         model.deterministic = method
-        if method == "rows_alone" and served.limits is not None:
-            served.limits = dataclasses.replace(served.limits, max_num_seqs=1, seqs_source="deterministic")
-        self.progress(f"load: {served.name} deterministic ({method})")
+        self.progress(f"load: {name} deterministic ({method})")
+        if method is Determinism.ROWS_ALONE:
+            return dataclasses.replace(limits, max_num_seqs=1, seqs_source="deterministic")
+        return limits
 
-    def _forward_runner(self, served: ServedModel, model: LoadedModel) -> ForwardRunner:
+    def _forward_setup(self, served: ServedModel, model: LoadedModel) -> ForwardSetup:
         """How the model's forwards run: at the configured thread count, and with an adaptive
         learner where `VLLM_SRUN_CPU_ADAPTIVE_THREADS` asks for one and the engine can vary its count."""
         engine = model.engine
         device = self.device_for(served)
-        served.thread_budget, served.wait_policy = self.thread_budget, self.wait_policy
-        served.concurrent_forwards = self.device_thread.workers if device.kind == "cpu" else 1
-        served.forward_nice = self.device_thread.nice if device.kind == "cpu" else 0
         follows = device.kind == "cpu" and engine.forward_threads and self.threads is not None
         context = self.thread_context if follows else None
         learner, why = None, None
@@ -364,7 +365,7 @@ class Runtime:
             self.progress(
                 f"load: a forward alone on the device runs on {lone} threads (same answers as on {self.threads})"
             )
-        return ForwardRunner(
+        runner = ForwardRunner(
             model.run,
             context=context,
             configured=self.threads if context is not None else None,
@@ -377,6 +378,14 @@ class Runtime:
             busy=self.device_thread.busy,
             why_not_lone=why_not_lone,
         )
+        cpu = device.kind == "cpu"
+        return ForwardSetup(
+            runner,
+            thread_budget=self.thread_budget,
+            wait_policy=self.wait_policy,
+            concurrent_forwards=self.device_thread.workers if cpu else 1,
+            forward_nice=self.device_thread.nice if cpu else 0,
+        )
 
     def _golden_check(self, served: ServedModel) -> bool:
         """R-GOLD-1: the recorded requests, twice, through the serving path. False: failed (final)."""
@@ -386,20 +395,20 @@ class Runtime:
         status, reason = served.golden["status"], served.golden["reason"]
         self.progress(f"load: {served.name} golden {status}" + (f" ({reason})" if reason else ""))
         if status == "failed":
-            served.status = "failed"
-            served.reason = f"golden check failed: {reason}"
+            served.become(ModelState.FAILED, f"golden check failed: {reason}")
             return False
         return True
 
     def _calibrate(self, served: ServedModel) -> None:
         """R-DEV-2 on a GPU worker: time merged forwards, keep the knee; a set value stays."""
-        model, limits = served.model, served.limits
-        assert model is not None and limits is not None
+        model, serving = served.model, served.serving
+        assert model is not None and serving is not None
+        limits = serving.limits
         device = self.device_for(served)
         if self.calibrator is None or not self.calibrator.applies(device):
             return
         if limits.tokens_source == "set":
-            served.calibration = {"status": "skipped", "reason": "max_num_batched_tokens is set"}
+            served.serving = serving.but(calibration={"status": "skipped", "reason": "max_num_batched_tokens is set"})
             return
         self.progress(f"load: calibrating the token budget of {served.name} on {device.name}")
         try:
@@ -409,11 +418,10 @@ class Runtime:
                 log.exception("calibration of %s failed", served.name)
             reason = str(exc) if isinstance(exc, CalibrationFailed) else f"{type(exc).__name__}: {exc}"
             reason = without_paths(reason)  # the card is public; the log keeps the paths
-            served.calibration = {"status": "failed", "reason": reason[:300]}
+            served.serving = serving.but(calibration={"status": "failed", "reason": reason[:300]})
             self.progress(f"load: {served.name} keeps its class budget ({reason[:300]})")
             return
-        served.limits = calibrated_limits(limits, found.tokens)
-        served.calibration = found.card()
+        served.serving = serving.but(limits=calibrated_limits(limits, found.tokens), calibration=found.card())
         assert self._loop is not None
         asyncio.run_coroutine_threadsafe(self._apply_calibration(served, found), self._loop).result()
         self.progress(
@@ -430,17 +438,17 @@ class Runtime:
         loop.scheduler.costs.seed(model.lanes[0].name, found.seconds_per_token)
 
     async def _start_scheduler_loop(self, served: ServedModel) -> None:
-        model = served.model
-        limits = served.limits
-        assert model is not None and limits is not None
-        alone = model.deterministic == "rows_alone"  # one row per forward: no company to wait for
+        model, serving = served.model, served.serving
+        assert model is not None and serving is not None and serving.forwards is not None
+        limits, forwards = serving.limits, serving.forwards
+        alone = model.deterministic is Determinism.ROWS_ALONE  # one row per forward: no company to wait for
         scheduler = Scheduler(
             model.lanes,
             Budget(limits.max_num_seqs, limits.max_num_batched_tokens),
             window_s=0.0 if alone else served.args.batch_window_ms / 1000,
             batch_invariant=model.batch_invariant,
             invariant_tokens=model.invariant_tokens or BATCH_INVARIANT_TOKENS,
-            max_in_flight=served.concurrent_forwards,
+            max_in_flight=forwards.concurrent_forwards,
         )
 
         def observe(batch: ForwardBatch, seconds: float, ok: bool, name: str = served.name) -> None:
@@ -453,10 +461,8 @@ class Runtime:
             if batch.tokens:
                 self.metrics.batch_fill.observe(sum(r.tokens for r in batch.rows) / batch.tokens, labels)
 
-        runner = served.forward_runner
-        assert runner is not None
         served.scheduler_loop = SchedulerLoop(
-            scheduler, runner.run, self.device_thread, clock=self.clock, on_forward=observe
+            scheduler, forwards.runner.run, self.device_thread, clock=self.clock, on_forward=observe
         )
         served.scheduler_loop.start()
         self.metrics.queue_depth.set_function(lambda: float(scheduler.queued_rows), {"model": served.name})
@@ -472,14 +478,7 @@ class Runtime:
 
     # ---- health ---------------------------------------------------------------------------
     def health(self) -> tuple[bool, dict[str, Any]]:
-        statuses = {name: {"status": s.status, "reason": s.reason} for name, s in self.models.items()}
-        ready = all(s.ready for s in self.models.values())
-        if ready:
-            overall = "ready"
-        elif all(s.status == "failed" for s in self.models.values()):
-            overall = "failed"
-        elif any(s.status in ("starting", "loading", "warming") for s in self.models.values()):
-            overall = next(s.status for s in self.models.values() if s.status in ("starting", "loading", "warming"))
-        else:
-            overall = "degraded"
-        return ready, {"status": overall, "models": statuses}
+        """`/health`: ready or not, and each model's status (`domain/lifecycle`: health)."""
+        statuses = {name: {"status": s.status.value, "reason": s.reason} for name, s in self.models.items()}
+        overall = health(s.status for s in self.models.values())
+        return overall.ready, {"status": overall.status, "models": statuses}

@@ -1,4 +1,11 @@
-"""One served model: its package, status, scheduler loop and card (R-API-6)."""
+"""One served model: its package, status, scheduler loop and card (R-API-6).
+
+What loading builds for a model to serve with is one immutable record (`Serving`: its plugins,
+batching limits, media loader, forward setup, calibration), replaced whole, never edited. What
+stays mutable on `ServedModel` is what changes while it lives: its lifecycle state and reason
+(`domain/lifecycle`), the package it resolved to (folder and hash, known before the load), the
+loaded model, the golden check's outcome and its running scheduler loop.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +31,7 @@ from vllm_srun.domain import bounds
 from vllm_srun.domain.admission import Admission, Ticket
 from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs
 from vllm_srun.domain.errors import DeadlineExceeded, NotReady, RequestTooLarge, UnsupportedSurface
+from vllm_srun.domain.lifecycle import ModelState, advance
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.rows import RowSpec
 
@@ -81,6 +89,41 @@ def _pending_golden() -> dict[str, Any]:
     return {"status": "pending", "checked": 0, "matched": 0, "reason": None}
 
 
+@dataclass(frozen=True, slots=True)
+class ForwardSetup:
+    """How a model's forwards run (R-CPU-1, R-CPU-2): its runner (thread counts, adaptive
+    learner) and the worker's thread settings the card reports."""
+
+    runner: ForwardRunner
+    thread_budget: int | None = None
+    wait_policy: str | None = None
+    concurrent_forwards: int = 1  # forwards of this model that may run at once (R-CPU-1)
+    forward_nice: int = 0  # the forward threads' nice increment over the event loop's (R-CPU-1)
+
+    def card(self) -> dict[str, Any]:
+        return {
+            **self.runner.card(self.thread_budget, self.wait_policy),
+            "concurrent_forwards": self.concurrent_forwards,
+            "forward_nice": self.forward_nice,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """What a loaded model serves with. Loading builds it (`Runtime._load`) and publishes a new
+    one at each step that adds to it (the forward setup; R-DEV-2's calibrated budget)."""
+
+    plugins: tuple[dict[str, str], ...]  # the family and engine plugins in use
+    limits: BatchingLimits
+    media: MediaLoader | None = None  # set for a model that reads images or videos (R-MEDIA)
+    forwards: ForwardSetup | None = None
+    calibration: dict[str, Any] | None = None  # R-DEV-2 on a GPU worker: the figures, or why not
+
+    def but(self, **changes: Any) -> Serving:
+        """A copy with CHANGES (the record itself never changes)."""
+        return replace(self, **changes)
+
+
 @dataclass
 class ServedModel:
     name: str
@@ -88,30 +131,41 @@ class ServedModel:
     args: EngineArgs
     device: str
     cache: ResultCache | None = None  # the worker's result cache (R-PERF-3), shared by its models
-    status: str = "starting"  # starting | loading | warming | ready | failed
+    status: ModelState = ModelState.STARTING  # its step in `domain/lifecycle` (only `become` changes it)
     reason: str | None = None
     folder: Path | None = None
     model: LoadedModel | None = None
     scheduler_loop: SchedulerLoop | None = None
-    forward_runner: ForwardRunner | None = None  # thread counts of its forwards (R-CPU-2)
-    thread_budget: int | None = None
-    wait_policy: str | None = None
-    concurrent_forwards: int = 1  # forwards of this model that may run at once (R-CPU-1)
-    forward_nice: int = 0  # the forward threads' nice increment over the event loop's (R-CPU-1)
-    limits: BatchingLimits | None = None
+    serving: Serving | None = None  # what loading built for it to serve with
     sha256: str | None = None
     golden: dict[str, Any] = field(default_factory=_pending_golden)
-    plugins: list[dict[str, str]] = field(default_factory=list)  # the family and engine plugins in use
-    calibration: dict[str, Any] | None = None  # R-DEV-2 on a GPU worker: the figures, or why not
-    media: MediaLoader | None = None  # set for a model that reads images or videos (R-MEDIA)
     admission: Admission | None = None  # R-ADM-1: its unanswered requests and tokens
     clock: Clock | None = None
     max_request_tokens: int = bounds.MAX_REQUEST_TOKENS.default
     offload: Offload | None = None  # where large requests are prepared (None: on the loop)
 
     @property
+    def limits(self) -> BatchingLimits | None:
+        return self.serving.limits if self.serving is not None else None
+
+    @property
+    def media(self) -> MediaLoader | None:
+        return self.serving.media if self.serving is not None else None
+
+    @property
+    def forward_runner(self) -> ForwardRunner | None:
+        forwards = self.serving.forwards if self.serving is not None else None
+        return forwards.runner if forwards is not None else None
+
+    @property
     def ready(self) -> bool:
-        return self.status == "ready"
+        return self.status is ModelState.READY
+
+    def become(self, state: ModelState, reason: str | None = None) -> None:
+        """Take a step of the lifecycle (IllegalTransition: one it does not allow); REASON: why it failed."""
+        self.status = advance(self.status, state)
+        if reason is not None:
+            self.reason = reason
 
     @contextmanager
     def admitted(self, requests: int, tokens: int) -> Iterator[Ticket | None]:
@@ -131,7 +185,7 @@ class ServedModel:
 
     def require_surface(self, surface: str) -> LoadedModel:
         """The model, when it is ready (or under its golden check) and lists SURFACE."""
-        checking = self.status == "warming" and GOLDEN_CHECK.get()
+        checking = self.status is ModelState.WARMING and GOLDEN_CHECK.get()
         if self.model is None or not (self.ready or checking):
             raise NotReady(f"model {self.name!r} is {self.status}" + (f": {self.reason}" if self.reason else ""))
         if surface not in self.model.surfaces:
@@ -228,7 +282,7 @@ class ServedModel:
                 "max_num_batched_tokens": limits.max_num_batched_tokens if limits else self.args.max_num_batched_tokens,
                 "max_num_batched_tokens_source": limits.tokens_source if limits else None,
                 "memory_class": limits.memory_class if limits else None,  # R-DEV-1: the row unset limits came from
-                "calibration": self.calibration,  # R-DEV-2: GPU workers only
+                "calibration": self.serving.calibration if self.serving else None,  # R-DEV-2: GPU workers only
                 "batch_window_ms": self.args.batch_window_ms,
                 "dtype": self.args.dtype,
                 # the value in force: a decision model's (family default on), False for families without the path
@@ -258,18 +312,14 @@ class ServedModel:
                 else None
             ),
             "golden": dict(self.golden),
-            "plugins": list(self.plugins),
-            "status": self.status,
+            "plugins": list(self.serving.plugins) if self.serving else [],
+            "status": self.status.value,
             "reason": self.reason,
             "ready": self.ready,
             "created": int(time.time()),
         }
-        if self.forward_runner is not None:
-            card["threads"] = {
-                **self.forward_runner.card(self.thread_budget, self.wait_policy),
-                "concurrent_forwards": self.concurrent_forwards,
-                "forward_nice": self.forward_nice,
-            }
+        if self.serving is not None and self.serving.forwards is not None:
+            card["threads"] = self.serving.forwards.card()
         if model is not None and model.deterministic is not None:
             card["deterministic"] = {"method": model.deterministic}
         if model is not None:

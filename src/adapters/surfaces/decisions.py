@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from vllm_srun.adapters.contracts import QuestionAnswerer
-from vllm_srun.adapters.families.decision_rows import (
+from vllm_srun.adapters.contracts import (
     AskedQuestion,
     PreparedQuestion,
     PreparedState,
+    QuestionAnswerer,
     probabilities_per_question,
     rows_for,
 )

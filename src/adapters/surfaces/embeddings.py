@@ -1,6 +1,6 @@
 """POST /v1/embeddings (R-API-1): inputs → rows → vectors, OpenAI-compatible.
 
-What it needs of a model is the `TextEmbedder` contract (`adapters/contracts.py`); a model that
+What it needs of a model is the `TextEmbedder` contract (`adapters/contracts/surfaces.py`); a model that
 also implements `MediaEmbedder` reads `image_url` and `video_url` items (`data:` URLs only):
 each image is one row of the model's media lane, each video one row per sampled frame, whose
 vectors are mean-pooled (and normalized for a normalized model). Everything about an input is
@@ -24,9 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.contracts import MediaEmbedder, MediaError, MediaWorkerDied, PromptedEmbedder, TextEmbedder
+from vllm_srun.adapters.contracts import (
+    Encoded,
+    MediaEmbedder,
+    MediaError,
+    MediaWorkerDied,
+    PromptedEmbedder,
+    TextEmbedder,
+)
 from vllm_srun.adapters.media.data_url import data_url_bytes
-from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.embeddings import (

@@ -9,21 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
-from vllm_srun.adapters.contracts import PairScorer
-from vllm_srun.adapters.models.tokenization import Encoded
+from vllm_srun.adapters.contracts import Encoded, PairScorer
 from vllm_srun.adapters.schemas.encoder import ClassifyOptions, RerankOptions
+from vllm_srun.adapters.serving.served import TokenBudget
 from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
 
 Item = str | tuple[str, str]
-
-
-class Budget(Protocol):
-    """Where a request's tokens are counted (`ServedModel.token_budget()`)."""
-
-    def spend(self, tokens: int) -> None: ...
 
 
 MAX_WINDOW_ROWS = 8192  # windows of one request, all inputs together
@@ -53,7 +46,7 @@ def overflow_mode(options: ClassifyOptions | RerankOptions) -> str:
 
 
 def encode_items(
-    model: PairScorer, items: Sequence[Item], *, truncate: bool, budget: Budget, max_length: int | None = None
+    model: PairScorer, items: Sequence[Item], *, truncate: bool, budget: TokenBudget, max_length: int | None = None
 ) -> list[Encoded]:
     """One row per input (texts and pairs may mix), tokenized a chunk at a time; over-long inputs
     are rejected unless TRUNCATE, and the work stops as soon as the request passes its BUDGET."""
@@ -103,7 +96,7 @@ def _encode_chunk(
 
 
 def split_overflow_windows(
-    model: PairScorer, items: Sequence[Item], tokens: int, overlap: int, budget: Budget
+    model: PairScorer, items: Sequence[Item], tokens: int, overlap: int, budget: TokenBudget
 ) -> list[WindowedInput]:
     """Every input as one or more windows of at most TOKENS tokens, within the request's BUDGET."""
     if tokens > model.max_input_tokens:

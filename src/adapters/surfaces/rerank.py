@@ -15,8 +15,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from vllm_srun.adapters.contracts import LogitsRow, PairScorer
-from vllm_srun.adapters.models.tokenization import Encoded
+from vllm_srun.adapters.contracts import Encoded, LogitsRow, PairScorer
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.encoder import (
@@ -28,9 +27,9 @@ from vllm_srun.adapters.schemas.encoder import (
     WindowOptions,
 )
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
-from vllm_srun.adapters.serving.served import Disconnected, ServedModel
+from vllm_srun.adapters.serving.served import Disconnected, ServedModel, TokenBudget
 from vllm_srun.adapters.surfaces.common import Prepared, answer
-from vllm_srun.adapters.surfaces.overflow import Budget, encode_items, overflow_mode, split_overflow_windows
+from vllm_srun.adapters.surfaces.overflow import encode_items, overflow_mode, split_overflow_windows
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge, quoted
 from vllm_srun.domain.rows import RowSpec
 
@@ -56,7 +55,7 @@ def _cut(model: PairScorer, text: str, max_tokens: int) -> str:
 
 
 def _groups(
-    model: PairScorer, req: RerankRequest, mode: str, window: WindowOptions, budget: Budget
+    model: PairScorer, req: RerankRequest, mode: str, window: WindowOptions, budget: TokenBudget
 ) -> list[list[Encoded]]:
     """Each document's rows (one, or one per window) with the query."""
     texts = [_text(d, req.rank_fields, i) for i, d in enumerate(req.documents)]

@@ -1,5 +1,7 @@
-// Attention of every row of an unpadded forward in one call, on a CPU (vllm-srun,
-// engines/cpu_attention.py). QKV is [N, 3 * heads * dim] (Q, K, V of a token side by side, heads
+// The unpadded CPU forward's own ops (vllm-srun, engines/cpu_attention.py): attention of every row
+// in one call, and the residual add + LayerNorm in one pass.
+//
+// Attention: QKV is [N, 3 * heads * dim] (Q, K, V of a token side by side, heads
 // inside each), rows back to back; each row attends to its own tokens only, no mask.
 //
 // Each (row, head) is one task, computed the same way whatever else is in the forward and
@@ -256,8 +258,80 @@ at::Tensor varlen_attention(const at::Tensor& qkv, const at::Tensor& starts, con
   return out;
 }
 
+namespace {
+
+// One row of add + LayerNorm: X = D + R written into D, then D = (X - mean) / sqrt(var + eps) * W + B.
+// The sums run over 16 lanes in a fixed order, so a row's bits depend on its own values only.
+void add_norm_row(float* d, const float* r, const float* w, const float* b, int64_t h, float eps) {
+  int64_t c = 0;
+  float total = 0.0f;
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  for (; c + 16 <= h; c += 16) {
+    const __m512 x = _mm512_add_ps(_mm512_loadu_ps(d + c), _mm512_loadu_ps(r + c));
+    _mm512_storeu_ps(d + c, x);
+    acc = _mm512_add_ps(acc, x);
+  }
+  total = _mm512_reduce_add_ps(acc);
+#endif
+  for (; c < h; ++c) {
+    d[c] += r[c];
+    total += d[c];
+  }
+  const float mean = total / static_cast<float>(h);
+  float squares = 0.0f;
+  c = 0;
+#if defined(__AVX512F__)
+  const __m512 m = _mm512_set1_ps(mean);
+  __m512 sq = _mm512_setzero_ps();
+  for (; c + 16 <= h; c += 16) {
+    const __m512 x = _mm512_sub_ps(_mm512_loadu_ps(d + c), m);
+    sq = _mm512_fmadd_ps(x, x, sq);
+  }
+  squares = _mm512_reduce_add_ps(sq);
+#endif
+  for (; c < h; ++c) squares += (d[c] - mean) * (d[c] - mean);
+  const float inv = 1.0f / std::sqrt(squares / static_cast<float>(h) + eps);
+  c = 0;
+#if defined(__AVX512F__)
+  const __m512 s = _mm512_set1_ps(inv);
+  for (; c + 16 <= h; c += 16) {
+    const __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(d + c), m), s);
+    _mm512_storeu_ps(d + c, _mm512_fmadd_ps(x, _mm512_loadu_ps(w + c), _mm512_loadu_ps(b + c)));
+  }
+#endif
+  for (; c < h; ++c) d[c] = (d[c] - mean) * inv * w[c] + b[c];
+}
+
+}  // namespace
+
+// delta, residual [N, H] float32 contiguous, weight and bias [H]: delta <- LayerNorm(delta + residual)
+// (in place: the caller's delta is a linear's fresh output); returns delta.
+at::Tensor add_layer_norm_(at::Tensor& delta, const at::Tensor& residual, const at::Tensor& weight,
+                           const at::Tensor& bias, double eps) {
+  TORCH_CHECK(delta.dim() == 2 && delta.scalar_type() == at::kFloat && delta.is_contiguous(),
+              "delta must be a contiguous float32 [N, H] matrix");
+  TORCH_CHECK(residual.sizes() == delta.sizes() && residual.scalar_type() == at::kFloat && residual.is_contiguous(),
+              "residual must be a contiguous float32 matrix of delta's shape");
+  const int64_t h = delta.size(1);
+  TORCH_CHECK(weight.numel() == h && bias.numel() == h && weight.scalar_type() == at::kFloat &&
+                  bias.scalar_type() == at::kFloat && weight.is_contiguous() && bias.is_contiguous(),
+              "weight and bias must be contiguous float32 vectors of H values");
+  float* d = delta.data_ptr<float>();
+  const float* r = residual.data_ptr<float>();
+  const float* w = weight.data_ptr<float>();
+  const float* b = bias.data_ptr<float>();
+  const float e = static_cast<float>(eps);
+  at::parallel_for(0, delta.size(0), 16, [&](int64_t begin, int64_t stop) {
+    for (int64_t row = begin; row < stop; ++row) add_norm_row(d + row * h, r + row * h, w, b, h, e);
+  });
+  return delta;
+}
+
 TORCH_LIBRARY(srun_cpu, m) {
   m.def("varlen_attention(Tensor qkv, Tensor starts, Tensor lengths, int heads, float scale) -> Tensor",
         &varlen_attention);
   m.def("supports_head_dim(int dim) -> bool", &supports_head_dim);
+  m.def("add_layer_norm_(Tensor(a!) delta, Tensor residual, Tensor weight, Tensor bias, float eps) -> Tensor(a!)",
+        &add_layer_norm_);
 }

@@ -1,0 +1,123 @@
+"""What the decisions surface and a question-answering family exchange (R-API-4/5, R-SC): the
+questions asked, the family's prepared state, and the rows the scheduler runs.
+
+The surface turns a request into `AskedQuestion`s, the family (`QuestionAnswerer.prepare`)
+tokenizes them into a `PreparedState` whose questions carry their rendering or their
+`QuestionError`, the family decides the layout (`QuestionAnswerer.share`), and `rows_for` lays
+the state out as `QuestionRow` / `SharedRow` payloads, which the family's `run` reads. The
+layout lives here because both sides read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from vllm_srun.domain.rows import DEFAULT_LANE, RowSpec
+from vllm_srun.domain.shared_context import SHARED_LANE, shared_row_tokens
+
+__all__ = [
+    "AskedQuestion",
+    "PreparedQuestion",
+    "PreparedState",
+    "QuestionError",
+    "QuestionRow",
+    "RenderedQuestion",
+    "SharedRow",
+    "probabilities_per_question",
+    "rows_for",
+]
+
+
+class QuestionError(Exception):
+    """A question that cannot be answered; it fails in place (R-API-5)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class AskedQuestion:
+    name: str
+    kind: str  # noul | choice | score | box
+    instructions: object = None  # the request's text or content parts, as sent
+    criteria: object = None  # noul: {true, false}; choice: option → text; score: the levels
+
+
+@dataclass(frozen=True)
+class RenderedQuestion:
+    body: str
+    answer_keys: tuple[str, ...]  # the text of each answer token (without the template's answer prefix)
+    labels: tuple[str, ...]  # what each answer is called in the response (choice: criteria keys; score: "0"..)
+    legend: dict[str, object] | None = None  # score: level → its criteria entry
+
+
+@dataclass
+class PreparedQuestion:
+    name: str
+    kind: str
+    ids: tuple[int, ...] = ()
+    answer_ids: tuple[int, ...] = ()
+    rendered: RenderedQuestion | None = None
+    error: QuestionError | None = None
+
+
+@dataclass
+class PreparedState:
+    state_ids: tuple[int, ...]
+    questions: list[PreparedQuestion] = field(default_factory=list)
+
+    @property
+    def answerable(self) -> list[PreparedQuestion]:
+        return [q for q in self.questions if q.error is None]
+
+    @property
+    def input_tokens(self) -> int:
+        """The state once plus every answerable question (R-SC-1), whichever layout runs."""
+        ok = self.answerable
+        return len(self.state_ids) + sum(len(q.ids) for q in ok) if ok else 0
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionRow:
+    """A prompt's token ids (unshared: state + question; inside a SharedRow: the question part only)."""
+
+    ids: tuple[int, ...]
+    answer_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SharedRow:
+    state_ids: tuple[int, ...]
+    questions: tuple[QuestionRow, ...]
+
+
+def rows_for(prepared: PreparedState, shared: bool) -> list[RowSpec]:
+    """The scheduler rows of one prepared state (answerable questions only, in order): unshared,
+    one `text`-lane row per question holding the whole prompt; shared, one `shared`-lane row
+    holding the state once and every question after it."""
+    ok = prepared.answerable
+    if not ok:
+        return []
+    state = prepared.state_ids
+    if shared:
+        lengths = [len(q.ids) for q in ok]
+        payload = SharedRow(state, tuple(QuestionRow(q.ids, q.answer_ids) for q in ok))
+        return [RowSpec(shared_row_tokens(len(state), lengths), payload, SHARED_LANE)]
+    return [RowSpec(len(state) + len(q.ids), QuestionRow(state + q.ids, q.answer_ids), DEFAULT_LANE) for q in ok]
+
+
+def probabilities_per_question(rows: Sequence[RowSpec], outputs: Sequence[object]) -> list[object]:
+    """Flatten row outputs back to one probability vector per answerable question, in order (a
+    shared row's output holds one vector per question)."""
+    flat: list[object] = []
+    for spec, out in zip(rows, outputs):
+        if isinstance(spec.payload, SharedRow):
+            if not isinstance(out, Iterable):
+                raise TypeError(f"a shared row answers one vector per question, not a {type(out).__name__}")
+            flat.extend(out)
+        else:
+            flat.append(out)
+    return flat

@@ -1,0 +1,251 @@
+"""Engines: what runs a loaded model's forwards, the plugins that build them, and how an engine
+honours `--deterministic` (`Determinism`).
+
+A family asks for its forward through `LoadContext.build_engine` (`contracts/family.py`) and
+narrows it with `as_encoder_engine` / `as_decoder_engine` / `as_dual_encoder_engine`; it never
+imports an engine module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+
+from vllm_srun.adapters.contracts.common import CardFields, Encoded, PluginCard, Progress
+from vllm_srun.adapters.contracts.device import Device
+from vllm_srun.domain.lifecycle import Determinism  # the domain decides it (issue 22 item 3)
+
+if TYPE_CHECKING:  # types only: no array or tensor library is imported with the contracts
+    import numpy as np
+    import torch
+    from numpy.typing import NDArray
+
+    from vllm_srun.domain.lanes import Accounting
+
+__all__ = [
+    "DecoderEngine",
+    "Determinism",
+    "DevicePreflight",
+    "DualEncoderEngine",
+    "EncoderEngine",
+    "Engine",
+    "EngineCatalog",
+    "EnginePlugin",
+    "EngineRefused",
+    "EngineRequest",
+    "EngineSelector",
+    "EngineSettings",
+    "PrefixState",
+    "SettingRefusal",
+    "SettingsPreflight",
+    "as_decoder_engine",
+    "as_dual_encoder_engine",
+    "as_encoder_engine",
+]
+
+
+class Engine(Protocol):
+    """What runs a loaded model's forwards: our torch code (`native`), ONNX Runtime, a plugin's.
+
+    Family-specific forwards extend it (the encoder family's `embed`/`classify_logits`, the
+    decision family's decoder calls); the serving core reads only what is declared here.
+    """
+
+    @property
+    def name(self) -> str:
+        """The card's `engine` (equal to the name of the plugin that built it)."""
+        ...
+
+    @property
+    def accounting(self) -> Accounting:
+        """How the planner counts this engine's forwards (R-BAT-2): padded or packed."""
+        ...
+
+    @property
+    def kernel_switch_tokens(self) -> int | None:
+        """Counted tokens past which forwards run other kernels; None: the same kernels at every
+        size. A batch-invariant model's merged forwards stay within it (R-BAT-5,
+        `domain.planning.invariant_forward_tokens`), so the probe checks the kernels they run on."""
+        ...
+
+    def describe(self) -> CardFields:
+        """Card fields, e.g. `{"kernels": {"linear": "onednn_packed", "reason": ...}}`."""
+        ...
+
+    @property
+    def forward_threads(self) -> bool:
+        """Whether each forward runs on the intra-op thread count declared in the process's
+        `ThreadContext` (torch engines), so adaptive threads can vary it (R-CPU-2); False for an
+        engine whose count is fixed when it is built (an ONNX Runtime session)."""
+        ...
+
+    @property
+    def determinism(self) -> Determinism | None:
+        """How this engine honours `--deterministic`: a `Determinism` value (`batch_invariant`: a
+        row gets the same bits in any forward it shares, at any size; `rows_alone`: only a row run
+        alone is reproducible, so the scheduler runs one row per forward), or None: it cannot (the
+        worker refuses). A plain string is accepted (a `StrEnum` compares equal to its value); the
+        runtime reads it with `Determinism(value)` and refuses any other value at load."""
+        ...
+
+
+@runtime_checkable
+class EncoderEngine(Engine, Protocol):
+    """The encoder family's forward: tokenized rows (`Encoded`) in, float32 arrays out."""
+
+    def embed(self, batch: Sequence[Encoded]) -> NDArray[np.float32]:
+        """Pooled (and normalized when configured) embeddings, [rows, dimensions]."""
+        ...
+
+    def classify_logits(self, batch: Sequence[Encoded]) -> NDArray[np.float32]:
+        """Sequence-classification logits, [rows, labels]."""
+        ...
+
+
+class PrefixState(Protocol):
+    """A shared state's keys and values after `DecoderEngine.prefix_kv` (the engine's own type;
+    the family hands it back to `branch_logits` unread)."""
+
+    @property
+    def length(self) -> int:
+        """The state's tokens."""
+        ...
+
+
+@runtime_checkable
+class DecoderEngine(Engine, Protocol):
+    """The decision family's forward over a decoder LM (R-SC branch layout included)."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def logits_at(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Next-token logits of each row ([rows, tokens] right-padded ids) at its position, [rows, vocab]."""
+        ...
+
+    def prefix_kv(self, state_ids: Sequence[int]) -> PrefixState:
+        """The state's keys and values, computed once for its branches."""
+        ...
+
+    def branch_logits(self, state: PrefixState, branches: Sequence[Sequence[int]], *, chunk: int) -> torch.Tensor:
+        """Each branch's next-token logits after the shared state, [branches, vocab]."""
+        ...
+
+
+@runtime_checkable
+class DualEncoderEngine(Engine, Protocol):
+    """The multimodal family's forward over a CLIP-style dual encoder: token id rows or
+    preprocessed pixels in, L2-normalized float32 embeddings of one shared space out."""
+
+    def embed_text(self, batch: Sequence[Sequence[int]]) -> NDArray[np.float32]:
+        """[rows, dimensions] for token id rows."""
+        ...
+
+    def embed_images(self, pixels: Sequence[NDArray[np.float32]]) -> NDArray[np.float32]:
+        """[rows, dimensions] for float32 [3, H, W] pixel arrays."""
+        ...
+
+
+class EngineRefused(ValueError):
+    """An engine plugin cannot serve this model here (one line saying why)."""
+
+
+def as_encoder_engine(engine: Engine) -> EncoderEngine:
+    """ENGINE as an encoder forward, or EngineRefused when it has none."""
+    if not isinstance(engine, EncoderEngine):
+        raise EngineRefused(f"the {engine.name} engine has no encoder forward")
+    return engine
+
+
+def as_decoder_engine(engine: Engine) -> DecoderEngine:
+    """ENGINE as a decoder forward, or EngineRefused when it has none."""
+    if not isinstance(engine, DecoderEngine):
+        raise EngineRefused(f"the {engine.name} engine has no decoder forward")
+    return engine
+
+
+def as_dual_encoder_engine(engine: Engine) -> DualEncoderEngine:
+    """ENGINE as a dual-encoder forward, or EngineRefused when it has none."""
+    if not isinstance(engine, DualEncoderEngine):
+        raise EngineRefused(f"the {engine.name} engine has no dual-encoder forward")
+    return engine
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """What a family asks an engine plugin to serve."""
+
+    kind: str  # the forward's kind: "encoder", "decoder", or a plugin family's own
+    # the family's loaded model code (a ReferenceEncoder, a DecoderLM, a plugin family's own):
+    # only the family and the engine plugin that serves its kind know its type
+    model: Any
+    device: Device
+    threads: int | None = None
+    package_sha256: str | None = None  # keys what the engine caches for this package
+    package_graph: Path | None = None  # a graph the package ships (e.g. model.onnx)
+    largest_forward_tokens: int = 4096  # the family's cap on one forward (kernel plans measure up to it)
+    cache_dir: Path | None = None  # where engines keep exported graphs and kernel timings
+    deterministic: bool = False  # `--deterministic`: prefer kernels that give a row the same bits in any batch
+
+
+class EnginePlugin(Protocol):
+    """An entry point of group `vllm_srun.engines`: builds engines of one name."""
+
+    name: str
+
+    def build(self, request: EngineRequest, progress: Progress) -> Engine:
+        """The engine serving REQUEST; raises EngineRefused when it cannot (kind or device)."""
+        ...
+
+
+@runtime_checkable
+class DevicePreflight(Protocol):
+    """An engine plugin that can tell, before any weights load, that it cannot run on a device
+    (e.g. ONNX Runtime without the GPU's execution provider); `--engine NAME` asks it at startup."""
+
+    def device_refusal(self, device: Device) -> str | None:
+        """One line saying what is missing to run on DEVICE, or None."""
+        ...
+
+
+# ---- issue 22 item 4: the settings an engine plugin refuses, whatever the model ----------------
+@dataclass(frozen=True)
+class EngineSettings:
+    """The serving settings an engine plugin may refuse before anything loads."""
+
+    dtype: str = "auto"  # `--dtype` / a deployment's `dtype` as asked (before `auto` is resolved)
+    deterministic: bool = False  # `--deterministic`
+
+
+class SettingRefusal(NamedTuple):
+    setting: str  # the refused field of `EngineSettings` (`dtype`, `deterministic`)
+    reason: str  # one line, e.g. "the onnxruntime engine runs only dtype auto"
+
+
+@runtime_checkable
+class SettingsPreflight(Protocol):
+    """An engine plugin that refuses some settings whatever the model (ONNX Runtime: dtype auto
+    only, no `--deterministic`). Both CLIs, the models file and the front's config ask it through
+    the engine registry before anything loads; a plugin without it refuses nothing here."""
+
+    def settings_refusal(self, settings: EngineSettings) -> SettingRefusal | None: ...
+
+
+# ---- end of issue 22 item 4 ---------------------------------------------------------------------
+
+
+class EngineSelector(Protocol):
+    """Picks the engine plugin `--engine` names (`auto`: the first that accepts) and builds."""
+
+    def build(self, requested: str, request: EngineRequest, progress: Progress) -> Engine: ...
+
+
+class EngineCatalog(EngineSelector, Protocol):
+    """The installed engine plugins as the runtime sees them (`engines/registry.EngineRegistry`):
+    it builds through them and shows the one a model uses on its card."""
+
+    def names(self) -> list[str]: ...
+
+    def info(self, name: str) -> PluginCard: ...

@@ -1,0 +1,146 @@
+"""Media (R-MEDIA): what decodes images and videos (`MediaDecoder`), the jobs it is given
+(`ImageJob`, `VideoJob`: a closed set, each mapped to one decoder method by `decode`), and what
+the event loop awaits (`MediaLoader`).
+
+Media worker processes import this module, and with it the contracts package: the standard
+library and the pure domain at run time, never torch (array types are named for the type checker
+only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Protocol, assert_never, runtime_checkable
+
+from vllm_srun.adapters.contracts.common import CardFields
+
+if TYPE_CHECKING:  # types only
+    import numpy as np
+    from numpy.typing import NDArray
+
+__all__ = [
+    "ImageJob",
+    "MediaDecoder",
+    "MediaError",
+    "MediaJob",
+    "MediaLimits",
+    "MediaLoader",
+    "MediaWorkerDied",
+    "PixelSpec",
+    "VideoJob",
+    "decode",
+]
+
+# What the decoder does to every image and frame (the model's `preprocess`, e.g.
+# `media/preprocess.ImagePreprocess`): agreed between a media model and its decoder; the core
+# only keys its decode cache by it and hands it to the decoder, so hashable (and picklable: it
+# crosses into media worker processes) is all it needs to be here.
+PixelSpec = Hashable
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+@dataclass(frozen=True)
+class MediaLimits:
+    """Bounds of one image or video, checked before its pixels are decoded (R-MEDIA)."""
+
+    max_bytes: int
+    max_pixels: int  # of an image, or of one video frame
+    max_frames: int = 0  # video: most frames a request may sample
+    max_duration_s: float = 0.0  # video: longest duration
+    max_decoded_frames: int = 0  # video: most frames decoded to find the samples
+
+    def check_bytes(self, data: bytes, what: str) -> None:
+        """MediaError unless DATA (an image or a video, WHAT) holds 1..max_bytes bytes."""
+        if not data:
+            raise MediaError(f"the {what} is empty")
+        if len(data) > self.max_bytes:
+            raise MediaError(
+                f"the {what} is {len(data)} bytes ({_mib(len(data))}), over the limit of {self.max_bytes} bytes"
+            )
+
+
+class MediaError(ValueError):
+    """Bad or oversize media (one line saying why, without the input's index)."""
+
+
+class MediaWorkerDied(RuntimeError):
+    """The media worker decoding an input died (`exited`) or overran its time (`timeout`) before it
+    answered: the server's fault, not the input's; only the request it held fails."""
+
+    def __init__(self, message: str, reason: str = "exited") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@runtime_checkable
+class MediaDecoder(Protocol):
+    """Turns image and video bytes into preprocessed pixels (R-MEDIA). Synchronous: it runs in
+    media worker processes, or in a thread of the request path with `--media-workers 0`."""
+
+    def image(self, data: bytes, limits: MediaLimits, preprocess: PixelSpec) -> NDArray[np.float32]:
+        """One image → float32 [3, H, W]; raises MediaError for bad or oversize media."""
+        ...
+
+    def video_frames(self, data: bytes, frames: int, limits: MediaLimits, preprocess: PixelSpec) -> NDArray[np.float32]:
+        """FRAMES frames sampled uniformly over the video's duration → float32 [FRAMES, 3, H, W];
+        raises MediaError for bad or oversize media."""
+        ...
+
+
+@dataclass(frozen=True)
+class ImageJob:
+    """Decode one image (`MediaDecoder.image`)."""
+
+    kind: ClassVar[str] = "image"
+    data: bytes
+    limits: MediaLimits
+    preprocess: PixelSpec
+
+
+@dataclass(frozen=True)
+class VideoJob:
+    """Sample FRAMES frames of one video (`MediaDecoder.video_frames`)."""
+
+    kind: ClassVar[str] = "video"
+    data: bytes
+    frames: int
+    limits: MediaLimits
+    preprocess: PixelSpec
+
+
+MediaJob = ImageJob | VideoJob  # every job a decoder is given (pickled to media worker processes)
+MEDIA_JOBS = (ImageJob, VideoJob)  # the same, for isinstance checks on what a socket delivered
+
+
+def decode(decoder: MediaDecoder, job: MediaJob) -> NDArray[np.float32]:
+    """Run JOB on DECODER: the one place a job kind meets the decoder method that does it."""
+    if isinstance(job, ImageJob):
+        return decoder.image(job.data, job.limits, job.preprocess)
+    if isinstance(job, VideoJob):
+        return decoder.video_frames(job.data, job.frames, job.limits, job.preprocess)
+    assert_never(job)
+
+
+class MediaLoader(Protocol):
+    """The event loop's way to a `MediaDecoder`: decodes off the loop (worker processes or a
+    thread), once per content (R-PERF-4: a bounded cache keyed by the bytes' hash)."""
+
+    def start(self) -> None:
+        """Start the media workers (when a model that reads media loads; blocking, not on the loop)."""
+        ...
+
+    async def image(self, data: bytes, limits: MediaLimits, preprocess: PixelSpec) -> NDArray[np.float32]: ...
+
+    async def video(
+        self, data: bytes, frames: int, limits: MediaLimits, preprocess: PixelSpec
+    ) -> NDArray[np.float32]: ...
+
+    def card(self) -> CardFields:
+        """The card's `media` fields: workers and the decode cache."""
+        ...
+
+    async def stop(self) -> None: ...
