@@ -1,4 +1,4 @@
-"""A fake model family and engine: the contracts of `adapters/contracts.py` implemented without
+"""A fake model family and engine: the contracts of `adapters/contracts/` implemented without
 torch, the way a third-party package would (it registers through entry points; see
 `tests/plugin_dist.py`).
 

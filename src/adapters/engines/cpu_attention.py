@@ -4,7 +4,7 @@ call, and each residual add + LayerNorm in one pass.
 The eager ops (`models/unpadded.ForwardOps`) run one SDPA per run of equal-length rows: a merged
 forward of short texts makes dozens of calls per layer, each paying torch's dispatch and the
 flash kernel's set-up, and with a head size of 32 the flash kernel's blocking does little.
-`csrc/varlen_attention.cpp` is one op for the whole forward: one task per (row, head), spread
+`csrc/cpu_forward.cpp` holds one op for the whole forward: one task per (row, head), spread
 over the forward's OpenMP team (`at::parallel_for`), each computed the same way whatever else the
 forward holds and whichever thread runs it, so a row's answer depends on its own tokens only
 (batch- and thread-count-invariant by construction; the load-time probe still decides `exact`).
