@@ -55,7 +55,7 @@ def main() -> None:
     from vllm_srun.adapters.models.encoder_arch import hidden_states
     from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import TextTokenizer
-    from vllm_srun.adapters.models.unpadded import EAGER_OPS, PackedRows, pooled
+    from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, PackedRows, pooled
     from vllm_srun.domain.kernels import KernelPlan
 
     torch.set_num_threads(args.threads)
@@ -67,7 +67,7 @@ def main() -> None:
     ops, attention = cpu_ops(torch.float32, print)
 
     class AttentionOnly(type(ops)):  # the one-call attention, the eager residual add + norm
-        add_norm = EAGER_OPS.add_norm.__func__
+        add_norm = ForwardOps.add_norm
 
     one_call = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=AttentionOnly())
     new = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=ops)
