@@ -35,6 +35,7 @@ local method = os.getenv("SRUN_WRK_METHOD")
 local headers = {["Content-Type"] = "application/json"}
 local next_body = 0
 local threads = {}
+local pause_ms = tonumber(os.getenv("SRUN_WRK_DELAY_MS") or "0")
 
 function setup(thread)
   thread:set("offset", #threads * 7919)
@@ -43,6 +44,13 @@ end
 
 function init(args)
   next_body = offset or 0
+  for name, value in pairs(wrk.headers) do  -- `-H` headers (e.g. Authorization) on every request
+    if name ~= "Host" then headers[name] = value end
+  end
+end
+
+function delay()
+  return pause_ms  -- SRUN_WRK_DELAY_MS between a connection's answer and its next request
 end
 
 function request()
@@ -119,9 +127,13 @@ def wrk_load(
     method: str = "POST",
     threads: int = 1,
     timeout_s: float = 30.0,
+    headers: dict[str, str] | None = None,
+    delay_ms: int = 0,
 ) -> LoadResult:
     """CONNECTIONS closed-loop keep-alive connections POST the BODIES (cycled) to BASE+PATH for
-    SECONDS; one wrk thread by default (a second client thread only takes a core from the server)."""
+    SECONDS; one wrk thread by default (a second client thread only takes a core from the server).
+    HEADERS go on every request (wrk `-H`); DELAY_MS: each connection waits that long after an
+    answer before its next request (a paced client instead of a closed loop)."""
     if not bodies:
         raise ValueError("no bodies")
     if any(b"\n" in b for b in bodies):
@@ -131,12 +143,14 @@ def wrk_load(
         script.write_text(LUA)
         data.write_bytes(b"\n".join(bodies) + b"\n")
         env = {**os.environ, "SRUN_WRK_BODIES": str(data), "SRUN_WRK_PATH": path, "SRUN_WRK_METHOD": method}
+        env["SRUN_WRK_DELAY_MS"] = str(max(0, int(delay_ms)))
         cmd = [
             wrk_binary(),
             f"-t{max(1, min(threads, connections))}",
             f"-c{connections}",
             f"-d{max(1, round(seconds))}s",
             f"--timeout={max(1, round(timeout_s))}s",
+            *(arg for name, value in (headers or {}).items() for arg in ("-H", f"{name}: {value}")),
             "-s",
             str(script),
             base,
@@ -243,11 +257,14 @@ def command(
 
 
 @contextmanager
-def process(module: str, *args: str, timeout: float = 300) -> Iterator[tuple[str, int]]:
-    """Start `python -m MODULE serve ARGS --port P`, wait for /health 200: (base URL, pid)."""
+def process(
+    module: str, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, int]]:
+    """Start `python -m MODULE serve ARGS --port P` (with ENV added to ours), wait for /health 200:
+    (base URL, pid)."""
     port = free_port()
     argv = [sys.executable, "-m", module, "serve", *args, "--port", str(port), "--log-level", "warning"]
-    with command(argv, port, module, timeout=timeout) as found:
+    with command(argv, port, module, timeout=timeout, env={**os.environ, **env} if env else None) as found:
         yield found
 
 

@@ -221,10 +221,10 @@ async def _loaded_card(folder: Path, device: str) -> dict[str, Any]:
     """Load FOLDER in a worker runtime on DEVICE (warm-up, probe, golden check, calibration): its card."""
     import asyncio
 
-    from vllm_srun.app.container import worker_container
-    from vllm_srun.domain.engine_args import EngineArgs
+    from vllm_srun.adapters.config.settings import WorkerSettings
+    from vllm_srun.app.bootstrap import bootstrap_worker
 
-    runtime = worker_container([(str(folder), EngineArgs())], device=device, progress=say).runtime()
+    runtime = bootstrap_worker(WorkerSettings(models=(str(folder),), device=device), progress=say).runtime()
     loop = asyncio.get_running_loop()
     runtime.start_loading(loop)
     await loop.run_in_executor(None, runtime.loaded.wait)

@@ -52,12 +52,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _cpu_peak import cpu_count, encoder_flops, fp32_peak, measured_gemm_gflops, measured_linear_gflops
 from _load import LoadResult, command, free_port, machine_load, process, warm_up, wrk_load
-from _peers_report import FRONT, INFINITY, INT8, ORT_FP32, ORT_INT8, OURS, ST, VLLM, print_report, ratios_json
+from _peers_report import (
+    FRONT,
+    FRONT_WHOLE,
+    INFINITY,
+    INT8,
+    ORT_FP32,
+    ORT_INT8,
+    OURS,
+    ST,
+    VLLM,
+    print_report,
+    ratios_json,
+)
 from _proc import tree_rss_mib
 from _texts import LONG_TOKENS, SHAPES, make_texts
 from _vllm_peer import PeerUnavailable, ensure_vllm_venv, vllm_command
 
 from vllm_srun.domain.dispatch import DEFAULT_MAX_IN_FLIGHT
+from vllm_srun.domain.threads import THREADS_ENV
 
 MODEL = "all-MiniLM-L6-v2"
 CACHE = Path.home() / ".cache" / "vllm-srun" / "bench"
@@ -338,14 +351,14 @@ def main() -> None:
 
     front_too = [] if args.skip_front else [args.front_connections]
 
-    def ours(name: str, role: str, module: str, *flags: str) -> Callable[[], None]:
+    def ours(name: str, role: str, module: str, *flags: str, env: dict[str, str] | None = None) -> Callable[[], None]:
         connections, sweep = args.connections, sorted({*args.sweep, *front_too})
         if role == "front":  # past its per-replica cap the front sheds load: measured at the cap
             connections, sweep = args.front_connections, []
 
         def run() -> None:
             say(f"{name}: {module.rsplit('.', 1)[-1]} serve {' '.join(flags)}")
-            with process(module, *flags, timeout=600) as (base, pid):
+            with process(module, *flags, timeout=600, env=env) as (base, pid):
                 if module.endswith(".cli"):
                     say(card_line(base))
                 results["servers"][name] = measure_server(
@@ -379,6 +392,12 @@ def main() -> None:
         run_peer(results, INT8, ours(INT8, "ours-int8", cli, str(args.int8_package), *common))
     if not args.skip_front:
         run_peer(results, FRONT, ours(FRONT, "front", front_cli, MODEL, "--platform", "cpu", *common))
+        # R-CPU-1 gives a managed CPU worker half the front's budget; its override gives it the whole
+        # budget, so front ÷ direct then measures the front's own cost at equal forward threads
+        whole = {THREADS_ENV: str(cores)}
+        run_peer(
+            results, FRONT_WHOLE, ours(FRONT_WHOLE, "front", front_cli, MODEL, "--platform", "cpu", *common, env=whole)
+        )
 
     if not args.skip_vllm:
 

@@ -46,12 +46,12 @@ def serve(kind: str, model: str, port: int) -> None:
     """Child mode: the worker app on the stock or the guarded protocol."""
     import uvicorn
 
+    from vllm_srun.adapters.config.settings import WorkerSettings
     from vllm_srun.adapters.http.guarded_protocol import uvicorn_config
     from vllm_srun.adapters.http.listeners import bind_tcp
-    from vllm_srun.app.container import worker_container
-    from vllm_srun.domain.engine_args import EngineArgs
+    from vllm_srun.app.bootstrap import bootstrap_worker
 
-    container = worker_container([(model, EngineArgs())], threads=1, result_cache_entries=0)
+    container = bootstrap_worker(WorkerSettings(models=(str(model),), threads=1, result_cache_entries=0))
     app = container.app()
     options = {"lifespan": "on", "log_level": "warning", "timeout_graceful_shutdown": 5}
     if kind == "guarded":

@@ -9,17 +9,18 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
+
+import msgspec
 
 from vllm_srun.adapters.catalog import CATALOG, DEFAULT_MODEL
+from vllm_srun.adapters.config.settings import Declared, WorkerSettings, by_setting, declared
 from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
 from vllm_srun.adapters.plugins import PluginConflict
 from vllm_srun.app.flags import OneLineParser, add_setting, arg_type, non_negative_int, positive_int
 from vllm_srun.domain import bounds
 from vllm_srun.domain.adaptive_threads import ADAPTIVE_ENV, Mode, parse_mode
-from vllm_srun.domain.connections import ConnectionLimits
 from vllm_srun.domain.dtypes import dtype_refusal
-from vllm_srun.domain.engine_args import EngineArgs
 from vllm_srun.domain.threads import (
     OMP_THREADS_ENV,
     WAIT_POLICY_ENV,
@@ -32,37 +33,12 @@ from vllm_srun.domain.threads import (
     standalone_threads,
     threads_refusal,
 )
-from vllm_srun.domain.worker_settings import ModelSpec, WorkerSettings
+from vllm_srun.domain.worker_settings import ModelSpec
 
 PROG = "vllm-srun"
-# connection hygiene, the same flags as `vllm-sr serve` (docs/hardening.md)
-CONNECTION_SETTINGS = tuple(setting for setting, _ in ConnectionLimits().valued())
-# `serve` flags, in `--help` order; each is a setting of `domain/bounds.py`
-SERVE_SETTINGS: tuple[bounds.Setting[Any], ...] = (
-    bounds.DEVICE,
-    bounds.ENGINE,
-    bounds.HOST,
-    bounds.PORT,
-    bounds.UDS,
-    bounds.MAX_NUM_SEQS,
-    bounds.MAX_NUM_BATCHED_TOKENS,
-    bounds.BATCH_WINDOW_MS,
-    bounds.DTYPE,
-    bounds.ENABLE_SHARED_CONTEXT,
-    bounds.MAX_MODEL_LEN,
-    bounds.MAX_REQUEST_BYTES,
-    bounds.THREADS,
-    bounds.CONCURRENT_FORWARDS,
-    bounds.LOG_LEVEL,
-    bounds.RESULT_CACHE_ENTRIES,
-    bounds.MEDIA_WORKERS,
-    bounds.DETERMINISTIC,
-    bounds.MAX_QUEUE,
-    bounds.MAX_QUEUED_TOKENS,
-    bounds.MAX_BUNDLE_TASKS,
-    bounds.MAX_REQUEST_TOKENS,
-    *CONNECTION_SETTINGS,
-)
+# `serve` flags, in `--help` order: every declared field of the settings record
+SERVE_SETTINGS: tuple[Declared, ...] = declared(WorkerSettings)
+ENGINE_FIELD = by_setting(WorkerSettings, bounds.ENGINE)
 
 
 def refuse(message: str) -> NoReturn:
@@ -92,7 +68,7 @@ def engine_name(engines: EngineRegistry) -> Callable[[str], str]:
 
 def engine_help(engines: EngineRegistry) -> str:
     """`--engine`'s help: the installed engines, then the default."""
-    return f"{bounds.ENGINE.help}: {engines.choices_text()} (default: {bounds.ENGINE.default_text()})"
+    return f"{ENGINE_FIELD.help}: {engines.choices_text()} (default: {ENGINE_FIELD.default_text()})"
 
 
 def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentParser:
@@ -106,18 +82,17 @@ def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentPars
     serve.add_argument(
         "models", nargs="*", metavar="MODEL", help=f"path, store name or built-in name (default: {DEFAULT_MODEL})"
     )
-    add_setting(serve, bounds.MODELS_FILE, dest="models_file", metavar="FILE")
-    for setting in SERVE_SETTINGS:
-        if setting is bounds.ENGINE:  # the names come from the installed plugins, not the domain
-            serve.add_argument(
-                setting.flag,
-                type=engine_name(engines),
-                default=setting.default,
-                metavar="ENGINE",
-                help=engine_help(engines),
-            )
+    for field in SERVE_SETTINGS:
+        if field is ENGINE_FIELD:  # the names come from the installed plugins, not the domain
+            add_setting(serve, field, type=engine_name(engines), metavar="ENGINE", help=engine_help(engines))
+        elif field.setting in (bounds.MODELS_FILE, bounds.TENANT_POLICIES):
+            add_setting(serve, field, metavar="FILE")
         else:
-            add_setting(serve, setting)
+            add_setting(serve, field)
+    from vllm_srun.app import keys
+
+    keys.add_security_flags(serve, worker=True)  # the process's door, not a serving setting (R-AUTH)
+    keys.add_parser(sub)
 
     fixture = sub.add_parser("fixture", help="write a tiny random-weight model package (with its golden file)")
     fixture.add_argument("out", metavar="OUT", help="the folder to create (new or empty)")
@@ -168,50 +143,12 @@ def default_threads() -> int:
 
 
 def serve_settings(ns: argparse.Namespace) -> WorkerSettings:
-    """The settings a parsed `vllm-srun serve` command line gives."""
-    return WorkerSettings(
-        models=tuple(ns.models),
-        models_file=ns.models_file,
-        device=ns.device,
-        engine=ns.engine,
-        host=ns.host,
-        port=ns.port,
-        uds=ns.uds,
-        engine_args=EngineArgs(
-            max_num_seqs=ns.max_num_seqs,
-            max_num_batched_tokens=ns.max_num_batched_tokens,
-            batch_window_ms=ns.batch_window_ms,
-            dtype=ns.dtype,
-            enable_shared_context=ns.enable_shared_context,
-            max_model_len=ns.max_model_len,
-        ),
-        result_cache_entries=ns.result_cache_entries,
-        media_workers=ns.media_workers,
-        max_request_bytes=ns.max_request_bytes,
-        threads=ns.threads,
-        concurrent_forwards=ns.concurrent_forwards,
-        log_level=ns.log_level,
-        deterministic=ns.deterministic,
-        max_queue=ns.max_queue,
-        max_queued_tokens=ns.max_queued_tokens,
-        max_bundle_tasks=ns.max_bundle_tasks,
-        max_request_tokens=ns.max_request_tokens,
-        connections=connection_limits(ns),
-    )
+    """The settings record a parsed `vllm-srun serve` command line gives (canonical)."""
+    values = {field.name: getattr(ns, field.name) for field in SERVE_SETTINGS}
+    return msgspec.convert({"models": ns.models, **values}, WorkerSettings).normalized()
 
 
-def connection_limits(ns: argparse.Namespace) -> ConnectionLimits:
-    """The connection flags of either CLI."""
-    return ConnectionLimits(
-        header_timeout_s=ns.header_timeout,
-        keep_alive_timeout_s=ns.keep_alive_timeout,
-        body_timeout_s=ns.body_timeout,
-        max_header_bytes=ns.max_header_bytes,
-        max_connections=ns.max_connections,
-    )
-
-
-def cpu_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[CpuPlan, Mode]:
+def cpu_settings(ns: WorkerSettings, env: Mapping[str, str]) -> tuple[CpuPlan, Mode]:
     """How the forwards use the CPUs, and the adaptive mode, or a one-line refusal (R-ARG-2,
     R-CPU): a thread count above the budget, an unknown adaptive mode, `--deterministic` with
     adaptive mode 2, `--concurrent-forwards` that does not divide the threads or comes with
@@ -245,19 +182,18 @@ def cpu_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[CpuPla
 
 def model_specs(settings: WorkerSettings, device: str) -> list[ModelSpec]:
     """The models to serve: the models file's entries, else the MODEL arguments (else the
-    built-in default), each with the flags' engine args; refuses one line per problem."""
+    built-in default), each with the flags' per-model settings where it sets none of its own;
+    refuses one line per problem."""
     if settings.models_file is None:
-        return [ModelSpec(m, settings.engine_args) for m in settings.models or (DEFAULT_MODEL,)]
+        return settings.model_specs(settings.models or (DEFAULT_MODEL,))
     from vllm_srun.adapters.config.models_file import load_models_file
     from vllm_srun.adapters.config.schema import ConfigError
 
     try:
         return load_models_file(
             settings.models_file,
-            flags=settings.engine_args,
+            flags=settings,
             device=device,
-            engine=settings.engine,
-            admission=settings.admission,
             dtype_refusal=dtype_refusal,
             engines=installed_engines(),
         )
@@ -274,18 +210,19 @@ def serve(ns: argparse.Namespace) -> int:
         refuse("; ".join(problems))
     from vllm_srun.adapters.contracts import EngineSettings
 
-    device = ns.device  # `auto` becomes a device when the container opens it (check_worker)
+    device = settings.device  # `auto` becomes a device when the worker opens it (check_worker)
     by_file = settings.models_file is not None  # a models file's entries' dtypes are checked one by one
-    asked = EngineSettings(dtype="auto" if by_file else ns.dtype, deterministic=ns.deterministic)
+    dtype = settings.engine_args().dtype
+    asked = EngineSettings(dtype="auto" if by_file else dtype, deterministic=settings.deterministic)
     try:
-        refusal = installed_engines().flag_refusal(ns.engine, asked)  # what the plugin refuses whatever the model
+        refusal = installed_engines().flag_refusal(settings.engine_name, asked)  # whatever the model
     except PluginConflict as exc:  # the plugin cannot be loaded
         refuse(str(exc))
     if refusal is None and device != "auto" and not by_file:
-        refusal = dtype_refusal(ns.dtype, device)
+        refusal = dtype_refusal(dtype, device)
     if refusal:
         refuse(refusal)
-    cpu, adaptive = cpu_settings(ns, os.environ)
+    cpu, adaptive = cpu_settings(settings, os.environ)
     policy = cpu.wait_policy
     if policy is not None:  # before torch (and its OpenMP) loads: it reads the policy once
         os.environ[WAIT_POLICY_ENV] = policy
@@ -293,36 +230,31 @@ def serve(ns: argparse.Namespace) -> int:
         os.environ[OMP_THREADS_ENV] = str(cpu.team)
     specs = model_specs(settings, device)
     from vllm_srun.adapters.http.listeners import open_listener
-    from vllm_srun.app.container import worker_container
+    from vllm_srun.app.bootstrap import bootstrap_worker
+    from vllm_srun.app.keys import security
     from vllm_srun.app.server import check_worker, run_worker
 
-    container = worker_container(
-        specs,
-        device=device,
-        engine=ns.engine,
-        threads=cpu.team,
-        concurrent_forwards=cpu.concurrent,
-        forward_nice=cpu.forward_nice,
-        progress=_progress,
-        max_request_bytes=ns.max_request_bytes,
-        result_cache_entries=ns.result_cache_entries,
-        media_workers=ns.media_workers,
-        thread_budget=cpu.budget,
-        adaptive_threads=adaptive,
-        wait_policy=policy or os.environ.get(WAIT_POLICY_ENV) or None,
-        deterministic=ns.deterministic,
-        admission=settings.admission,
-        max_bundle_tasks=ns.max_bundle_tasks,
-        max_request_tokens=ns.max_request_tokens,
-        connection_limits=settings.connections,
-    )
-    try:
-        for warning in check_worker(container):
-            print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
-        listener = open_listener(ns.host, ns.port, ns.uds)  # a stale --uds socket is replaced, a live one refused
+    try:  # keys, token and TLS files, before any model loads
+        door = security(ns, settings.host, settings.uds, os.environ)
     except ValueError as exc:
         refuse(str(exc))
-    return run_worker(container, listener, log_level=ns.log_level)
+    worker = bootstrap_worker(
+        settings,
+        specs=specs,
+        cpu=cpu,
+        adaptive_threads=adaptive,
+        wait_policy=policy or os.environ.get(WAIT_POLICY_ENV) or None,
+        progress=_progress,
+        auth=door.auth,
+        tenants=door.tenants,
+    )
+    try:
+        for warning in check_worker(worker):
+            print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
+        listener = open_listener(settings.host, settings.port, settings.uds, door.tls)  # a stale --uds is replaced
+    except ValueError as exc:
+        refuse(str(exc))
+    return run_worker(worker, listener, log_level=settings.log_level, tls=door.tls)
 
 
 def _progress(msg: str) -> None:
@@ -330,11 +262,11 @@ def _progress(msg: str) -> None:
 
 
 def pull(ns: argparse.Namespace) -> int:
-    from vllm_srun.app.container import WorkerContainer
+    from vllm_srun.app.bootstrap import bootstrap_worker
     from vllm_srun.domain.errors import DomainError
 
     try:
-        folder = WorkerContainer().store().pull(ns.name, _progress)
+        folder = bootstrap_worker().store().pull(ns.name, _progress)
     except DomainError as exc:
         refuse(exc.message)
     print(folder)
@@ -342,10 +274,10 @@ def pull(ns: argparse.Namespace) -> int:
 
 
 def fixture(ns: argparse.Namespace) -> int:
-    from vllm_srun.app.container import WorkerContainer
+    from vllm_srun.app.bootstrap import bootstrap_worker
     from vllm_srun.app.fixtures import fixture_families, write_fixture
 
-    families = WorkerContainer().families()
+    families = bootstrap_worker().families()
     known = fixture_families(families)
     if ns.family not in known:
         refuse(f"--family {ns.family}: no fixture writer (known: {', '.join(known)})")
@@ -389,6 +321,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fixture(ns)
     if ns.command == "quantize":
         return quantize(ns)
+    if ns.command == "key":
+        from vllm_srun.app import keys
+
+        return keys.run(ns)
     if ns.command == "simulate":
         from vllm_srun.app import simulate_cli
 

@@ -1,7 +1,8 @@
-"""Settings of `domain/bounds.py` as argparse flags, for both CLIs (R-ARG-2).
+"""Argparse flags derived from the settings record's declarations (`adapters/config/settings.py`),
+for both CLIs (R-ARG-2).
 
 A flag's type refuses what its setting refuses (one line: `argument --flag: expected …`),
-its choices are the setting's, and its help says what it does and its default.
+its choices are the setting's, and its help says what it does and its default, as declared.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import argparse
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from vllm_srun.adapters.config.settings import Declared
 from vllm_srun.domain import bounds
 
-KEEP = object()  # `add_setting(default=KEEP)`: the setting's own default
+KEEP = object()  # `add_setting(default=KEEP)`: the declared default
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -37,21 +39,30 @@ def arg_type(setting: bounds.Setting[Any]) -> Callable[[str], Any]:
 
 def add_setting(
     parser: argparse.ArgumentParser,
-    setting: bounds.Setting[Any],
+    field: Declared,
     *,
     default: object = KEEP,
     **extra: Any,
 ) -> None:
-    """Add `setting` as `setting.flag`. `default` None leaves the value unset (a front flag that
-    writes into the config only when given); `--help` still shows the effective default."""
-    value = setting.default if default is KEEP else default
-    text = extra.pop("help", None) or setting.help_text()
+    """Add the declared FIELD as its setting's flag (dest: the field's name). `default` None leaves
+    the value unset (a front flag that writes into the config only when given); `--help` still
+    shows the effective default."""
+    setting = field.setting
+    value = field.default if default is KEEP else default
+    text = extra.pop("help", None) or field.help_text()
+    extra.setdefault("dest", field.name)
     if isinstance(setting, bounds.SwitchSetting):
         parser.add_argument(setting.flag, action=argparse.BooleanOptionalAction, default=value, help=text, **extra)
     elif isinstance(setting, bounds.ChoiceSetting):
         parser.add_argument(setting.flag, choices=setting.choices, default=value, help=text, **extra)
     else:
-        parser.add_argument(setting.flag, type=arg_type(setting), default=value, help=text, **extra)
+        extra.setdefault("type", arg_type(setting))
+        parser.add_argument(setting.flag, default=value, help=text, **extra)
+
+
+def add_flag(parser: argparse.ArgumentParser, setting: bounds.Setting[Any], help: str, **extra: Any) -> None:
+    """A flag that is no field of the settings record (the front's port, pid file, reload timeout)."""
+    add_setting(parser, Declared(setting.name, setting, help, "", setting.default), **extra)
 
 
 def positive_int(text: str) -> int:
@@ -65,4 +76,4 @@ def non_negative_int(text: str) -> int:
 
 
 def _int_at_least(text: str, low: int) -> int:
-    return arg_type(bounds.IntSetting(name="value", help="", default=None, low=low))(text)
+    return arg_type(bounds.IntSetting(name="value", default=None, low=low))(text)

@@ -19,13 +19,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from vllm_srun.adapters.config.schema import ENGINE_ARG_FIELDS, DeploymentConfig
+from vllm_srun.adapters.config.settings import CONNECTION_SETTINGS, WorkerSettings, by_setting, declared
 from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
 from vllm_srun.adapters.plugins import PluginConflict
-from vllm_srun.app.flags import OneLineParser, add_setting, positive_int
+from vllm_srun.app.flags import OneLineParser, add_flag, add_setting, positive_int
 from vllm_srun.domain import bounds
-from vllm_srun.domain.connections import ConnectionLimits
 
 PROG = "vllm-sr"
+FRONT_PORT_HELP = f"the TCP port to listen on; workers use Unix sockets (default: {bounds.FRONT_PORT.default})"
+PID_FILE_HELP = (
+    "the file that names the front's pid, host and port, for `vllm-sr reload` "
+    "(default: $XDG_RUNTIME_DIR/vllm-sr/PORT.json, else <tmp>/vllm-sr-UID/PORT.json)"
+)
 ENGINE_MODE = ""  # `-e` without a value: Engine mode, the only mode this front has
 
 
@@ -44,22 +50,11 @@ def _device_ids(text: str) -> list[int]:
     return ids
 
 
-# Flags written into the default deployment of the config; unset ones are not written, so the
-# config's value (or the worker's default) stays.
-DEPLOYMENT_SETTINGS = (
-    bounds.MAX_NUM_SEQS,
-    bounds.MAX_NUM_BATCHED_TOKENS,
-    bounds.BATCH_WINDOW_MS,
-    bounds.DTYPE,
-    bounds.MAX_MODEL_LEN,
-    bounds.RESULT_CACHE_ENTRIES,
-    bounds.MEDIA_WORKERS,
-    bounds.ENABLE_SHARED_CONTEXT,
-    bounds.MAX_REQUEST_TOKENS,
-    bounds.MAX_QUEUE,
-    bounds.MAX_QUEUED_TOKENS,
-    bounds.TIMEOUT_MS,
-)
+# Flags written into the default deployment of the config (its declared fields but the engine);
+# unset ones are not written, so the config's value (or the worker's default) stays.
+DEPLOYMENT_SETTINGS = tuple(d for d in declared(DeploymentConfig) if d.name in ENGINE_ARG_FIELDS)
+# the front's own listener, the same flags as the worker's (docs/hardening.md)
+CONNECTION_FLAGS = tuple(by_setting(WorkerSettings, setting) for setting in CONNECTION_SETTINGS)
 
 
 def _add_config_flags(p: argparse.ArgumentParser, engines: EngineRegistry) -> None:
@@ -116,8 +111,9 @@ def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentPars
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     serve = sub.add_parser("serve", help="start the workers and serve the deployments over HTTP")
     _add_config_flags(serve, engines)
-    for setting in (bounds.HOST, bounds.FRONT_PORT, bounds.MAX_REQUEST_BYTES):
-        add_setting(serve, setting)
+    add_setting(serve, by_setting(WorkerSettings, bounds.HOST))
+    add_flag(serve, bounds.FRONT_PORT, FRONT_PORT_HELP)
+    add_setting(serve, by_setting(WorkerSettings, bounds.MAX_REQUEST_BYTES))
     serve.add_argument(
         "--drain-timeout",
         type=float,
@@ -125,10 +121,13 @@ def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentPars
         metavar="S",
         help="on SIGTERM, how long in-flight requests may take before workers stop (default: %(default)g)",
     )
-    add_setting(serve, bounds.LOG_LEVEL)
-    for connection_setting, _ in ConnectionLimits().valued():  # the front's own listener (docs/hardening.md)
-        add_setting(serve, connection_setting)
-    add_setting(serve, bounds.PID_FILE, metavar="FILE")
+    add_setting(serve, by_setting(WorkerSettings, bounds.LOG_LEVEL))
+    from vllm_srun.app.keys import add_security_flags
+
+    add_security_flags(serve, worker=False)  # the front's own door (R-AUTH)
+    for connection_flag in CONNECTION_FLAGS:
+        add_setting(serve, connection_flag)
+    add_flag(serve, bounds.PID_FILE, PID_FILE_HELP, metavar="FILE")
     reload = sub.add_parser(
         "reload",
         help="apply the config again on a running `vllm-sr serve` (SIGHUP), without failing a request",
@@ -138,11 +137,14 @@ def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentPars
         "Exit status 0: applied; 2: the config was refused (one line per problem; the old one keeps "
         "serving); 1: the new workers did not get ready (nothing changed).",
     )
-    add_setting(
-        reload, bounds.FRONT_PORT, help=f"the port of the front to reload (default: {bounds.FRONT_PORT.default})"
+    add_flag(reload, bounds.FRONT_PORT, f"the port of the front to reload (default: {bounds.FRONT_PORT.default})")
+    add_flag(reload, bounds.PID_FILE, "the front's pid file (default: the one of --port)", metavar="FILE")
+    add_flag(
+        reload,
+        bounds.RELOAD_TIMEOUT_S,
+        f"seconds `vllm-sr reload` waits for the reload's outcome (default: {bounds.RELOAD_TIMEOUT_S.default:g})",
+        metavar="S",
     )
-    add_setting(reload, bounds.PID_FILE, metavar="FILE", help="the front's pid file (default: the one of --port)")
-    add_setting(reload, bounds.RELOAD_TIMEOUT_S, metavar="S")
     config = sub.add_parser("config", help="show or migrate the canonical config")
     config_sub = config.add_subparsers(dest="config_command", required=True, parser_class=OneLineParser)
     show = config_sub.add_parser("show", help="print the config `serve` would run, as YAML")
@@ -195,7 +197,7 @@ def build_config(ns: argparse.Namespace):
 
         found, ids = detect_gpus()
         gpus = ids if found == platform else []
-    args = {setting.name: getattr(ns, setting.name) for setting in DEPLOYMENT_SETTINGS}
+    args = {field.name: getattr(ns, field.name) for field in DEPLOYMENT_SETTINGS}
     return apply_cli_overrides(
         config,
         model=model,
@@ -255,13 +257,18 @@ def config_migrate(ns: argparse.Namespace) -> int:
 def serve(ns: argparse.Namespace) -> int:
     config = resolve_config(ns)
     from vllm_srun.adapters.config.schema import ConfigError
+    from vllm_srun.adapters.config.settings import connection_limits
     from vllm_srun.adapters.front.control import default_pid_file
-    from vllm_srun.app.cli import connection_limits
     from vllm_srun.app.front_server import prepare_front, run_front
+    from vllm_srun.app.keys import security
 
+    key_file = ns.api_key_file or config.global_.api_key_file  # the flag wins over the config
     try:
+        door = security(argparse.Namespace(**{**vars(ns), "api_key_file": key_file}), ns.host)  # before any worker
         front = prepare_front(
             config,
+            security=door,
+            key_file=key_file,
             host=ns.host,
             port=ns.port,
             max_request_bytes=ns.max_request_bytes,

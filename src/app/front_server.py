@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
@@ -40,13 +40,16 @@ from vllm_srun.adapters.front.proxy import Proxy
 from vllm_srun.adapters.front.reconfigure import Reconfigurer
 from vllm_srun.adapters.http.connection_guard import ConnectionGuard
 from vllm_srun.adapters.http.guarded_protocol import uvicorn_config
-from vllm_srun.adapters.http.listeners import bind_tcp, ensure_descriptors
+from vllm_srun.adapters.http.listeners import TlsFiles, bind_tcp, ensure_descriptors
 from vllm_srun.adapters.offload import SWITCH_INTERVAL_S
 from vllm_srun.adapters.workers.cpu_budget import managed_worker_threads
 from vllm_srun.adapters.workers.socket_dirs import clean_stale_socket_dirs, make_socket_dir
-from vllm_srun.app.container import FrontContainer, front_container
+from vllm_srun.app.bootstrap import FrontContainer, bootstrap_front
 from vllm_srun.domain import bounds
 from vllm_srun.domain.connections import ConnectionLimits
+
+if TYPE_CHECKING:
+    from vllm_srun.app.keys import Security
 
 log = logging.getLogger("vllm_srun.front")
 WORKER_STOP_GRACE_S = 10.0
@@ -67,20 +70,18 @@ class PreparedFront:
     pid_file: Path | None = None
     host: str = bounds.HOST.default
     port: int = bounds.FRONT_PORT.default
+    tls: TlsFiles | None = None  # R-AUTH-4
 
 
 def _check_packages(config: FrontConfig, container: FrontContainer) -> None:
     """The worker's package-level refusals (e.g. `max_model_len` on an encoder), run here so
     they stop the front before any worker starts. Attached runtimes check their own."""
     from vllm_srun.app.preflight import engine_arg_refusal
-    from vllm_srun.domain.engine_args import EngineArgs
 
     for name, deployment in config.deployments.items():
         if all(replica.attached for replica in deployment.placement()):
             continue
-        args = EngineArgs(
-            max_model_len=deployment.max_model_len, enable_shared_context=deployment.enable_shared_context
-        )
+        args = deployment.engine_args()
         refusal = engine_arg_refusal([deployment.artifact], args, container.store(), container.families(), quiet)
         if refusal:
             raise ValueError(f"deployments.{name}: {refusal}")
@@ -97,10 +98,13 @@ def prepare_front(
     load_config: Callable[[], FrontConfig] | None = None,
     pid_file: Path | None = None,
     connection_limits: ConnectionLimits | None = None,
+    security: Security | None = None,
+    key_file: str | None = None,
 ) -> PreparedFront:
     """Everything short of starting workers; raises ValueError with a one-line refusal, or
     ConfigError (a ValueError) with one line per problem of the workers' settings.
-    LOAD_CONFIG reads the config again on a reload (SIGHUP)."""
+    LOAD_CONFIG reads the config again on a reload (SIGHUP). KEY_FILE: the front's key file,
+    whose tenant policies its managed workers apply (`--tenant-policies`, R-FAIR-1)."""
     threads = managed_worker_threads(env)  # InvalidThreadOverride is a ValueError
     limits = connection_limits or ConnectionLimits()
     warnings: list[str] = []
@@ -110,7 +114,7 @@ def prepare_front(
         limits = dataclasses.replace(limits, max_connections=cap)
     clean_stale_socket_dirs(tempfile.gettempdir())  # left by fronts that were killed
     socket_dir = make_socket_dir(tempfile.gettempdir())  # mode 0700: only this user reaches the workers
-    container = front_container(
+    container = bootstrap_front(
         config,
         socket_dir=socket_dir,
         threads=threads,
@@ -119,6 +123,8 @@ def prepare_front(
         env=env,
         load_config=load_config,
         connection_limits=limits,
+        auth=security.auth if security is not None else None,
+        tenant_policies=os.path.abspath(key_file) if key_file is not None else None,
     )
     container.config.check_config.from_value(lambda new: _check_packages(new, container))
     try:
@@ -131,7 +137,9 @@ def prepare_front(
     proxy = container.proxy()
     app = container.app()
     port = sock.getsockname()[1]
-    where = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    tls = security.tls if security is not None else None
+    scheme = "https" if tls is not None else "http"
+    where = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
     return PreparedFront(
         fleet,
         proxy,
@@ -146,6 +154,7 @@ def prepare_front(
         pid_file,
         host,
         port,
+        tls,
     )
 
 
@@ -166,6 +175,7 @@ async def _serve(front: PreparedFront, drain_timeout_s: float) -> int:
         log_level=front.log_level,
         timeout_graceful_shutdown=5,
         log_config=None,
+        **(front.tls.uvicorn_options() if front.tls is not None else {}),
     )
     server = _Server(config)
     stop = asyncio.Event()

@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from dependency_injector import providers
 
+from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.contracts import ModelStore
 from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.readiness import golden
-from vllm_srun.app.container import worker_container
+from vllm_srun.app.bootstrap import bootstrap_worker
 from vllm_srun.domain.dtypes import device_class
-from vllm_srun.domain.engine_args import EngineArgs
 
 
 async def _answers(
@@ -32,20 +31,19 @@ async def _answers(
     engines: EngineRegistry | None,
     store: ModelStore | None,
 ) -> tuple[list[Any], dict[str, Any]]:
-    container = worker_container(
-        [(str(folder), EngineArgs(batch_window_ms=0.0, dtype=dtype))],
+    settings = WorkerSettings(
+        models=(str(folder),),
         device=device,
         engine=engine,
+        batch_window_ms=0.0,
+        dtype=dtype,
         result_cache_entries=0,
-        check_golden=False,
         media_workers=0,  # the same pixels as media workers give (R-MEDIA), without starting any
     )
-    if families is not None:
-        container.families.override(providers.Object(families))
-    if engines is not None:
-        container.engines.override(providers.Object(engines))
-    if store is not None:
-        container.store.override(providers.Object(store))
+    given: dict[str, Any] = {"families": families, "engines": engines, "store": store}
+    container = bootstrap_worker(
+        settings.normalized(), check_golden=False, **{name: value for name, value in given.items() if value is not None}
+    )
     runtime = container.runtime()
     loop = asyncio.get_running_loop()
     runtime.start_loading(loop)

@@ -17,9 +17,9 @@ import uvicorn
 from vllm_srun.adapters.contracts import EngineSettings
 from vllm_srun.adapters.http.connection_guard import ConnectionGuard
 from vllm_srun.adapters.http.guarded_protocol import uvicorn_config
-from vllm_srun.adapters.http.listeners import Listener, ensure_descriptors
+from vllm_srun.adapters.http.listeners import Listener, TlsFiles, ensure_descriptors
 from vllm_srun.adapters.offload import SWITCH_INTERVAL_S
-from vllm_srun.app.container import WorkerContainer
+from vllm_srun.app.bootstrap import WorkerContainer
 from vllm_srun.app.preflight import engine_arg_refusal
 from vllm_srun.domain import bounds
 from vllm_srun.domain.dtypes import dtype_refusal, needs_bf16_warning
@@ -40,7 +40,6 @@ def check_worker(container: WorkerContainer) -> list[str]:
         runtime = container.runtime()  # DeviceRefused (opening a model's device) is a ValueError
     except DomainError as exc:  # e.g. a served name given twice
         raise ValueError(exc.message) from None
-    engine = engines.resolve_name(container.config.engine())  # EngineRefused is a ValueError
     warnings = []
     limits = container.config.connection_limits()
     cap, warning = ensure_descriptors(limits.max_connections, limits.max_connections != bounds.MAX_CONNECTIONS.default)
@@ -50,8 +49,9 @@ def check_worker(container: WorkerContainer) -> list[str]:
     for served in runtime.models.values():
         device = runtime.device_for(served)
         where = f"model {served.name}: " if len(runtime.models) > 1 else ""
+        engine = engines.resolve_name(served.engine)  # EngineRefused is a ValueError
         refusal = dtype_refusal(served.args.dtype, device.name, device.native_dtypes)
-        settings = EngineSettings(dtype=served.args.dtype, deterministic=container.config.deterministic())
+        settings = EngineSettings(dtype=served.args.dtype, deterministic=runtime.settings.deterministic)
         refusal = refusal or engines.flag_refusal(engine, settings) or engines.device_refusal(engine, device)
         if refusal:
             raise ValueError(where + refusal)
@@ -68,7 +68,7 @@ def check_worker(container: WorkerContainer) -> list[str]:
     return warnings
 
 
-def run_worker(container: WorkerContainer, listener: Listener, *, log_level: str) -> int:
+def run_worker(container: WorkerContainer, listener: Listener, *, log_level: str, tls: TlsFiles | None = None) -> int:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tokenizing stays on the preparing thread
     sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -80,7 +80,7 @@ def run_worker(container: WorkerContainer, listener: Listener, *, log_level: str
         flush=True,
     )
     try:
-        run_server(app, listener, container.connection_guard(), log_level=log_level, on_exit=listener.remove)
+        run_server(app, listener, container.connection_guard(), log_level=log_level, on_exit=listener.remove, tls=tls)
     finally:
         listener.remove()
     return 0
@@ -110,8 +110,14 @@ def run_server(
     *,
     log_level: str = bounds.LOG_LEVEL.default,
     on_exit: Callable[[], None] = lambda: None,
+    tls: TlsFiles | None = None,
 ) -> None:
     config = uvicorn_config(
-        app, guard, lifespan="on", log_level=log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S
+        app,
+        guard,
+        lifespan="on",
+        log_level=log_level,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        **(tls.uvicorn_options() if tls is not None else {}),  # R-AUTH-4
     )
     _Server(config, on_exit).run(sockets=[listener.sock])

@@ -19,6 +19,15 @@ A client that ignores Retry-After and asks again on the same connection at once 
 its Retry-After has passed (`RetryDiscipline`): under a closed loop of retries the worker then
 spends its time on forwards, not on refusals.
 
+Tenants (R-FAIR-4): every admission is for a tenant (`domain/tenants.py`). A tenant whose policy
+sets `tokens_per_s` is refused while its token bucket (`domain/token_rate.py`) lacks the tokens,
+one that sets `max_queued_tokens` while it holds something and the request would take it past
+that; both refusals say when its own work allows the next one. The model's limits are shared by
+weight: past them, a request is refused only when its tenant already holds something and would
+hold more than its weight's share of the limit among the tenants holding work (it included);
+a tenant within its share gets in, up to `OVERSHARE` times the model's limits in all. With one
+tenant its share is the whole limit: the rule above, unchanged.
+
 Pure: the caller passes the time.
 """
 
@@ -28,12 +37,16 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from .errors import Overloaded
+from .errors import Overloaded, quoted
+from .tenants import DEFAULT_TENANT, DEFAULT_TENANTS, TenantTable
+from .token_rate import TokenRate
 
 HORIZON_S = 10.0
 MIN_BUSY_S = 0.05  # less busy time than this measures nothing
 MIN_RETRY_AFTER_S = 1
 MAX_RETRY_AFTER_S = 60
+OVERSHARE = 2  # tenants within their share may take the model this far past its limits
+MAX_RATE_BUCKETS = 4096  # tenants' token buckets remembered; full ones are forgotten first
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +72,19 @@ class Ticket:
     requests: int
     tokens: int
     released: bool = False
+    tenant: str = DEFAULT_TENANT
 
 
 class Admission:
-    def __init__(self, limits: AdmissionLimits, *, horizon_s: float = HORIZON_S) -> None:
+    def __init__(
+        self, limits: AdmissionLimits, *, horizon_s: float = HORIZON_S, tenants: TenantTable = DEFAULT_TENANTS
+    ) -> None:
         if horizon_s <= 0:
             raise ValueError("horizon_s must be > 0")
         self.limits = limits
+        self.tenants = tenants
+        self._held: dict[str, tuple[int, int]] = {}  # tenant → (requests, tokens) it holds
+        self._rates: dict[str, TokenRate] = {}
         self.horizon_s = horizon_s
         self.pending_requests = 0
         self.pending_tokens = 0
@@ -74,27 +93,93 @@ class Admission:
         self._busy_since: float | None = None
 
     # ---- admission -----------------------------------------------------------------------
-    def admit(self, requests: int, tokens: int, now: float) -> Ticket:
-        """Hold REQUESTS requests of TOKENS tokens in all, or raise `Overloaded`."""
+    def admit(self, requests: int, tokens: int, now: float, tenant: str = DEFAULT_TENANT) -> Ticket:
+        """Hold REQUESTS requests of TOKENS tokens in all for TENANT, or raise `Overloaded`."""
         if requests < 1 or tokens < 0:
             raise ValueError("an admission holds at least one request and no negative tokens")
+        rate = self._rate(tenant, now)
+        if rate is not None and (wait := rate.wait_s(tokens, now)) > 0:
+            raise Overloaded(
+                f"tenant {quoted(tenant)} sends more than its {rate.tokens_per_s:g} tokens/s", _seconds(wait)
+            )
+        self._check_tenant_limit(tenant, tokens, now)
         if self.pending_requests:
-            limits = self.limits
-            if self.pending_requests + requests > limits.max_queue:
-                raise Overloaded(
-                    f"{self.pending_requests} requests are unanswered (--max-queue {limits.max_queue})",
-                    self.retry_after_s(now, by_tokens=False),
-                )
-            if self.pending_tokens + tokens > limits.max_queued_tokens:
-                raise Overloaded(
-                    f"{self.pending_tokens} tokens are unanswered (--max-queued-tokens {limits.max_queued_tokens})",
-                    self.retry_after_s(now, by_tokens=True),
-                )
+            self._check_model_limits(tenant, requests, tokens, now)
         else:
             self._busy_since = now
+        if rate is not None:
+            rate.take(tokens, now)
         self.pending_requests += requests
         self.pending_tokens += tokens
-        return Ticket(requests, tokens)
+        held_requests, held_tokens = self._held.get(tenant, (0, 0))
+        self._held[tenant] = (held_requests + requests, held_tokens + tokens)
+        return Ticket(requests, tokens, tenant=tenant)
+
+    def held(self, tenant: str) -> tuple[int, int]:
+        """The requests and tokens TENANT holds unanswered."""
+        return self._held.get(tenant, (0, 0))
+
+    def _check_tenant_limit(self, tenant: str, tokens: int, now: float) -> None:
+        limit = self.tenants.policy(tenant).max_queued_tokens
+        held_requests, held_tokens = self.held(tenant)
+        if limit is None or not held_requests or held_tokens + tokens <= limit:
+            return
+        rate = self.drain_rate(now)
+        share = self._weight_share(tenant)
+        speed = rate.tokens_per_s * share if rate is not None else 0.0
+        wait = held_tokens / speed if speed > 0 else MIN_RETRY_AFTER_S
+        raise Overloaded(
+            f"tenant {quoted(tenant)} holds {held_tokens} unanswered tokens (its limit {limit})", _seconds(wait)
+        )
+
+    def _check_model_limits(self, tenant: str, requests: int, tokens: int, now: float) -> None:
+        limits = self.limits
+        over_requests = self.pending_requests + requests > limits.max_queue
+        over_tokens = self.pending_tokens + tokens > limits.max_queued_tokens
+        if not (over_requests or over_tokens) or self._within_share(tenant, requests, tokens):
+            return
+        if over_requests:
+            raise Overloaded(
+                f"{self.pending_requests} requests are unanswered (--max-queue {limits.max_queue})",
+                self.retry_after_s(now, by_tokens=False),
+            )
+        raise Overloaded(
+            f"{self.pending_tokens} tokens are unanswered (--max-queued-tokens {limits.max_queued_tokens})",
+            self.retry_after_s(now, by_tokens=True),
+        )
+
+    def _within_share(self, tenant: str, requests: int, tokens: int) -> bool:
+        """Past the model's limits, TENANT still gets in while it holds nothing or stays within its
+        weight's share of them, and the model stays within OVERSHARE times its limits."""
+        limits = self.limits
+        if self.pending_requests + requests > OVERSHARE * limits.max_queue:
+            return False
+        if self.pending_tokens + tokens > OVERSHARE * limits.max_queued_tokens:
+            return False
+        held_requests, held_tokens = self.held(tenant)
+        if not held_requests:
+            return True
+        share = self._weight_share(tenant)
+        return (
+            held_requests + requests <= share * limits.max_queue
+            and held_tokens + tokens <= share * limits.max_queued_tokens
+        )
+
+    def _weight_share(self, tenant: str) -> float:
+        """TENANT's weight over that of the tenants holding work, it included."""
+        weights = {name: self.tenants.weight(name) for name in (*self._held, tenant)}
+        return weights[tenant] / sum(weights.values())
+
+    def _rate(self, tenant: str, now: float) -> TokenRate | None:
+        tokens_per_s = self.tenants.policy(tenant).tokens_per_s
+        if tokens_per_s is None:
+            return None
+        found = self._rates.get(tenant)
+        if found is None:
+            if len(self._rates) >= MAX_RATE_BUCKETS:  # a full bucket is what a new one would be
+                self._rates = {name: r for name, r in self._rates.items() if not r.full(now)}
+            found = self._rates[tenant] = TokenRate(tokens_per_s, now)
+        return found
 
     def release(self, ticket: Ticket, now: float, *, answered: bool) -> None:
         """The ticket's requests left: answered (they count as drained work) or not."""
@@ -103,6 +188,9 @@ class Admission:
         ticket.released = True
         self.pending_requests -= ticket.requests
         self.pending_tokens -= ticket.tokens
+        held_requests, held_tokens = self._held.pop(ticket.tenant, (0, 0))
+        if held_requests > ticket.requests:
+            self._held[ticket.tenant] = (held_requests - ticket.requests, held_tokens - ticket.tokens)
         if answered:
             self._answered.append((now, ticket.requests, ticket.tokens))
         if self.pending_requests == 0 and self._busy_since is not None:
@@ -145,6 +233,11 @@ class Admission:
             self._answered.popleft()
         while self._busy and self._busy[0][1] < start:
             self._busy.popleft()
+
+
+def _seconds(wait: float) -> int:
+    """A Retry-After in whole seconds within [1, 60]."""
+    return max(MIN_RETRY_AFTER_S, min(MAX_RETRY_AFTER_S, math.ceil(wait)))
 
 
 class RetryDiscipline:

@@ -1,9 +1,10 @@
 """Every bound and default of the serving settings, stated once (R-ARG, R-ARG-2).
 
-Both CLIs (`vllm-srun serve`, `vllm-sr serve`), the config schema, `EngineArgs.problems()`,
-the dtype rules and the front's worker commands take their ranges, choices, defaults and help
-texts from here. A setting is named as in the config (`max_num_seqs`); its flag is the same
-name with dashes (`--max-num-seqs`).
+The settings record (`adapters/config/settings.py`) declares each field with its setting here:
+both CLIs, the config schema, the models file, `EngineArgs.problems()`, the dtype rules and the
+front's worker commands take their ranges, choices and defaults from here. What a setting does
+(its help text) is said where it is declared, not here. A setting is named as in the config
+(`max_num_seqs`); its flag is the same name with dashes (`--max-num-seqs`).
 
 Pure: strings and numbers in, values or one-line problems out.
 """
@@ -23,25 +24,14 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Setting(Generic[T]):
-    """One setting: its name, a one-line help text and its default. `shown` says the default in
-    words where its value does not (None: worked out at run time, `by device class`)."""
+    """One setting: its name and its default (None: worked out at run time, e.g. by device class)."""
 
     name: str
-    help: str
     default: T
-    shown: str = ""
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
-
-    def default_text(self) -> str:
-        """The default as `--help` shows it."""
-        return self.shown or _spell(self.default)
-
-    def help_text(self) -> str:
-        """What the setting does and its default, for argparse."""
-        return f"{self.help} (default: {self.default_text()})"
 
     def rule(self) -> str:
         """What a value must be: `>= 1`, `between 0 and 10000`, `one of a, b`."""
@@ -103,7 +93,7 @@ class FloatSetting(Setting[T]):
         except ValueError:
             raise ValueError(f"expected a number {self.rule()}, got {text!r}") from None
         if not self.low <= value <= self.high:  # nan fails both comparisons
-            raise ValueError(f"expected a number {self.rule()}, got {_spell(value)}")
+            raise ValueError(f"expected a number {self.rule()}, got {spell(value)}")
         return value
 
 
@@ -178,41 +168,31 @@ MAX_NUM_SEQS: IntSetting[int | None] = IntSetting(
     name="max_num_seqs",
     low=1,
     default=None,
-    shown="by device class",
-    help="most rows in one forward; 1 runs every row alone",
 )
 MAX_NUM_BATCHED_TOKENS: IntSetting[int | None] = IntSetting(
     name="max_num_batched_tokens",
     low=8,
     default=None,
-    shown="by device class",
-    help="most counted tokens in one forward",
 )
 BATCH_WINDOW_MS = FloatSetting(
     name="batch_window_ms",
     low=0.0,
     high=10_000.0,
     default=2.0,
-    help="milliseconds the first queued row waits for company",
 )
 DTYPE = ChoiceSetting(
     name="dtype",
     choices=("auto", "float32", "bfloat16", "float16"),
     default="auto",
-    help="the precision the model computes in; auto: the package's, FP32 for a BF16 model on a CPU",
 )
 ENABLE_SHARED_CONTEXT: SwitchSetting[bool | None] = SwitchSetting(
     name="enable_shared_context",
     default=None,
-    shown="on for decision models",
-    help="decision models: run a multi-question request's state once",
 )
 MAX_MODEL_LEN: IntSetting[int | None] = IntSetting(
     name="max_model_len",
     low=1,
     default=None,
-    shown="the package's limit",
-    help="decision models: most input tokens one question's prompt may have",
 )
 
 # ---- the worker process ------------------------------------------------------------------------
@@ -222,59 +202,44 @@ RESULT_CACHE_ENTRIES = IntSetting(
     name="result_cache_entries",
     low=0,
     default=1024,
-    help=f"answers kept in the LRU result cache, at most {RESULT_CACHE_BYTES // MIB} MiB of them; 0 turns it off",
 )
 MEDIA_WORKERS: IntSetting[int | None] = IntSetting(
     name="media_workers",
     low=0,
     high=64,
     default=None,
-    shown="one per 16 CPUs of the budget, 1 to 4",
-    help="processes that decode and resize images and videos (R-MEDIA); 0 decodes in the request path",
 )
 MAX_REQUEST_BYTES = IntSetting(
     name="max_request_bytes",
     low=1,
     default=_REQUEST_MIB * MIB,
-    shown=f"{_REQUEST_MIB} MiB",
-    help="the largest request body accepted, in bytes",
 )
 THREADS: IntSetting[int | None] = IntSetting(
     name="threads",
     low=1,
     default=None,
-    shown="the whole CPU budget (affinity and cgroup quota), at least 1",
-    help="CPU threads for forwards; at most the CPU budget",
 )
 CONCURRENT_FORWARDS: IntSetting[int | None] = IntSetting(
     name="concurrent_forwards",
     low=1,
     high=64,
     default=None,
-    shown="2 when the forward threads split evenly in two, else 1; 1 with adaptive threads",
-    help="forwards a CPU worker runs side by side, each on its own team of threads ÷ N "
-    "(N divides the thread count; 1 with adaptive threads; a GPU runs one at a time)",
 )
 DETERMINISTIC = SwitchSetting(
     name="deterministic",
     default=False,
-    help="answer every input bit-identically whatever its batch, the load, the cache or the thread count; "
-    "refused where the engine cannot honour it",
 )
 # an environment variable of the worker, not a flag: `VLLM_SRUN_CPU_ADAPTIVE_THREADS` (R-CPU-2)
 CPU_ADAPTIVE_THREADS = ChoiceSetting(
     name="cpu_adaptive_threads",
     choices=("0", "1", "2"),
     default="0",
-    help="0: off; 1: learn each forward size's fastest thread count from shadow forwards and report it; "
-    "2: also serve the learned counts once their shadows matched",
 )
 DEVICE = PatternSetting(
     name="device",
     pattern=r"cpu|auto|mps|(cuda|rocm)(:[0-9]+)?",
     default="cpu",
     spelled="one of cpu, auto, mps, cuda[:N], rocm[:N]",
-    help="where the models run; auto: the first GPU with room, else the CPU",
 )
 # A deployment's replica names its GPU by index (`cuda:0`), so workers never share one by accident.
 REPLICA_DEVICE = PatternSetting(
@@ -282,7 +247,6 @@ REPLICA_DEVICE = PatternSetting(
     pattern=r"cpu|mps|auto|cuda:[0-9]+|rocm:[0-9]+",
     default="auto",
     spelled="one of cpu, cuda:N, rocm:N, mps, auto",
-    help="where a managed worker runs",
 )
 # Engines are plugins (entry point group `vllm_srun.engines`): here only how a name is spelled;
 # whether one is installed is the engine registry's to say (`adapters/engines/registry.py`).
@@ -291,22 +255,18 @@ ENGINE = PatternSetting(
     pattern=r"[A-Za-z0-9_][A-Za-z0-9._-]*",
     default="auto",
     spelled="auto or an installed engine's name (letters, digits, '.', '_' or '-')",
-    help="the runtime engine",
 )
 LOG_LEVEL = ChoiceSetting(
     name="log_level",
     choices=("debug", "info", "warning", "error"),
     default="info",
-    help="the least severe log records written",
 )
-HOST = TextSetting(name="host", default="127.0.0.1", help="the address to listen on")
-PORT = IntSetting(name="port", low=0, high=65535, default=8100, help="the TCP port to listen on")
-FRONT_PORT = dataclasses.replace(PORT, default=8000, help="the TCP port to listen on; workers use Unix sockets")
+HOST = TextSetting(name="host", default="127.0.0.1")
+PORT = IntSetting(name="port", low=0, high=65535, default=8100)
+FRONT_PORT = dataclasses.replace(PORT, default=8000)
 UDS: TextSetting[str | None] = TextSetting(
     name="uds",
     default=None,
-    shown="TCP",
-    help="serve on this Unix socket instead of TCP",
 )
 
 # ---- admission and bundles (R-ADM-1, R-PERF-1) -------------------------------------------------------
@@ -314,35 +274,30 @@ MAX_QUEUE = IntSetting(
     name="max_queue",
     low=1,
     default=64,
-    help="unanswered requests one model may hold; past it: 429 overloaded with Retry-After",
 )
 MAX_QUEUED_TOKENS = IntSetting(
     name="max_queued_tokens",
     low=1,
     default=65_536,
-    help="tokens of the unanswered requests one model may hold, counted as request-body bytes "
-    "(an upper bound); applies only while a request is pending",
 )
 MAX_BUNDLE_TASKS = IntSetting(
     name="max_bundle_tasks",
     low=1,
     high=1024,
     default=64,
-    help="most tasks one /v1/bundle request may hold; more: 413",
 )
 MODELS_FILE: TextSetting[str | None] = TextSetting(
     name="models",
     default=None,
-    shown="none",
-    help="a YAML file of the models to serve, each with its own served name, device and engine "
-    "arguments (refused together with MODEL arguments)",
+)
+TENANT_POLICIES: TextSetting[str | None] = TextSetting(  # a key file, read for its policy columns (R-FAIR-1)
+    name="tenant_policies",
+    default=None,
 )
 MAX_REQUEST_TOKENS = IntSetting(
     name="max_request_tokens",
     low=1,
     default=524_288,
-    shown="524288 (2,048 inputs of 256 tokens)",
-    help="most tokens the rows of one request may hold (inputs, windows or questions together); 413 past it",
 )
 
 # ---- connections (the worker and the front alike; docs/hardening.md) -----------------------------
@@ -352,36 +307,30 @@ HEADER_TIMEOUT = FloatSetting(
     low=0.1,
     high=3600.0,
     default=10.0,
-    help="seconds a request head may take to arrive, from the connection's opening or the request's first byte",
 )
 KEEP_ALIVE_TIMEOUT = FloatSetting(
     name="keep_alive_timeout",
     low=0.1,
     high=3600.0,
     default=30.0,
-    help="seconds an idle keep-alive connection stays open",
 )
 BODY_TIMEOUT = FloatSetting(
     name="body_timeout",
     low=0.1,
     high=3600.0,
     default=60.0,
-    help="seconds a request body may take to arrive (408 past it), and a response may wait for the client to read it",
 )
 MAX_HEADER_BYTES = IntSetting(
     name="max_header_bytes",
     low=1 * KIB,
     high=16 * MIB,
     default=64 * KIB,
-    shown="64 KiB",
-    help="the largest request head (request line and headers), in bytes; 431 past it",
 )
 MAX_CONNECTIONS = IntSetting(
     name="max_connections",
     low=1,
     high=1_000_000,
     default=2048,
-    help="most open client connections; past it the longest-idle one is closed, else the new one gets 503",
 )
 
 # ---- the front -------------------------------------------------------------------------------------
@@ -389,20 +338,16 @@ TIMEOUT_MS = IntSetting(
     name="timeout_ms",
     low=1,
     default=60_000,
-    help="the default deployment's request timeout, in milliseconds",
 )
 PID_FILE: TextSetting[str | None] = TextSetting(
     name="pid_file",
     default=None,
-    shown="$XDG_RUNTIME_DIR/vllm-sr/PORT.json, else <tmp>/vllm-sr-UID/PORT.json",
-    help="the file that names the front's pid, host and port, for `vllm-sr reload`",
 )
 RELOAD_TIMEOUT_S = FloatSetting(
     name="timeout",
     low=1.0,
     high=86_400.0,
     default=600.0,
-    help="seconds `vllm-sr reload` waits for the reload's outcome",
 )
 
 
@@ -417,15 +362,16 @@ def _within(value: float, low: float | None, high: float | None) -> bool:
 
 def _range_rule(low: float | None, high: float | None) -> str:
     if low is not None and high is not None:
-        return f"between {_spell(low)} and {_spell(high)}"
+        return f"between {spell(low)} and {spell(high)}"
     if low is not None:
-        return f">= {_spell(low)}"
+        return f">= {spell(low)}"
     if high is not None:
-        return f"<= {_spell(high)}"
+        return f"<= {spell(high)}"
     return "any value"
 
 
-def _spell(value: object) -> str:
+def spell(value: object) -> str:
+    """A value as `--help` and the rules say it: whole floats without `.0`."""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)

@@ -11,7 +11,7 @@ from vllm_srun.domain.bounds import DTYPE
 DTYPES = DTYPE.choices
 
 # R-PKG-2: the precision each family's packages are published in
-PUBLISHED: dict[str, str] = {"encoder": "float32", "multimodal": "float32", "decision": "bfloat16"}
+PUBLISHED: dict[str, str] = {"encoder": "float32", "multimodal": "float32", "audio": "float32", "decision": "bfloat16"}
 
 GPU_KINDS = frozenset({"cuda", "rocm"})
 # devices with half-precision kernels of their own (MPS is Apple's GPU)

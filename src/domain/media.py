@@ -1,5 +1,6 @@
-"""Media rules (R-MEDIA): how many media workers decode, the default limits of one image or
-video, and which frames of a video are sampled. Pure: numbers in, numbers out.
+"""Media rules (R-MEDIA): how many media workers decode, the default limits of one image, video
+or audio input, which frames of a video are sampled, and which audio format a file's first bytes
+claim. Pure: numbers in, numbers out.
 """
 
 from __future__ import annotations
@@ -20,6 +21,16 @@ VIDEO_MAX_SECONDS = 120.0
 VIDEO_MAX_DECODED_FRAMES = 7200  # 120 s at 60 frames per second
 VIDEO_FRAMES = 8  # frames sampled from a video when neither the request nor the package says
 VIDEO_MAX_FRAMES = 32
+
+# audio (`input_audio` items): limits checked from the header before any sample is decoded, and
+# again while decoding (a package's srun.json may lower the bytes and seconds; a model's window
+# may lower the seconds further)
+AUDIO_FORMATS = ("wav", "flac", "mp3", "ogg")
+AUDIO_MAX_BYTES = 16 * MIB
+AUDIO_MAX_SECONDS = 60.0
+AUDIO_MIN_RATE = 1_000  # samples per second a file may declare; outside: refused as absurd
+AUDIO_MAX_RATE = 384_000
+AUDIO_MAX_CHANNELS = 32
 
 # the decode cache (R-PERF-4): repeated images and videos are decoded and preprocessed once
 DECODE_CACHE_ENTRIES = 256
@@ -84,3 +95,16 @@ class FramePicker:
         rest = list(range(self._next, len(self.targets)))
         self._next = len(self.targets)
         return rest
+
+
+def audio_format(head: bytes) -> str | None:
+    """The audio format (of `AUDIO_FORMATS`) a file's first bytes claim, or None."""
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        return "wav"
+    if head.startswith(b"fLaC"):
+        return "flac"
+    if head.startswith(b"OggS"):
+        return "ogg"
+    if head.startswith(b"ID3") or (len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
+        return "mp3"  # an ID3 tag, or an MPEG audio frame's sync word
+    return None

@@ -2,13 +2,16 @@
 
 A request becomes one row per input (embeddings, classify), per window, per document (rerank)
 or per question (decisions). A row carries its token count for the budgets and an opaque
-payload (token ids, pixels…) that only the engine reads.
+payload (token ids, pixels…) that only the engine reads. A row belongs to its request's tenant
+and carries its priority (R-FAIR-1, R-FAIR-3): they decide when it is taken, never what it answers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from vllm_srun.domain.tenants import DEFAULT_TENANT, Priority
 
 DEFAULT_LANE = "text"
 
@@ -30,3 +33,5 @@ class Row:
     lane: str
     seq: int  # global arrival order, the tie-breaker everywhere
     payload: Any = field(default=None, compare=False, repr=False)
+    tenant: str = DEFAULT_TENANT
+    priority: Priority = Priority.INTERACTIVE

@@ -7,19 +7,28 @@ Up to `max_in_flight` forwards may run at once (a CPU worker that runs several s
 forwards side by side, R-CPU-1; 1 everywhere else); a forward is handed out only while a slot is
 free, and the window counts as busy only while every slot is taken.
 The scheduler never touches a device, a clock or a thread: time is passed in.
+
+Tenants (R-FAIR-2, R-FAIR-3): while every queued row has one tenant and one priority, a round
+plans the whole queue, as above. Otherwise a round takes rows in the weighted deficit round robin
+order of `domain/fairness.py` until one more would not fit the round's forward of its lane, so a
+round is at most one forward per lane and tenants mix in it; the rows' answers never depend on
+the mix. A whole-queue plan still waiting for the device is given back to the queue when rows of
+another tenant (or interactive rows of its batch tenant) arrive, so they never wait behind it.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_srun.domain.costs import CostModel
-from vllm_srun.domain.lanes import Lane, forward_tokens, round_up
+from vllm_srun.domain.fairness import QUANTUM_PARTS, FairQueue
+from vllm_srun.domain.lanes import TOKEN_ALIGN, Accounting, Lane, forward_tokens, round_up
 from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget, ForwardBatch, lane_token_limit, plan_forwards
 from vllm_srun.domain.rows import Row, RowSpec
+from vllm_srun.domain.tenants import DEFAULT_TENANT, DEFAULT_TENANTS, Priority, TenantTable
 from vllm_srun.domain.window import BatchWindow, WindowState
 
 
@@ -48,6 +57,7 @@ class Scheduler:
         invariant_tokens: int = BATCH_INVARIANT_TOKENS,
         costs: CostModel | None = None,
         max_in_flight: int = 1,
+        tenants: TenantTable = DEFAULT_TENANTS,
     ) -> None:
         if not lanes:
             raise ValueError("a model declares at least one lane")
@@ -61,10 +71,11 @@ class Scheduler:
         self.invariant_tokens = invariant_tokens  # a batch-invariant model's merged-forward cap (R-BAT-5)
         self.window = BatchWindow(0.0 if batch_invariant else window_s)
         self.costs = costs or CostModel()
+        self.tenants = tenants
         self._requests: dict[int, _Pending] = {}
-        self._queue: list[Row] = []
-        self._queued_tokens = 0
+        self._queue = FairQueue(tenants.weight)
         self._plan: deque[ForwardBatch] = deque()
+        self._plan_kind: tuple[str, Priority] | None = None  # the one (tenant, priority) a whole-queue plan holds
         # forwards handed out and not completed yet: at most MAX_IN_FLIGHT (concurrent forwards of
         # one CPU worker, each on its own share of the cores; 1 elsewhere)
         self.max_in_flight = max_in_flight
@@ -73,7 +84,14 @@ class Scheduler:
         self._next_seq = 0
 
     # ---- intake ---------------------------------------------------------------------------
-    def submit(self, rows: Sequence[RowSpec], now: float) -> int:
+    def submit(
+        self,
+        rows: Sequence[RowSpec],
+        now: float,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        priority: Priority = Priority.INTERACTIVE,
+    ) -> int:
         if not rows:
             raise ValueError("a request takes at least one row")
         unknown = {spec.lane for spec in rows} - self.lanes.keys()
@@ -83,17 +101,25 @@ class Scheduler:
         self._next_request += 1
         self._requests[rid] = _Pending(rows=len(rows), arrival=now, outputs=[None] * len(rows))
         for index, spec in enumerate(rows):
-            self._queue.append(Row(rid, index, spec.tokens, spec.lane, self._next_seq, spec.payload))
+            self._queue.push(Row(rid, index, spec.tokens, spec.lane, self._next_seq, spec.payload, tenant, priority))
             self._next_seq += 1
-            self._queued_tokens += round_up(spec.tokens)
+        kind = self._plan_kind
+        if kind is not None and kind != (tenant, priority) and (tenant != kind[0] or priority is Priority.INTERACTIVE):
+            self._unplan()
         return rid
+
+    def _unplan(self) -> None:
+        """Give the waiting whole-queue plan back to the queue: the next rounds share it fairly."""
+        rows = [r for batch in self._plan for r in batch.rows if r.request_id in self._requests]
+        self._plan.clear()
+        self._plan_kind = None
+        self._queue.restore(rows)
 
     def cancel(self, request_id: int) -> bool:
         """Drop a request: its rows that have not reached a device never will."""
         if self._requests.pop(request_id, None) is None:
             return False
-        self._queue = [r for r in self._queue if r.request_id != request_id]
-        self._queued_tokens = sum(round_up(r.tokens) for r in self._queue)
+        self._queue.remove_request(request_id)
         return True
 
     def set_budget(self, budget: Budget) -> None:
@@ -120,19 +146,32 @@ class Scheduler:
 
     @property
     def unplanned_rows(self) -> tuple[Row, ...]:
-        """The queued rows no plan holds yet, in arrival order (the next plan takes them all)."""
-        return tuple(self._queue)
+        """The queued rows no plan holds yet, in arrival order (the next plan takes them all while
+        they share one tenant and priority)."""
+        return self._queue.rows()
 
     @property
     def planned_forwards(self) -> tuple[ForwardBatch, ...]:
         """The forwards planned and not handed out yet, in the order they will be."""
         return tuple(self._plan)
 
+    def _limit(self, lane: Lane) -> int:
+        return lane_token_limit(lane, self.budget, self.costs, self.batch_invariant, self.invariant_tokens)
+
     def _full(self) -> bool:
-        return len(self._queue) >= self.budget.max_num_seqs or self._queued_tokens >= min(
-            lane_token_limit(lane, self.budget, self.costs, self.batch_invariant, self.invariant_tokens)
-            for lane in self.lanes.values()
+        return len(self._queue) >= self.budget.max_num_seqs or self._queue.tokens >= min(
+            self._limit(lane) for lane in self.lanes.values()
         )
+
+    @property
+    def quantum(self) -> float:
+        """Counted tokens one turn of the round robin gives a unit of weight (R-FAIR-2): an
+        eighth of the smallest forward a lane may run, at least 8."""
+        return float(max(TOKEN_ALIGN, min(self._limit(lane) for lane in self.lanes.values()) // QUANTUM_PARTS))
+
+    def turns(self, tenant: str) -> int:
+        """Turns of the round robin the tenant has had since it last became backlogged."""
+        return self._queue.turns(tenant)
 
     def window_state(self, now: float) -> WindowState:
         return self.window.state(
@@ -140,8 +179,9 @@ class Scheduler:
         )
 
     def _oldest_arrival(self) -> float | None:
-        """Arrival of the oldest queued row's request (the queue is in arrival order)."""
-        return self._requests[self._queue[0].request_id].arrival if self._queue else None
+        """Arrival of the oldest queued row's request."""
+        oldest = self._queue.oldest()
+        return self._requests[oldest.request_id].arrival if oldest is not None else None
 
     def wake_at(self) -> float | None:
         """When the open window closes (None: nothing waits on the clock)."""
@@ -162,17 +202,40 @@ class Scheduler:
                     return batch
             if self.window_state(now) is not WindowState.DUE:
                 return None
+            kind = self._queue.single_kind()
+            rows = self._queue.take_all() if kind is not None else self._queue.take(self.quantum, self._round())
+            self._plan_kind = kind
             plan = plan_forwards(
-                self._queue,
+                rows,
                 self.lanes,
                 self.budget,
                 self.costs,
                 batch_invariant=self.batch_invariant,
                 invariant_tokens=self.invariant_tokens,
             )
-            self._queue = []
-            self._queued_tokens = 0
             self._plan.extend(plan.batches)
+
+    def _round(self) -> Callable[[Row], bool]:
+        """A fair round's room: at most one forward per lane (the first row of a lane always fits;
+        one longer than the budget runs alone)."""
+        taken: dict[str, tuple[int, int, int]] = {}  # lane → (rows, widest counted row, counted tokens)
+
+        def room(row: Row) -> bool:
+            lane = self.lanes[row.lane]
+            need = round_up(row.tokens)
+            rows, width, packed = taken.get(row.lane, (0, 0, 0))
+            if rows:
+                limit = self._limit(lane)
+                if lane.accounting is Accounting.PADDED:
+                    fits = (rows + 1) * max(width, need) <= limit
+                else:
+                    fits = packed + need <= limit
+                if rows >= self.budget.max_num_seqs or not fits:
+                    return False
+            taken[row.lane] = (rows + 1, max(width, need), packed + need)
+            return True
+
+        return room
 
     def _live(self, batch: ForwardBatch) -> ForwardBatch | None:
         rows = tuple(r for r in batch.rows if r.request_id in self._requests)

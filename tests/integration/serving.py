@@ -8,25 +8,35 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dependency_injector import containers, providers
+from dependency_injector import containers
 from litestar.testing import TestClient
 
 from tests.stores import session_store
+from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.serving.runtime import Runtime
-from vllm_srun.app.container import WorkerContainer, worker_container
+from vllm_srun.app.bootstrap import WorkerContainer, bootstrap_worker
 from vllm_srun.domain.engine_args import EngineArgs
 from vllm_srun.domain.worker_settings import ModelSpec
 
+BOOTSTRAP_KEYWORDS = ("cpu", "adaptive_threads", "wait_policy", "progress", "check_golden")
 
-def container_for(models: list[Path | tuple[Path, EngineArgs] | ModelSpec], **settings: Any) -> WorkerContainer:
-    """The worker container of these packages, with the test session's store."""
+
+def container_for(
+    models: list[Path | tuple[Path, EngineArgs] | ModelSpec], *, adapters: dict[str, Any] | None = None, **settings: Any
+) -> WorkerContainer:
+    """The worker of these packages through `bootstrap_worker`, with the test session's store.
+    SETTINGS: fields of the settings record (`admission=AdmissionLimits(...)` sets both of its
+    fields), or `bootstrap_worker`'s keywords; ADAPTERS: ready objects replacing providers."""
     specs = [
         m if isinstance(m, ModelSpec) else ModelSpec(str(m[0]), m[1]) if isinstance(m, tuple) else ModelSpec(str(m))
         for m in models
     ]
-    container = worker_container(specs, **settings)
-    container.store.override(providers.Object(session_store()))
-    return container
+    keywords = {name: settings.pop(name) for name in BOOTSTRAP_KEYWORDS if name in settings}
+    limits = settings.pop("admission", None)
+    if limits is not None:
+        settings.update(max_queue=limits.max_queue, max_queued_tokens=limits.max_queued_tokens)
+    record = WorkerSettings(**settings).normalized()
+    return bootstrap_worker(record, specs=specs, **keywords, **{"store": session_store(), **(adapters or {})})
 
 
 @contextmanager

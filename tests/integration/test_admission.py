@@ -18,9 +18,8 @@ from vllm_srun.domain.admission import AdmissionLimits
 
 def test_full_model_429_and_early_retries_are_held(fake_packages: list[Path]) -> None:
     limits = AdmissionLimits(max_queue=1, max_queued_tokens=100)
-    container = fake_container(fake_packages[0], admission=limits)
     clock = FakeClock()  # the app's: when a client's Retry-After has passed
-    container.app.add_kwargs(clock=clock.now)
+    container = fake_container(fake_packages[0], admission=limits, adapters={"retry_clock": clock.now})
     with serving(container) as (client, rt):
         served = rt.models["fake-a"]
         assert served.admission is not None and served.clock is not None

@@ -33,11 +33,7 @@ PATHS = {
 
 
 def two_models(packages: list[Path], **settings: Any) -> Any:
-    from vllm_srun.domain.engine_args import EngineArgs
-
-    made = fake_container(packages[0], result_cache_entries=0, **settings)
-    made.config.models.from_value([(str(p), EngineArgs()) for p in packages])
-    return made
+    return fake_container(packages, result_cache_entries=0, **settings)
 
 
 def forwards(client: Any, model: str) -> float:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dependency_injector import providers
 
 from tests.fake_family import FakeEnginePlugin, FakeFamily
 from tests.fakes import FakeDevice
@@ -19,7 +18,6 @@ from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.plugins import ENGINES_GROUP, FAMILIES_GROUP, PluginConflict, PluginInfo
 from vllm_srun.app.fixtures import write_fixture
-from vllm_srun.domain.engine_args import EngineArgs
 
 FAKE_FAMILY = PluginInfo(FAMILIES_GROUP, "fake", "fake-srun-plugin", "1.0")
 FAKE_ENGINE = PluginInfo(ENGINES_GROUP, "fake", "fake-srun-plugin", "1.0")
@@ -46,13 +44,17 @@ def fake_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
-def fake_container(package: Path, device: FakeDevice | None = None, **settings: Any) -> Any:
-    container = container_for([package], **settings)
+def fake_container(
+    package: Path | list[Path],
+    device: FakeDevice | None = None,
+    adapters: dict[str, Any] | None = None,
+    **settings: Any,
+) -> Any:
+    """A worker of PACKAGE (or of several) built through `bootstrap_worker` with the fake family,
+    engine and device."""
     families, engines = registries()
-    container.families.override(providers.Object(families))
-    container.engines.override(providers.Object(engines))
-    container.device.override(providers.Object(device or FakeDevice()))
-    return container
+    given = {"families": families, "engines": engines, "device": device or FakeDevice(), **(adapters or {})}
+    return container_for(package if isinstance(package, list) else [package], adapters=given, **settings)
 
 
 def test_every_surface_over_http(fake_package: Path) -> None:
@@ -105,8 +107,7 @@ def test_batching_limits_come_from_the_device_memory_class(fake_package: Path) -
     """R-DEV-1 through the Device contract: an 80 GB device gets the 64–160 GB row (the calibration
     that follows on GPUs, R-DEV-2, is left out here: tests/integration/test_gpu_limits.py)."""
     device = FakeDevice(kind="cuda", index=0, total=80 * 10**9)
-    container = fake_container(fake_package, device=device)
-    container.calibrator.override(providers.Object(None))
+    container = fake_container(fake_package, device=device, adapters={"calibrator": None})
     with serving(container) as (client, _):
         card = client.get("/v1/models").json()["data"][0]
         args = card["engine_args"]
@@ -157,9 +158,17 @@ def test_a_built_in_model_missing_from_the_store_is_pulled_at_load(fake_package:
 
     store = PullingStore({}, tmp_path, tmp_path / ".engines")
     said: list[str] = []
-    container = fake_container(fake_package, progress=said.append)
-    container.config.models.from_value([(DEFAULT_MODEL, EngineArgs()), ("not-built-in", EngineArgs())])
-    container.store.override(providers.Object(store))
+    container = fake_container(Path(DEFAULT_MODEL), progress=said.append, adapters={"store": store})
+    container = container_for(
+        [Path(DEFAULT_MODEL), Path("not-built-in")],
+        progress=said.append,
+        adapters={
+            "families": container.families(),
+            "engines": container.engines(),
+            "device": FakeDevice(),
+            "store": store,
+        },
+    )
     with serving(container) as (client, rt):
         assert store.pulled == [DEFAULT_MODEL]  # a name that is not built in is never pulled
         assert rt.models[DEFAULT_MODEL].status == "ready" and rt.models["not-built-in"].status == "failed"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.stores import session_store
 from vllm_srun.adapters.contracts import Family, LoadContext, LoadedModel, PackageInfo
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.plugins import PluginInfo
@@ -28,7 +29,9 @@ def test_same_seed_same_bytes_other_seed_other_weights(tmp_path: Path) -> None:
 
 
 def test_golden_recording_is_deterministic(tmp_path: Path, encoder_fixture) -> None:  # type: ignore[no-untyped-def]
-    again = write_fixture(tmp_path / "tiny-rerank", "encoder", "rerank", 0)
+    # the session's engine cache, as the session fixture's recording: a kernel plan chosen from the
+    # same timings (the user's store is never written by a test)
+    again = write_fixture(tmp_path / "tiny-rerank", "encoder", "rerank", 0, store=session_store())
     first = json.loads((encoder_fixture("rerank") / "golden.json").read_text())
     second = json.loads((again / "golden.json").read_text())
     assert (
@@ -87,7 +90,7 @@ def test_refusals_and_other_families(tmp_path: Path) -> None:
     families = FamilyRegistry(families={"toy": (PluginInfo("vllm_srun.families", "toy", "toy-dist", "1.0"), Toy())})
     out = write_fixture(tmp_path / "toy", "toy", "only", 5, golden=False, families=families)
     assert (out / "toy.txt").read_text() == "only-5"
-    assert sorted(families.names()) == ["decision", "encoder", "multimodal", "toy"]
+    assert sorted(families.names()) == ["audio", "decision", "encoder", "multimodal", "toy"]
 
 
 @pytest.mark.parametrize("variant", ["clip", "siglip"])
@@ -105,7 +108,7 @@ def test_multimodal_fixtures_are_deterministic_and_detected(
     (a / "srun.json").unlink()  # detected from config.json's model_type alone
     assert FamilyRegistry().family_for(a).name == "multimodal"
     # the golden file, media data URLs included, is the same every time it is recorded
-    again = write_fixture(tmp_path / f"tiny-{variant}", "multimodal", variant, 0)
+    again = write_fixture(tmp_path / f"tiny-{variant}", "multimodal", variant, 0, store=session_store())
     recorded = json.loads((multimodal_fixture(variant) / "golden.json").read_text())
     assert json.loads((again / "golden.json").read_text()) == recorded
     kinds = {item["type"] for r in recorded["requests"] for item in r["body"]["input"] if isinstance(item, dict)}

@@ -16,11 +16,8 @@ import httpx
 from tests.fake_worker import FakeWorker
 from tests.prometheus_text import metric
 from vllm_srun.adapters.config.loader import load_config_data
-from vllm_srun.adapters.front.app import FrontApp
-from vllm_srun.adapters.front.fleet import Fleet
-from vllm_srun.adapters.front.metrics import FrontEvents, FrontMetrics
-from vllm_srun.adapters.front.proxy import Proxy
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
+from vllm_srun.app.bootstrap import bootstrap_front
 
 
 def config_for(deployments: dict[str, dict[str, Any]]) -> Any:
@@ -40,11 +37,16 @@ async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 class Front:
-    def __init__(self, config: Any) -> None:
-        self.metrics = FrontMetrics()
-        self.fleet = Fleet(config, socket_dir="/nonexistent", threads=None, events=FrontEvents(self.metrics))
-        self.proxy = Proxy(self.fleet, self.metrics, max_request_bytes=1 << 20)
-        self.app = FrontApp(self.fleet, self.proxy, self.metrics)
+    """The front of CONFIG built through `bootstrap_front` (KEYWORDS: its keywords and adapters),
+    with an in-process client."""
+
+    def __init__(self, config: Any, **keywords: Any) -> None:
+        container = bootstrap_front(config, socket_dir="/nonexistent", max_request_bytes=1 << 20, **keywords)
+        self.metrics = container.metrics()
+        self.fleet = container.fleet()
+        self.proxy = container.proxy()
+        self.reconfigurer = container.reconfigurer()
+        self.app = container.app()
         self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://front")
 
     async def __aenter__(self) -> Front:

@@ -10,14 +10,14 @@ from typing import Any
 from tests.fake_worker import FakeWorker
 from tests.integration.test_front_proxy import Front, attached, config_for, scenario, until
 from vllm_srun.adapters.config.schema import ConfigError
-from vllm_srun.adapters.front.reconfigure import Reconfigurer
 
 
 class ReloadableFront(Front):
+    """A front whose reload reads the config a test hands `reload` (or raises the error it hands)."""
+
     def __init__(self, config: Any) -> None:
-        super().__init__(config)
         self.next: Any = config
-        self.reconfigurer = Reconfigurer(self.fleet, load=self.load, ready_timeout_s=10)
+        super().__init__(config, load_config=self.load, reload_ready_timeout_s=10)
 
     def load(self) -> Any:
         if isinstance(self.next, Exception):

@@ -239,3 +239,31 @@ def test_the_image_installs_exactly_as_the_readme_does() -> None:
         docs = render(overlay)
         assert container(one(docs, "StatefulSet", "worker"))["command"] == ["vllm-srun"]
         assert container(one(docs, "Deployment", "front"))["command"] == ["vllm-sr"]
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_keys_and_the_internal_token_come_from_secrets_never_the_command_line(overlay: str) -> None:
+    """R-AUTH-3: the workers listen on 0.0.0.0 only behind the internal token, which both pods
+    take from the Secret through the environment; the front's key file is that Secret's file."""
+    docs = render(overlay)
+    workers, front = one(docs, "StatefulSet", "worker"), one(docs, "Deployment", "front")
+    assert not [d for d in docs if d["kind"] == "Secret"]  # made by the operator (docs/deploy.md), never committed
+    worker, main = container(workers), container(front)
+    for pod in (worker, main):
+        (token,) = [e for e in pod["env"] if e["name"] == "VLLM_SRUN_INTERNAL_TOKEN"]
+        assert token["valueFrom"]["secretKeyRef"] == {"name": "vllm-srun-auth", "key": "internal-token"}
+        assert not any("token" in arg.lower() for arg in pod["args"])
+        assert "--allow-unauthenticated" not in pod["args"]
+    assert worker["args"][worker["args"].index("--host") + 1] == "0.0.0.0"
+    key_file = main["args"][main["args"].index("--api-key-file") + 1]
+    mount = next(m for m in main["volumeMounts"] if key_file.startswith(m["mountPath"] + "/"))
+    secret = _volume(front, mount["name"])["secret"]
+    assert secret["secretName"] == "vllm-srun-auth" and secret["defaultMode"] == 0o400
+    assert secret["items"] == [{"key": "api-keys", "path": key_file.rsplit("/", 1)[1]}]  # never the token
+    config_map = next(
+        d
+        for d in docs
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == _volume(front, "config")["configMap"]["name"]
+    )
+    (deployment,) = load_config_text(config_map["data"]["config.yaml"]).deployments.values()
+    assert deployment.internal_token_env == "VLLM_SRUN_INTERNAL_TOKEN"

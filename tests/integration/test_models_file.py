@@ -13,6 +13,7 @@ from tests.e2e.server import running_server
 from tests.integration.serving import serving
 from vllm_srun.adapters.config.models_file import load_models_file
 from vllm_srun.adapters.config.schema import ConfigError
+from vllm_srun.adapters.config.settings import ModelArgs
 from vllm_srun.app.cli import build_parser, main, model_specs, serve_settings
 from vllm_srun.domain.admission import AdmissionLimits
 from vllm_srun.domain.dtypes import dtype_refusal
@@ -98,10 +99,8 @@ def test_each_model_is_served_with_its_own_arguments(encoder_fixture, tmp_path: 
     )
     specs = load_models_file(
         path,
-        flags=EngineArgs(max_num_seqs=16),
+        flags=ModelArgs(max_num_seqs=16),
         device="cpu",
-        engine="auto",
-        admission=AdmissionLimits(64, 65_536),
         dtype_refusal=dtype_refusal,
     )
     with serving(list(specs)) as (client, _rt):
@@ -136,10 +135,23 @@ def test_the_loader_reports_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as refused:
         load_models_file(
             path,
-            flags=EngineArgs(),
+            flags=ModelArgs(max_queue=1, max_queued_tokens=1),
             device="cpu",
-            engine="auto",
-            admission=AdmissionLimits(1, 1),
             dtype_refusal=dtype_refusal,
         )
     assert refused.value.problems == [f"{path}: models: expected a list, got a mapping"]
+
+
+def test_an_entry_names_its_own_engine_through_the_plugin_registry(tmp_path: Path) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text(
+        "models:\n  - {artifact: a, engine: onnxruntime}\n  - {artifact: b}\n  - {artifact: c, engine: nope}\n"
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_models_file(path, flags=ModelArgs(engine="native"), device="cpu", dtype_refusal=dtype_refusal)
+    assert refused.value.problems == [
+        f"{path}: models[2].engine: unknown engine 'nope': installed are native, onnxruntime (or auto)"
+    ]
+    path.write_text("models:\n  - {artifact: a, engine: onnxruntime}\n  - {artifact: b}\n")
+    first, second = load_models_file(path, flags=ModelArgs(engine="native"), device="cpu", dtype_refusal=dtype_refusal)
+    assert (first.engine, second.engine) == ("onnxruntime", "native")  # left out: the worker's --engine

@@ -221,15 +221,16 @@ def test_a_fast_path_ending_below_512_tokens_is_approximate_without_a_probe(
     from vllm_srun.adapters.readiness.probe import probe_model
     from vllm_srun.domain.engine_args import EngineArgs
 
+    folder = encoder_fixture("embed")  # written (and its golden recorded) before the fake timings
     fake = [KernelTiming(n, 1.0, 1.0 / s) for n, s in ((17, 1.8), (34, 1.5), (67, 0.8))]
     monkeypatch.setattr(onednn_timing, "time_linears", lambda *a, **k: fake)
     monkeypatch.delenv(native.ENV, raising=False)
     context = LoadContext(device=CpuDevice(), args=EngineArgs(), engines=EngineRegistry(), cache_dir=tmp_path)
-    model = EncoderFamily().load(encoder_fixture("embed"), context)
+    model = EncoderFamily().load(folder, context)
     assert model.engine.kernel_switch_tokens == 34
     assert probe_model(model) is False  # without probing: the fast path ends below 512 tokens
     monkeypatch.setenv(native.ENV, "1")  # every forward packed: the probe decides (and finds it exact)
-    model = EncoderFamily().load(encoder_fixture("embed"), context)
+    model = EncoderFamily().load(folder, context)
     assert model.engine.kernel_switch_tokens is not None and model.engine.kernel_switch_tokens >= 512
     assert probe_model(model) is True
 
@@ -245,12 +246,13 @@ def test_a_fast_path_ending_between_256_and_512_tokens_caps_merged_forwards_ther
     from vllm_srun.adapters.readiness.probe import probe_model
     from vllm_srun.domain.engine_args import EngineArgs
 
+    folder = encoder_fixture("embed")  # written (and its golden recorded) before the fake timings
     speedups = ((17, 1.8), (34, 1.5), (67, 1.3), (133, 1.2), (265, 1.1), (529, 0.9))
     fake = [KernelTiming(n, 1.0, 1.0 / s) for n, s in speedups]
     monkeypatch.setattr(onednn_timing, "time_linears", lambda *a, **k: fake)
     monkeypatch.delenv(native.ENV, raising=False)
     context = LoadContext(device=CpuDevice(), args=EngineArgs(), engines=EngineRegistry(), cache_dir=tmp_path)
-    model = EncoderFamily().load(encoder_fixture("embed"), context)
+    model = EncoderFamily().load(folder, context)
     assert model.engine.kernel_switch_tokens == 265 and model.invariant_tokens == 265
     calls: list[int] = []
     real = model.engine.linears_for  # the kernels each forward of the probe runs on

@@ -318,7 +318,11 @@ def _refused(tmp_path: Path, match: str, **kwargs: Any) -> None:
             r"default_prompt_name 'search' is not a prompt \(query\)",
             {"st_config": {"prompts": {"query": "q: "}, "default_prompt_name": "search"}},
         ),
-        (r"model_type 'SparseEncoder' is not a dense embedder", {"st_config": {"model_type": "SparseEncoder"}}),
+        (
+            r"a SparseEncoder is served as Transformer \(or MLMTransformer\) then SpladePooling",
+            {"st_config": {"model_type": "SparseEncoder"}},
+        ),
+        (r"model_type 'Colbert' is not a dense or sparse embedder", {"st_config": {"model_type": "Colbert"}}),
         (r"pooling modes \['median'\]", {"pooling": {"pooling_mode": "median"}}),
     ],
 )

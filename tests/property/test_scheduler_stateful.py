@@ -8,8 +8,9 @@ in input order, the window, and cancelled rows never reaching the engine.
 Forwards start and end in separate steps, in any order, up to `max_in_flight` at once (a CPU
 worker's concurrent forwards): never more run at once, and a row is never in two of them.
 
-Two lanes as the multimodal family has them (R-BAT-6): `text` and `media`, each with its own
-accounting and cap, and a different device cost per token (media rows cost far more). The
+Three lanes as the multimodal and audio families have them (R-BAT-6): `text`, `media` and
+`audio`, each with its own accounting and cap, and a different device cost per token (media and
+audio rows cost far more than text, and differently from each other). The
 scheduler learns each lane's cost from its own forwards, and every planning round runs the
 lane it estimates cheaper first, each lane's forwards together.
 """
@@ -26,8 +27,8 @@ from vllm_srun.domain.planning import Budget, ForwardBatch, lane_token_limit
 from vllm_srun.domain.rows import RowSpec
 from vllm_srun.domain.scheduler import Scheduler
 
-LANES = ("text", "media")
-COST = {"text": 1e-5, "media": 4e-4}  # device seconds per counted token of each lane
+LANES = ("text", "media", "audio")
+COST = {"text": 1e-5, "media": 4e-4, "audio": 1.5e-4}  # device seconds per counted token of each lane
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -45,6 +46,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         media_packed=st.booleans(),
         cap=st.sampled_from([None, 32, 128]),
         media_cap=st.sampled_from([None, 64]),
+        audio_cap=st.sampled_from([None, 96, 512]),
         invariant_model=st.booleans(),
         invariant_tokens=st.sampled_from([512, 265, 48]),
         max_in_flight=st.integers(1, 3),
@@ -59,13 +61,18 @@ class SchedulerMachine(RuleBasedStateMachine):
         media_packed,
         cap,
         media_cap,
+        audio_cap,
         invariant_model,
         invariant_tokens,
         max_in_flight,
     ) -> None:  # type: ignore[no-untyped-def]
         accounting = Accounting.PACKED if packed else Accounting.PADDED
         media_accounting = Accounting.PACKED if media_packed else Accounting.PADDED
-        self.lanes = [Lane("text", accounting, cap_tokens=cap), Lane("media", media_accounting, cap_tokens=media_cap)]
+        self.lanes = [
+            Lane("text", accounting, cap_tokens=cap),
+            Lane("media", media_accounting, cap_tokens=media_cap),
+            Lane("audio", Accounting.PADDED, cap_tokens=audio_cap),  # the audio family's lane: every row one window
+        ]
         self.budget = Budget(max_seqs, max_tokens)
         self.window_s = 0.0 if invariant_model else window_ms / 1000
         self.scheduler = Scheduler(

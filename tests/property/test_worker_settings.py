@@ -8,13 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vllm_srun.adapters.config.schema import DeploymentConfig
+from vllm_srun.adapters.config.settings import WorkerSettings, declared
 from vllm_srun.adapters.engines.registry import installed_engines
 from vllm_srun.adapters.workers.command import worker_settings
 from vllm_srun.app.cli import build_parser, serve_settings
 from vllm_srun.domain import bounds
-from vllm_srun.domain.connections import ConnectionLimits
-from vllm_srun.domain.engine_args import EngineArgs
-from vllm_srun.domain.worker_settings import WorkerSettings
 
 # anything a command line can carry: no NUL, no lone surrogates
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
@@ -30,43 +28,46 @@ def maybe(strategy: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
     return st.none() | strategy
 
 
-ENGINE_ARGS = st.builds(
-    EngineArgs,
-    max_num_seqs=maybe(ints(bounds.MAX_NUM_SEQS)),
-    max_num_batched_tokens=maybe(ints(bounds.MAX_NUM_BATCHED_TOKENS)),
-    batch_window_ms=st.floats(bounds.BATCH_WINDOW_MS.low, bounds.BATCH_WINDOW_MS.high),
-    dtype=st.sampled_from(bounds.DTYPE.choices),
-    enable_shared_context=maybe(st.booleans()),
-    max_model_len=maybe(ints(bounds.MAX_MODEL_LEN)),
-)
+def floats(setting: bounds.FloatSetting[object]) -> st.SearchStrategy[float]:
+    return st.floats(setting.low, setting.high)
+
+
 SETTINGS = st.builds(
     WorkerSettings,
     models=st.lists(MODEL, max_size=3).map(tuple),
     device=st.from_regex(bounds.DEVICE.pattern, fullmatch=True),
-    engine=st.sampled_from(ENGINES),
+    engine=maybe(st.sampled_from(ENGINES)),
     host=TEXT,
     port=ints(bounds.PORT),
     uds=maybe(TEXT),
-    engine_args=ENGINE_ARGS,
-    result_cache_entries=ints(bounds.RESULT_CACHE_ENTRIES),
+    max_num_seqs=maybe(ints(bounds.MAX_NUM_SEQS)),
+    max_num_batched_tokens=maybe(ints(bounds.MAX_NUM_BATCHED_TOKENS)),
+    batch_window_ms=maybe(floats(bounds.BATCH_WINDOW_MS)),
+    dtype=maybe(st.sampled_from(bounds.DTYPE.choices)),
+    enable_shared_context=maybe(st.booleans()),
+    max_model_len=maybe(ints(bounds.MAX_MODEL_LEN)),
+    result_cache_entries=maybe(ints(bounds.RESULT_CACHE_ENTRIES)),
+    media_workers=maybe(ints(bounds.MEDIA_WORKERS)),
     max_request_bytes=ints(bounds.MAX_REQUEST_BYTES),
     threads=maybe(ints(bounds.THREADS)),
+    concurrent_forwards=maybe(ints(bounds.CONCURRENT_FORWARDS)),
     log_level=st.sampled_from(bounds.LOG_LEVEL.choices),
     deterministic=st.booleans(),
-    max_queue=ints(bounds.MAX_QUEUE),
-    max_queued_tokens=ints(bounds.MAX_QUEUED_TOKENS),
+    max_queue=maybe(ints(bounds.MAX_QUEUE)),
+    max_queued_tokens=maybe(ints(bounds.MAX_QUEUED_TOKENS)),
     max_bundle_tasks=ints(bounds.MAX_BUNDLE_TASKS),
     models_file=maybe(TEXT),
-    max_request_tokens=ints(bounds.MAX_REQUEST_TOKENS),
-    connections=st.builds(
-        ConnectionLimits,
-        header_timeout_s=st.floats(bounds.HEADER_TIMEOUT.low, bounds.HEADER_TIMEOUT.high),
-        keep_alive_timeout_s=st.floats(bounds.KEEP_ALIVE_TIMEOUT.low, bounds.KEEP_ALIVE_TIMEOUT.high),
-        body_timeout_s=st.floats(bounds.BODY_TIMEOUT.low, bounds.BODY_TIMEOUT.high),
-        max_header_bytes=ints(bounds.MAX_HEADER_BYTES),
-        max_connections=ints(bounds.MAX_CONNECTIONS),
-    ),
+    max_request_tokens=maybe(ints(bounds.MAX_REQUEST_TOKENS)),
+    header_timeout=floats(bounds.HEADER_TIMEOUT),
+    keep_alive_timeout=floats(bounds.KEEP_ALIVE_TIMEOUT),
+    body_timeout=floats(bounds.BODY_TIMEOUT),
+    max_header_bytes=ints(bounds.MAX_HEADER_BYTES),
+    max_connections=ints(bounds.MAX_CONNECTIONS),
 ).filter(lambda settings: not (settings.models and settings.models_file is not None))
+
+
+def or_default(value: int | None, setting: bounds.IntSetting[int]) -> int:
+    return setting.default if value is None else value
 
 
 def read_back(settings: WorkerSettings) -> WorkerSettings:
@@ -76,7 +77,19 @@ def read_back(settings: WorkerSettings) -> WorkerSettings:
 @given(SETTINGS)
 def test_the_worker_reads_any_valid_settings_back_from_their_argv(settings: WorkerSettings) -> None:
     assert settings.problems() == []
-    assert read_back(settings) == settings
+    canonical = settings.normalized()
+    assert read_back(settings) == canonical  # a value equal to the default reads back unset
+    assert read_back(canonical) == canonical
+    assert canonical.engine_args() == settings.engine_args() and canonical.admission() == settings.admission()
+
+
+def test_every_declared_field_is_a_worker_flag_and_the_strategy_covers_it() -> None:
+    """The settings record is the one declaration: each of its fields is a flag of the worker, and
+    the property above draws every one of them (a new field cannot be forgotten)."""
+    flags = set(vars(build_parser().parse_args(["serve"])))
+    names = {field.name for field in declared(WorkerSettings)}
+    assert names <= flags
+    assert names | {"models"} == set(WorkerSettings.__struct_fields__)
 
 
 @given(
@@ -118,13 +131,19 @@ def test_what_the_front_builds_from_a_deployment_is_what_the_worker_reads(
     assert settings.problems() == []
     worker = read_back(settings)
     assert worker == settings
-    assert worker.engine_args.max_num_seqs == seqs
-    assert worker.engine_args.dtype == (dtype or bounds.DTYPE.default)
-    assert worker.engine_args.batch_window_ms == (bounds.BATCH_WINDOW_MS.default if window is None else window)
-    assert worker.result_cache_entries == (bounds.RESULT_CACHE_ENTRIES.default if entries is None else entries)
+    args = worker.engine_args()
+    assert args.max_num_seqs == seqs
+    assert args.dtype == (dtype or bounds.DTYPE.default)
+    assert args.batch_window_ms == (bounds.BATCH_WINDOW_MS.default if window is None else window)
+    assert worker.engine_name == (engine or bounds.ENGINE.default)
+    assert or_default(worker.result_cache_entries, bounds.RESULT_CACHE_ENTRIES) == (
+        bounds.RESULT_CACHE_ENTRIES.default if entries is None else entries
+    )
     assert worker.threads == (threads if device in ("cpu", "auto") else None)
-    assert worker.max_queue == (bounds.MAX_QUEUE.default if queue is None else queue)
-    assert worker.max_queued_tokens == (bounds.MAX_QUEUED_TOKENS.default if queued_tokens is None else queued_tokens)
-    assert worker.max_request_tokens == (
+    assert worker.admission().max_queue == (bounds.MAX_QUEUE.default if queue is None else queue)
+    assert worker.admission().max_queued_tokens == (
+        bounds.MAX_QUEUED_TOKENS.default if queued_tokens is None else queued_tokens
+    )
+    assert or_default(worker.max_request_tokens, bounds.MAX_REQUEST_TOKENS) == (
         bounds.MAX_REQUEST_TOKENS.default if request_tokens is None else request_tokens
     )

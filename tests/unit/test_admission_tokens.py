@@ -25,9 +25,8 @@ class MediaModel:  # the MediaEmbedder attributes only
 
 
 def served_with(model: object | None) -> ServedModel:
-    served = ServedModel(name="m", artifact="m", args=EngineArgs(), device="cpu")
-    served.model = model  # type: ignore[assignment]  # only the MediaEmbedder attributes are read
-    return served
+    # only the MediaEmbedder attributes are read
+    return ServedModel(name="m", artifact="m", args=EngineArgs(), device="cpu", model=model)  # type: ignore[arg-type]
 
 
 def request(body: dict[str, Any]) -> tuple[EmbeddingsRequest, int]:

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vllm_srun.adapters.config.loader import validate_config_data
+from vllm_srun.adapters.config.settings import Declared, WorkerSettings, by_setting
 from vllm_srun.adapters.engines.registry import AUTO, installed_engines
 from vllm_srun.app import cli, front_cli
 from vllm_srun.domain import bounds
@@ -154,17 +155,22 @@ def test_help_says_what_each_flag_does_and_its_default() -> None:
         return " ".join(out.getvalue().split())
 
     worker = help_of(cli.build_parser(), ["serve"])
-    for setting in cli.SERVE_SETTINGS:
-        if setting is bounds.ENGINE:  # the installed engines, not a list of the domain's
+    for field in cli.SERVE_SETTINGS:
+        if field.setting is bounds.ENGINE:  # the installed engines, not a list of the domain's
             assert cli.engine_help(installed_engines()) in worker
         else:
-            assert setting.help_text() in worker, setting.name
+            assert field.help_text() in worker, field.name
     front = help_of(front_cli.build_parser(), ["serve"])
-    for setting in (*front_cli.DEPLOYMENT_SETTINGS, *CONNECTIONS, bounds.FRONT_PORT, bounds.MAX_REQUEST_BYTES):
-        assert setting.help_text() in front, setting.name
-    assert "(default: 2)" in bounds.BATCH_WINDOW_MS.help_text()
-    assert "(default: 8 MiB)" in bounds.MAX_REQUEST_BYTES.help_text()
-    assert "(default: by device class)" in bounds.MAX_NUM_SEQS.help_text()
+    for field in (*front_cli.DEPLOYMENT_SETTINGS, *front_cli.CONNECTION_FLAGS, worker_field(bounds.MAX_REQUEST_BYTES)):
+        assert field.help_text() in front, field.name
+    assert front_cli.FRONT_PORT_HELP in front
+    assert "(default: 2)" in worker_field(bounds.BATCH_WINDOW_MS).help_text()
+    assert "(default: 8 MiB)" in worker_field(bounds.MAX_REQUEST_BYTES).help_text()
+    assert "(default: by device class)" in worker_field(bounds.MAX_NUM_SEQS).help_text()
+
+
+def worker_field(setting: Any) -> Declared:
+    return by_setting(WorkerSettings, setting)
 
 
 def test_problems_are_one_line_each_in_order() -> None:

@@ -24,16 +24,14 @@ from vllm_srun.adapters.config.loader import load_config_text
 from vllm_srun.adapters.config.models_file import load_models_file
 from vllm_srun.adapters.config.overrides import apply_cli_overrides
 from vllm_srun.adapters.config.schema import ConfigError, FrontConfig
+from vllm_srun.adapters.config.settings import ModelArgs, WorkerSettings
 from vllm_srun.adapters.contracts import EngineRefused, EngineRequest, EngineSettings, SettingRefusal, quiet
 from vllm_srun.adapters.engines.plugins import NativePlugin, OnnxRuntimePlugin
 from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
 from vllm_srun.adapters.plugins import ENGINES_GROUP, PluginInfo
 from vllm_srun.app import cli, front_cli
 from vllm_srun.domain import bounds
-from vllm_srun.domain.admission import AdmissionLimits
 from vllm_srun.domain.dtypes import dtype_refusal
-from vllm_srun.domain.engine_args import EngineArgs
-from vllm_srun.domain.worker_settings import WorkerSettings
 
 ACME = PluginInfo(ENGINES_GROUP, "acme", "acme-engines", "1.0")
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -159,10 +157,8 @@ def test_a_models_file_is_checked_against_the_workers_engine_plugin(
         return list(
             load_models_file(
                 path,
-                flags=EngineArgs(),
+                flags=ModelArgs(engine=engine, max_queue=8, max_queued_tokens=1024),
                 device="cpu",
-                engine=engine,
-                admission=AdmissionLimits(8, 1024),
                 dtype_refusal=dtype_refusal,
                 engines=with_acme(),
             )

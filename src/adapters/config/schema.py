@@ -3,6 +3,7 @@
 ```yaml
 global:
   router: {enabled: false}
+  api_key_file: /etc/vllm-sr/api-keys           # optional; `--api-key-file` wins
   model_catalog:
     deployments:
       primary:
@@ -16,19 +17,21 @@ system:
   decision_model: {deployment: primary}
 ```
 
-Every field left out keeps the runtime's default (None here). Field types carry their bounds
-(`Meta`, taken from `domain/bounds.py`), so the loader reports range problems from the types;
-the rules that relate fields to each other live in `rules.py`. Unknown fields are refused
-everywhere.
+Every field left out keeps the runtime's default (None here). A deployment's engine and engine
+arguments are the settings record's (`settings.ServingArgs`, declared once with their bounds from
+`domain/bounds.py`), so the loader reports range problems from the types; the rules that relate
+fields to each other live in `rules.py`. Unknown fields are refused everywhere; every section is
+frozen (a changed config is a new one, `msgspec.structs.replace`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta, Struct
 
+from vllm_srun.adapters.config.settings import ServingArgs, declare, declared
 from vllm_srun.domain import bounds
 from vllm_srun.domain.ejection import ONE_HOUR_MS, OutlierDetection
 
@@ -47,21 +50,9 @@ FIELD_HINTS = {
 }
 
 Device = Annotated[str, Meta(pattern=f"^({bounds.REPLICA_DEVICE.pattern})$")]
-# spelled here; whether it is installed is checked by the loader (`rules.engine_problems`)
-EngineName = Annotated[str, Meta(pattern=f"^({bounds.ENGINE.pattern})$")]
 Endpoint = Annotated[str, Meta(pattern=ENDPOINT_PATTERN)]
 Name = Annotated[str, Meta(min_length=1, pattern=r"^\S(.*\S)?$")]
-# msgspec reads a Literal's values at run time: the bounds module's choices, stated once there.
-# A type checker cannot read them, so it sees the fields as strings.
-if TYPE_CHECKING:
-    Dtype = str
-else:
-    Dtype = Literal[bounds.DTYPE.choices]
-
-
-def _range(setting: bounds.IntSetting[Any] | bounds.FloatSetting[Any]) -> Meta:
-    """A setting's bounds as msgspec constraints."""
-    return Meta(ge=setting.low, le=setting.high)
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
 class ConfigError(ValueError):
@@ -95,11 +86,11 @@ def removed_value_hint(field: str, value: object) -> str | None:
     return None
 
 
-class Section(Struct, forbid_unknown_fields=True, kw_only=True):
-    """Base of every config section: unknown fields refused, keyword construction only."""
+class Section(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Base of every config section: frozen, unknown fields refused, keyword construction only."""
 
 
-class OutlierDetectionConfig(Section, kw_only=True):
+class OutlierDetectionConfig(Section, frozen=True, kw_only=True):
     consecutive_timeouts: Annotated[int, Meta(ge=0)] | None = None
     base_ejection_ms: Annotated[int, Meta(ge=1, le=ONE_HOUR_MS)] | None = None
     max_ejection_ms: Annotated[int, Meta(ge=1, le=ONE_HOUR_MS)] | None = None
@@ -115,7 +106,7 @@ class OutlierDetectionConfig(Section, kw_only=True):
         )
 
 
-class ReplicaConfig(Section, kw_only=True):
+class ReplicaConfig(Section, frozen=True, kw_only=True):
     """A managed worker (`device`) or an attached runtime (`endpoint` + its `model`)."""
 
     device: Device | None = None
@@ -127,31 +118,29 @@ class ReplicaConfig(Section, kw_only=True):
         return self.endpoint is not None
 
 
-class DeploymentConfig(Section, kw_only=True):
+class DeploymentConfig(ServingArgs, frozen=True, kw_only=True):
+    """One deployment: its artifact, placement, dispatch and (inherited from `ServingArgs`: its
+    engine, engine arguments and worker limits, R-ARG, R-ADM-1) what its workers are told."""
+
     provider: Literal["model_runtime"] = "model_runtime"
     artifact: Name
     revision: Name | None = None
-    engine: EngineName | None = None
     # placement: `replicas`, or the single-worker shorthand `device` / `endpoint` + `model`
     device: Device | None = None
     endpoint: Endpoint | None = None
     model: Name | None = None
     replicas: Annotated[list[ReplicaConfig], Meta(min_length=1, max_length=MAX_REPLICAS)] | None = None
-    # engine arguments (R-ARG)
-    max_num_seqs: Annotated[int, _range(bounds.MAX_NUM_SEQS)] | None = None
-    max_num_batched_tokens: Annotated[int, _range(bounds.MAX_NUM_BATCHED_TOKENS)] | None = None
-    batch_window_ms: Annotated[float, _range(bounds.BATCH_WINDOW_MS)] | None = None
-    dtype: Dtype | None = None
-    enable_shared_context: bool | None = None
-    max_model_len: Annotated[int, _range(bounds.MAX_MODEL_LEN)] | None = None
-    result_cache_entries: Annotated[int, _range(bounds.RESULT_CACHE_ENTRIES)] | None = None
-    media_workers: Annotated[int, _range(bounds.MEDIA_WORKERS)] | None = None
-    max_request_tokens: Annotated[int, _range(bounds.MAX_REQUEST_TOKENS)] | None = None
-    max_queue: Annotated[int, _range(bounds.MAX_QUEUE)] | None = None  # each worker's admission (R-ADM-1)
-    max_queued_tokens: Annotated[int, _range(bounds.MAX_QUEUED_TOKENS)] | None = None
     # dispatch and outlier ejection (R-REP-3, R-REP-5)
-    timeout_ms: Annotated[int, _range(bounds.TIMEOUT_MS)] | None = None
+    timeout_ms: (
+        Annotated[int, declare(bounds.TIMEOUT_MS, "the default deployment's request timeout, in milliseconds")] | None
+    ) = None
     outlier_detection: OutlierDetectionConfig | None = None
+    # endpoint replicas' door (R-AUTH-3, R-AUTH-4): the internal token the front sends them (from a
+    # file, or an environment variable of the front; never in this file) and the CA file their
+    # https certificates are verified with (default: the system's CAs)
+    internal_token_file: Name | None = None
+    internal_token_env: EnvName | None = None
+    ca_file: Name | None = None
 
     def placement(self) -> list[ReplicaConfig]:
         """The replicas this deployment runs; the shorthand is one replica (device auto)."""
@@ -165,44 +154,36 @@ class DeploymentConfig(Section, kw_only=True):
         return (self.outlier_detection or OutlierDetectionConfig()).to_domain()
 
 
-ENGINE_ARG_FIELDS = (
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "batch_window_ms",
-    "dtype",
-    "enable_shared_context",
-    "max_model_len",
-    "result_cache_entries",
-    "media_workers",
-    "max_request_tokens",
-    "max_queue",
-    "max_queued_tokens",
-    "timeout_ms",
-)
+# what the front's flags may write into the default deployment: every declared field but the engine
+# (`-e ENGINE`)
+ENGINE_ARG_FIELDS = tuple(d.name for d in declared(DeploymentConfig) if d.setting is not bounds.ENGINE)
 
 
-class RouterConfig(Section, kw_only=True):
+class RouterConfig(Section, frozen=True, kw_only=True):
     enabled: bool = False
 
 
-class ModelCatalogConfig(Section, kw_only=True):
+class ModelCatalogConfig(Section, frozen=True, kw_only=True):
     deployments: dict[str, DeploymentConfig] = msgspec.field(default_factory=dict)
 
 
-class GlobalConfig(Section, kw_only=True):
+class GlobalConfig(Section, frozen=True, kw_only=True):
     router: RouterConfig = msgspec.field(default_factory=RouterConfig)
     model_catalog: ModelCatalogConfig = msgspec.field(default_factory=ModelCatalogConfig)
+    # the front's key file (R-AUTH-1), as `--api-key-file` (which wins when both are given): its keys
+    # are asked for at the front, its tenant policies apply in the managed workers (R-FAIR-1)
+    api_key_file: Name | None = None
 
 
-class DecisionModelConfig(Section, kw_only=True):
+class DecisionModelConfig(Section, frozen=True, kw_only=True):
     deployment: Name | None = None
 
 
-class SystemConfig(Section, kw_only=True):
+class SystemConfig(Section, frozen=True, kw_only=True):
     decision_model: DecisionModelConfig = msgspec.field(default_factory=DecisionModelConfig)
 
 
-class FrontConfig(Section, kw_only=True):
+class FrontConfig(Section, frozen=True, kw_only=True):
     global_: GlobalConfig = msgspec.field(name="global", default_factory=GlobalConfig)
     system: SystemConfig = msgspec.field(default_factory=SystemConfig)
 

@@ -12,7 +12,7 @@ relies on these declarations and on nothing else of a family or an engine:
 - on a **device** (`Device`, `device.py`): kind, index, memory, native dtypes, synchronize;
 - packages come from a **model store** (`ModelStore`), time from the domain's `Clock`;
 - each **surface** states what it needs of a model as a Protocol of its own (`surfaces.py`:
-  `TextEmbedder`, `TextClassifier`, `PairScorer`, `QuestionAnswerer`, and `MediaEmbedder` for
+  `TextEmbedder`, `TextClassifier`, `PairScorer`, `QuestionAnswerer`, `MediaEmbedder` for
   image and video items), checked at load (`surface_contract_problems`); the decisions surface
   and its family exchange the types of `decisions.py`;
 - **media** inputs (images, videos) are decoded by a `MediaDecoder` given `ImageJob`s and
@@ -22,7 +22,7 @@ relies on these declarations and on nothing else of a family or an engine:
 This package imports no implementation: only the standard library and the pure domain (array,
 tensor and tokenizer types are named for the type checker only), so the implementations depend
 on it and never the other way (`lint-imports`). Families and engines are found through package
-entry points (`adapters/plugins.py`); the composition root (`app/container.py`) wires the rest.
+entry points (`adapters/plugins.py`); the composition roots (`app/bootstrap.py`) wire the rest.
 Fakes of every contract live in `tests/fakes.py`, `tests/fake_family.py` and
 `tests/fake_media.py`; `docs/design.md` walks through adding a family or an engine.
 """
@@ -41,6 +41,7 @@ from vllm_srun.adapters.contracts.decisions import (
 )
 from vllm_srun.adapters.contracts.device import Device, ThreadContext
 from vllm_srun.adapters.contracts.engine import (
+    AudioEncoderEngine,
     DecoderEngine,
     Determinism,
     DevicePreflight,
@@ -56,6 +57,7 @@ from vllm_srun.adapters.contracts.engine import (
     PrefixState,
     SettingRefusal,
     SettingsPreflight,
+    as_audio_encoder_engine,
     as_decoder_engine,
     as_dual_encoder_engine,
     as_encoder_engine,
@@ -71,6 +73,8 @@ from vllm_srun.adapters.contracts.family import (
     PackageInfo,
 )
 from vllm_srun.adapters.contracts.media import (
+    AudioDecoder,
+    AudioJob,
     ImageJob,
     MediaDecoder,
     MediaError,
@@ -84,6 +88,7 @@ from vllm_srun.adapters.contracts.media import (
 )
 from vllm_srun.adapters.contracts.surfaces import (
     SURFACE_CONTRACTS,
+    AudioEmbedder,
     LogitsRow,
     MediaEmbedder,
     PairScorer,
@@ -99,6 +104,10 @@ from vllm_srun.adapters.contracts.surfaces import (
 __all__ = [
     "SURFACE_CONTRACTS",
     "AskedQuestion",
+    "AudioDecoder",
+    "AudioEmbedder",
+    "AudioEncoderEngine",
+    "AudioJob",
     "CalibrationForward",
     "CardFields",
     "Clock",
@@ -153,6 +162,7 @@ __all__ = [
     "TextEmbedder",
     "ThreadContext",
     "VideoJob",
+    "as_audio_encoder_engine",
     "as_decoder_engine",
     "as_dual_encoder_engine",
     "as_encoder_engine",

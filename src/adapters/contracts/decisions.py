@@ -10,8 +10,10 @@ layout lives here because both sides read it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from vllm_srun.domain.rows import DEFAULT_LANE, RowSpec
 from vllm_srun.domain.shared_context import SHARED_LANE, shared_row_tokens
@@ -24,9 +26,20 @@ __all__ = [
     "QuestionRow",
     "RenderedQuestion",
     "SharedRow",
+    "content_text",
     "probabilities_per_question",
     "rows_for",
 ]
+
+
+def content_text(value: Any) -> str:
+    """A state, instruction or description as the model reads it: strings as they are,
+    objects/arrays as JSON (span offsets count code points of this text)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
 
 
 class QuestionError(Exception):

@@ -2,7 +2,8 @@
 honours `--deterministic` (`Determinism`).
 
 A family asks for its forward through `LoadContext.build_engine` (`contracts/family.py`) and
-narrows it with `as_encoder_engine` / `as_decoder_engine` / `as_dual_encoder_engine`; it never
+narrows it with `as_encoder_engine` / `as_decoder_engine` / `as_dual_encoder_engine` /
+`as_audio_encoder_engine`; it never
 imports an engine module.
 """
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # types only: no array or tensor library is imported with the
     from vllm_srun.domain.lanes import Accounting
 
 __all__ = [
+    "AudioEncoderEngine",
     "DecoderEngine",
     "Determinism",
     "DevicePreflight",
@@ -40,6 +42,7 @@ __all__ = [
     "PrefixState",
     "SettingRefusal",
     "SettingsPreflight",
+    "as_audio_encoder_engine",
     "as_decoder_engine",
     "as_dual_encoder_engine",
     "as_encoder_engine",
@@ -148,6 +151,20 @@ class DualEncoderEngine(Engine, Protocol):
         ...
 
 
+@runtime_checkable
+class AudioEncoderEngine(Engine, Protocol):
+    """The audio family's forward: feature arrays made by its decoder (log-mel spectrograms) in,
+    one float32 embedding each out; token id rows in for a model with a text tower (CLAP)."""
+
+    def embed_audio(self, features: Sequence[NDArray[np.float32]]) -> NDArray[np.float32]:
+        """[rows, dimensions] for the feature arrays (all of one shape)."""
+        ...
+
+    def embed_text(self, batch: Sequence[Sequence[int]]) -> NDArray[np.float32]:
+        """[rows, dimensions] for token id rows (a model without a text tower never gets any)."""
+        ...
+
+
 class EngineRefused(ValueError):
     """An engine plugin cannot serve this model here (one line saying why)."""
 
@@ -170,6 +187,13 @@ def as_dual_encoder_engine(engine: Engine) -> DualEncoderEngine:
     """ENGINE as a dual-encoder forward, or EngineRefused when it has none."""
     if not isinstance(engine, DualEncoderEngine):
         raise EngineRefused(f"the {engine.name} engine has no dual-encoder forward")
+    return engine
+
+
+def as_audio_encoder_engine(engine: Engine) -> AudioEncoderEngine:
+    """ENGINE as an audio-encoder forward, or EngineRefused when it has none."""
+    if not isinstance(engine, AudioEncoderEngine):
+        raise EngineRefused(f"the {engine.name} engine has no audio-encoder forward")
     return engine
 
 

@@ -99,9 +99,20 @@ class Numerics(enum.StrEnum):
     EXACT = "exact"  # batch-invariant (R-BAT-5): a row's answer does not depend on its company
     APPROXIMATE = "approximate"  # merged forwards may change a row's answer in its last bits
 
+    @classmethod
+    def promised(cls, batch_invariant: bool, determinism: Determinism | None) -> Numerics:
+        """What a loaded model's answers promise: DETERMINISTIC where `--deterministic` is in force
+        (DETERMINISM says how), else EXACT where the probe found it batch-invariant, else APPROXIMATE."""
+        if determinism is not None:
+            return cls.DETERMINISTIC
+        return cls.EXACT if batch_invariant else cls.APPROXIMATE
+
 
 class LoadedModel(abc.ABC):
-    """A loaded package, ready to run forwards. Attributes are set by the family's `load`."""
+    """A loaded package, ready to run forwards. Attributes are set by the family's `load` and
+    not changed after it: what the runtime finds out later (the probe's verdict, how
+    `--deterministic` is honoured, hence `numerics`) is kept in its serving record
+    (`serving/served.Serving`)."""
 
     family: str
     surfaces: frozenset[str]
@@ -110,8 +121,6 @@ class LoadedModel(abc.ABC):
     device: Device
     engine: Engine
     max_input_tokens: int
-    batch_invariant: bool = False  # set from the batch-invariance probe (R-BAT-5)
-    deterministic: Determinism | None = None  # `--deterministic` in force: how
     enable_shared_context: bool = False  # in force (R-SC); False for families without the path
     cache_tag: str = ""  # what besides the weights decides an answer (keys the result cache)
     golden_file: Path | None = None  # the package's recorded requests and answers (R-GOLD-1)
@@ -148,12 +157,6 @@ class LoadedModel(abc.ABC):
         """The most counted tokens of a merged forward if the model is batch-invariant (R-BAT-5):
         512, or less where its engine changes kernels below 512; None: it cannot be."""
         return invariant_forward_tokens(self.engine.kernel_switch_tokens)
-
-    @property
-    def numerics(self) -> Numerics:
-        if self.deterministic is not None:
-            return Numerics.DETERMINISTIC
-        return Numerics.EXACT if self.batch_invariant else Numerics.APPROXIMATE
 
 
 class Family(abc.ABC):

@@ -1,6 +1,6 @@
-"""Media (R-MEDIA): what decodes images and videos (`MediaDecoder`), the jobs it is given
-(`ImageJob`, `VideoJob`: a closed set, each mapped to one decoder method by `decode`), and what
-the event loop awaits (`MediaLoader`).
+"""Media (R-MEDIA): what decodes images and videos (`MediaDecoder`) and audio (`AudioDecoder`),
+the jobs it is given (`ImageJob`, `VideoJob`, `AudioJob`: a closed set, each mapped to one decoder
+method by `decode`), and what the event loop awaits (`MediaLoader`).
 
 Media worker processes import this module, and with it the contracts package: the standard
 library and the pure domain at run time, never torch (array types are named for the type checker
@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # types only
     from numpy.typing import NDArray
 
 __all__ = [
+    "AudioDecoder",
+    "AudioJob",
     "ImageJob",
     "MediaDecoder",
     "MediaError",
@@ -91,6 +93,16 @@ class MediaDecoder(Protocol):
         ...
 
 
+@runtime_checkable
+class AudioDecoder(Protocol):
+    """Turns audio bytes into the features an audio model reads (a decoder may also be one)."""
+
+    def audio(self, data: bytes, fmt: str, limits: MediaLimits, preprocess: PixelSpec) -> NDArray[np.float32]:
+        """One file in FMT (wav, flac, mp3, ogg) → its features as PREPROCESS says (mono, resampled
+        to the model's rate first); raises MediaError for bad, lying or oversize audio."""
+        ...
+
+
 @dataclass(frozen=True)
 class ImageJob:
     """Decode one image (`MediaDecoder.image`)."""
@@ -112,8 +124,19 @@ class VideoJob:
     preprocess: PixelSpec
 
 
-MediaJob = ImageJob | VideoJob  # every job a decoder is given (pickled to media worker processes)
-MEDIA_JOBS = (ImageJob, VideoJob)  # the same, for isinstance checks on what a socket delivered
+@dataclass(frozen=True)
+class AudioJob:
+    """Decode one audio file into features (`AudioDecoder.audio`)."""
+
+    kind: ClassVar[str] = "audio"
+    data: bytes
+    fmt: str  # the format the request declares (checked against the bytes)
+    limits: MediaLimits
+    preprocess: PixelSpec
+
+
+MediaJob = ImageJob | VideoJob | AudioJob  # every job a decoder is given (pickled to media worker processes)
+MEDIA_JOBS = (ImageJob, VideoJob, AudioJob)  # the same, for isinstance checks on what a socket delivered
 
 
 def decode(decoder: MediaDecoder, job: MediaJob) -> NDArray[np.float32]:
@@ -122,6 +145,10 @@ def decode(decoder: MediaDecoder, job: MediaJob) -> NDArray[np.float32]:
         return decoder.image(job.data, job.limits, job.preprocess)
     if isinstance(job, VideoJob):
         return decoder.video_frames(job.data, job.frames, job.limits, job.preprocess)
+    if isinstance(job, AudioJob):
+        if not isinstance(decoder, AudioDecoder):
+            raise TypeError(f"{type(decoder).__name__} decodes no audio")
+        return decoder.audio(job.data, job.fmt, job.limits, job.preprocess)
     assert_never(job)
 
 
@@ -138,6 +165,8 @@ class MediaLoader(Protocol):
     async def video(
         self, data: bytes, frames: int, limits: MediaLimits, preprocess: PixelSpec
     ) -> NDArray[np.float32]: ...
+
+    async def audio(self, data: bytes, fmt: str, limits: MediaLimits, preprocess: PixelSpec) -> NDArray[np.float32]: ...
 
     def card(self) -> CardFields:
         """The card's `media` fields: workers and the decode cache."""

@@ -1,6 +1,6 @@
 """What each surface (`/v1/embeddings`, `/v1/classify`, `/v1/rerank`, `/v1/decisions`) needs of a
 model, as a Protocol of its own, plus the extensions a model may add (`MediaEmbedder`: image and
-video items on `/v1/embeddings`). A model that lists a surface implements it, and the runtime
+video items on `/v1/embeddings`; `AudioEmbedder`: audio items). A model that lists a surface implements it, and the runtime
 checks that at load (`surface_contract_problems`), so a family that forgets one fails to load
 with a reason instead of failing requests.
 """
@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # types only
 
 __all__ = [
     "SURFACE_CONTRACTS",
+    "AudioEmbedder",
     "LogitsRow",
     "MediaEmbedder",
     "PairScorer",
@@ -143,6 +144,21 @@ class MediaEmbedder(Protocol):
     preprocess: PixelSpec  # what the decoder does to every image and frame
 
 
+@runtime_checkable
+class AudioEmbedder(Protocol):
+    """`/v1/embeddings` `input_audio` items. Each audio file is one row of the `audio_lane`
+    counting `audio_tokens` (payload: the float32 features the `MediaLoader` made with
+    `audio_preprocess`: decoded, mono, resampled to the model's rate, log-mel); one vector per row.
+    `modalities` names `audio` (and `text` when the model embeds texts in the same space);
+    `audio_limits` bound the bytes and seconds, checked before a forward is spent."""
+
+    modalities: frozenset[str]
+    audio_lane: str
+    audio_tokens: int
+    audio_limits: MediaLimits
+    audio_preprocess: PixelSpec
+
+
 @dataclass(frozen=True)
 class SurfaceContract:
     """What a model that lists a surface implements (`required`), and the extensions it may add
@@ -153,7 +169,7 @@ class SurfaceContract:
 
 
 SURFACE_CONTRACTS: dict[str, SurfaceContract] = {
-    "embeddings": SurfaceContract(TextEmbedder, (MediaEmbedder,)),
+    "embeddings": SurfaceContract(TextEmbedder, (MediaEmbedder, AudioEmbedder)),
     "classify": SurfaceContract(TextClassifier),
     "rerank": SurfaceContract(PairScorer),
     "decisions": SurfaceContract(QuestionAnswerer),
@@ -162,7 +178,8 @@ SURFACE_CONTRACTS: dict[str, SurfaceContract] = {
 
 def surface_contract_problems(model: LoadedModel) -> list[str]:
     """One line per listed surface whose contract MODEL does not implement (or that is unknown),
-    and one when it says it reads media (`modalities`) without implementing `MediaEmbedder`."""
+    and one when it says it reads media (`modalities`) without implementing `MediaEmbedder`
+    (images, videos) or `AudioEmbedder` (audio)."""
     problems = []
     for surface in sorted(model.surfaces):
         contract = SURFACE_CONTRACTS.get(surface)
@@ -170,7 +187,10 @@ def surface_contract_problems(model: LoadedModel) -> list[str]:
             problems.append(f"lists unknown surface {surface!r} (known: {', '.join(sorted(SURFACE_CONTRACTS))})")
         elif not isinstance(model, contract.required):
             problems.append(f"lists surface {surface!r} but does not implement {contract.required.__name__}")
-    media = set(getattr(model, "modalities", ())) - {"text"}
+    modalities = set(getattr(model, "modalities", ()))
+    media = modalities - {"text", "audio"}
     if media and not isinstance(model, MediaEmbedder):
         problems.append(f"reads {', '.join(sorted(media))} but does not implement MediaEmbedder")
+    if "audio" in modalities and not isinstance(model, AudioEmbedder):
+        problems.append("reads audio but does not implement AudioEmbedder")
     return problems

@@ -4,7 +4,7 @@
   safe and faster (`native.py`), decoders eager (`native_decoder.py`); on GPUs both take fused
   Triton kernels at the forward sizes where they were measured faster (`gpu_kernels.py`,
   `triton_encoder.py`, `triton_decoder.py`); dual encoders (the multimodal family's CLIP and
-  SigLIP) run eager (`native_dual.py`);
+  SigLIP) run eager (`native_dual.py`), and so do audio encoders (`native_audio.py`);
 - `onnxruntime`: ONNX Runtime for encoders (`onnxruntime.py`), on the CPU or a GPU's execution provider.
   What it refuses whatever the model is its own to say (`settings_refusal`: dtype auto only, no
   `--deterministic`), as is what it lacks on a device (`device_refusal`); no other module tests an
@@ -40,7 +40,7 @@ class NativePlugin:
     name = "native"
 
     def build(self, request: EngineRequest, progress: Progress) -> Engine:
-        if request.kind in ("encoder", "decoder", "dual_encoder"):
+        if request.kind in ("encoder", "decoder", "dual_encoder", "audio_encoder"):
             use_threads(request.threads)
         if request.kind == "encoder":
             from vllm_srun.adapters.engines.native import native_encoder
@@ -61,6 +61,10 @@ class NativePlugin:
             from vllm_srun.adapters.engines.native_dual import NativeDualEncoder
 
             return NativeDualEncoder(request.model)
+        if request.kind == "audio_encoder":
+            from vllm_srun.adapters.engines.native_audio import NativeAudioEncoder
+
+            return NativeAudioEncoder(request.model)
         raise EngineRefused(f"the native engine has no forward for {request.kind} models")
 
 

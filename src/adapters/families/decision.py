@@ -220,7 +220,8 @@ class DecisionModel(LoadedModel):
         return {
             **self.decoder.describe(),
             "decision": {
-                "question_types": ["noul", "choice", "score"],
+                "question_types": ["noul", "choice", "score", "set", "span"],
+                "labels": [1, 255],  # set and span questions
                 "choice_options": [2, 255],
                 "score_levels": [2, 10],
                 "prompt_template": self.tokens.template.as_dict(),

@@ -16,7 +16,6 @@ either text. docs/decisions.md shows every default.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
@@ -27,6 +26,7 @@ from vllm_srun.adapters.contracts import (  # what the surface reads (contracts/
     QuestionError,
     RenderedQuestion,
 )
+from vllm_srun.adapters.contracts.decisions import content_text as content_text
 
 DEFAULT_SYSTEM = "You answer questions about the content the user gives. Reply with the answer only."
 
@@ -114,15 +114,6 @@ def choose_template(manifest_value: Any, has_token: Callable[[str], bool]) -> Pr
 
 
 # ---------------------------------------------------------------------------------- questions
-def content_text(value: Any) -> str:
-    """A state, instruction or description as text: strings as they are, objects/arrays as JSON."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
-
-
 SingleToken = Callable[[str], "int | None"]  # the id of a text that is exactly one token, else None
 
 

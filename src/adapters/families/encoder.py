@@ -1,5 +1,5 @@
 """The encoder family (R-PKG-2): BERT-style encoders serving embeddings (and, with a head,
-classify / rerank). Rows are tokenized texts; one lane, counted as the engine's forwards are
+classify / rerank; sparse and multi-vector outputs and MaxSim rerank: `encoder_outputs.py`). Rows are tokenized texts; one lane, counted as the engine's forwards are
 (packed on the native engine, padded on ONNX Runtime). Weights live on the worker's device; on a
 CPU merged forwards stay within 4,096 counted tokens, on a GPU within about 0.3 s of device time at
 the lane's cost per token (R-BAT-7), which the GPU calibration measures first (R-DEV-2)."""
@@ -20,10 +20,14 @@ from vllm_srun.adapters.contracts import (
     PackageInfo,
     as_encoder_engine,
 )
+from vllm_srun.adapters.contracts.outputs import OUTPUT_KINDS, TokenOutputRow
+from vllm_srun.adapters.contracts.token_heads import TokenLogitsRow
 from vllm_srun.adapters.families.decoder_packages import is_decoder_encoder
 from vllm_srun.adapters.families.encoder_fixture import VARIANTS, write_encoder_fixture
+from vllm_srun.adapters.families.encoder_outputs import TokenOutputs, has_colbert_head, read_ranges
 from vllm_srun.adapters.models.encoders import DECODER_TYPES, ENCODER_TYPES
 from vllm_srun.adapters.models.manifest import asks_for_yes_no, read_manifest
+from vllm_srun.adapters.models.token_classifier import TOKEN_ARCHITECTURE_SUFFIX, is_token_classifier
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 from vllm_srun.domain.calibration import TIME_CAP_S
 from vllm_srun.domain.dtypes import dtype_refusal, resolve_dtype
@@ -43,24 +47,40 @@ def _head_labels(config: dict[str, Any], manifest: dict[str, Any] | None = None)
     """The classification head's label count from config.json; None for a bare encoder. A decoder
     yes/no reranker (srun.json `rerank`) has one: P(yes) against P(no)."""
     architectures = config.get("architectures") or []
-    if not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+    heads = ("ForSequenceClassification", TOKEN_ARCHITECTURE_SUFFIX)  # a token head serves classify too
+    if not any(str(a).endswith(heads) for a in architectures):
         decoder = str(config.get("model_type", "")).lower() in DECODER_TYPES
         return 1 if decoder and manifest and asks_for_yes_no(manifest) else None
     id2label = config.get("id2label") or {}
     return len(id2label) if id2label else int(config.get("num_labels", 2))
 
 
-def _surfaces(manifest: dict[str, Any], num_labels: int | None) -> frozenset[str]:
-    """What the package can serve: the manifest's list, checked against the head (if any)."""
+def _surfaces(
+    manifest: dict[str, Any], num_labels: int | None, maxsim: str = "", token: bool = False
+) -> frozenset[str]:
+    """What the package can serve: the manifest's list, checked against the head (if any). An
+    encoder without a head can rerank by MaxSim (MAXSIM `can`), by default when it has a ColBERT
+    head (MAXSIM `default`). A token head (TOKEN) serves classify whatever its label count."""
     can = {"embeddings"}
     if num_labels is not None:
-        can.add("rerank" if num_labels == 1 else "classify")
+        can.add("rerank" if num_labels == 1 and not token else "classify")
+    elif maxsim:
+        can.add("rerank")
     default = {"embeddings"} if num_labels is None else can - {"embeddings"}
+    if num_labels is None and maxsim == "default":
+        default.add("rerank")
     wanted = set(manifest.get("surfaces") or default)
     unknown, missing = wanted - SURFACES, wanted - can
     if unknown or missing:
         raise ValueError(f"srun.json lists surfaces this package cannot serve: {sorted(unknown | missing)}")
     return frozenset(wanted)
+
+
+def _maxsim(folder: Path, num_labels: int | None) -> str:
+    """Whether an encoder without a head may rerank by MaxSim: `default` (a ColBERT head), `can`, or ''."""
+    if num_labels is not None or str(read_config(folder).get("model_type", "")).lower() not in ENCODER_TYPES:
+        return ""
+    return "default" if has_colbert_head(folder) else "can"
 
 
 def read_config(folder: Path) -> dict[str, Any]:
@@ -81,6 +101,15 @@ def _tokenizer(folder: Path, head: object) -> TextTokenizer:
     return TextTokenizer.from_folder(folder)
 
 
+def _token_head(folder: Path, cfg: Any) -> Any:
+    """The token-classification head of a `*ForTokenClassification` package, else None."""
+    if not is_token_classifier(read_config(folder)):
+        return None
+    from vllm_srun.adapters.models.token_classifier import read_token_head
+
+    return read_token_head(folder, cfg.hidden_size, cfg.num_labels)
+
+
 class EncoderModel(LoadedModel):
     family = "encoder"
 
@@ -88,7 +117,7 @@ class EncoderModel(LoadedModel):
         import torch
 
         from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
-        from vllm_srun.adapters.models.st_modules import read_text_settings
+        from vllm_srun.adapters.models.st_modules import SPARSE_ARCHETYPE, read_package, read_text_settings
 
         manifest = read_manifest(folder)
         device = context.device
@@ -117,9 +146,17 @@ class EncoderModel(LoadedModel):
         limit = min(self.pooling.max_seq_length or cfg.max_tokens, cfg.max_tokens)
         self.max_input_tokens = min(int(manifest.get("max_input_tokens") or limit), limit)
         self.normalized = self.pooling.normalize
-        self.labels = list(self.reference.labels) if self.reference.has_classifier else []
-        self.multi_label = bool(manifest.get("multi_label", cfg.problem_type == "multi_label_classification"))
-        self.surfaces = _surfaces(manifest, cfg.num_labels if self.reference.has_classifier else None)
+        # a `*ForTokenClassification` package labels every token (models/token_classifier.py)
+        self.token_head = _token_head(folder, cfg) if not self.reference.has_classifier else None
+        self.classify_kind = "token" if self.token_head is not None else "sequence"
+        heads = self.reference.has_classifier or self.token_head is not None
+        self.labels = list(self.reference.labels) if heads else []
+        token = self.token_head is not None
+        self.multi_label = not token and bool(
+            manifest.get("multi_label", cfg.problem_type == "multi_label_classification")
+        )
+        num_labels = cfg.num_labels if heads else None
+        self.surfaces = _surfaces(manifest, num_labels, _maxsim(folder, num_labels), token)
         cpu = device.kind == "cpu"
         self.lanes = (
             Lane(
@@ -136,6 +173,15 @@ class EncoderModel(LoadedModel):
         self.prompts: dict[str, str] = dict(self.text_settings.prompts)
         self.default_prompt_name: str | None = self.text_settings.default_prompt_name
         self.dimensions = self.reference.dimensions
+        # outputs beyond the dense vector (encoder_outputs.py)
+        sparse = self.text_settings.model_type == SPARSE_ARCHETYPE
+        splade = read_package(folder).splade if sparse else None
+        encoder_type = str(read_config(folder).get("model_type", "")).lower() in ENCODER_TYPES
+        self.token_outputs = TokenOutputs(folder, self.reference, self.tokenizer, splade, encoder_type)
+        self.output_kinds = self.token_outputs.kinds | (frozenset() if sparse else frozenset({"dense"}))
+        self.multi_vector_dimensions = self.token_outputs.multi_vector_dimensions
+        self.rerank_scoring = "maxsim" if "rerank" in self.surfaces and num_labels is None else "head"
+        self.embedding_ranges = read_ranges(folder, self.dimensions) if not sparse else None
 
     def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[Encoded]:
         """Rows of TEXTS (a prompt, when the request asked for one, already prepended), lowercased
@@ -144,13 +190,26 @@ class EncoderModel(LoadedModel):
         return self.tokenizer.encode(prepared, max_length=self.max_input_tokens, truncate=truncate)
 
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
+        if self.token_head is not None:  # every row of a token head's model: logits [tokens, labels]
+            from vllm_srun.adapters.models.token_classifier import token_logits
+
+            return token_logits(self.reference, self.token_head, [p.encoded for p in payloads])
+        tokens = [i for i, p in enumerate(payloads) if isinstance(p, TokenOutputRow)]
+        if tokens:  # sparse / multi-vector rows: each alone through its head, the others as usual
+            out: list[Any] = [None] * len(payloads)
+            for i, row in zip(tokens, self.token_outputs.run([payloads[i] for i in tokens])):
+                out[i] = row
+            rest = [i for i in range(len(payloads)) if out[i] is None]
+            for i, row in zip(rest, self.run(lane, [payloads[i] for i in rest]) if rest else []):
+                out[i] = row
+            return out
         heads = [i for i, p in enumerate(payloads) if isinstance(p, LogitsRow)]
         forward = self.forward
         if not heads:
             return list(forward.embed(payloads))
         if len(heads) == len(payloads):
             return list(forward.classify_logits([p.encoded for p in payloads]))
-        out: list[Any] = [None] * len(payloads)  # rows of two surfaces in one forward: run each part
+        out = [None] * len(payloads)  # rows of two surfaces in one forward: run each part
         pooled = sorted(set(range(len(payloads))) - set(heads))
         for idx, rows in (
             (heads, forward.classify_logits([payloads[i].encoded for i in heads])),
@@ -184,7 +243,7 @@ class EncoderModel(LoadedModel):
         rows = [r for r in rows if len(r.ids) <= 80] or rows[:1]
         if "embeddings" in self.surfaces:
             return rows
-        return [LogitsRow(r) for r in rows]
+        return [TokenLogitsRow(r) if self.token_head is not None else LogitsRow(r) for r in rows]
 
     def calibration_forward(self, tokens: int) -> CalibrationForward:
         """Rows of the input limit's length (at most 512 tokens) adding up to about TOKENS (R-DEV-2)."""
@@ -198,27 +257,54 @@ class EncoderModel(LoadedModel):
             Encoded([(997 * r + 31 * i + 101) % vocab for i in range(n)], [0] * n, False, n)
             for r, n in enumerate(lengths)
         ]
-        payloads: list[Any] = rows if "embeddings" in self.surfaces else [LogitsRow(row) for row in rows]
+        row_type = TokenLogitsRow if self.token_head is not None else LogitsRow
+        payloads: list[Any] = rows if "embeddings" in self.surfaces else [row_type(row) for row in rows]
         return CalibrationForward(DEFAULT_LANE, payloads, forward_tokens(lengths, self.lanes[0].accounting))
 
     def card_section(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.forward.describe())
         if "embeddings" in self.surfaces:
-            out["embedding"] = {
-                "dimensions": self.dimensions,
-                "normalized": self.pooling.normalize,
-                "pooling": self.pooling.mode,
-                "after_pooling": self.pooling.describe(),
-                "prompts": dict(self.prompts),
-                "default_prompt_name": self.default_prompt_name,
-                "similarity_fn_name": self.text_settings.similarity_fn_name or "cosine",
-            }
+            dense = "dense" in self.output_kinds
+            embedding: dict[str, Any] = {"outputs": [k for k in OUTPUT_KINDS if k in self.output_kinds]}
+            if dense:
+                embedding.update(
+                    dimensions=self.dimensions,
+                    normalized=self.pooling.normalize,
+                    pooling=self.pooling.mode,
+                    after_pooling=self.pooling.describe(),
+                )
+            embedding.update(
+                prompts=dict(self.prompts),
+                default_prompt_name=self.default_prompt_name,
+                similarity_fn_name=self.text_settings.similarity_fn_name or ("cosine" if dense else "dot"),
+                **self.token_outputs.card(),
+            )
+            if dense:
+                embedding["encodings"] = {
+                    "formats": ["float", "base64", "int8", "uint8", "binary", "ubinary"],
+                    "int8_ranges": "package (embedding_ranges.json)"
+                    if self.embedding_ranges is not None
+                    else "fixed [-1, 1]"
+                    if self.normalized
+                    else None,
+                }
+            out["embedding"] = embedding
         if "classify" in self.surfaces:
             out["classify"] = {"labels": self.labels, "multi_label": self.multi_label}
+            head: dict[str, Any] = {"name": "classify", "kind": self.classify_kind, "labels": self.labels}
+            if self.token_head is not None:
+                head.update(
+                    aggregation=["simple", "first", "none"], default_aggregation="simple", reduction="span union"
+                )
+            out["heads"] = [head]
         if "rerank" in self.surfaces:
             from vllm_srun.adapters.models.prompted_pairs import PromptedPairTokenizer
 
             out["rerank"] = {"relevance": "sigmoid(logit)"}
+            if self.rerank_scoring == "maxsim":
+                out["rerank"] = {
+                    "relevance": "maxsim: the sum over query tokens of their best dot product with a document token"
+                }
             if isinstance(self.tokenizer, PromptedPairTokenizer):  # a yes/no reranker (its prompt template)
                 prompt = self.tokenizer.prompt
                 out["rerank"] = {
@@ -243,7 +329,12 @@ class EncoderFamily(Family):
         declared = manifest.get("max_input_tokens")
         return PackageInfo(
             self.name,
-            _surfaces(manifest, _head_labels(read_config(folder), manifest)),
+            _surfaces(
+                manifest,
+                labels := _head_labels(config := read_config(folder), manifest),
+                _maxsim(folder, labels),
+                is_token_classifier(config),
+            ),
             int(declared) if declared else None,
         )
 

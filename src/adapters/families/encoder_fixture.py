@@ -2,7 +2,11 @@
 
 BERT variants: `embed` (BertModel + sentence-transformers mean pooling, normalized), `classify`
 (BertForSequenceClassification, 3 labels, softmax), `multilabel` (the same with
-`problem_type: multi_label_classification`, sigmoid), `rerank` (a cross-encoder, `num_labels: 1`).
+`problem_type: multi_label_classification`, sigmoid), `rerank` (a cross-encoder, `num_labels: 1`),
+`splade` (BertForMaskedLM + a sentence-transformers SparseEncoder: SpladePooling max / relu),
+`colbert` (BertModel + CLS pooling, normalized, + a `colbert_linear` head of COLBERT_DIM: dense
+and multi-vector outputs, rerank by MaxSim), `token` (BertForTokenClassification, BIO labels of
+PER and LOC: `/v1/classify` with `kind: token`).
 Other architectures: `<model_type>-<kind>` (`xlm-roberta-embed`, `modernbert-rerank`, `qwen3-rerank`
 …, `ARCH_FIXTURES`): the architecture's module writes the config and the weights under
 transformers' names, `models/fixture_tokenizers.py` a tokenizer of the model type's real kind
@@ -23,7 +27,8 @@ import numpy as np
 
 from vllm_srun.adapters.models.manifest import write_manifest
 
-BERT_VARIANTS = ("embed", "classify", "multilabel", "rerank")
+BERT_VARIANTS = ("embed", "classify", "multilabel", "rerank", "splade", "colbert", "token")
+COLBERT_DIM = 16
 # the other architectures: `<model_type>-<kind>` (module under adapters/models with fixture_config /
 # fixture_weights, the kinds it writes)
 ARCH_FIXTURES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -123,14 +128,21 @@ WORDS = [
     "billing",
     "team",
 ]
-LABELS = {"classify": ["negative", "neutral", "positive"], "multilabel": ["billing", "shipping", "urgent"]}
+LABELS = {
+    "classify": ["negative", "neutral", "positive"],
+    "multilabel": ["billing", "shipping", "urgent"],
+    "token": ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"],
+}
+TOKEN_TEXTS = ["paris is the capital of france", "the quick brown fox jumps over the lazy dog", "x"]
 LONG_TEXT = (
     "the movie was great fun and the music was good but the plot was boring and the acting "
     "was bad so the story is not great and the film is not fun at all today "
 ) * 3
 
 
-def _tensors(vocab: int, num_labels: int | None, seed: int) -> dict[str, np.ndarray]:
+def _tensors(vocab: int, num_labels: int | None, seed: int, head: str = "") -> dict[str, np.ndarray]:
+    """BERT's tensors under transformers' names; HEAD `splade` adds a masked-LM head (BertForMaskedLM:
+    `bert.` prefix, no pooler, decoder tied to the word embeddings), `colbert` a colbert_linear."""
     rng = np.random.default_rng(seed)
 
     def normal(*shape: int) -> np.ndarray:
@@ -142,7 +154,7 @@ def _tensors(vocab: int, num_labels: int | None, seed: int) -> dict[str, np.ndar
             f"{prefix}.bias": normal(HIDDEN),
         }
 
-    base = "bert." if num_labels is not None else ""
+    base = "bert." if num_labels is not None or head == "splade" else ""
     out = {
         f"{base}embeddings.word_embeddings.weight": normal(vocab, HIDDEN),
         f"{base}embeddings.position_embeddings.weight": normal(POSITIONS, HIDDEN),
@@ -168,7 +180,46 @@ def _tensors(vocab: int, num_labels: int | None, seed: int) -> dict[str, np.ndar
     if num_labels is not None:
         out["classifier.weight"] = normal(num_labels, HIDDEN)
         out["classifier.bias"] = normal(num_labels)
+    if head == "splade":
+        del out["bert.pooler.dense.weight"], out["bert.pooler.dense.bias"]
+        out["cls.predictions.transform.dense.weight"] = normal(HIDDEN, HIDDEN)
+        out["cls.predictions.transform.dense.bias"] = normal(HIDDEN)
+        out.update({k.replace("x.", "cls.predictions.transform.LayerNorm."): v for k, v in norm("x").items()})
+        out["cls.predictions.bias"] = (normal(vocab) - 1.0).astype(np.float32)  # most words absent: sparse
+    if head == "token":  # BertForTokenClassification: no pooler, a classifier over every token
+        del out["bert.pooler.dense.weight"], out["bert.pooler.dense.bias"]
+        # `_spread_token_head` rescales the classifier once the encoder is written
+    if head == "colbert":
+        out["colbert_linear.weight"] = normal(COLBERT_DIM, HIDDEN)
+        out["colbert_linear.bias"] = normal(COLBERT_DIM)
     return out
+
+
+def _spread_token_head(out: Path) -> None:
+    """A tiny random encoder gives every token nearly the same last hidden state, so a random
+    classifier labels them all alike. Rescale the token head over our own forward of a few texts:
+    logits centred on the tokens' mean, spread about 2.5 apart, `O` favoured by one."""
+    import torch
+    from safetensors.numpy import load_file, save_file
+
+    from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
+    from vllm_srun.adapters.models.tokenization import TextTokenizer
+
+    encoder = ReferenceEncoder.from_folder(out)
+    rows = TextTokenizer.from_folder(out).encode([*TOKEN_TEXTS, LONG_TEXT])
+    with torch.inference_mode():
+        hidden = np.concatenate([encoder.encoder(*encoder.tensors([row]))[0].numpy() for row in rows]).astype(
+            np.float64
+        )
+    path = out / "model.safetensors"
+    tensors = load_file(str(path))
+    weight = tensors["classifier.weight"].astype(np.float64)
+    centred = (hidden - hidden.mean(axis=0)) @ weight.T
+    weight *= 2.5 / max(float(centred.std()), 1e-6)
+    bias = -(weight @ hidden.mean(axis=0))
+    bias[0] += 1.0
+    tensors["classifier.weight"], tensors["classifier.bias"] = weight.astype(np.float32), bias.astype(np.float32)
+    save_file(tensors, str(path), metadata={"format": "pt"})
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -199,10 +250,63 @@ def _sentence_transformers_files(out: Path) -> None:
     _write_json(out / "sentence_bert_config.json", {"max_seq_length": POSITIONS, "do_lower_case": True})
 
 
+def _sparse_files(out: Path, vocab: int) -> None:
+    """A SparseEncoder's files as sentence-transformers writes them (masked-LM Transformer, SpladePooling)."""
+    _write_json(
+        out / "modules.json",
+        [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.sparse_encoder.models.MLMTransformer"},
+            {
+                "idx": 1,
+                "name": "1",
+                "path": "1_SpladePooling",
+                "type": "sentence_transformers.sparse_encoder.models.SpladePooling",
+            },
+        ],
+    )
+    _write_json(
+        out / "1_SpladePooling" / "config.json",
+        {"pooling_strategy": "max", "activation_function": "relu", "word_embedding_dimension": vocab},
+    )
+    _write_json(out / "sentence_bert_config.json", {"max_seq_length": POSITIONS, "do_lower_case": False})
+    _write_json(
+        out / "config_sentence_transformers.json",
+        {"model_type": "SparseEncoder", "prompts": {"query": "", "document": ""}, "similarity_fn_name": "dot"},
+    )
+
+
+def _colbert_files(out: Path) -> None:
+    """BGE-M3-style dense part: CLS pooling, normalized (the colbert_linear is in model.safetensors)."""
+    _pooling_files(out, HIDDEN, "cls_token", POSITIONS, True)
+
+
 def golden_requests(variant: str, *, windows: bool = True) -> list[dict[str, Any]]:
     """The requests a fixture's golden file records; WINDOWS False: long inputs are cut
     (`overflow: truncate`) instead of windowed (a yes/no reranker's pairs cannot be windowed)."""
     window = {"overflow": "window", "window": {"tokens": 32, "overlap": 8}} if windows else {"overflow": "truncate"}
+    if variant == "splade":
+        sentences = ["the cat sat on the mat", "paris is the capital of france", "x"]
+        return [
+            {"surface": "embeddings", "body": {"input": sentences, "embedding_type": "sparse"}},
+            {
+                "surface": "embeddings",
+                "body": {"input": sentences[1], "embedding_type": "sparse", "options": {"top_k": 5}},
+            },
+        ]
+    if variant == "colbert":
+        docs = ["paris is the capital of france", "the river flows to the sea", "a small cat"]
+        return [
+            {"surface": "embeddings", "body": {"input": ["a quick brown fox", "x"]}},
+            {"surface": "embeddings", "body": {"input": ["capital of france"], "embedding_type": "multi_vector"}},
+            {"surface": "rerank", "body": {"query": "capital of france", "documents": docs}},
+        ]
+    if variant == "token":
+        windowed = {"overflow": "window", "window": {"tokens": 16, "overlap": 6}, "return_tokens": True}
+        return [
+            {"surface": "classify", "body": {"input": TOKEN_TEXTS}},
+            {"surface": "classify", "body": {"input": TOKEN_TEXTS[:2], "options": {"aggregation": "first"}}},
+            {"surface": "classify", "body": {"input": LONG_TEXT, "options": windowed}},
+        ]
     if variant == "embed":
         return [
             {"surface": "embeddings", "body": {"input": ["the cat sat on the mat", "a quick brown fox", "x"]}},
@@ -332,8 +436,11 @@ def write_encoder_fixture(out: Path, variant: str | None, seed: int) -> list[dic
         return write_arch_package(out, arch, kind, seed)
     vocab = write_tiny_wordpiece_tokenizer(out, WORDS, model_max_length=POSITIONS)
     labels = LABELS.get(variant, ["LABEL_0"] if variant == "rerank" else None)
+    architecture = "BertModel" if labels is None else "BertForSequenceClassification"
+    if variant == "token":
+        architecture = "BertForTokenClassification"
     config: dict[str, Any] = {
-        "architectures": ["BertModel" if labels is None else "BertForSequenceClassification"],
+        "architectures": ["BertForMaskedLM" if variant == "splade" else architecture],
         "model_type": "bert",
         "vocab_size": len(vocab),
         "hidden_size": HIDDEN,
@@ -359,13 +466,24 @@ def write_encoder_fixture(out: Path, variant: str | None, seed: int) -> list[dic
             config["problem_type"] = "multi_label_classification"
     _write_json(out / "config.json", config)
     save_file(
-        _tensors(len(vocab), None if labels is None else len(labels), seed),
+        _tensors(len(vocab), None if labels is None else len(labels), seed, variant),
         str(out / "model.safetensors"),
         metadata={"format": "pt"},
     )
-    surfaces = {"embed": ["embeddings"], "rerank": ["rerank"]}.get(variant, ["classify"])
+    if variant == "token":
+        _spread_token_head(out)
+    surfaces = {
+        "embed": ["embeddings"],
+        "rerank": ["rerank"],
+        "splade": ["embeddings"],
+        "colbert": ["embeddings", "rerank"],
+    }.get(variant, ["classify"])
     if variant == "embed":
         _sentence_transformers_files(out)
+    elif variant == "splade":
+        _sparse_files(out, len(vocab))
+    elif variant == "colbert":
+        _colbert_files(out)
     manifest: dict[str, Any] = {
         "family": "encoder",
         "surfaces": surfaces,

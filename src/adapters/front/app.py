@@ -16,6 +16,7 @@ from vllm_srun.adapters.front.inventory import deployment_card, health, inventor
 from vllm_srun.adapters.front.metrics import FrontMetrics
 from vllm_srun.adapters.front.proxy import Proxy
 from vllm_srun.adapters.front.reconfigure import Reconfigurer
+from vllm_srun.adapters.http.auth import Authenticator, AuthMiddleware
 from vllm_srun.adapters.http.errors import exception_handlers
 from vllm_srun.adapters.http.liveness import live  # the same liveness answer as a worker's
 from vllm_srun.adapters.http.openapi import openapi_document
@@ -81,12 +82,19 @@ async def openapi() -> Response:
 
 
 class FrontApp:
-    """ASGI: POST → the proxy; everything else (and lifespan) → the litestar app."""
+    """ASGI: the key check (`http/auth.py`, AUTH; none asked for without one) first, then POST →
+    the proxy, everything else (and lifespan) → the litestar app."""
 
     def __init__(
-        self, fleet: Fleet, proxy: Proxy, metrics: FrontMetrics, reconfigurer: Reconfigurer | None = None
+        self,
+        fleet: Fleet,
+        proxy: Proxy,
+        metrics: FrontMetrics,
+        reconfigurer: Reconfigurer | None = None,
+        auth: Authenticator | None = None,
     ) -> None:
         self.proxy = proxy
+        self.guarded = AuthMiddleware(self._route, auth or Authenticator(), metrics.auth_refused)
         self.reports = Litestar(
             route_handlers=[list_models, front_health, live, front_inventory, front_metrics, openapi],
             middleware=[ServerTimingMiddleware],  # type: ignore[list-item]  # litestar types a middleware's scope as its TypedDicts; ours is raw ASGI (a plain dict)
@@ -101,6 +109,9 @@ class FrontApp:
         self.reports.state.reconfigurer = reconfigurer
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self.guarded(scope, receive, send)
+
+    async def _route(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             await self.proxy(scope, receive, send)
         else:

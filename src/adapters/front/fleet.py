@@ -82,6 +82,7 @@ class Fleet:
         worker_log_level: str = "warning",
         env: dict[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tenant_policies: str | None = None,  # the front's key file, for its managed workers (R-FAIR-1)
     ) -> None:
         self.events = events
         self.clock = clock
@@ -92,6 +93,7 @@ class Fleet:
             worker_log_level=worker_log_level,
             env=env,
             clock=clock,
+            tenant_policies=tenant_policies,
             on_event=lambda event, h, detail: events.lifecycle(event, h.deployment, h.id, detail),
         )
         self.config = config

@@ -36,6 +36,17 @@ class FrontMetrics:
             "vllm_sr_requests_total", "Requests answered by the front, by deployment and code", ("deployment", "code")
         )
         self.errors = r.counter("vllm_sr_errors_total", "Error responses of the front by code", ("code",))
+        # keys and tenants (R-AUTH, R-FAIR-4): never a key, a digest or a path in a label
+        self.auth_refusals = r.counter(
+            "vllm_sr_auth_refusals_total",
+            "Requests refused at the front's key check, by route class (api|metrics|other) and code",
+            ("route", "code"),
+        )
+        self.tenant_refusals = r.counter(
+            "vllm_sr_tenant_refusals_total",
+            "429 answers of the front (its own or a worker's), by deployment and tenant",
+            ("deployment", "tenant"),
+        )
         self.request_seconds = r.histogram(
             "vllm_sr_request_duration_seconds", "Request time at the front", ("deployment",), SECONDS_BUCKETS
         )
@@ -71,6 +82,10 @@ class FrontMetrics:
 
     def render(self) -> str:
         return self.registry.render()
+
+    def auth_refused(self, route: str, code: str) -> None:
+        """One refusal at the key check (`http/auth.AuthMiddleware`'s report)."""
+        self.auth_refusals.inc({"route": route, "code": code})
 
 
 class FrontEvents:

@@ -16,7 +16,9 @@ millisecond (`bench/front_overhead.py`). Per request:
    refused, no route, no handshake within a second) never saw the request: it counts as
    `failed` for that replica, and the request goes to another replica (each at most once,
    within the same deadline); 502 only when none is left;
-5. `Pool.release` exactly once per pick, whatever happened; its events go to logs, metrics and
+5. the tenant the key check found (`http/auth.py`) goes to the worker as `x-vllm-srun-tenant`
+   where the worker takes it (its Unix socket, or a replica with the internal token; R-AUTH-3);
+6. `Pool.release` exactly once per pick, whatever happened; its events go to logs, metrics and
    probes. A replica that failed or timed out also drops its idle connections, so a host
    that went away is reached again through fresh connections (and a fresh name lookup).
 """
@@ -34,6 +36,7 @@ from vllm_srun.adapters.front import bodies
 from vllm_srun.adapters.front.fleet import Deployment, Fleet
 from vllm_srun.adapters.front.metrics import FrontMetrics
 from vllm_srun.adapters.front.responses import send_error, send_response, server_timing
+from vllm_srun.adapters.http.auth import TENANT_HEADER, tenant_of
 from vllm_srun.adapters.http.request_body import content_encoding, decode_document, inflated_size, read_body
 from vllm_srun.adapters.offload import TRIM_BYTES, Offload
 from vllm_srun.adapters.workers.http_client import WorkerResponse, WorkerUnavailable, WorkerUnreachable
@@ -44,8 +47,10 @@ from vllm_srun.domain.errors import (
     NotReady,
 )
 from vllm_srun.domain.replicas import Outcome
+from vllm_srun.domain.tenants import DEFAULT_TENANT
 
 log = logging.getLogger("vllm_srun.front")
+REFUSED_CODES = frozenset({"overloaded", "http_429"})  # the front's own 429 and a worker's
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -102,7 +107,9 @@ class Proxy:
             deployment = self.fleet.resolve(bodies.requested_model(doc, scope["path"]))
             label = deployment.name
             parse_ms = (time.perf_counter() - start) * 1000
-            status, payload, headers, timing = await self._serve(scope["path"], doc, body, deployment, receive)
+            tenant = tenant_of(scope)
+            named = () if tenant == DEFAULT_TENANT else ((TENANT_HEADER, tenant.encode()),)
+            status, payload, headers, timing = await self._serve(scope["path"], doc, body, deployment, receive, named)
             headers.append((b"server-timing", server_timing(parse_ms, timing, start)))
             code = "ok" if status < 400 else f"http_{status}"
             await send_response(send, status, payload, headers)
@@ -123,10 +130,18 @@ class Proxy:
             self.metrics.requests.inc({"deployment": label, "code": code})
             if code != "ok":
                 self.metrics.errors.inc({"code": code})
+            if code in REFUSED_CODES:  # R-FAIR-4: whose requests were turned away
+                self.metrics.tenant_refusals.inc({"deployment": label, "tenant": tenant_of(scope)})
             self.metrics.request_seconds.observe(time.perf_counter() - start, {"deployment": label})
 
     async def _serve(
-        self, path: str, doc: dict[str, Any], body: bytes, deployment: Deployment, receive: Receive
+        self,
+        path: str,
+        doc: dict[str, Any],
+        body: bytes,
+        deployment: Deployment,
+        receive: Receive,
+        named: tuple[tuple[bytes, bytes], ...] = (),
     ) -> tuple[int, bytes, list[tuple[bytes, bytes]], bytes | None]:
         """(status, body, headers, the worker's Server-Timing) of one request."""
         cache = deployment.cache
@@ -141,7 +156,7 @@ class Proxy:
         asked = bodies.deadline_ms(doc)
         if asked is not None:
             timeout = min(timeout, asked / 1000.0)
-        response, worker_model = await self._dispatch(path, doc, body, deployment, timeout, receive)
+        response, worker_model = await self._dispatch(path, doc, body, deployment, timeout, receive, named)
         payload = bodies.for_client(response.body, worker_model, deployment.name, path)
         if key is not None and response.status == 200 and cache is not None:
             cache.put(key, payload, weight=len(payload))
@@ -159,13 +174,14 @@ class Proxy:
         deployment: Deployment,
         timeout: float,
         receive: Receive,
+        named: tuple[tuple[bytes, bytes], ...] = (),
     ) -> tuple[WorkerResponse, str | None]:
         deadline = self.clock() + timeout
         replica_id = deployment.pool.pick(len(body), self.clock())  # Overloaded / NotReady carry retry_after_s
         tried = [replica_id]
         while True:
             try:
-                return await self._send(path, doc, body, deployment, replica_id, (deadline, timeout), receive)
+                return await self._send(path, doc, body, deployment, replica_id, (deadline, timeout), receive, named)
             except WorkerUnreachable as exc:
                 failed = WorkerFailed(f"replica {replica_id} failed: {exc}")
                 if self.clock() >= deadline:
@@ -186,6 +202,7 @@ class Proxy:
         replica_id: str,
         budget: tuple[float, float],
         receive: Receive,
+        named: tuple[tuple[bytes, bytes], ...] = (),
     ) -> tuple[WorkerResponse, str | None]:
         """One try on the picked replica until the deadline (`budget`: the deadline and the
         request's whole timeout), released exactly once; raises WorkerUnreachable when the
@@ -198,9 +215,10 @@ class Proxy:
         broken = False  # the connection failed or was given up: the replica's idle ones go too
         sent_at = self.clock()
         payload = bodies.for_worker(doc, body, handle.worker_model, handle.attached, path)  # no await before `try`
+        headers = named if handle.client.names_tenants else ()
         try:
             response = await race(
-                lambda: handle.client.request("POST", path, payload),
+                lambda: handle.client.request("POST", path, payload, headers=headers),
                 deadline_s=max(0.0, deadline - sent_at),
                 disconnected=lambda: wait_disconnect(receive),
                 deadline_message=f"no answer within {budget_s * 1000:g} ms (timeout_ms or options.deadline_ms)",

@@ -19,8 +19,10 @@ from typing import Any
 import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
+from litestar.middleware import DefineMiddleware
 
 from vllm_srun.adapters.cancellation import wait_disconnect
+from vllm_srun.adapters.http.auth import Authenticator, AuthMiddleware, tenant_of
 from vllm_srun.adapters.http.errors import JSON, code_of, exception_handlers, status_for
 from vllm_srun.adapters.http.liveness import live
 from vllm_srun.adapters.http.openapi import openapi_document
@@ -70,8 +72,8 @@ def _decode(decoder: msgspec.json.Decoder[Any], body: bytes, encoding: str | Non
 
 
 # what a POST route does once its body is read (the body as sent, timing, disconnected, the model
-# label for metrics, the TCP peer or None): the answer
-Work = Callable[[Body, RequestTiming, Callable[[], Awaitable[None]], list[str], object], Awaitable[msgspec.Struct]]
+# label for metrics, the TCP peer or None, the tenant `http/auth.py` found): the answer
+Work = Callable[[Body, RequestTiming, Callable[[], Awaitable[None]], list[str], object, str], Awaitable[msgspec.Struct]]
 
 
 def _post_handler(
@@ -93,7 +95,7 @@ def _post_handler(
             body = Body(raw, encoding, max_request_bytes, size)
             del raw
             disconnected: Callable[[], Awaitable[None]] = lambda: wait_disconnect(request.receive)  # noqa: E731
-            result = await work(body, timing, disconnected, label, _tcp_peer(request.scope))
+            result = await work(body, timing, disconnected, label, _tcp_peer(request.scope), tenant_of(request.scope))
             return Response(content=await offload.run(json_encoder.encode, result), media_type=JSON)
         except BaseException as exc:  # answered by the exception handlers; counted here
             code = code_of(exc) if not isinstance(exc, asyncio.CancelledError) else "client_closed_request"
@@ -135,6 +137,7 @@ def _surface_handler(
         disconnected: Callable[[], Awaitable[None]],
         label: list[str],
         peer: object,
+        tenant: str,
     ) -> msgspec.Struct:
         req, plain_bytes = await body.decode(offload, route.decoder)
         served = runtime.get(req.model)
@@ -143,9 +146,10 @@ def _surface_handler(
         if peer is not None and (wait := discipline.wait_s(peer, clock())) > 0:
             await asyncio.sleep(wait)  # it asked again before its Retry-After: it waits that out here
         try:
-            with served.admitted(1, admission_tokens(served, req, plain_bytes)):  # R-ADM-1, before tokenizing
+            with served.admitted(1, admission_tokens(served, req, plain_bytes), tenant):  # R-ADM-1, R-FAIR-1
                 return await route.handler(served, req, timing, disconnected)
         except Overloaded as refusal:
+            metrics.tenant_refusals.inc({"model": served.name, "tenant": tenant})  # R-FAIR-4
             if peer is not None:
                 discipline.refused(peer, clock(), refusal.retry_after_s)
             raise
@@ -165,10 +169,20 @@ def _bundle_handler(
         disconnected: Callable[[], Awaitable[None]],
         label: list[str],
         peer: object,
+        tenant: str,  # a bundle's tasks are admitted in `surfaces/bundle.py`, for this tenant
     ) -> msgspec.Struct:
         req, _ = await body.decode(offload, schema.decoder)  # the same body decoding and JSON limits
         timing.parse_ms = (time.perf_counter() - timing.start) * 1000
-        return await bundle(runtime.get, req, timing, disconnected, max_tasks=max_bundle_tasks, status_of=status_for)
+        return await bundle(
+            runtime.get,
+            req,
+            timing,
+            disconnected,
+            max_tasks=max_bundle_tasks,
+            status_of=status_for,
+            tenant=tenant,
+            refused=lambda model: metrics.tenant_refusals.inc({"model": model, "tenant": tenant}),
+        )
 
     return _post_handler(schema.path, schema.surface, metrics, offload, max_request_bytes, work)
 
@@ -210,11 +224,13 @@ def create_app(
     max_bundle_tasks: int = bounds.MAX_BUNDLE_TASKS.default,
     load_on_startup: bool = True,
     clock: Callable[[], float] = time.monotonic,
+    auth: Authenticator | None = None,
 ) -> Litestar:
     """The worker's app over RUNTIME: its requests counted in RUNTIME_METRICS (also what
     `/metrics` renders), large bodies decoded and answers encoded on OFFLOAD. CLOCK (seconds,
     monotonic) times the holds of clients that retry before their Retry-After
-    (`RetryDiscipline`); tests pass one they advance."""
+    (`RetryDiscipline`); tests pass one they advance. AUTH (`http/auth.py`) checks every
+    request's key before anything else runs; without one no key is asked for."""
 
     async def on_startup(app: Litestar) -> None:
         if load_on_startup:
@@ -231,7 +247,14 @@ def create_app(
     handlers.append(_bundle_handler(runtime, runtime_metrics, offload, max_request_bytes, max_bundle_tasks))
     app = Litestar(
         route_handlers=[*handlers, list_models, health, live, metrics, openapi],
-        middleware=[ServerTimingMiddleware],  # type: ignore[list-item]  # litestar types a middleware's scope as its TypedDicts; ours is raw ASGI (a plain dict)
+        middleware=[  # outermost first: a request without a good key goes no further
+            DefineMiddleware(
+                AuthMiddleware,  # type: ignore[arg-type]  # raw ASGI, as below
+                authenticator=auth or Authenticator(),
+                on_refusal=runtime_metrics.auth_refused,
+            ),
+            ServerTimingMiddleware,  # type: ignore[list-item]  # litestar types a middleware's scope as its TypedDicts; ours is raw ASGI (a plain dict)
+        ],
         exception_handlers=exception_handlers(),
         on_startup=[on_startup],
         on_shutdown=[on_shutdown],

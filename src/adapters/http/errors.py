@@ -23,6 +23,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from vllm_srun.adapters.schemas.common import json_encoder
 from vllm_srun.domain.errors import DomainError, NotReady, Overloaded, RetryLater
+from vllm_srun.domain.key_guessing import TooManyWrongKeys
 
 log = logging.getLogger("vllm_srun.http")
 JSON = "application/json"
@@ -31,6 +32,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "invalid_request": 400,
     "max_length_exceeded": 400,
     "question_failed": 400,
+    "unauthorized": 401,  # no API key, or a wrong one (R-AUTH-1)
     "not_found": 404,
     "model_not_found": 404,
     "method_not_allowed": 405,
@@ -38,6 +40,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "request_too_large": 413,
     "unsupported_surface": 422,
     "overloaded": 429,
+    "too_many_wrong_keys": 429,  # R-AUTH-2
     "headers_too_large": 431,
     "client_closed_request": 499,
     "internal_error": 500,
@@ -53,7 +56,7 @@ CODE_BY_HTTP_STATUS: dict[int, str] = {
     503: "not_ready",
 }
 INTERNAL_MESSAGE = "internal error; see the server log"
-RETRY_LATER: dict[str, type[RetryLater]] = {cls.code: cls for cls in (Overloaded, NotReady)}
+RETRY_LATER: dict[str, type[RetryLater]] = {cls.code: cls for cls in (Overloaded, NotReady, TooManyWrongKeys)}
 
 
 class ErrorBody(Struct):

@@ -1,17 +1,21 @@
 """Listening sockets of the worker and the front: Unix sockets that only their user can reach,
 stale ones cleaned at start and removed at exit, and enough file descriptors for the
-connection cap (R-API-9; docs/hardening.md).
+connection cap (R-API-9; docs/hardening.md). TLS on a TCP listener (`TlsFiles`, R-AUTH-4), and
+the one refusal of a listener anyone may reach with no key asked for (`open_to_anyone`, R-AUTH-3).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import ipaddress
 import logging
 import os
 import socket
+import ssl
 import stat
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger("vllm_srun.listeners")
 DESCRIPTOR_HEADROOM = 256  # beyond the connection cap: worker sockets, model files, logs, pipes
@@ -35,12 +39,67 @@ class Listener:
                 os.unlink(self.path)
 
 
-def open_listener(host: str, port: int, uds: str | None) -> Listener:
+@dataclass(frozen=True)
+class TlsFiles:
+    """A server certificate (PEM, with its chain) and its private key (in the same file when
+    `keyfile` is None), for uvicorn's `ssl_certfile`/`ssl_keyfile`."""
+
+    certfile: str
+    keyfile: str | None = None
+
+    def check(self) -> None:
+        """Load them once, so a bad file refuses the start (ValueError, one line, never key bytes)."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(self.certfile, self.keyfile)
+        except OSError as exc:
+            reason = exc.strerror or (exc.args[-1] if exc.args else type(exc).__name__)
+            raise ValueError(f"--ssl-certfile {self.certfile} / --ssl-keyfile {self.keyfile}: {reason}") from None
+
+    def uvicorn_options(self) -> dict[str, Any]:
+        return {"ssl_certfile": self.certfile, "ssl_keyfile": self.keyfile}
+
+
+def tls_files(certfile: str | None, keyfile: str | None) -> TlsFiles | None:
+    """`--ssl-certfile`/`--ssl-keyfile` as TlsFiles (checked), None without them; a key without
+    a certificate is refused (ValueError, one line)."""
+    if certfile is None:
+        if keyfile is not None:
+            raise ValueError("--ssl-keyfile needs --ssl-certfile")
+        return None
+    files = TlsFiles(certfile, keyfile)
+    files.check()
+    return files
+
+
+def is_loopback(host: str) -> bool:
+    """Whether HOST is reachable only from this machine (`localhost`, 127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def open_to_anyone(host: str, uds: str | None, keys_asked: bool, allowed: bool) -> str | None:
+    """The refusal (one line) of a TCP listener beyond loopback that asks no key, unless
+    `--allow-unauthenticated` (ALLOWED); None when the listener may start."""
+    if uds or keys_asked or allowed or is_loopback(host):
+        return None
+    return (
+        f"--host {host} is reachable from other machines and no key is asked for: "
+        "give --api-key-file FILE (or an internal token), or --allow-unauthenticated"
+    )
+
+
+def open_listener(host: str, port: int, uds: str | None, tls: TlsFiles | None = None) -> Listener:
     """The worker's socket: `--uds` when given, else TCP on `--host`/`--port`."""
     if uds:
         return bind_unix(uds)
     sock = bind_tcp(host, port)
-    return Listener(sock, f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+    scheme = "https" if tls is not None else "http"
+    return Listener(sock, f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}")
 
 
 def bind_tcp(host: str, port: int) -> socket.socket:

@@ -1,11 +1,12 @@
-"""The `MediaDecoder` of this package: pillow for images, PyAV for videos (R-MEDIA).
+"""The `MediaDecoder` of this package: pillow for images, PyAV for videos and audio (R-MEDIA).
 
 Every check that can refuse an input runs before its pixels are decoded: the byte size, the
 format (images: PNG, JPEG, WebP, GIF, BMP, TIFF; videos: `video.py`), and the pixel count read
 from the header (a decompression bomb is refused without inflating it). Then the image is
 decoded, turned upright by its EXIF orientation, and preprocessed (`preprocess.py`). Whatever
 goes wrong with the bytes is a `MediaError` with one line; nothing a hostile input does escapes
-as another exception.
+as another exception. Audio (`audio.py`) is decoded to mono samples at the model's rate and
+turned into its log-mel features (`audio_features.py`).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def _reason(exc: BaseException) -> str:
 
 
 class PillowAvDecoder:
-    """Images with pillow, videos with PyAV (`video.py`); both preprocessed as the package says."""
+    """Images with pillow, videos with PyAV (`video.py`), audio with PyAV (`audio.py`); each
+    preprocessed as the package says."""
 
     def __init__(self) -> None:
         # our own pixel limit (checked from the header, before decoding) replaces pillow's,
@@ -106,6 +108,18 @@ class PillowAvDecoder:
         spec = _spec(preprocess)
         tables = self.tables(spec)
         return sample_video(data, frames, limits, lambda image: pixels(image, spec, tables))
+
+    def audio(self, data: bytes, fmt: str, limits: MediaLimits, preprocess: PixelSpec) -> np.ndarray:
+        from vllm_srun.adapters.media.audio import decode_audio  # PyAV loads only where audio comes
+        from vllm_srun.adapters.media.audio_features import AudioPreprocess, features
+
+        if not isinstance(preprocess, AudioPreprocess):
+            raise TypeError(f"audio is preprocessed with an AudioPreprocess, not a {type(preprocess).__name__}")
+        samples = decode_audio(data, fmt, limits, preprocess.sampling_rate)
+        try:
+            return features(samples, preprocess)
+        except MemoryError:
+            raise MediaError("the audio is too long to preprocess") from None
 
 
 def _spec(preprocess: PixelSpec) -> ImagePreprocess:

@@ -3,9 +3,9 @@
 - `--media-workers N` (N ≥ 1): jobs go to N media worker processes (`pool.py`), started when a
   model that reads media loads; `0`: the decoder runs in a thread of the request path. The same
   decoder code runs either way, so the pixels are identical.
-- Decode once: the preprocessed pixels are kept in a bounded LRU (entries and bytes) keyed by
-  the SHA-256 of the bytes, the kind (image, or video and its frame count), the limits and the
-  preprocessing. Concurrent requests for the same content share one decode. Bad media is not
+- Decode once: the preprocessed pixels (audio: features) are kept in a bounded LRU (entries and
+  bytes) keyed by the SHA-256 of the bytes, the kind (image, video and its frame count, or audio
+  and its declared format), the limits and the preprocessing. Concurrent requests for the same content share one decode. Bad media is not
   cached. Cached arrays are read-only.
 - `/metrics`: lookups (`vllm_srun_media_decode_cache_total{outcome}`), entries and bytes
   (gauges), decode seconds by kind, worker replacements.
@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from vllm_srun.adapters.contracts.media import (
+    AudioJob,
     ImageJob,
     MediaDecoder,
     MediaJob,
@@ -69,7 +70,7 @@ class MediaService:
     def start(self) -> None:
         """Start decoding (when a model that reads media loads): the workers, the cache gauges."""
         if self._metrics is not None:
-            for kind in ("image", "video"):
+            for kind in ("image", "video", "audio"):
                 self._metrics.media_cache_entries.set_function(partial(self._held, kind, False), {"kind": kind})
                 self._metrics.media_cache_bytes.set_function(partial(self._held, kind, True), {"kind": kind})
         if self._pool is not None:
@@ -89,6 +90,10 @@ class MediaService:
     async def video(self, data: bytes, frames: int, limits: MediaLimits, preprocess: PixelSpec) -> np.ndarray:
         key = ("video", hashlib.sha256(data).digest(), frames, limits, preprocess)
         return await self._once(key, VideoJob(data, frames, limits, preprocess))
+
+    async def audio(self, data: bytes, fmt: str, limits: MediaLimits, preprocess: PixelSpec) -> np.ndarray:
+        key = ("audio", hashlib.sha256(data).digest(), fmt, limits, preprocess)
+        return await self._once(key, AudioJob(data, fmt, limits, preprocess))
 
     async def _once(self, key: Hashable, job: MediaJob) -> np.ndarray:
         kind = job.kind

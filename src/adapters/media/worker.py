@@ -2,7 +2,7 @@
 
 It loads the `MediaDecoder` named `module:attribute` (a class built with no arguments), says
 `ready` on the socket FD it was given, then answers one job at a time: a pickled `MediaJob`
-(`ImageJob` or `VideoJob`, run by `contracts.media.decode`) in, a pickled `(status, value)` out,
+(`ImageJob`, `VideoJob` or `AudioJob`, run by `contracts.media.decode`) in, a pickled `(status, value)` out,
 where status is `ok` (value: the pixels), `media` (a `MediaError`: bad input, value: its one
 line) or `error` (anything else). It never imports torch. It exits when its socket closes (the
 serving process stopped or died).

@@ -256,7 +256,7 @@ def _encoder_state(w: Weights, cfg: BertConfig) -> dict[str, torch.Tensor]:
 
 
 def _head_state(w: Weights, cfg: BertConfig) -> dict[str, torch.Tensor] | None:
-    if "classifier.weight" in w:  # BERT
+    if "classifier.weight" in w and "pooler.dense.weight" in w:  # BERT (without a pooler: a token head)
         pooler, classifier = "pooler.dense", "classifier"
     elif "classifier.out_proj.weight" in w:  # RoBERTa: dense + tanh on <s>, then out_proj
         pooler, classifier = "classifier.dense", "classifier.out_proj"

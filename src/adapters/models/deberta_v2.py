@@ -517,7 +517,7 @@ def _encoder_state(w: Weights, cfg: DebertaV2Config) -> dict[str, torch.Tensor]:
 
 
 def _head_state(w: Weights, cfg: DebertaV2Config) -> dict[str, torch.Tensor] | None:
-    if "classifier.weight" not in w:
+    if "classifier.weight" not in w or "pooler.dense.weight" not in w:  # bare, or a token head
         return None
     return take_linear(w, "pooler.dense", "pooler.dense") | take_linear(w, "classifier", "classifier")
 

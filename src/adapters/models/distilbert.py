@@ -196,7 +196,7 @@ def _encoder_state(w: Weights, cfg: DistilBertConfig) -> dict[str, torch.Tensor]
 
 
 def _head_state(w: Weights, cfg: DistilBertConfig) -> dict[str, torch.Tensor] | None:
-    if "classifier.weight" not in w:  # a bare DistilBertModel (or a masked-LM checkpoint)
+    if "classifier.weight" not in w or "pre_classifier.weight" not in w:  # bare, masked-LM or a token head
         return None
     return take_linear(w, "pre_classifier", "pre_classifier") | take_linear(w, "classifier", "classifier")
 

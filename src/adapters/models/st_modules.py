@@ -23,7 +23,8 @@ torch code: sentence-transformers is never imported here).
 - `sentence_bert_config.json`: `max_seq_length`, `do_lower_case` (texts lowercased before tokenizing).
 - `config_sentence_transformers.json`: `prompts`, `default_prompt_name`, `similarity_fn_name`,
   `model_type` (a package of another archetype — CrossEncoder — has no pooling pipeline we read;
-  SparseEncoder and other non-dense archetypes are refused).
+  a SparseEncoder is read by `_sparse_package`: a Transformer / MLMTransformer at the root, then a
+  SpladePooling — `StPackage.splade`, `token_heads.py` — and nothing else; other archetypes are refused).
 
 A folder without `modules.json` pools with DEFAULT_MODE (see `pooling.py`).
 """
@@ -40,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from vllm_srun.adapters.models.pooling import MODES, PoolingConfig
+from vllm_srun.adapters.models.token_heads import SpladeSettings
 
 LEGACY_FLAGS = {  # the legacy pooling_mode_* keys, in sentence-transformers' concatenation order
     "cls": ("pooling_mode_cls_token", "pooling_mode_cls_tokens", "pooling_mode_cls"),
@@ -78,6 +80,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 DENSE_ARCHETYPES = ("SentenceTransformer",)  # config_sentence_transformers.json model_type we pool
 OTHER_ARCHETYPES = ("CrossEncoder",)  # read as a plain checkpoint (its head, no pooling pipeline)
+SPARSE_ARCHETYPE = "SparseEncoder"  # a SPLADE package: masked-LM logits, SpladePooling
 SENTENCE_EMBEDDING = "sentence_embedding"
 
 
@@ -101,6 +104,7 @@ class TextSettings:
 class StPackage:
     pooling: PoolingConfig
     text: TextSettings
+    splade: SpladeSettings | None = None  # a SparseEncoder package's SpladePooling (it has no dense pooling)
 
 
 def _read_json(path: Path) -> Any:
@@ -334,11 +338,15 @@ def read_package(folder: Path, default_mode: str = "mean") -> StPackage:
         found = any((folder / f).is_file() for f in ("modules.json", "sentence_bert_config.json")) or lone.is_file()
         pooling = PoolingConfig(modes=lone_modes, max_seq_length=text.max_seq_length, from_sentence_transformers=found)
         return StPackage(pooling, text)
-    if text.model_type not in DENSE_ARCHETYPES:
-        raise ValueError(f"config_sentence_transformers.json: model_type {text.model_type!r} is not a dense embedder")
+    if text.model_type not in (*DENSE_ARCHETYPES, SPARSE_ARCHETYPE):
+        raise ValueError(
+            f"config_sentence_transformers.json: model_type {text.model_type!r} is not a dense or sparse embedder"
+        )
     modules = _read_json(modules_path)
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise ValueError("modules.json must list the package's modules")
+    if text.model_type == SPARSE_ARCHETYPE:
+        return _sparse_package(folder, modules, text)
     modes: tuple[str, ...] | None = None
     width: int | None = None  # the width of what the last module gives, when the package says
     steps: list[Any] = []
@@ -388,6 +396,26 @@ def read_package(folder: Path, default_mode: str = "mean") -> StPackage:
         steps=tuple(steps),
     )
     return StPackage(pooling, text)
+
+
+def _sparse_package(folder: Path, modules: list[dict[str, Any]], text: TextSettings) -> StPackage:
+    """A SparseEncoder's modules: the masked-LM Transformer at the root, then one SpladePooling."""
+    kinds = [_kind(m) for m in modules]
+    if len(modules) != 2 or kinds[0] not in ("Transformer", "MLMTransformer") or kinds[1] != "SpladePooling":
+        listed = ", ".join(str(m.get("type")) for m in modules)
+        raise ValueError(
+            f"modules.json: a SparseEncoder is served as Transformer (or MLMTransformer) then SpladePooling (got {listed})"
+        )
+    if str(modules[0].get("path") or "") not in ("", "."):
+        raise ValueError(
+            f"modules.json: the Transformer's files are in {modules[0].get('path')!r}, not at the package root"
+        )
+    raw = _object(folder / str(modules[1].get("path") or "") / "config.json")
+    splade = SpladeSettings(
+        pooling=str(raw.get("pooling_strategy", "max")), activation=str(raw.get("activation_function", "relu"))
+    )
+    pooling = PoolingConfig(modes=("mean",), max_seq_length=text.max_seq_length, from_sentence_transformers=True)
+    return StPackage(pooling, text, splade)
 
 
 def load_pooling_config(folder: Path, default_mode: str = "mean") -> PoolingConfig:

@@ -8,6 +8,8 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta, Struct
 
+from vllm_srun.domain.tenants import Priority
+
 MAX_INPUTS = 2048
 PositiveMs = Annotated[float, Meta(gt=0)]
 
@@ -19,6 +21,7 @@ class Strict(Struct, forbid_unknown_fields=True, omit_defaults=False):
 class CommonOptions(Strict):
     return_meta: bool = False
     deadline_ms: PositiveMs | None = None
+    priority: Priority | None = None  # R-FAIR-3: interactive (unset) rows of a tenant before its batch rows
 
 
 class ResponseMeta(Struct, omit_defaults=True):

@@ -4,7 +4,9 @@
 `POST /v1/systemone/batches` takes `{model, states: [{id, state}], questions, options?}`.
 Question shapes follow the `typesafe-sdk` wire models (`instructions` and descriptions may be
 text, an object or an array; a choice option or noul outcome may be left undescribed).
-Decoders are built once; unknown fields are refused.
+`set` and `span` questions take upstream's ordered form (`labels: [name | {key, description}]`,
+1–255, and `threshold` in [0, 1], default 0.5); their answers add `sets` and `spans`
+(surfaces/decision_labels.py). Decoders are built once; unknown fields are refused.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from msgspec import Meta, Struct
 from vllm_srun.adapters.schemas.common import CommonOptions, ResponseMeta, Strict
 
 MAX_QUESTIONS = 1024  # per request; states × questions for a batch
+MAX_ROWS = 4096  # per request: noul rows once set and span questions are laid out (states × rows for a batch)
+MIN_LABELS, MAX_LABELS = 1, 255  # set and span questions
 Content = str | dict[str, Any] | list[Any]
 
 
@@ -46,7 +50,35 @@ class BoxQuestion(Strict, tag_field="type", tag="box"):
     instructions: Content | None = None
 
 
-Question = NoulQuestion | ChoiceQuestion | ScoreQuestion | BoxQuestion
+LabelName = Annotated[str, Meta(min_length=1, max_length=256)]
+
+
+class LabelItem(Strict):
+    key: LabelName
+    description: Content | None = None
+
+
+Labels = Annotated[list[LabelName | LabelItem], Meta(min_length=MIN_LABELS, max_length=MAX_LABELS)]
+Threshold = Annotated[float, Meta(ge=0.0, le=1.0)]
+
+
+class SetQuestion(Strict, tag_field="type", tag="set"):
+    """One noul per label (`answers["id.label"]`) and `sets.id = {selected, probabilities}`."""
+
+    labels: Labels
+    instructions: Content | None = None
+    threshold: Threshold = 0.5
+
+
+class SpanQuestion(Strict, tag_field="type", tag="span"):
+    """A noul (does the content hold any label?) and `spans.id = [{label, start, end, text, probability}]`."""
+
+    labels: Labels
+    instructions: Content | None = None
+    threshold: Threshold = 0.5
+
+
+Question = NoulQuestion | ChoiceQuestion | ScoreQuestion | BoxQuestion | SetQuestion | SpanQuestion
 Questions = Annotated[dict[str, Question], Meta(min_length=1)]
 
 
@@ -96,6 +128,19 @@ class DecisionAnswer(Struct, omit_defaults=True):
     error: QuestionErrorBody | None = None
 
 
+class SetResult(Struct):
+    selected: list[str]  # the labels with P(yes) >= threshold, in the question's order
+    probabilities: dict[str, float]  # label → P(yes)
+
+
+class SpanItem(Struct):
+    label: str
+    start: int  # code points of the state's text, end exclusive
+    end: int
+    text: str
+    probability: float  # the mean P(yes) of the span's words
+
+
 class DecisionsUsage(Struct):
     input_tokens: int  # the state once plus every answered question
     output_tokens: int = 0
@@ -106,12 +151,16 @@ class DecisionsResponse(Struct, omit_defaults=True):
     answers: dict[str, DecisionAnswer]
     usage: DecisionsUsage
     meta: ResponseMeta | None = None
+    sets: dict[str, SetResult] | None = None  # set questions
+    spans: dict[str, list[SpanItem]] | None = None  # span questions
 
 
-class BatchResult(Struct):
+class BatchResult(Struct, omit_defaults=True):
     id: StateId
     answers: dict[str, DecisionAnswer]
     usage: DecisionsUsage
+    sets: dict[str, SetResult] | None = None
+    spans: dict[str, list[SpanItem]] | None = None
 
 
 class DecisionsBatchResponse(Struct, omit_defaults=True):

@@ -1,9 +1,10 @@
 """Wire schema of `POST /v1/embeddings` (R-API-1), OpenAI-compatible, plus `input_type` and
-`prompt_name` (which of the package's sentence-transformers prompts is prepended to the texts)."""
+`prompt_name` (which of the package's sentence-transformers prompts is prepended to the texts),
+`embedding_type` (dense, sparse, multi_vector) and quantized `encoding_format`s (issue 24)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
@@ -11,9 +12,22 @@ from msgspec import Meta, Struct
 from vllm_srun.adapters.schemas.common import CommonOptions, ResponseMeta, Strict
 from vllm_srun.domain.media import VIDEO_MAX_FRAMES
 
+EncodingFormat = Literal["float", "base64", "int8", "uint8", "binary", "ubinary"]
+QUANTIZED = ("int8", "uint8", "binary", "ubinary")
+EmbeddingType = Literal["dense", "sparse", "multi_vector"]
+
 
 class EmbeddingsOptions(CommonOptions):
     overflow: Literal["reject", "truncate"] = "reject"
+    top_k: Annotated[int, Meta(ge=1, description="sparse: keep the K largest weights of each vector")] | None = None
+    threshold: Annotated[float, Meta(ge=0, description="sparse: keep the weights larger than this")] | None = None
+    special_tokens: Annotated[
+        Literal["exclude", "include"],
+        Meta(
+            description="sparse: whether special tokens' positions ([CLS], [SEP]) are pooled (include: as "
+            "sentence-transformers' SparseEncoder does)"
+        ),
+    ] = "exclude"
     frames: (
         Annotated[
             int,
@@ -51,13 +65,44 @@ class VideoUrlInput(Strict, tag_field="type", tag="video_url"):
     video_url: MediaUrl | str
 
 
-InputItem = str | TextInput | ImageUrlInput | VideoUrlInput
+class AudioData(Strict):
+    data: Annotated[str, Meta(description="the audio file's bytes, base64 (no data: URL prefix)")]
+    format: Annotated[
+        Literal["wav", "flac", "mp3", "ogg"],  # domain.media.AUDIO_FORMATS
+        Meta(description="what the bytes are: wav, flac, mp3 or ogg (bytes of another format are refused)"),
+    ]
+
+
+class AudioInput(Strict, tag_field="type", tag="input_audio"):
+    """An audio file (OpenAI's `input_audio` shape) for a model that reads audio (card:
+    embedding.modalities): decoded, mixed to mono and resampled to the model's rate."""
+
+    input_audio: AudioData
+
+
+InputItem = str | TextInput | ImageUrlInput | VideoUrlInput | AudioInput
 
 
 class EmbeddingsRequest(Strict):
     input: str | Annotated[list[InputItem], Meta(min_length=1)]
     model: str | None = None
-    encoding_format: Literal["float", "base64"] = "float"
+    encoding_format: Annotated[
+        EncodingFormat,
+        Meta(
+            description="float or base64 (little-endian float32); int8, uint8, binary, ubinary: "
+            "sentence-transformers' quantize_embeddings (the ranges used are in the response's quantization)"
+        ),
+    ] = "float"
+    base64: Annotated[
+        bool, Meta(description="a quantized encoding_format as base64 of its bytes (int8/binary: signed bytes)")
+    ] = False
+    embedding_type: Annotated[
+        EmbeddingType,
+        Meta(
+            description="dense: one vector; sparse: {indices, values} over the vocabulary (SPLADE); multi_vector: "
+            "one normalised vector per token (card: embedding.outputs)"
+        ),
+    ] = "dense"
     dimensions: Annotated[int, Meta(ge=1)] | None = None
     user: str | None = None
     input_type: (
@@ -83,10 +128,28 @@ class EmbeddingsRequest(Strict):
     options: EmbeddingsOptions | None = None
 
 
+class SparseEmbedding(Struct):
+    """A sparse vector: vocabulary ids (ascending) and their weights."""
+
+    indices: list[int]
+    values: list[float]
+
+
 class Embedding(Struct):
     index: int
-    embedding: list[float] | str
+    # dense: floats (or ints when quantized); multi_vector: a list of float lists; base64: a string
+    embedding: list[Any] | str | SparseEmbedding
     object: str = "embedding"
+
+
+class Quantization(Struct, omit_defaults=True):
+    """How a quantized encoding_format was made: int8/uint8 `ranges` ([min per dimension], [max per
+    dimension]) and where they come from (`package`: its embedding_ranges.json; `fixed`: [-1, 1]
+    for a normalized model); binary/ubinary: sign bits, no ranges."""
+
+    encoding_format: str
+    ranges: list[list[float]] | None = None
+    ranges_from: str | None = None
 
 
 class EmbeddingsUsage(Struct):
@@ -100,6 +163,7 @@ class EmbeddingsResponse(Struct, omit_defaults=True, kw_only=True):
     data: list[Embedding]
     model: str
     usage: EmbeddingsUsage
+    quantization: Quantization | None = None
     meta: ResponseMeta | None = None
 
 

@@ -11,6 +11,7 @@ from msgspec import Meta, Struct
 from vllm_srun.adapters.schemas.common import CommonOptions, ResponseMeta, Strict
 
 Overflow = Literal["reject", "truncate", "window"]
+Aggregation = Literal["simple", "first", "none"]  # token heads: how token labels become spans
 
 
 class WindowOptions(Strict):
@@ -25,6 +26,8 @@ class ClassifyOptions(CommonOptions):
     overflow: Overflow | None = None
     window: WindowOptions | None = None
     threshold: Annotated[float, Meta(ge=0.0, le=1.0)] | None = None  # multi-label heads
+    aggregation: Aggregation | None = None  # token heads; None: "simple"
+    return_tokens: bool | None = None  # token heads: every token's label too
 
 
 class PairInput(Strict):
@@ -38,11 +41,22 @@ class ClassifyRequest(Strict):
     options: ClassifyOptions | None = None
 
 
-class WindowSpan(Struct):
+class TokenSpan(Struct):
+    """A labelled span of a token head's input: code-point offsets, END exclusive; TEXT = input[start:end]."""
+
+    label: str
+    start: int
+    end: int
+    text: str
+    probability: float
+
+
+class WindowSpan(Struct, omit_defaults=True):
     start: int  # character offsets of the windowed text (the `text_pair` of a pair) in this window
     end: int
     tokens: int
-    probabilities: list[float]
+    probabilities: list[float] = msgspec.field(default_factory=list)  # sequence heads
+    spans: list[TokenSpan] | None = None  # token heads: this window's own spans, before the union
 
 
 class InputInfo(Struct, omit_defaults=True):
@@ -51,10 +65,25 @@ class InputInfo(Struct, omit_defaults=True):
     windows: list[WindowSpan] | None = None
 
 
-class ClassifyResult(Struct):
+class TokenLabel(Struct):
+    """One (non-special) token of a token head's input and its most probable label."""
+
+    token: str
+    start: int
+    end: int
+    label: str
+    probability: float
+
+
+class ClassifyResult(Struct, omit_defaults=True, kw_only=True):
+    """A sequence head's result has `label` and `probabilities`; a token head's has `spans` (and
+    `tokens` when asked for)."""
+
     index: int
-    label: str | list[str]  # single-label: the argmax; multi-label: every label >= threshold
-    probabilities: list[float]  # in the order of the response's `labels`
+    label: str | list[str] | None = None  # single-label: the argmax; multi-label: every label >= threshold
+    probabilities: list[float] | None = None  # in the order of the response's `labels`
+    spans: list[TokenSpan] | None = None  # token heads: labels other than "O", by `options.aggregation`
+    tokens: list[TokenLabel] | None = None  # token heads, `options.return_tokens`
     input: InputInfo
 
 
@@ -69,6 +98,7 @@ class ClassifyResponse(Struct, omit_defaults=True):
     results: list[ClassifyResult]
     usage: Usage
     multi_label: bool
+    kind: Literal["sequence", "token"] = "sequence"  # the head's kind (omitted for a sequence head)
     object: str = "classification"
     meta: ResponseMeta | None = None
 

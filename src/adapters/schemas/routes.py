@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from vllm_srun.adapters.schemas.bundle import BundleRequest, BundleResponse, bundle_decoder
+from vllm_srun.adapters.schemas.cohere import EmbedV2Request, EmbedV2Response, embed_v2_decoder
 from vllm_srun.adapters.schemas.decisions import (
     DecisionsBatchRequest,
     DecisionsBatchResponse,
@@ -40,6 +41,8 @@ class SurfaceSchema:
 
 SURFACE_SCHEMAS: tuple[SurfaceSchema, ...] = (
     SurfaceSchema("/v1/embeddings", "embeddings", embeddings_decoder, EmbeddingsRequest, EmbeddingsResponse),
+    # Cohere's embed v2 (ClientV2.embed): a surface name of its own, so the golden table keeps /v1/embeddings'
+    SurfaceSchema("/v2/embed", "embed", embed_v2_decoder, EmbedV2Request, EmbedV2Response),
     SurfaceSchema("/v1/classify", "classify", classify_decoder, ClassifyRequest, ClassifyResponse),
     # Jina and the Cohere v1 client post to /v1/rerank, the Cohere v2 client (ClientV2) to /v2/rerank
     SurfaceSchema("/v1/rerank", "rerank", rerank_decoder, RerankRequest, RerankResponse),

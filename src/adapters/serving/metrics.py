@@ -19,12 +19,25 @@ FORWARD = ("model", "lane")  # the labels of every per-forward series
 class RuntimeMetrics:
     """The worker's metrics on a registry of its own."""
 
+    def auth_refused(self, route: str, code: str) -> None:
+        """One refusal at the key check (`http/auth.AuthMiddleware`'s report)."""
+        self.auth_refusals.inc({"route": route, "code": code})
+
     def __init__(self) -> None:
         r = self.registry = MetricsRegistry()
         self.requests = r.counter(
             "vllm_srun_requests_total", "Requests answered, by model, surface and code", ("model", "surface", "code")
         )
         self.errors = r.counter("vllm_srun_errors_total", "Error responses by code", ("code",))
+        # keys and tenants (R-AUTH, R-FAIR-4): never a key, a digest or a path in a label
+        self.auth_refusals = r.counter(
+            "vllm_srun_auth_refusals_total",
+            "Requests refused at the key check, by route class (api|metrics|other) and code",
+            ("route", "code"),
+        )
+        self.tenant_refusals = r.counter(
+            "vllm_srun_tenant_refusals_total", "429 overloaded answers, by model and tenant", ("model", "tenant")
+        )
         self.request_seconds = r.histogram(
             "vllm_srun_request_duration_seconds", "Request time", ("surface",), SECONDS_BUCKETS
         )

@@ -1,6 +1,6 @@
 """The worker runtime: the served models, loading, and health.
 
-It builds nothing it depends on: the composition root (`app/container.py`) hands it the model
+It builds nothing it depends on: the composition root (`app/bootstrap.py`) hands it the model
 store, the family and engine plugins, the device, the device thread, metrics, the result cache,
 the clock and the load-time readiness checks. Loading runs on a background thread: resolve the
 package, pick its family, load it on the device thread, check its surfaces' contracts, warm it
@@ -20,12 +20,13 @@ import gc
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from typing import Any, Protocol
 
 from vllm_srun.adapters.catalog import CATALOG
 from vllm_srun.adapters.contracts import (
+    AudioEmbedder,
     Determinism,
     Device,
     EngineCatalog,
@@ -48,17 +49,17 @@ from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
 from vllm_srun.adapters.serving.served import ForwardSetup, ServedModel, Serving, weights_sha256
-from vllm_srun.domain import bounds
 from vllm_srun.domain.adaptive_threads import BUCKET_EDGES, Mode, ThreadLearner, bucket_label, candidate_counts
-from vllm_srun.domain.admission import Admission, AdmissionLimits
+from vllm_srun.domain.admission import Admission
 from vllm_srun.domain.calibration import Calibration, CalibrationFailed
-from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs, calibrated_limits, resolve_limits
+from vllm_srun.domain.engine_args import BatchingLimits, calibrated_limits, resolve_limits
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound, quoted, without_paths
 from vllm_srun.domain.lifecycle import ModelState, NameTable, Unresolved, decide_determinism, health, name_table, sole
 from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget, ForwardBatch
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.scheduler import Scheduler
-from vllm_srun.domain.worker_settings import ModelSpec
+from vllm_srun.domain.tenants import DEFAULT_TENANTS, TenantTable
+from vllm_srun.domain.worker_settings import RuntimeSettings
 
 log = logging.getLogger("vllm_srun.runtime")
 
@@ -100,14 +101,6 @@ def _learned_value(learner: ThreadLearner, bucket: int) -> float:
     return float(learner.learned(bucket) or 0)
 
 
-DEFAULT_ADMISSION = AdmissionLimits(bounds.MAX_QUEUE.default, bounds.MAX_QUEUED_TOKENS.default)
-
-
-def model_spec(entry: ModelSpec | tuple[str, EngineArgs]) -> ModelSpec:
-    """A served model's spec; `(artifact, engine args)` is the short form."""
-    return entry if isinstance(entry, ModelSpec) else ModelSpec(entry[0], entry[1])
-
-
 def public_reason(exc: BaseException, served: ServedModel) -> str:
     """Why a model failed, as clients see it (the card, /health, 503 bodies): the model's name
     for its folder and no other filesystem path; the log keeps the full text (R-API-9)."""
@@ -120,9 +113,12 @@ def public_reason(exc: BaseException, served: ServedModel) -> str:
 
 
 class Runtime:
+    """The served models of one worker (SETTINGS: `domain/worker_settings.RuntimeSettings`, derived
+    from the settings record by `bootstrap_worker`) and the adapters they are loaded and served with."""
+
     def __init__(
         self,
-        models: Sequence[ModelSpec | tuple[str, EngineArgs]],
+        settings: RuntimeSettings,
         *,
         store: ModelStore,
         families: FamilyFinder,
@@ -135,23 +131,15 @@ class Runtime:
         readiness: ReadinessChecks,
         calibrator: Calibrator | None = None,
         media: MediaLoader | None = None,
-        engine_choice: str = "auto",
-        threads: int | None = None,
         progress: Progress = quiet,
         thread_context: ThreadContext | None = None,
-        thread_budget: int | None = None,
-        adaptive_threads: Mode = Mode.OFF,
-        wait_policy: str | None = None,
-        deterministic: bool = False,
-        admission: AdmissionLimits = DEFAULT_ADMISSION,
         open_device: Callable[[str], Device] | None = None,
         offload: Offload | None = None,
-        max_request_tokens: int = bounds.MAX_REQUEST_TOKENS.default,
+        tenants: TenantTable = DEFAULT_TENANTS,  # R-FAIR-1: weights and limits by tenant
     ) -> None:
-        if deterministic and adaptive_threads is Mode.SERVE:
-            raise ValueError("--deterministic serves every forward at one thread count: adaptive mode 2 cannot apply")
-        if adaptive_threads is not Mode.OFF and device_thread.workers > 1:
+        if settings.adaptive_threads is not Mode.OFF and device_thread.workers > 1:
             raise ValueError("adaptive threads time one forward at a time: they need --concurrent-forwards 1")
+        self.settings = settings
         self.store = store
         self.families = families
         self.engines = engines
@@ -163,20 +151,14 @@ class Runtime:
         self.readiness = readiness
         self.calibrator = calibrator
         self.media = media  # decodes images and videos (R-MEDIA), started when a model reads them
-        self.engine_choice = engine_choice
-        self.threads = threads
         self.progress = progress
         self.thread_context = thread_context
-        self.thread_budget = thread_budget
-        self.adaptive_threads = adaptive_threads
-        self.wait_policy = wait_policy
-        self.deterministic = deterministic
+        self.tenants = tenants
         self._open_device = open_device
         self._devices: dict[str, Device] = {device.name: device}
         self.offload = offload if offload is not None else Offload(1)  # prepares large requests off the loop
         self.models: dict[str, ServedModel] = {}
-        for entry in models:
-            spec = model_spec(entry)
+        for spec in settings.models:
             name = spec.served_name
             if name in self.models:
                 raise InvalidRequest(f"model {name!r} is given twice")
@@ -185,10 +167,11 @@ class Runtime:
                 artifact=spec.artifact,
                 args=spec.args,
                 device=device.name if spec.device in (None, "auto") else spec.device,
+                engine=spec.engine or settings.engine,  # a models file entry may name its own
                 cache=result_cache,
-                admission=Admission(spec.admission or admission),
+                admission=Admission(spec.admission or settings.admission, tenants=tenants),
                 clock=clock,
-                max_request_tokens=max_request_tokens,
+                max_request_tokens=settings.max_request_tokens,
                 offload=self.offload,
             )
         self._names = self._name_table()
@@ -268,12 +251,12 @@ class Runtime:
             device=device,
             args=served.args,
             engines=self.engines,
-            engine_choice=self.engine_choice,
-            threads=self.threads,
+            engine_choice=served.engine,
+            threads=self.settings.threads,
             package_sha256=served.sha256,
             cache_dir=self.store.engine_cache,
             progress=self.progress,
-            deterministic=self.deterministic,
+            deterministic=self.settings.deterministic,
         )
         model = self.device_thread.call(family.load, folder, context)
         problems = surface_contract_problems(model)
@@ -285,7 +268,7 @@ class Runtime:
             plugins.append(self.engines.info(model.engine.name).card())
         limits = resolve_limits(served.args, device.kind, device.memory_total())
         served.serving = serving = Serving(tuple(plugins), limits)
-        if isinstance(model, MediaEmbedder):
+        if isinstance(model, (MediaEmbedder, AudioEmbedder)):
             if self.media is None:
                 raise ValueError(f"the {family.name} family's model reads media, and this worker has no media loader")
             self.progress("load: starting the media decoders")
@@ -296,9 +279,9 @@ class Runtime:
         self.device_thread.call(model.warm_up)
         invariant = self.device_thread.call(self.readiness.probe, model)  # R-BAT-5, before the scheduler exists
         if invariant is not None:
-            model.batch_invariant = invariant
-        if self.deterministic:
-            serving = serving.but(limits=self._make_deterministic(served.name, model, serving.limits))
+            served.serving = serving = serving.but(batch_invariant=invariant)
+        if self.settings.deterministic:
+            serving = self._make_deterministic(served.name, model, serving)
         forwards = self._forward_setup(served, model)
         served.serving = serving.but(forwards=forwards)
         assert self._loop is not None
@@ -311,34 +294,36 @@ class Runtime:
         served.become(ModelState.READY)
         self.progress(f"load: {served.name} ready ({model.family}, {', '.join(sorted(model.surfaces))})")
 
-    def _make_deterministic(self, name: str, model: LoadedModel, limits: BatchingLimits) -> BatchingLimits:
+    def _make_deterministic(self, name: str, model: LoadedModel, serving: Serving) -> Serving:
         """`--deterministic` (`domain/lifecycle` decides): merged forwards where the engine is
         batch-invariant and the probe agrees; one row per forward otherwise; refused when the
-        engine cannot honour it. The limits the model then serves with."""
-        method = decide_determinism(model.engine.name, model.engine.determinism, model.batch_invariant)
-        model.deterministic = method
+        engine cannot honour it. The serving record with the method and the limits it serves with."""
+        method = decide_determinism(model.engine.name, model.engine.determinism, serving.batch_invariant)
         self.progress(f"load: {name} deterministic ({method})")
+        limits = serving.limits
         if method is Determinism.ROWS_ALONE:
-            return dataclasses.replace(limits, max_num_seqs=1, seqs_source="deterministic")
-        return limits
+            limits = dataclasses.replace(limits, max_num_seqs=1, seqs_source="deterministic")
+        return serving.but(determinism=method, limits=limits)
 
     def _forward_setup(self, served: ServedModel, model: LoadedModel) -> ForwardSetup:
         """How the model's forwards run: at the configured thread count, and with an adaptive
         learner where `VLLM_SRUN_CPU_ADAPTIVE_THREADS` asks for one and the engine can vary its count."""
         engine = model.engine
         device = self.device_for(served)
-        follows = device.kind == "cpu" and engine.forward_threads and self.threads is not None
+        follows = device.kind == "cpu" and engine.forward_threads and self.settings.threads is not None
         context = self.thread_context if follows else None
         learner, why = None, None
-        if self.adaptive_threads is Mode.OFF:
+        if self.settings.adaptive_threads is Mode.OFF:
             why = "off (VLLM_SRUN_CPU_ADAPTIVE_THREADS=0)"
-        elif device.kind != "cpu" or self.threads is None:
+        elif device.kind != "cpu" or self.settings.threads is None:
             why = f"no CPU thread count to vary on device {device.name}"
         elif not engine.forward_threads:
             why = f"the {engine.name} engine fixes its thread count when it is built"
         elif context is not None:
-            budget = self.thread_budget or self.threads
-            learner = ThreadLearner(self.adaptive_threads, self.threads, candidate_counts(self.threads, budget))
+            budget = self.settings.thread_budget or self.settings.threads
+            learner = ThreadLearner(
+                self.settings.adaptive_threads, self.settings.threads, candidate_counts(self.settings.threads, budget)
+            )
             for index in range(len(BUCKET_EDGES) + 1):
                 self.metrics.adaptive_learned.set_function(
                     partial(_learned_value, learner, index), {"model": served.name, "bucket": bucket_label(index)}
@@ -353,22 +338,22 @@ class Runtime:
         lone, why_not_lone = lone_forward_threads(
             model,
             context,
-            team=self.threads,
-            budget=self.thread_budget,
+            team=self.settings.threads,
+            budget=self.settings.thread_budget,
             workers=self.device_thread.workers,
             learning=learner is not None,
-            deterministic=self.deterministic,
+            deterministic=self.settings.deterministic,
             call=self.device_thread.call,
             env=os.environ,
         )
         if lone is not None:
             self.progress(
-                f"load: a forward alone on the device runs on {lone} threads (same answers as on {self.threads})"
+                f"load: a forward alone on the device runs on {lone} threads (same answers as on {self.settings.threads})"
             )
         runner = ForwardRunner(
             model.run,
             context=context,
-            configured=self.threads if context is not None else None,
+            configured=self.settings.threads if context is not None else None,
             learner=learner,
             clock=self.clock,
             submit=self.device_thread.submit,
@@ -381,8 +366,8 @@ class Runtime:
         cpu = device.kind == "cpu"
         return ForwardSetup(
             runner,
-            thread_budget=self.thread_budget,
-            wait_policy=self.wait_policy,
+            thread_budget=self.settings.thread_budget,
+            wait_policy=self.settings.wait_policy,
             concurrent_forwards=self.device_thread.workers if cpu else 1,
             forward_nice=self.device_thread.nice if cpu else 0,
         )
@@ -441,14 +426,15 @@ class Runtime:
         model, serving = served.model, served.serving
         assert model is not None and serving is not None and serving.forwards is not None
         limits, forwards = serving.limits, serving.forwards
-        alone = model.deterministic is Determinism.ROWS_ALONE  # one row per forward: no company to wait for
+        alone = serving.determinism is Determinism.ROWS_ALONE  # one row per forward: no company to wait for
         scheduler = Scheduler(
             model.lanes,
             Budget(limits.max_num_seqs, limits.max_num_batched_tokens),
             window_s=0.0 if alone else served.args.batch_window_ms / 1000,
-            batch_invariant=model.batch_invariant,
+            batch_invariant=serving.batch_invariant,
             invariant_tokens=model.invariant_tokens or BATCH_INVARIANT_TOKENS,
             max_in_flight=forwards.concurrent_forwards,
+            tenants=self.tenants,
         )
 
         def observe(batch: ForwardBatch, seconds: float, ok: bool, name: str = served.name) -> None:

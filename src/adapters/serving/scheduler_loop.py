@@ -23,6 +23,7 @@ from vllm_srun.domain.planning import ForwardBatch
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.rows import RowSpec
 from vllm_srun.domain.scheduler import Scheduler
+from vllm_srun.domain.tenants import DEFAULT_TENANT, Priority
 
 log = logging.getLogger("vllm_srun.scheduler_loop")
 
@@ -86,9 +87,12 @@ class SchedulerLoop:
         self._task = None
         self._running.clear()
 
-    async def submit(self, rows: Sequence[RowSpec]) -> ForwardStats:
+    async def submit(
+        self, rows: Sequence[RowSpec], *, tenant: str = DEFAULT_TENANT, priority: Priority = Priority.INTERACTIVE
+    ) -> ForwardStats:
+        """The rows' outputs; TENANT and PRIORITY decide when they run (R-FAIR-2/3), never what they answer."""
         now = self._clock.now()
-        rid = self.scheduler.submit(rows, now)
+        rid = self.scheduler.submit(rows, now, tenant=tenant, priority=priority)
         waiter = _Waiter(asyncio.get_running_loop().create_future(), now)
         self._waiters[rid] = waiter
         self._wake.set()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from vllm_srun.adapters.cancellation import race
-from vllm_srun.adapters.contracts import LoadedModel, MediaLoader
+from vllm_srun.adapters.contracts import Determinism, LoadedModel, MediaLoader, Numerics
 from vllm_srun.adapters.offload import Offload
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS, ResponseMeta
@@ -34,23 +34,36 @@ from vllm_srun.domain.errors import DeadlineExceeded, NotReady, RequestTooLarge,
 from vllm_srun.domain.lifecycle import ModelState, advance
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.tenants import DEFAULT_TENANT, Priority
 
 # set while the readiness (golden) check runs a model's recorded requests through its surfaces:
 # the model may answer while `warming`, and the result cache is bypassed (R-GOLD-1)
 GOLDEN_CHECK: ContextVar[bool] = ContextVar("srun_golden_check", default=False)
+# the tenant a request was admitted for (`ServedModel.admitted`): its rows are scheduled for it (R-FAIR-1)
+ADMITTED_TENANT: ContextVar[str] = ContextVar("srun_admitted_tenant", default=DEFAULT_TENANT)
 
 Disconnected = Callable[[], Awaitable[object]]
 T = TypeVar("T")
 
 
+ANSWER_FILES = frozenset(
+    {
+        "config.json",
+        "tokenizer.json",
+        "preprocessor_config.json",
+        "config_sentence_transformers.json",  # prompts
+        "colbert_linear.pt",  # multi-vector head (BGE-M3 layout)
+        "embedding_ranges.json",  # int8/uint8 calibration ranges
+    }
+)
+
+
 def weights_sha256(folder: Path) -> str:
-    """Hash of the files that decide the model's answers (weights, config, tokenizer)."""
+    """Hash of the files that decide the model's answers (weights, config, tokenizer, prompts, a
+    ColBERT head, int8 calibration ranges)."""
     digest = hashlib.sha256()
     for path in sorted(folder.iterdir()):
-        if path.is_file() and (
-            path.suffix in {".safetensors", ".onnx"}
-            or path.name in {"config.json", "tokenizer.json", "preprocessor_config.json"}
-        ):
+        if path.is_file() and (path.suffix in {".safetensors", ".onnx"} or path.name in ANSWER_FILES):
             digest.update(path.name.encode())
             with path.open("rb") as fh:
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -118,6 +131,13 @@ class Serving:
     media: MediaLoader | None = None  # set for a model that reads images or videos (R-MEDIA)
     forwards: ForwardSetup | None = None
     calibration: dict[str, Any] | None = None  # R-DEV-2 on a GPU worker: the figures, or why not
+    batch_invariant: bool = False  # what the batch-invariance probe found (R-BAT-5)
+    determinism: Determinism | None = None  # `--deterministic` in force: how the engine honours it
+
+    @property
+    def numerics(self) -> Numerics:
+        """What the model's answers promise (the card's and `meta`'s `numerics`)."""
+        return Numerics.promised(self.batch_invariant, self.determinism)
 
     def but(self, **changes: Any) -> Serving:
         """A copy with CHANGES (the record itself never changes)."""
@@ -130,6 +150,7 @@ class ServedModel:
     artifact: str
     args: EngineArgs
     device: str
+    engine: str = bounds.ENGINE.default  # `--engine` or its models file entry's: a plugin's name, or auto
     cache: ResultCache | None = None  # the worker's result cache (R-PERF-3), shared by its models
     status: ModelState = ModelState.STARTING  # its step in `domain/lifecycle` (only `become` changes it)
     reason: str | None = None
@@ -168,20 +189,25 @@ class ServedModel:
             self.reason = reason
 
     @contextmanager
-    def admitted(self, requests: int, tokens: int) -> Iterator[Ticket | None]:
-        """Hold REQUESTS requests of TOKENS (an upper bound) until the block ends, or raise
-        `Overloaded` (R-ADM-1). Leaving the block normally counts them as answered work."""
+    def admitted(self, requests: int, tokens: int, tenant: str = DEFAULT_TENANT) -> Iterator[Ticket | None]:
+        """Hold REQUESTS requests of TOKENS (an upper bound) for TENANT until the block ends, or
+        raise `Overloaded` (R-ADM-1, R-FAIR-4). Leaving the block normally counts them as answered
+        work. Rows run inside the block (`run`) are scheduled for TENANT (R-FAIR-1)."""
         admission, clock = self.admission, self.clock
-        if admission is None or clock is None:
-            yield None
-            return
-        ticket = admission.admit(requests, tokens, clock.now())
-        answered = False
+        scoped = ADMITTED_TENANT.set(tenant)
         try:
-            yield ticket
-            answered = True
+            if admission is None or clock is None:
+                yield None
+                return
+            ticket = admission.admit(requests, tokens, clock.now(), tenant)
+            answered = False
+            try:
+                yield ticket
+                answered = True
+            finally:
+                admission.release(ticket, clock.now(), answered=answered)
         finally:
-            admission.release(ticket, clock.now(), answered=answered)
+            ADMITTED_TENANT.reset(scoped)
 
     def require_surface(self, surface: str) -> LoadedModel:
         """The model, when it is ready (or under its golden check) and lists SURFACE."""
@@ -207,9 +233,16 @@ class ServedModel:
         deadline_ms: float | None,
         timing: RequestTiming | None,
         disconnected: Disconnected | None = None,
+        *,
+        tenant: str | None = None,
+        priority: Priority | None = None,
     ) -> ForwardStats:
-        """The rows' outputs once the request's last row ran; drops them on deadline or disconnect."""
+        """The rows' outputs once the request's last row ran; drops them on deadline or disconnect.
+        TENANT (None: the one it was admitted for) and PRIORITY (None: interactive) decide when
+        its rows run among the others' (R-FAIR-2/3)."""
         loop = self.scheduler_loop
+        tenant = ADMITTED_TENANT.get() if tenant is None else tenant
+        priority = priority or Priority.INTERACTIVE
         assert loop is not None
         deadline_s = None
         if deadline_ms is not None:  # counted from the request's arrival: its preparation took part of it
@@ -218,7 +251,7 @@ class ServedModel:
             if deadline_s <= 0:
                 raise DeadlineExceeded(f"no answer within options.deadline_ms={deadline_ms:g} (spent preparing it)")
         stats = await race(
-            lambda: loop.submit(rows),
+            lambda: loop.submit(rows, tenant=tenant, priority=priority),
             deadline_s=deadline_s,
             disconnected=disconnected,
             deadline_message=f"no answer within options.deadline_ms={deadline_ms:g}" if deadline_ms else "",
@@ -230,11 +263,11 @@ class ServedModel:
 
     def meta(self, stats: ForwardStats | None, rows: int) -> ResponseMeta:
         """`meta` of an answer (R-API-8); no stats: answered from the result cache."""
-        model = self.model
-        assert model is not None
+        model, serving = self.model, self.serving
+        assert model is not None and serving is not None
         if stats is None:
             return ResponseMeta(
-                numerics=model.numerics,
+                numerics=serving.numerics,
                 dtype=model.dtype,
                 device=model.device.name,
                 engine=model.engine.name,
@@ -246,7 +279,7 @@ class ServedModel:
                 cache_hit=True,
             )
         return ResponseMeta(
-            numerics=model.numerics,
+            numerics=serving.numerics,
             dtype=model.dtype,
             device=model.device.name,
             engine=model.engine.name,
@@ -258,8 +291,9 @@ class ServedModel:
         )
 
     def card(self) -> dict[str, Any]:
-        model = self.model
+        model, serving = self.model, self.serving
         limits = self.limits
+        promise = serving if model is not None and serving is not None else None  # the probe's, once loaded
         card: dict[str, Any] = {
             "id": self.name,
             "object": "model",
@@ -273,9 +307,9 @@ class ServedModel:
             "dtype": model.dtype if model else self.args.dtype,
             "device": self.device,
             "engine": model.engine.name if model else None,
-            "numerics": model.numerics if model else None,
+            "numerics": promise.numerics if promise else None,
             # R-BAT-5: how many counted tokens a merged forward of an exact model may hold
-            "merged_forward_tokens": model.invariant_tokens if model is not None and model.batch_invariant else None,
+            "merged_forward_tokens": model.invariant_tokens if model and promise and promise.batch_invariant else None,
             "engine_args": {
                 "max_num_seqs": limits.max_num_seqs if limits else self.args.max_num_seqs,
                 "max_num_seqs_source": limits.seqs_source if limits else None,
@@ -320,8 +354,8 @@ class ServedModel:
         }
         if self.serving is not None and self.serving.forwards is not None:
             card["threads"] = self.serving.forwards.card()
-        if model is not None and model.deterministic is not None:
-            card["deterministic"] = {"method": model.deterministic}
+        if promise is not None and promise.determinism is not None:
+            card["deterministic"] = {"method": promise.determinism}
         if model is not None:
             card.update(model.card_section())
         if self.media is not None:

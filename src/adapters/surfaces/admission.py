@@ -1,13 +1,14 @@
 """R-ADM-1's upper bound of a request's tokens, known before any tokenization: its body's bytes
-(a token reads at least one byte of text), except that an image or video item counts as the
-rows it becomes (an image's tokens, a video's frames times them), never as its encoded bytes."""
+(a token reads at least one byte of text), except that an image, video or audio item counts as
+the rows it becomes (an image's tokens, a video's frames times them, an audio file's window),
+never as its encoded bytes."""
 
 from __future__ import annotations
 
 import msgspec
 
-from vllm_srun.adapters.contracts import MediaEmbedder
-from vllm_srun.adapters.schemas.embeddings import EmbeddingsRequest, ImageUrlInput, VideoUrlInput
+from vllm_srun.adapters.contracts import AudioEmbedder, MediaEmbedder
+from vllm_srun.adapters.schemas.embeddings import AudioInput, EmbeddingsRequest, ImageUrlInput, VideoUrlInput
 from vllm_srun.adapters.serving.served import ServedModel
 
 
@@ -21,9 +22,15 @@ def admission_tokens(served: ServedModel, req: msgspec.Struct, body_bytes: int) 
     if not isinstance(req, EmbeddingsRequest) or isinstance(req.input, str):
         return body_bytes
     media = [item for item in req.input if isinstance(item, (ImageUrlInput, VideoUrlInput))]
-    if not media:
+    audio = [item for item in req.input if isinstance(item, AudioInput)]
+    if not media and not audio:
         return body_bytes
     model = served.model
+    if audio:  # an audio item counts its row (the model's window), never its encoded bytes
+        per_audio = model.audio_tokens if isinstance(model, AudioEmbedder) else 1
+        body_bytes = max(1, body_bytes - sum(len(item.input_audio.data) for item in audio) + len(audio) * per_audio)
+        if not media:
+            return body_bytes
     per_image = model.image_tokens if isinstance(model, MediaEmbedder) else 1
     frames = (req.options.frames if req.options is not None else None) or (
         model.video_frames if isinstance(model, MediaEmbedder) else 1

@@ -8,8 +8,9 @@ the task would have had alone (404 unknown model, 422 unsupported surface, 400 b
 429 overloaded, 504 deadline, …).
 
 The tasks of one model run as one unit:
-- they are admitted together or not at all (R-ADM-1): their count against `--max-queue`, the
-  bytes of their bodies against `--max-queued-tokens`;
+- they are admitted together or not at all (R-ADM-1), for the bundle's tenant (R-FAIR-1, its
+  key's, `http/auth.py`): their count against `--max-queue`, the bytes of their bodies against
+  `--max-queued-tokens`, and against that tenant's own limits (R-FAIR-4);
 - each is prepared (validated, tokenized) on its own, off the event loop when the task is large
   (as a request of its size would be, `adapters/offload.py`), held to the model's
   `max_request_tokens` on its own (413 in its slot); a cached answer takes no rows;
@@ -49,8 +50,9 @@ from vllm_srun.adapters.surfaces.common import NO_FORWARD, Prepared
 from vllm_srun.adapters.surfaces.decisions import prepare_decisions
 from vllm_srun.adapters.surfaces.embeddings import prepare_embeddings
 from vllm_srun.adapters.surfaces.rerank import prepare_rerank
-from vllm_srun.domain.errors import Cancelled, DomainError, InvalidRequest, RequestTooLarge, quoted
+from vllm_srun.domain.errors import Cancelled, DomainError, InvalidRequest, Overloaded, RequestTooLarge, quoted
 from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.tenants import DEFAULT_TENANT
 
 log = logging.getLogger("vllm_srun.bundle")
 
@@ -115,7 +117,11 @@ async def bundle(
     *,
     max_tasks: int,
     status_of: StatusOf,
+    tenant: str = DEFAULT_TENANT,
+    refused: Callable[[str], None] = lambda model: None,
 ) -> BundleResponse:
+    """The answers of REQ's tasks, each model's admitted for TENANT as one unit; REFUSED(model) is
+    told of each unit refused 429 overloaded (`/metrics`)."""
     tasks = parse_tasks(req, max_tasks)
     units: dict[str, tuple[ServedModel, list[_Task]]] = {}
     for task in tasks:
@@ -126,7 +132,7 @@ async def bundle(
             continue
         units.setdefault(served.name, (served, []))[1].append(task)
     options = req.options or BundleOptions()
-    runs = [_run_unit(served, unit, options, timing, status_of) for served, unit in units.values()]
+    runs = [_run_unit(served, unit, options, timing, status_of, tenant, refused) for served, unit in units.values()]
     if runs:
         await race(
             lambda: asyncio.gather(*runs),
@@ -139,18 +145,26 @@ async def bundle(
 
 
 async def _run_unit(
-    served: ServedModel, tasks: list[_Task], options: BundleOptions, timing: RequestTiming | None, status_of: StatusOf
+    served: ServedModel,
+    tasks: list[_Task],
+    options: BundleOptions,
+    timing: RequestTiming | None,
+    status_of: StatusOf,
+    tenant: str,
+    refused: Callable[[str], None],
 ) -> None:
     """One model's tasks: admitted together, prepared each, their rows in one submit."""
     try:
         tokens = await served.prepare(_admission_tokens, served, tasks)  # off the loop for a large bundle
-        with served.admitted(len(tasks), tokens):
+        with served.admitted(len(tasks), tokens, tenant):  # its rows are scheduled for TENANT too
             running = await _prepare(served, tasks, status_of)
             if running:
                 await _run_rows(served, running, _deadline_ms(options, running), timing, status_of)
     except Cancelled:  # the client went away: the whole bundle is cancelled (499)
         raise
     except Exception as exc:  # the unit failed as a whole: overloaded, deadline, forward failed
+        if isinstance(exc, Overloaded):
+            refused(served.name)
         for task in tasks:
             if task.result is None:
                 task.fail(exc, status_of)

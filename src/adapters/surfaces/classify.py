@@ -5,7 +5,8 @@ Single-label heads: softmax; `label` is the argmax. Multi-label heads (`problem_
 multi_label_classification`): sigmoid per label; `label` lists every label at or above
 `options.threshold` (default 0.5), most probable first. Over-long inputs are rejected, cut when
 `overflow: truncate`, or read in windows when asked (`overflow: window`, `window: {tokens,
-overlap}`); window probabilities are reduced by max per label.
+overlap}`); window probabilities are reduced by max per label. A token head (`kind: token`)
+labels every token and answers spans instead: `token_spans.py`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from functools import partial
 import numpy as np
 
 from vllm_srun.adapters.contracts import LogitsRow, TextClassifier
+from vllm_srun.adapters.contracts.token_heads import TokenClassifier
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.encoder import (
@@ -31,6 +33,7 @@ from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.common import Prepared, answer
 from vllm_srun.adapters.surfaces.overflow import Item, encode_items, overflow_mode, split_overflow_windows
+from vllm_srun.adapters.surfaces.token_spans import check_options, prepare_tokens
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
 from vllm_srun.domain.rows import RowSpec
 
@@ -73,6 +76,9 @@ async def prepare_classify(served: ServedModel, req: ClassifyRequest) -> Prepare
     items = _items(req)
     options = req.options or ClassifyOptions()
     mode = overflow_mode(options)
+    if isinstance(model, TokenClassifier) and model.classify_kind == "token":  # token heads: token_spans.py
+        return await prepare_tokens(served, model, req, items, options, mode)
+    check_options(options, token_head=False)
     if options.threshold is not None and not model.multi_label:
         raise InvalidRequest(
             "options.threshold applies to multi-label heads; this model's head is single-label (softmax)"
@@ -105,7 +111,12 @@ async def prepare_classify(served: ServedModel, req: ClassifyRequest) -> Prepare
                 ]
             info = InputInfo(tokens=full[i], truncated=any(e.truncated for e in group), windows=spans)
             results.append(
-                ClassifyResult(i, _label(reduced, model.labels, model.multi_label, threshold), reduced.tolist(), info)
+                ClassifyResult(
+                    index=i,
+                    label=_label(reduced, model.labels, model.multi_label, threshold),
+                    probabilities=reduced.tolist(),
+                    input=info,
+                )
             )
         tokens = sum(r.tokens for r in rows)
         return ClassifyResponse(

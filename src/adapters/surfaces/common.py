@@ -91,5 +91,8 @@ async def answer(prepared: Prepared[R], timing: RequestTiming | None, disconnect
         return hit
     if not prepared.rows:
         return await prepared.complete(NO_FORWARD)
-    stats = await prepared.served.run(prepared.rows, prepared.options.deadline_ms, timing, disconnected)
+    options = prepared.options
+    stats = await prepared.served.run(
+        prepared.rows, options.deadline_ms, timing, disconnected, priority=options.priority
+    )
     return await prepared.complete(stats)

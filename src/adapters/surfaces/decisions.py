@@ -3,7 +3,9 @@
 Each question is rendered with the state into a prompt and answered from the next-token
 distribution restricted to its answer tokens: noul → P(yes); choice → one key per option
 (`probabilities` by option name, `choice` the most probable, `confidence` its probability);
-score → one level token "0".."N-1" (`score` = Σ level × P(level), `legend`, `probabilities`).
+score → one level token "0".."N-1" (`score` = Σ level × P(level), `legend`, `probabilities`);
+set and span → noul rows per label (and per word), put back together as `sets` / `spans`
+(decision_labels.py).
 
 A question that cannot be answered (invalid, too long) fails before any forward: in place on
 /v1/decisions and the batches route (`{type, error: {code, message}}`), and on /v1/systemone
@@ -27,6 +29,7 @@ from vllm_srun.adapters.contracts import (
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.decisions import (
     MAX_QUESTIONS,
+    MAX_ROWS,
     BatchResult,
     BoxQuestion,
     DecisionAnswer,
@@ -39,23 +42,41 @@ from vllm_srun.adapters.schemas.decisions import (
     NoulCriteria,
     Question,
     QuestionErrorBody,
+    SetQuestion,
+    SetResult,
+    SpanItem,
+    SpanQuestion,
 )
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.common import Prepared, answer
+from vllm_srun.adapters.surfaces.decision_labels import Plan, assemble, check_names, error_of, plan
 from vllm_srun.domain.errors import InvalidRequest, QuestionFailed, RequestTooLarge, UnsupportedSurface, quoted
 from vllm_srun.domain.rows import RowSpec
 
 
-def asked(questions: dict[str, Question]) -> list[AskedQuestion]:
+def _asked_one(name: str, q: Question) -> AskedQuestion:
+    kind = type(q).__struct_config__.tag
+    criteria: Any = None if isinstance(q, BoxQuestion | SetQuestion | SpanQuestion) else q.criteria
+    if isinstance(criteria, NoulCriteria):
+        criteria = {"true": criteria.true, "false": criteria.false}
+    return AskedQuestion(name, str(kind), q.instructions, criteria)
+
+
+def layout(questions: dict[str, Question], state: Any) -> list[Plan]:
+    """Each question's rows for STATE: itself, or a set/span question's noul rows."""
     out = []
     for name, q in questions.items():
-        kind = type(q).__struct_config__.tag
-        criteria: Any = None if isinstance(q, BoxQuestion) else q.criteria
-        if isinstance(criteria, NoulCriteria):
-            criteria = {"true": criteria.true, "false": criteria.false}
-        out.append(AskedQuestion(name, str(kind), q.instructions, criteria))
+        if isinstance(q, SetQuestion | SpanQuestion):
+            out.append(plan(name, q, state))
+        else:
+            one = _asked_one(name, q)
+            out.append(Plan(name, one.kind, rows=[one]))
     return out
+
+
+def asked(plans: Sequence[Plan]) -> list[AskedQuestion]:
+    return [row for p in plans for row in p.rows]
 
 
 def _answer(q: PreparedQuestion, probs: Any) -> DecisionAnswer:
@@ -74,9 +95,47 @@ def _answer(q: PreparedQuestion, probs: Any) -> DecisionAnswer:
     return DecisionAnswer("score", score=score, confidence=p[best], legend=q.rendered.legend, probabilities=by_label)
 
 
-def _answers(prepared: PreparedState, probs: Sequence[Any]) -> dict[str, DecisionAnswer]:
+class Answered:
+    """One state's answers, and the `sets` / `spans` entries of its set and span questions."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, DecisionAnswer] = {}
+        self.sets: dict[str, SetResult] = {}
+        self.spans: dict[str, list[SpanItem]] = {}
+
+
+def _answers(plans: Sequence[Plan], prepared: PreparedState, probs: Sequence[Any]) -> Answered:
+    out = Answered()
     it = iter(probs)
-    return {q.name: _answer(q, None if q.error is not None else next(it)) for q in prepared.questions}
+    questions = iter(prepared.questions)
+    for p in plans:
+        mine = [next(questions) for _ in p.rows]
+        got: list[Any] = [None if q.error is not None else next(it) for q in mine]
+        if p.kind not in ("set", "span"):
+            out.answers[p.name] = _answer(mine[0], got[0])
+            continue
+        err = error_of(p, [q.error for q in mine])
+        if err is not None:
+            out.answers[p.name] = DecisionAnswer(p.kind, error=QuestionErrorBody(err.code, err.message))
+            continue
+        entry = assemble(p, [float(g[0]) for g in got], out.answers)
+        if isinstance(entry, SetResult):
+            out.sets[p.name] = entry
+        else:
+            out.spans[p.name] = entry
+    return out
+
+
+def _failures(plans: Sequence[Plan], prepared: PreparedState) -> list[tuple[str, Any]]:
+    """(question, error) of each question that cannot be answered, in order."""
+    out = []
+    questions = iter(prepared.questions)
+    for p in plans:
+        mine = [next(questions) for _ in p.rows]
+        err = error_of(p, [q.error for q in mine]) if p.kind in ("set", "span") else mine[0].error
+        if err is not None:
+            out.append((p.name, err))
+    return out
 
 
 def _check(req: DecisionsRequest | DecisionsBatchRequest, states: int) -> None:
@@ -84,6 +143,15 @@ def _check(req: DecisionsRequest | DecisionsBatchRequest, states: int) -> None:
         raise UnsupportedSurface("media assets need an image model; this model reads text only")
     if states * len(req.questions) > MAX_QUESTIONS:
         raise RequestTooLarge(f"states × questions is {states * len(req.questions)} (at most {MAX_QUESTIONS})")
+    check_names(req.questions)
+
+
+def _check_rows(plans: Sequence[Sequence[Plan]]) -> None:
+    rows = sum(len(p.rows) for state in plans for p in state)
+    if rows > MAX_ROWS:
+        raise RequestTooLarge(
+            f"the questions need {rows} rows once set and span labels are laid out (at most {MAX_ROWS})"
+        )
 
 
 def _rows_of(model: QuestionAnswerer, prepared: list[PreparedState]) -> tuple[list[RowSpec], list[tuple[int, int]]]:
@@ -98,10 +166,15 @@ def _rows_of(model: QuestionAnswerer, prepared: list[PreparedState]) -> tuple[li
 
 
 def _answers_of(
-    prepared: list[PreparedState], rows: list[RowSpec], spans: list[tuple[int, int]], stats: ForwardStats
-) -> list[dict[str, DecisionAnswer]]:
+    plans: list[list[Plan]],
+    prepared: list[PreparedState],
+    rows: list[RowSpec],
+    spans: list[tuple[int, int]],
+    stats: ForwardStats,
+) -> list[Answered]:
     return [
-        _answers(p, probabilities_per_question(rows[a:b], stats.outputs[a:b])) for p, (a, b) in zip(prepared, spans)
+        _answers(pl, p, probabilities_per_question(rows[a:b], stats.outputs[a:b]))
+        for pl, p, (a, b) in zip(plans, prepared, spans)
     ]
 
 
@@ -119,7 +192,9 @@ async def prepare_decisions(served: ServedModel, req: DecisionsRequest) -> Prepa
     """/v1/decisions: question errors stay in place."""
     model = answerer(served)
     _check(req, 1)
-    return _single(served, model, req, await served.prepare(model.prepare, req.state, asked(req.questions)))
+    plans = layout(req.questions, req.state)
+    _check_rows([plans])
+    return _single(served, model, req, plans, await served.prepare(model.prepare, req.state, asked(plans)))
 
 
 async def decisions(
@@ -134,25 +209,32 @@ async def systemone(
     """/v1/systemone: a failed question fails the request with 400 `question_failed`."""
     model = answerer(served)
     _check(req, 1)
-    prepared = await served.prepare(model.prepare, req.state, asked(req.questions))
-    failed = [q for q in prepared.questions if q.error is not None]
+    plans = layout(req.questions, req.state)
+    _check_rows([plans])
+    prepared = await served.prepare(model.prepare, req.state, asked(plans))
+    failed = _failures(plans, prepared)
     if failed:
-        first = failed[0]
+        name, err = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        assert first.error is not None
-        raise QuestionFailed(f"question {quoted(first.name)} failed: {first.error.code}: {first.error.message}{more}")
-    return await answer(_single(served, model, req, prepared), timing, disconnected)
+        raise QuestionFailed(f"question {quoted(name)} failed: {err.code}: {err.message}{more}")
+    return await answer(_single(served, model, req, plans, prepared), timing, disconnected)
 
 
 def _single(
-    served: ServedModel, model: QuestionAnswerer, req: DecisionsRequest, prepared: PreparedState
+    served: ServedModel, model: QuestionAnswerer, req: DecisionsRequest, plans: list[Plan], prepared: PreparedState
 ) -> Prepared[DecisionsResponse]:
     options = req.options or DecisionsOptions()
     rows, spans = _rows_of(model, [prepared])
 
     def finish(stats: ForwardStats) -> DecisionsResponse:
-        answers = _answers_of([prepared], rows, spans, stats)
-        return DecisionsResponse(model=served.name, answers=answers[0], usage=_usage(prepared))
+        (got,) = _answers_of([plans], [prepared], rows, spans, stats)
+        return DecisionsResponse(
+            model=served.name,
+            answers=got.answers,
+            usage=_usage(prepared),
+            sets=got.sets or None,
+            spans=got.spans or None,
+        )
 
     return Prepared(served, f"decisions:{model.cache_tag}", req, options, rows, finish)
 
@@ -170,14 +252,18 @@ async def systemone_batches(
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise InvalidRequest(f"states[].id must be unique ({quoted(dup)} appears more than once)")
-    questions = asked(req.questions)
-    prepared = await served.prepare(lambda: [model.prepare(s.state, questions) for s in req.states])
+    plans = [layout(req.questions, s.state) for s in req.states]
+    _check_rows(plans)
+    prepared = await served.prepare(lambda: [model.prepare(s.state, asked(pl)) for s, pl in zip(req.states, plans)])
     options = req.options or DecisionsOptions()
     rows, spans = await served.prepare(_rows_of, model, prepared)
 
     def finish(stats: ForwardStats) -> DecisionsBatchResponse:
-        answers = _answers_of(prepared, rows, spans, stats)
-        results = [BatchResult(i, a, _usage(p)) for i, a, p in zip(ids, answers, prepared)]
+        answered = _answers_of(plans, prepared, rows, spans, stats)
+        results = [
+            BatchResult(i, a.answers, _usage(p), a.sets or None, a.spans or None)
+            for i, a, p in zip(ids, answered, prepared)
+        ]
         total = DecisionsUsage(sum(r.usage.input_tokens for r in results), 0)
         return DecisionsBatchResponse(model=served.name, results=results, usage=total)
 

@@ -3,7 +3,9 @@
 What it needs of a model is the `TextEmbedder` contract (`adapters/contracts/surfaces.py`); a model that
 also implements `MediaEmbedder` reads `image_url` and `video_url` items (`data:` URLs only):
 each image is one row of the model's media lane, each video one row per sampled frame, whose
-vectors are mean-pooled (and normalized for a normalized model). Everything about an input is
+vectors are mean-pooled (and normalized for a normalized model); one that implements
+`AudioEmbedder` reads `input_audio` items (base64 `data` and its `format`): each one row of the
+model's audio lane. A model whose `modalities` lack `text` refuses text items. Everything about an input is
 checked before any forward: its kind against the model's modalities, the URL, the limits and
 the decoding (a bad input answers 400 naming its index, and costs no forward).
 
@@ -13,18 +15,22 @@ picks one by name, `input_type` by kind (query → `query`; document → `docume
 `default_prompt_name`. The prompt's text is prepended to every text input before tokenizing, so
 its tokens count in `usage`. An unknown name, `input_type` for a model without prompts, or the two
 fields naming different prompts answer 400 listing the model's prompts.
+
+`embedding_type` (sparse, multi_vector), the sparse options and the quantized `encoding_format`s
+are checked and rendered by `embedding_outputs.py`: a sparse or multi-vector text is one
+`TokenOutputRow` (contracts/outputs.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from vllm_srun.adapters.contracts import (
+    AudioEmbedder,
     Encoded,
     MediaEmbedder,
     MediaError,
@@ -32,10 +38,13 @@ from vllm_srun.adapters.contracts import (
     PromptedEmbedder,
     TextEmbedder,
 )
+from vllm_srun.adapters.contracts.outputs import TokenOutputRow
+from vllm_srun.adapters.media.audio_input import audio_data_bytes
 from vllm_srun.adapters.media.data_url import data_url_bytes
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.embeddings import (
+    AudioInput,
     Embedding,
     EmbeddingsOptions,
     EmbeddingsRequest,
@@ -49,6 +58,13 @@ from vllm_srun.adapters.schemas.embeddings import (
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel, TokenBudget
 from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK, Prepared, answer
+from vllm_srun.adapters.surfaces.embedding_outputs import (
+    OutputPlan,
+    dense_answers,
+    multi_vector_answer,
+    output_plan,
+    sparse_answer,
+)
 from vllm_srun.domain.errors import InvalidRequest, MediaFailed, RequestTooLarge, UnsupportedSurface, quoted
 from vllm_srun.domain.rows import RowSpec
 
@@ -56,8 +72,9 @@ from vllm_srun.domain.rows import RowSpec
 @dataclass(frozen=True, slots=True)
 class _Media:
     index: int
-    kind: str  # image | video
+    kind: str  # image | video | audio
     data: bytes
+    fmt: str = ""  # audio: the declared format
 
 
 def _items(req: EmbeddingsRequest) -> list[InputItem]:
@@ -75,12 +92,24 @@ def _url(item: ImageUrlInput | VideoUrlInput) -> str:
 def _split(items: list[InputItem], model: TextEmbedder) -> tuple[list[tuple[int, str]], list[_Media]]:
     """(index, text) of the text items and the media items (decoded from their data: URLs)."""
     media_model = model if isinstance(model, MediaEmbedder) else None
-    reads = sorted(media_model.modalities) if media_model is not None else ["text"]
+    modalities: frozenset[str] = getattr(model, "modalities", frozenset({"text"}))
+    reads = sorted(modalities)
     texts: list[tuple[int, str]] = []
     media: list[_Media] = []
     for i, item in enumerate(items):
         if isinstance(item, (str, TextInput)):
+            if "text" not in modalities:
+                raise UnsupportedSurface(f"input[{i}] is text: this model reads {', '.join(reads)} only")
             texts.append((i, item if isinstance(item, str) else item.text))
+            continue
+        if isinstance(item, AudioInput):
+            if not isinstance(model, AudioEmbedder) or "audio" not in modalities:
+                raise UnsupportedSurface(f"input[{i}] is audio: this model reads {', '.join(reads)} only")
+            try:
+                data = audio_data_bytes(item.input_audio.data, model.audio_limits.max_bytes)
+            except MediaError as exc:
+                raise InvalidRequest(f"input[{i}]: {exc}") from None
+            media.append(_Media(i, "audio", data, item.input_audio.format))
             continue
         kind = "image" if isinstance(item, ImageUrlInput) else "video"
         if media_model is None or kind not in media_model.modalities:
@@ -129,13 +158,17 @@ def embedder(served: ServedModel) -> TextEmbedder:
     return model
 
 
-async def _decode(served: ServedModel, model: MediaEmbedder, media: list[_Media], frames: int) -> list[Any]:
-    """Pixels of every media item ([3, H, W] per image, [frames, 3, H, W] per video), decoded
-    concurrently; the first failure (by input index) fails the request."""
+async def _decode(served: ServedModel, model: TextEmbedder, media: list[_Media], frames: int) -> list[Any]:
+    """Pixels of every media item ([3, H, W] per image, [frames, 3, H, W] per video; audio: its
+    features), decoded concurrently; the first failure (by input index) fails the request."""
     loader = served.media
     assert loader is not None, "a media model is served without a media loader"
 
     def one(m: _Media) -> Any:
+        if m.kind == "audio":
+            assert isinstance(model, AudioEmbedder)
+            return loader.audio(m.data, m.fmt, model.audio_limits, model.audio_preprocess)
+        assert isinstance(model, MediaEmbedder)
         if m.kind == "image":
             return loader.image(m.data, model.image_limits, model.preprocess)
         return loader.video(m.data, frames, model.video_limits, model.preprocess)
@@ -158,15 +191,21 @@ async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Pre
     model = embedder(served)
     items = _items(req)
     options = req.options or EmbeddingsOptions()
-    if req.dimensions is not None and req.dimensions > model.dimensions:
+    if req.dimensions is not None and req.dimensions > model.dimensions and req.embedding_type == "dense":
         raise InvalidRequest(f"dimensions {req.dimensions} is larger than the model's {model.dimensions}")
+    plan = output_plan(model, req, options, items)
     prompt = resolve_prompt(model, req.input_type, req.prompt_name)
     media_model = model if isinstance(model, MediaEmbedder) else None
     frames = (options.frames or media_model.video_frames) if media_model is not None else 0
     text_rows, media = await served.prepare(
         _inputs, model, items, frames, options.overflow == "truncate", served.token_budget(), prompt
     )
-    decoded = await _decode(served, media_model, media, frames) if media_model is not None and media else []
+    if plan.kind != "dense":  # a sparse or multi-vector row: answered by the model's token-level head
+        keep = plan.keep_special
+        text_rows = {
+            i: RowSpec(r.tokens, TokenOutputRow(r.payload, plan.kind, keep), r.lane) for i, r in text_rows.items()
+        }
+    decoded = await _decode(served, model, media, frames) if media else []
     pixels = iter(decoded)
     spans: list[tuple[int, int]] = []  # each input's rows: (first, count)
     rows: list[RowSpec] = []
@@ -174,6 +213,9 @@ async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Pre
         start = len(rows)
         if i in text_rows:
             rows.append(text_rows[i])
+        elif isinstance(items[i], AudioInput):
+            assert isinstance(model, AudioEmbedder)
+            rows.append(RowSpec(model.audio_tokens, next(pixels), model.audio_lane))
         else:
             assert media_model is not None
             got = next(pixels)
@@ -186,7 +228,7 @@ async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Pre
         req,
         options,
         rows,
-        lambda stats: _response(served, model, req, rows, spans, stats),
+        lambda stats: _response(served, model, req, plan, rows, spans, stats),
     )
 
 
@@ -214,7 +256,9 @@ def _inputs(
             raise InvalidRequest(
                 f"options.frames {frames} is over the model's limit of {model.video_limits.max_frames}"
             )
-        budget.spend(sum(frames if m.kind == "video" else 1 for m in media) * model.image_tokens)
+        budget.spend(sum(frames if m.kind == "video" else 1 for m in media if m.kind != "audio") * model.image_tokens)
+    if isinstance(model, AudioEmbedder):
+        budget.spend(sum(m.kind == "audio" for m in media) * model.audio_tokens)
     if prompt:
         text_items = [(i, prompt + text) for i, text in text_items]
     encoded = _encode(model, text_items, truncate, budget)
@@ -243,10 +287,17 @@ def _response(
     served: ServedModel,
     model: TextEmbedder,
     req: EmbeddingsRequest,
+    plan: OutputPlan,
     rows: list[RowSpec],
     spans: list[tuple[int, int]],
     stats: ForwardStats,
 ) -> EmbeddingsResponse:
+    tokens = sum(r.tokens for r in rows)
+    usage = EmbeddingsUsage(tokens, tokens)
+    if plan.kind != "dense":  # one row per input (texts only)
+        render = sparse_answer if plan.kind == "sparse" else multi_vector_answer
+        data = [Embedding(i, render(out, plan)) for i, out in enumerate(stats.outputs)]
+        return EmbeddingsResponse(object="list", data=data, model=served.name, usage=usage)
     outputs = [np.asarray(o, dtype=np.float32) for o in stats.outputs]
     pooled = []
     for start, count in spans:
@@ -260,12 +311,7 @@ def _response(
         vectors = vectors[:, : req.dimensions]
         if model.normalized:
             vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    if req.encoding_format == "base64":
-        data = [
-            Embedding(i, base64.b64encode(np.ascontiguousarray(v, dtype="<f4").tobytes()).decode("ascii"))
-            for i, v in enumerate(vectors)
-        ]
-    else:
-        data = [Embedding(i, v.tolist()) for i, v in enumerate(vectors)]
-    tokens = sum(r.tokens for r in rows)
-    return EmbeddingsResponse(object="list", data=data, model=served.name, usage=EmbeddingsUsage(tokens, tokens))
+    data = [Embedding(i, v) for i, v in enumerate(dense_answers(vectors, plan))]
+    return EmbeddingsResponse(
+        object="list", data=data, model=served.name, usage=usage, quantization=plan.quantization()
+    )

@@ -15,6 +15,7 @@ import msgspec
 from vllm_srun.adapters.schemas.routes import SURFACE_SCHEMAS, SurfaceSchema
 from vllm_srun.adapters.surfaces import decisions
 from vllm_srun.adapters.surfaces.classify import classify
+from vllm_srun.adapters.surfaces.cohere import embed_v2
 from vllm_srun.adapters.surfaces.embeddings import embeddings
 from vllm_srun.adapters.surfaces.rerank import rerank
 
@@ -22,6 +23,7 @@ SurfaceHandler = Callable[..., Awaitable[msgspec.Struct]]
 
 HANDLERS: dict[str, SurfaceHandler] = {
     "/v1/embeddings": embeddings,
+    "/v2/embed": embed_v2,
     "/v1/classify": classify,
     "/v1/rerank": rerank,
     "/v2/rerank": rerank,

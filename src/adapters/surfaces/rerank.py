@@ -5,6 +5,7 @@ Jina request/response shapes: results sorted by relevance, highest first, cut to
 Over-long pairs are rejected unless the request asks otherwise: `options.overflow: truncate`,
 Cohere's `max_tokens_per_doc` (cuts each document to that many tokens), or `options.overflow:
 window` (the query is kept whole in every window of the document; the best window scores).
+A multi-vector model without a classification head scores by MaxSim instead (`maxsim.py`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from vllm_srun.adapters.contracts import Encoded, LogitsRow, PairScorer
+from vllm_srun.adapters.contracts import Encoded, LogitsRow, PairScorer, TextEmbedder
+from vllm_srun.adapters.contracts.outputs import MaxSimScorer
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.encoder import (
@@ -29,6 +31,7 @@ from vllm_srun.adapters.schemas.encoder import (
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel, TokenBudget
 from vllm_srun.adapters.surfaces.common import Prepared, answer
+from vllm_srun.adapters.surfaces.maxsim import maxsim_rows, maxsim_scores
 from vllm_srun.adapters.surfaces.overflow import encode_items, overflow_mode, split_overflow_windows
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge, quoted
 from vllm_srun.domain.rows import RowSpec
@@ -86,17 +89,30 @@ async def prepare_rerank(served: ServedModel, req: RerankRequest) -> Prepared[Re
     if req.max_tokens_per_doc is not None and options.overflow is None and options.window is None:
         mode = "truncate"  # the client asked for cut documents
     window = options.window or WindowOptions(tokens=model.max_input_tokens)
-    groups = await served.prepare(_groups, model, req, mode, window, served.token_budget())
-
-    rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups for e in group]
+    by_maxsim = isinstance(model, MaxSimScorer) and model.rerank_scoring == "maxsim"
+    if by_maxsim:
+        assert isinstance(model, TextEmbedder)
+        if mode == "window":
+            raise InvalidRequest("options.overflow window needs a cross-encoder: this model reranks by MaxSim")
+        texts = [_text(d, req.rank_fields, i) for i, d in enumerate(req.documents)]
+        if req.max_tokens_per_doc is not None:
+            texts = [_cut(model, t, req.max_tokens_per_doc) for t in texts]
+        rows = await served.prepare(maxsim_rows, model, req.query, texts, mode == "truncate", served.token_budget())
+        groups: list[list[Encoded]] = []
+    else:
+        groups = await served.prepare(_groups, model, req, mode, window, served.token_budget())
+        rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups for e in group]
 
     def finish(stats: ForwardStats) -> RerankResponse:
-        logits = np.stack(stats.outputs).astype(np.float64)[:, 0]
-        scores = 1.0 / (1.0 + np.exp(-logits))
-        best, at = [], 0
-        for group in groups:
-            best.append(float(scores[at : at + len(group)].max()))
-            at += len(group)
+        if by_maxsim:
+            best = maxsim_scores(stats.outputs)
+        else:
+            logits = np.stack(stats.outputs).astype(np.float64)[:, 0]
+            scores = 1.0 / (1.0 + np.exp(-logits))
+            best, at = [], 0
+            for group in groups:
+                best.append(float(scores[at : at + len(group)].max()))
+                at += len(group)
         order = sorted(range(len(best)), key=lambda i: (-best[i], i))
         results = [RerankResult(i, best[i]) for i in order]
         tokens = sum(r.tokens for r in rows)

@@ -7,18 +7,19 @@ build (`domain/reconfiguration`) and starts them.
 from __future__ import annotations
 
 import os
+import ssl
 import time
 from collections.abc import Callable, Hashable
 from urllib.parse import urlsplit
 
 from vllm_srun.adapters.config.schema import DeploymentConfig, ReplicaConfig
+from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.workers.command import is_cpu_device, worker_command, worker_settings
-from vllm_srun.adapters.workers.http_client import WorkerClient
+from vllm_srun.adapters.workers.http_client import WorkerClient, tls_context
 from vllm_srun.adapters.workers.replica import ReplicaHandle
 from vllm_srun.adapters.workers.supervisor import DeploymentView, EventSink, ReplicaSupervisor
 from vllm_srun.domain.dispatch import Pool
 from vllm_srun.domain.replicas import Replica
-from vllm_srun.domain.worker_settings import WorkerSettings
 
 
 class WorkerFactory:
@@ -36,7 +37,9 @@ class WorkerFactory:
         env: dict[str, str] | None = None,
         on_event: EventSink = lambda event, handle, detail: None,
         clock: Callable[[], float] = time.monotonic,
+        tenant_policies: str | None = None,  # the front's key file: its tenants' policies (R-FAIR-1)
     ) -> None:
+        self.tenant_policies = tenant_policies
         self.socket_dir = socket_dir
         self.threads = threads
         self.max_request_bytes = max_request_bytes
@@ -61,6 +64,7 @@ class WorkerFactory:
             threads=self.threads if is_cpu_device(device) else None,
             max_request_bytes=self.max_request_bytes,
             log_level=self.worker_log_level,
+            tenant_policies=self.tenant_policies,
         )
 
     def build(
@@ -71,7 +75,13 @@ class WorkerFactory:
         name = deployment.name
         index = self._next_index.get(name, 0)
         self._next_index[name] = index + 1
-        handle = self._handle(name, index, replica, pool, socket=self._sockets)
+        door: tuple[str | None, ssl.SSLContext | None] = (None, None)
+        if replica.attached:
+            try:
+                door = endpoint_door(deployment.config, self.env)
+            except ValueError as exc:
+                problems.append(f"deployments.{name}: {exc}")
+        handle = self._handle(name, index, replica, pool, socket=self._sockets, door=door)
         self._sockets += 1  # attached workers take a number too: socket names follow the worker count
         command = None
         if not replica.attached:
@@ -82,13 +92,23 @@ class WorkerFactory:
             handle, deployment, command=command, env=self.env, clock=self.clock, on_event=self.on_event
         )
 
-    def _handle(self, deployment: str, index: int, replica: ReplicaConfig, pool: Pool, socket: int) -> ReplicaHandle:
+    def _handle(
+        self,
+        deployment: str,
+        index: int,
+        replica: ReplicaConfig,
+        pool: Pool,
+        socket: int,
+        door: tuple[str | None, ssl.SSLContext | None] = (None, None),
+    ) -> ReplicaHandle:
         replica_id = f"{deployment}/{index}"
         record = pool.add(Replica(replica_id))
         if replica.attached:
             url = urlsplit(replica.endpoint or "")
             port = url.port or (443 if url.scheme == "https" else 80)
-            client = WorkerClient(host=url.hostname, port=port, base_path=url.path, tls=url.scheme == "https")
+            token, context = door
+            tls = (context or True) if url.scheme == "https" else False
+            client = WorkerClient(host=url.hostname, port=port, base_path=url.path, tls=tls, token=token)
             return ReplicaHandle(replica_id, deployment, replica, record, client, worker_model=replica.model)
         path = os.path.join(self.socket_dir, f"w{socket}.sock")
         return ReplicaHandle(
@@ -100,3 +120,17 @@ class WorkerFactory:
             socket_path=path,
             threads=self.threads if is_cpu_device(replica.device or "auto") else None,
         )
+
+
+def endpoint_door(spec: DeploymentConfig, env: dict[str, str] | None) -> tuple[str | None, ssl.SSLContext | None]:
+    """The internal token (from `internal_token_file`, else the front's environment variable
+    `internal_token_env`) and the TLS context (`ca_file`) of SPEC's endpoint replicas
+    (R-AUTH-3, R-AUTH-4); ValueError (one line, never the token) when one cannot be had."""
+    from vllm_srun.adapters.config.api_keys import read_token
+
+    token = None
+    if spec.internal_token_file is not None or spec.internal_token_env is not None:
+        environ = os.environ if env is None else env
+        token = read_token(file=spec.internal_token_file, env=spec.internal_token_env, environ=environ)
+    context = tls_context(spec.ca_file) if spec.ca_file is not None else None
+    return token, context

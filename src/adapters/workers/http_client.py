@@ -15,8 +15,11 @@ Semantics the front relies on:
   the write, the request is retried once on a fresh connection (nothing was read, so the
   worker never saw it).
 - A connection that cannot be opened (refused, no route to the host, or no answer within
-  `CONNECT_TIMEOUT_S`) is `WorkerUnreachable`: the request was never sent, so the front may
-  offer it to another replica.
+  `CONNECT_TIMEOUT_S`, or a TLS handshake that fails) is `WorkerUnreachable`: the request was
+  never sent, so the front may offer it to another replica.
+- An attached replica may need the deployment's internal token (R-AUTH-3): it goes on every
+  request as `Authorization: Bearer`; over https the replica's certificate is verified against
+  the system's CAs or the deployment's CA file (`tls_context`).
 """
 
 from __future__ import annotations
@@ -63,8 +66,19 @@ class _Connection:
         self.writer.close()
 
 
+def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """A client TLS context that verifies the server's certificate and name: against CA_FILE
+    when given (a private CA), else the system's CAs. ValueError (one line) on a bad CA file."""
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        raise ValueError(f"CA file {ca_file}: {reason}") from None
+
+
 class WorkerClient:
-    """Requests to one worker (`uds` path, or `host`+`port` with an optional base path)."""
+    """Requests to one worker (`uds` path, or `host`+`port` with an optional base path; TLS is
+    `True` for the system's CAs or a context from `tls_context`; TOKEN goes on every request)."""
 
     def __init__(
         self,
@@ -74,18 +88,28 @@ class WorkerClient:
         port: int | None = None,
         base_path: str = "",
         host_header: str = "worker",
-        tls: bool = False,
+        tls: bool | ssl.SSLContext = False,
+        token: str | None = None,
     ) -> None:
         if (uds is None) == (host is None):
             raise ValueError("give either uds or host and port")
         self.uds, self.host, self.port = uds, host, port
-        self.tls = ssl.create_default_context() if tls else None
+        self.tls = tls if isinstance(tls, ssl.SSLContext) else (tls_context() if tls else None)
         self.base_path = base_path.rstrip("/")
         named = f"[{host}]" if host and ":" in host else host  # an IPv6 address in brackets
         self._host_header = (host_header if uds else f"{named}:{port}").encode()
+        if token is not None and not _header_safe(token.encode()):
+            raise ValueError("the internal token must be printable, without spaces")
+        self._auth = b"" if token is None else b"authorization: Bearer " + token.encode() + b"\r\n"
         self._idle: list[_Connection] = []
 
-    def __repr__(self) -> str:
+    @property
+    def names_tenants(self) -> bool:
+        """Whether the worker takes the tenant this client names: over its private Unix socket,
+        or with the internal token (R-AUTH-3)."""
+        return self.uds is not None or bool(self._auth)
+
+    def __repr__(self) -> str:  # never the token
         return f"WorkerClient({self.uds or f'{self.host}:{self.port}'})"
 
     async def _connect(self) -> _Connection:
@@ -100,6 +124,8 @@ class WorkerClient:
                         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except TimeoutError:
             raise WorkerUnreachable(f"cannot connect to {self!r}: no answer within {CONNECT_TIMEOUT_S:g} s") from None
+        except ssl.SSLError as exc:  # e.g. a certificate the CA did not sign, or for another name
+            raise WorkerUnreachable(f"cannot connect to {self!r}: TLS: {exc.reason or exc}") from None
         except OSError as exc:
             raise WorkerUnreachable(f"cannot connect to {self!r}: {exc.strerror or exc}") from None
         return _Connection(reader, writer)
@@ -120,13 +146,24 @@ class WorkerClient:
             conn.close()
 
     async def request(
-        self, method: str, path: str, body: bytes = b"", content_type: bytes = b"application/json"
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        content_type: bytes = b"application/json",
+        headers: tuple[tuple[bytes, bytes], ...] = (),
     ) -> WorkerResponse:
+        """One request; HEADERS (names and values without CR, LF or leading space, e.g. the
+        front's tenant header) go beside the client's own."""
+        extra = b"".join(name + b": " + value + b"\r\n" for name, value in headers if _header_safe(name + value))
         head = (
             f"{method} {self.base_path}{path} HTTP/1.1\r\n".encode()
             + b"host: "
             + self._host_header
-            + b"\r\ncontent-type: "
+            + b"\r\n"
+            + self._auth
+            + extra
+            + b"content-type: "
             + content_type
             + b"\r\ncontent-length: "
             + str(len(body)).encode()
@@ -193,6 +230,10 @@ class WorkerClient:
             else:
                 conn.close()
         return WorkerResponse(status, headers, body)
+
+
+def _header_safe(text: bytes) -> bool:
+    return bool(text) and all(32 < byte < 127 for byte in text)
 
 
 class _ClosedBeforeResponse(Exception):

@@ -1,10 +1,15 @@
-"""The composition root (dependency-injector): every adapter the worker and the front use is
-declared here, and nothing else builds one.
+"""The composition roots: `bootstrap_worker(settings, **adapters)` wires `vllm-srun serve` (and
+every in-process runtime: the golden recorder, the fixture writer, the tests) from one settings
+record (`adapters/config/settings.WorkerSettings`); `bootstrap_front(config, **adapters)` wires
+`vllm-sr serve` from its canonical config. Every adapter the worker and the front use is declared
+here, and nothing else builds one. A keyword names a provider to replace with a ready object
+(a fake in tests): `bootstrap_worker(settings, families=..., device=FakeDevice())`.
 
-`WorkerContainer` wires `vllm-srun serve` (and every in-process runtime: the golden recorder,
-the fixture writer, the tests); `FrontContainer` wires `vllm-sr serve`. The CLIs parse their
-flags into the container's config and call it. Tests override providers with fakes, e.g.
-`container.store.override(providers.Object(FakeStore(...)))` or `container.families.override(...)`.
+dependency-injector stays, for what it still does here (docs/design.md, "Composition"): every
+part is a lazy singleton built in dependency order on first use, so `vllm-srun pull` builds only
+the store, `check_worker` reads the plugins before the runtime opens a device, and a test that
+replaces the device never probes torch; `bootstrap_*`'s keywords map one to one onto its
+overrides. What it no longer does is relay settings: the containers read the one record.
 """
 
 from __future__ import annotations
@@ -17,17 +22,19 @@ from typing import Any
 from dependency_injector import containers, providers
 
 from vllm_srun.adapters.clock import MonotonicClock
+from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.contracts import Device, Progress, ThreadContext, quiet
 from vllm_srun.adapters.devices.torch_devices import TorchProbe, open_device
-from vllm_srun.adapters.engines.registry import EngineRegistry
+from vllm_srun.adapters.engines.registry import installed_engines
 from vllm_srun.adapters.engines.threads import TorchThreadContext
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.front.app import FrontApp
 from vllm_srun.adapters.front.fleet import Fleet
 from vllm_srun.adapters.front.metrics import FrontEvents, FrontMetrics
 from vllm_srun.adapters.front.proxy import Proxy
-from vllm_srun.adapters.front.reconfigure import Reconfigurer
+from vllm_srun.adapters.front.reconfigure import READY_TIMEOUT_S, Reconfigurer
 from vllm_srun.adapters.http.app import create_app
+from vllm_srun.adapters.http.auth import Authenticator
 from vllm_srun.adapters.http.connection_guard import watched_guard
 from vllm_srun.adapters.media.service import MediaService
 from vllm_srun.adapters.model_store import LocalModelStore
@@ -37,14 +44,13 @@ from vllm_srun.adapters.serving.calibration import KneeCalibrator
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
-from vllm_srun.adapters.serving.runtime import DEFAULT_ADMISSION, Runtime
+from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.domain import bounds
 from vllm_srun.domain.adaptive_threads import Mode
-from vllm_srun.domain.admission import AdmissionLimits
 from vllm_srun.domain.connections import ConnectionLimits
-from vllm_srun.domain.engine_args import EngineArgs
-from vllm_srun.domain.threads import preparation_threads
-from vllm_srun.domain.worker_settings import ModelSpec
+from vllm_srun.domain.tenants import DEFAULT_TENANTS
+from vllm_srun.domain.threads import CpuPlan, preparation_threads
+from vllm_srun.domain.worker_settings import ModelSpec, RuntimeSettings
 
 
 def offload_for(forward_threads: int | None) -> Offload:
@@ -76,7 +82,7 @@ class WorkerContainer(containers.DeclarativeContainer):
     clock = providers.Singleton(MonotonicClock)
     store = providers.Singleton(LocalModelStore.from_env)
     families = providers.Singleton(FamilyRegistry)
-    engines = providers.Singleton(EngineRegistry)
+    engines = providers.Callable(installed_engines)  # read once per process (cached)
     device_probe = providers.Singleton(TorchProbe)  # what torch says the machine has (tests: a fake)
     device = providers.Singleton(open_device, config.device, probe=device_probe, progress=config.progress)
     thread_context = providers.Singleton(TorchThreadContext)  # every forward declares its count (R-CPU-2)
@@ -97,10 +103,12 @@ class WorkerContainer(containers.DeclarativeContainer):
         MediaService, config.media_workers, metrics=metrics, workers_source=config.media_workers_source
     )
     offload = providers.Singleton(offload_for, config.threads)
+    retry_clock = providers.Callable(getattr, clock, "now")
 
+    tenants = providers.Object(DEFAULT_TENANTS)  # weights and limits by tenant: the key file's (R-FAIR-1)
     runtime = providers.Singleton(
         Runtime,
-        models=config.models,
+        config.runtime,
         store=store,
         families=families,
         engines=engines,
@@ -112,20 +120,15 @@ class WorkerContainer(containers.DeclarativeContainer):
         readiness=readiness,
         calibrator=calibrator,
         media=media,
-        engine_choice=config.engine,
-        threads=config.threads,
         progress=config.progress,
         thread_context=thread_context,
-        thread_budget=config.thread_budget,
-        adaptive_threads=config.adaptive_threads,
-        wait_policy=config.wait_policy,
-        deterministic=config.deterministic,
-        admission=config.admission,
         open_device=providers.Factory(partial, open_device, probe=device_probe, progress=config.progress),
         offload=offload,
-        max_request_tokens=config.max_request_tokens,
+        tenants=tenants,
     )
 
+    # the key check (`http/auth.py`); the CLI's flags give one (R-AUTH)
+    auth: providers.Object[Authenticator | None] = providers.Object(None)
     app = providers.Singleton(
         create_app,
         runtime=runtime,
@@ -133,70 +136,93 @@ class WorkerContainer(containers.DeclarativeContainer):
         offload=offload,
         max_request_bytes=config.max_request_bytes,
         max_bundle_tasks=config.max_bundle_tasks,
-        clock=clock.provided.now,  # the Retry-After holds read the runtime's clock
+        clock=retry_clock,  # the Retry-After holds: the runtime's clock (tests: a fake one)
+        auth=auth,
     )
     connection_guard = providers.Singleton(
         watched_guard, config.connection_limits, metrics, offload.provided.release_memory
     )
 
 
-def worker_container(
-    models: Sequence[ModelSpec | tuple[str, EngineArgs]],
+def bootstrap_worker(
+    settings: WorkerSettings | None = None,
     *,
-    device: str = "cpu",
-    engine: str = "auto",
-    threads: int | None = None,
-    concurrent_forwards: int = 1,
-    forward_nice: int = 0,
-    progress: Progress = quiet,
-    max_request_bytes: int = bounds.MAX_REQUEST_BYTES.default,
-    result_cache_entries: int = bounds.RESULT_CACHE_ENTRIES.default,
-    check_golden: bool = True,
-    media_workers: int | None = None,
-    thread_budget: int | None = None,
+    specs: Sequence[ModelSpec] | None = None,
+    cpu: CpuPlan | None = None,
     adaptive_threads: Mode = Mode.OFF,
     wait_policy: str | None = None,
-    deterministic: bool = False,
-    admission: AdmissionLimits = DEFAULT_ADMISSION,
-    max_bundle_tasks: int = bounds.MAX_BUNDLE_TASKS.default,
-    max_request_tokens: int = bounds.MAX_REQUEST_TOKENS.default,
-    connection_limits: ConnectionLimits | None = None,
+    progress: Progress = quiet,
+    check_golden: bool = True,
+    **adapters: Any,
 ) -> WorkerContainer:
-    """A worker container with every setting given (defaults: the CLI's, except one forward at a
-    time at the loop's priority: the CLI decides those from the CPUs, `cli.cpu_settings`;
-    `media_workers` None: one per 16 CPUs of the budget, 1 to 4)."""
-    source = "set"
+    """The worker of SETTINGS (default: the CLI's defaults). SPECS: the models to serve (default:
+    SETTINGS' MODEL arguments with its per-model settings); CPU: how the forwards use the CPUs
+    (default: SETTINGS' threads, one forward at a time at the loop's priority: the CLI decides
+    those from the CPUs, `cli.cpu_settings`); ADAPTERS: providers replaced by ready objects."""
+    settings = settings or WorkerSettings()
+    media_workers, source = settings.media_workers, "set"
     if media_workers is None:
         from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
         from vllm_srun.domain.media import default_media_workers
 
         media_workers, source = default_media_workers(front_cpu_budget()), "default"
+    runtime = runtime_settings(settings, specs, cpu, adaptive_threads, wait_policy)
     container = WorkerContainer()
     container.config.from_dict(
         {
-            "models": list(models),
-            "device": device,
-            "engine": engine,
-            "threads": threads,
-            "concurrent_forwards": concurrent_forwards,
-            "forward_nice": forward_nice,
+            "runtime": runtime,
+            "device": settings.device,
+            "threads": runtime.threads,
+            "concurrent_forwards": cpu.concurrent if cpu is not None else 1,
+            "forward_nice": cpu.forward_nice if cpu is not None else 0,
             "progress": progress,
-            "max_request_bytes": max_request_bytes,
-            "result_cache_entries": result_cache_entries,
+            "max_request_bytes": settings.max_request_bytes,
+            "result_cache_entries": _or(settings.result_cache_entries, bounds.RESULT_CACHE_ENTRIES.default),
             "check_golden": check_golden,
             "media_workers": media_workers,
             "media_workers_source": source,
-            "thread_budget": thread_budget,
-            "adaptive_threads": adaptive_threads,
-            "wait_policy": wait_policy,
-            "deterministic": deterministic,
-            "admission": admission,
-            "max_bundle_tasks": max_bundle_tasks,
-            "max_request_tokens": max_request_tokens,
-            "connection_limits": connection_limits or ConnectionLimits(),
+            "max_bundle_tasks": settings.max_bundle_tasks,
+            "connection_limits": settings.connections,
         }
     )
+    _override(container, adapters)
     return container
+
+
+def runtime_settings(
+    settings: WorkerSettings,
+    specs: Sequence[ModelSpec] | None = None,
+    cpu: CpuPlan | None = None,
+    adaptive_threads: Mode = Mode.OFF,
+    wait_policy: str | None = None,
+) -> RuntimeSettings:
+    """The runtime's settings, derived from the record here and nowhere else: SPECS (default: the
+    record's MODEL arguments with its per-model settings), one forward's team and the CPU budget
+    from CPU (default: the record's `--threads`, no budget)."""
+    return RuntimeSettings(
+        models=tuple(specs if specs is not None else settings.model_specs(settings.models)),
+        engine=settings.engine_name,
+        threads=cpu.team if cpu is not None else settings.threads,
+        thread_budget=cpu.budget if cpu is not None else None,
+        adaptive_threads=adaptive_threads,
+        wait_policy=wait_policy,
+        deterministic=settings.deterministic,
+        admission=settings.admission(),
+        max_request_tokens=_or(settings.max_request_tokens, bounds.MAX_REQUEST_TOKENS.default),
+    )
+
+
+def _override(container: containers.Container, adapters: dict[str, Any]) -> None:
+    """Replace each named provider by its ready object; an unknown name is a TypeError."""
+    for name, value in adapters.items():
+        provider = getattr(container, name, None)
+        if not isinstance(provider, providers.Provider) or name == "config":
+            raise TypeError(f"{type(container).__name__} has no adapter {name!r}")
+        provider.override(providers.Object(value))
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 class FrontContainer(containers.DeclarativeContainer):
@@ -219,30 +245,41 @@ class FrontContainer(containers.DeclarativeContainer):
         worker_log_level=config.worker_log_level,
         env=config.env,
         clock=clock,
+        tenant_policies=config.tenant_policies,
     )
     offload = providers.Singleton(Offload, 1)  # the front only decodes bodies: one thread keeps the loop free
     proxy = providers.Singleton(
         Proxy, fleet, metrics, max_request_bytes=config.max_request_bytes, clock=clock, offload=offload
     )
-    reconfigurer = providers.Singleton(Reconfigurer, fleet, load=config.load_config, check=config.check_config)
-    app = providers.Singleton(FrontApp, fleet, proxy, metrics, reconfigurer)
+    reconfigurer = providers.Singleton(
+        Reconfigurer, fleet, load=config.load_config, check=config.check_config, ready_timeout_s=config.ready_timeout_s
+    )
+    # the key check (`http/auth.py`); the CLI's flags give one (R-AUTH)
+    auth: providers.Object[Authenticator | None] = providers.Object(None)
+    app = providers.Singleton(FrontApp, fleet, proxy, metrics, reconfigurer, auth)
     connection_guard = providers.Singleton(
         watched_guard, config.connection_limits, metrics, offload.provided.release_memory
     )
 
 
-def front_container(
+def bootstrap_front(
     front_config: Any,
     *,
     socket_dir: str,
-    threads: int | None,
-    max_request_bytes: int,
+    threads: int | None = None,
+    max_request_bytes: int = bounds.MAX_REQUEST_BYTES.default,
     worker_log_level: str = "warning",
     env: dict[str, str] | None = None,
     load_config: Callable[[], Any] | None = None,
     connection_limits: ConnectionLimits | None = None,
+    reload_ready_timeout_s: float = READY_TIMEOUT_S,
+    tenant_policies: str | None = None,
+    **adapters: Any,
 ) -> FrontContainer:
-    """LOAD_CONFIG reads the config again for a reload (default: the same config, unchanged)."""
+    """The front of FRONT_CONFIG. LOAD_CONFIG reads the config again for a reload (default: the
+    same config, unchanged), whose new workers have RELOAD_READY_TIMEOUT_S to become ready;
+    TENANT_POLICIES: the front's key file, whose tenant policies its managed workers apply;
+    ADAPTERS: providers replaced by ready objects (e.g. `clock`)."""
     container = FrontContainer()
     container.config.from_dict(
         {
@@ -254,7 +291,10 @@ def front_container(
             "env": env,
             "load_config": load_config or (lambda: front_config),
             "check_config": lambda config: None,
+            "ready_timeout_s": reload_ready_timeout_s,
             "connection_limits": connection_limits or ConnectionLimits(),
+            "tenant_policies": tenant_policies,
         }
     )
+    _override(container, adapters)
     return container

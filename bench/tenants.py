@@ -1,0 +1,130 @@
+"""Two tenants on one CPU worker (issue 23 item 5, R-FAIR): does a flood of tenant A leave tenant
+B its latency, its answers and its share, and A its throughput?
+
+One `vllm-srun serve MODEL --api-key-file KEYS` worker (tenants A and B, default policies), and
+`wrk` as the client (C, one thread per process), all in one run:
+  1. A alone: 256 closed-loop connections for `--seconds`: A's answered requests/s (the
+     single-tenant figure, its 200s) and p99;
+  2. B alone, quiet: `--b-connections` connections, each pausing between requests so that B asks
+     about `--b-share` (10 %) of step 1's rate: B's p99 quiet;
+  3. side by side: the same two loads at once, two wrk processes with their own
+     `Authorization: Bearer` keys: B's p99 under A's flood, B's non-2xx answers (429s), A's
+     answered requests/s.
+It prints B's p99 under the flood ÷ quiet (target ≤ 2), B's refusals (target 0) and A's
+answered rate ÷ the single-tenant figure (target ≥ 0.9).
+
+    python bench/tenants.py [--model all-MiniLM-L6-v2] [--seconds 20] [--b-connections 8] [--b-share 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _load import LoadResult, embeddings_body, machine_load, server, wrk_load
+
+KEYS = {"A": "srk-bench-tenant-a-" + "a" * 32, "B": "srk-bench-tenant-b-" + "b" * 32}
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "seven",
+    "red",
+    "birds",
+    "sing",
+    "in",
+    "the",
+    "old",
+    "oak",
+    "tree",
+]
+
+
+def bodies(tenant: str, count: int = 512) -> list[bytes]:
+    """Varied short texts (4-16 words), distinct per tenant and per body."""
+    out = []
+    for n in range(count):
+        words = [WORDS[(n * 7 + i * 3) % len(WORDS)] for i in range(4 + n % 13)]
+        out.append(embeddings_body(f"{tenant} {n} " + " ".join(words)))
+    return out
+
+
+def answered(result: LoadResult) -> float:
+    """Answered (2xx) requests per second: wrk counts the others among its errors."""
+    return max(0, result.requests - result.errors) / result.seconds if result.seconds > 0 else 0.0
+
+
+def side_by_side(base: str, a: dict, b: dict) -> tuple[LoadResult, LoadResult]:
+    """Both loads at once, each its own wrk process."""
+    results: dict[str, LoadResult] = {}
+
+    def run(name: str, kwargs: dict) -> None:
+        results[name] = wrk_load(base, **kwargs)
+
+    threads = [threading.Thread(target=run, args=(name, kw)) for name, kw in (("A", a), ("B", b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results["A"], results["B"]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="all-MiniLM-L6-v2", help="what the worker serves (default: %(default)s)")
+    p.add_argument("--seconds", type=float, default=20.0, help="each load's duration (default: %(default)g)")
+    p.add_argument("--a-connections", type=int, default=256, help="A's flood (default: %(default)d)")
+    p.add_argument("--b-connections", type=int, default=8, help="B's paced connections (default: %(default)d)")
+    p.add_argument(
+        "--b-share", type=float, default=0.1, help="B's rate ÷ A's single-tenant rate (default: %(default)g)"
+    )
+    ns = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="srun-tenants-") as tmp:
+        keys = Path(tmp) / "keys"
+        keys.write_text("".join(f"{t} {hashlib.sha256(k.encode()).hexdigest()}\n" for t, k in KEYS.items()))
+        with server(ns.model, "--api-key-file", str(keys)) as base:
+            auth = {name: {"Authorization": f"Bearer {key}"} for name, key in KEYS.items()}
+            a_bodies, b_bodies = bodies("A"), bodies("B")
+            warm_up_load = dict(connections=8, seconds=2, headers=auth["A"])
+            wrk_load(base, a_bodies, **warm_up_load)
+            a_load = dict(bodies=a_bodies, connections=ns.a_connections, seconds=ns.seconds, headers=auth["A"])
+            alone = wrk_load(base, **a_load)
+            single = answered(alone)
+            # B's pause: its connections together ask b_share of A's answered rate
+            delay_ms = int(1000 * ns.b_connections / max(ns.b_share * single, 1e-3))
+            b_load = dict(
+                bodies=b_bodies, connections=ns.b_connections, seconds=ns.seconds, headers=auth["B"], delay_ms=delay_ms
+            )
+            quiet = wrk_load(base, **b_load)
+            a_flood, b_flooded = side_by_side(base, a_load, b_load)
+    print(f"machine: {machine_load()}; model {ns.model}; {ns.seconds:g} s per load")
+    print(alone.line("A alone (256 conns)"))
+    print(quiet.line(f"B alone ({ns.b_connections} conns, {delay_ms} ms pause)"))
+    print(a_flood.line("A beside B"))
+    print(b_flooded.line("B beside A's flood"))
+    p99_ratio = b_flooded.p99_ms / quiet.p99_ms if quiet.p99_ms > 0 else float("inf")
+    a_ratio = answered(a_flood) / single if single > 0 else 0.0
+    print(f"B p99 under A's flood ÷ quiet: {p99_ratio:.2f} (target <= 2)")
+    print(f"B non-2xx answers (429s) under the flood: {b_flooded.errors} (target 0)")
+    print(f"A answered/s beside B ÷ alone: {answered(a_flood):.1f} / {single:.1f} = {a_ratio:.2f} (target >= 0.9)")
+    print(
+        f"B asked {b_flooded.rps:.1f} req/s = {b_flooded.rps / single if single else 0:.2f} of A's single-tenant rate"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""`/v1/rerank` (and `/v2/rerank`) by MaxSim for a multi-vector model (issue 24): automatic for a
+model whose rerank has no classification head (`contracts/outputs.MaxSimScorer`, card
+`rerank.relevance`), e.g. a package with a ColBERT head.
+
+The query is one multi-vector row and each document one more (the model's `query` prompt before
+the query and its `document` prompt before each document, when it has prompts). A document's
+relevance is ColBERT's MaxSim: the sum over the query's token vectors of their largest dot product
+with one of the document's token vectors (vectors L2-normalised, so each term is a cosine).
+`options.overflow: truncate` or Cohere's `max_tokens_per_doc` cut long texts; windows are for
+cross-encoders (400).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vllm_srun.adapters.contracts import Encoded, PromptedEmbedder, TextEmbedder
+from vllm_srun.adapters.contracts.outputs import TokenOutputRow
+from vllm_srun.adapters.serving.served import TokenBudget
+from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK
+from vllm_srun.adapters.surfaces.embeddings import resolve_prompt
+from vllm_srun.domain.errors import InvalidRequest
+from vllm_srun.domain.rows import RowSpec
+
+
+def _prompt(model: object, kind: str) -> str:
+    has = isinstance(model, PromptedEmbedder) and bool(model.prompts)
+    return resolve_prompt(model, kind, None) if has else ""
+
+
+def maxsim_rows(
+    model: TextEmbedder, query: str, documents: Sequence[str], truncate: bool, budget: TokenBudget
+) -> list[RowSpec]:
+    """The query's row, then one per document (module doc); an over-long text → 400 unless TRUNCATE."""
+    texts = [_prompt(model, "query") + query] + [_prompt(model, "document") + d for d in documents]
+    rows: list[Encoded] = []
+    for start in range(0, len(texts), TOKENIZE_CHUNK):
+        part = model.tokenize(texts[start : start + TOKENIZE_CHUNK], truncate=truncate)
+        for i, enc in enumerate(part, start):
+            if len(enc.ids) > model.max_input_tokens:
+                what = "the query" if i == 0 else f"documents[{i - 1}]"
+                raise InvalidRequest(
+                    f"{what} has {enc.n_tokens} tokens, over the model's limit of {model.max_input_tokens}; "
+                    'set options.overflow to "truncate" to cut it'
+                )
+        budget.spend(sum(len(enc.ids) for enc in part))
+        rows.extend(part)
+    return [RowSpec(len(e.ids), TokenOutputRow(e, "multi_vector")) for e in rows]
+
+
+def maxsim(query: np.ndarray, document: np.ndarray) -> float:
+    """Σ over QUERY's vectors [Q, D] of their best dot product with DOCUMENT's [T, D] (0 without tokens)."""
+    if query.shape[0] == 0 or document.shape[0] == 0:
+        return 0.0
+    sims = query.astype(np.float64) @ document.astype(np.float64).T
+    return float(sims.max(axis=1).sum())
+
+
+def maxsim_scores(outputs: Sequence[Any]) -> list[float]:
+    """Each document's MaxSim against the query (OUTPUTS: the query's vectors, then each document's)."""
+    query = np.asarray(outputs[0], dtype=np.float32)
+    return [maxsim(query, np.asarray(doc, dtype=np.float32)) for doc in outputs[1:]]

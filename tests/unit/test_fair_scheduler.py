@@ -1,0 +1,94 @@
+"""R-FAIR-2/3 in the scheduler, case by case: merged forwards mix tenants, a tenant's interactive
+rows go before its batch rows, a waiting whole-queue plan is given back when another tenant
+arrives, one tenant is planned exactly as before (the whole queue in one round), and a bad
+`options.priority` is refused naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_srun.adapters.http.request_body import decode_request
+from vllm_srun.adapters.schemas.routes import SURFACE_SCHEMAS
+from vllm_srun.domain.errors import InvalidRequest
+from vllm_srun.domain.lanes import Accounting, Lane
+from vllm_srun.domain.planning import Budget, ForwardBatch
+from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.scheduler import Scheduler
+from vllm_srun.domain.tenants import Priority, TenantPolicy, TenantTable
+
+NOW = 100.0
+
+
+def scheduler(max_tokens: int = 256, table: TenantTable | None = None) -> Scheduler:
+    return Scheduler(
+        [Lane("text", Accounting.PACKED)], Budget(64, max_tokens), window_s=0.0, tenants=table or TenantTable()
+    )
+
+
+def specs(*lengths: int) -> list[RowSpec]:
+    return [RowSpec(n, n) for n in lengths]
+
+
+def run(s: Scheduler, batch: ForwardBatch) -> list[int]:
+    answered = s.complete(batch, [r.payload for r in batch.rows])
+    return [a.request_id for a in answered]
+
+
+def test_a_merged_forward_holds_rows_of_several_tenants() -> None:
+    s = scheduler()
+    a = s.submit(specs(8, 8), NOW, tenant="a")
+    b = s.submit(specs(8), NOW, tenant="b")
+    batch = s.next_forward(NOW)
+    assert batch is not None and {r.tenant for r in batch.rows} == {"a", "b"}
+    assert sorted(run(s, batch)) == [a, b]
+
+
+def test_interactive_rows_of_a_tenant_go_before_its_batch_rows() -> None:
+    s = scheduler(max_tokens=64)
+    late = [s.submit(specs(32), NOW, priority=Priority.BATCH) for _ in range(4)]
+    urgent = s.submit(specs(32, 32), NOW, priority=Priority.INTERACTIVE)
+    first = s.next_forward(NOW)
+    assert first is not None and [r.request_id for r in first.rows] == [urgent, urgent]
+    assert run(s, first) == [urgent]
+    order = []
+    while (batch := s.next_forward(NOW)) is not None:
+        order += run(s, batch)
+    assert order == late
+
+
+def test_a_waiting_plan_of_one_tenant_is_given_back_when_another_arrives() -> None:
+    s = scheduler(max_tokens=64, table=TenantTable({"flood": TenantPolicy(weight=1.0)}))
+    for _ in range(40):
+        s.submit(specs(32, 32), NOW, tenant="flood")
+    first = s.next_forward(NOW)  # one tenant: the whole queue is planned at once, as before
+    assert first is not None and len(s.planned_forwards) == 39 and not s.unplanned_rows
+    steady = s.submit(specs(16), NOW, tenant="steady")
+    assert not s.planned_forwards  # given back: the next rounds share the device
+    run(s, first)
+    taken: list[str] = []
+    answered: list[int] = []
+    for _ in range(3):
+        batch = s.next_forward(NOW)
+        assert batch is not None
+        taken += [r.tenant for r in batch.rows]
+        answered += run(s, batch)
+    assert steady in answered, taken
+
+
+def test_one_tenant_one_priority_plans_the_whole_queue_in_one_round() -> None:
+    for priority in Priority:
+        s = scheduler(max_tokens=64)
+        for _ in range(10):
+            s.submit(specs(32, 32), NOW, tenant="only", priority=priority)
+        assert s.next_forward(NOW) is not None
+        assert len(s.planned_forwards) == 9 and not s.unplanned_rows
+
+
+def test_a_bad_priority_is_refused_naming_the_field() -> None:
+    for schema in SURFACE_SCHEMAS:
+        if schema.path not in ("/v1/embeddings", "/v1/classify"):
+            continue
+        good = decode_request(schema.decoder, b'{"input": "hi", "options": {"priority": "batch"}}', None, 10_000)
+        assert good.options.priority is Priority.BATCH
+        with pytest.raises(InvalidRequest, match=r"options\.priority"):
+            decode_request(schema.decoder, b'{"input": "hi", "options": {"priority": "urgent"}}', None, 10_000)
