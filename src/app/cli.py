@@ -99,14 +99,15 @@ def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentPars
     fixture.add_argument(
         "--family",
         required=True,
-        help="encoder, decision or multimodal; other families register their own writers (required, no default)",
+        help="encoder, decision, multimodal or audio; other families register their own writers (required, no default)",
     )
     fixture.add_argument(
         "--variant",
         default=None,
-        help="encoder: embed, classify, multilabel or rerank (BERT), or ARCH-KIND for ARCH among roberta, xlm-roberta, "
-        "distilbert, mpnet, deberta-v2, modernbert (KIND embed, classify, rerank) and qwen3, qwen2, llama (embed, "
-        "rerank); decision: llama or qwen3; multimodal: clip or siglip (default: the family's first)",
+        help="encoder: embed, classify, multilabel, rerank, token, splade or colbert (BERT), or ARCH-KIND for ARCH "
+        "among roberta, xlm-roberta, distilbert, mpnet, deberta-v2, modernbert (KIND embed, classify, rerank) and "
+        "qwen3, qwen2, llama (embed, rerank); decision: llama or qwen3; multimodal: clip or siglip; audio: whisper "
+        "or clap (default: the family's first)",
     )
     fixture.add_argument(
         "--seed", type=non_negative_int, default=0, help="seed of the random weights (default: %(default)s)"

@@ -206,3 +206,32 @@ def test_a_worker_open_to_other_machines_without_keys_refuses_to_start(encoder_f
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
     assert "--host 0.0.0.0 is reachable from other machines" in line and "--allow-unauthenticated" in line
+
+
+def test_sigterm_ends_a_tls_worker_at_once_though_a_client_keeps_its_connection_open(encoder_fixture, pki: Pki) -> None:  # type: ignore[no-untyped-def]
+    """An idle keep-alive client never answers the TLS close: the worker drops that connection
+    after a second instead of waiting asyncio's 30 s for it (`guarded_protocol.TLS_CLOSE_S`)."""
+    port = free_port()
+    argv = [sys.executable, "-m", "vllm_srun.app.cli", "serve", str(encoder_fixture("embed")), "--port", str(port)]
+    argv += ["--ssl-certfile", str(pki.cert), "--ssl-keyfile", str(pki.key), "--log-level", "warning"]
+    proc = subprocess.Popen(argv, env=subprocess_env(), start_new_session=True)
+    base = f"https://127.0.0.1:{port}"
+    try:
+        with httpx.Client(verify=str(pki.ca)) as client:
+            deadline = time.monotonic() + 180
+            while True:
+                assert proc.poll() is None and time.monotonic() < deadline
+                try:
+                    if client.get(base + "/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.2)
+            assert client.post(base + "/v1/embeddings", json={"input": "kept alive"}).status_code == 200
+            started = time.monotonic()
+            os.killpg(proc.pid, signal.SIGTERM)  # the client's connection stays open, idle
+            proc.wait(timeout=20)
+            assert time.monotonic() - started < 10
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -39,6 +39,10 @@ TCP_INFO = getattr(socket, "TCP_INFO", None)  # Linux: struct tcp_info, whose fi
 TCP_CLOSE = 7
 PEER_CHECK_S = 0.02
 LINGER_S = 1.0  # a connection the guard answers itself (503, 408, 431) is closed this long after at most
+# a TLS connection being closed is dropped after this long: asyncio's TLS close waits up to 30 s
+# for the peer's close_notify, which an idle keep-alive client never sends until it reads again
+# (it held every SIGTERM of a TLS server for 30 s)
+TLS_CLOSE_S = 1.0
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -50,6 +54,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._reading_head = True  # between the end of one message and the end of the next head
         self._in_message = False
         self._closing = False  # the guard answered; what else arrives is dropped
+        self._tls_drop: asyncio.TimerHandle | None = None
 
     # ---- connection ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -66,7 +71,20 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.guard.forget(self)
+        if self._tls_drop is not None:
+            self._tls_drop.cancel()
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._bound_tls_close()
+
+    def _bound_tls_close(self) -> None:
+        """A TLS connection that is closing is dropped after TLS_CLOSE_S if its peer has not
+        answered the close by then (plain TCP closes at once)."""
+        transport = self.transport
+        if self._tls_drop is None and transport.is_closing() and transport.get_extra_info("sslcontext") is not None:
+            self._tls_drop = self.loop.call_later(TLS_CLOSE_S, transport.abort)
 
     def _half_closed(self) -> bool | None:
         """The client sent FIN with a whole request in progress: it half-closed (and waits for
@@ -184,6 +202,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        self._bound_tls_close()  # the last response of a connection that will not be kept alive
         if self.transport.is_closing() or self.pipeline or not (self.cycle is None or self.cycle.response_complete):
             return
         now = self.loop.time()
