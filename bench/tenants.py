@@ -28,38 +28,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _load import LoadResult, embeddings_body, machine_load, server, wrk_load
+from _texts import make_texts
 
 KEYS = {"A": "srk-bench-tenant-a-" + "a" * 32, "B": "srk-bench-tenant-b-" + "b" * 32}
-WORDS = [
-    "the",
-    "quick",
-    "brown",
-    "fox",
-    "jumps",
-    "over",
-    "a",
-    "lazy",
-    "dog",
-    "while",
-    "seven",
-    "red",
-    "birds",
-    "sing",
-    "in",
-    "the",
-    "old",
-    "oak",
-    "tree",
-]
 
 
 def bodies(tenant: str, count: int = 512) -> list[bytes]:
-    """Varied short texts (4-16 words), distinct per tenant and per body."""
-    out = []
-    for n in range(count):
-        words = [WORDS[(n * 7 + i * 3) % len(WORDS)] for i in range(4 + n % 13)]
-        out.append(embeddings_body(f"{tenant} {n} " + " ".join(words)))
-    return out
+    """Short texts of the load benchmarks (`_texts.py`), distinct per tenant and per body."""
+    seed = 1 if tenant == "A" else 2
+    return [embeddings_body(f"{tenant} {n} {text}") for n, text in enumerate(make_texts("short", count, seed))]
 
 
 def answered(result: LoadResult) -> float:

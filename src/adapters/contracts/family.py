@@ -57,6 +57,16 @@ class LoadContext:
     progress: Progress = quiet
     deterministic: bool = False  # `--deterministic`: answers may not depend on batch, load or timings
 
+    def model_dtype(self, family: str) -> str:
+        """The dtype FAMILY's model computes in here (`--dtype`, `auto` by the family's table);
+        ValueError for float16 off a GPU."""
+        from vllm_srun.domain.dtypes import resolve_dtype
+
+        dtype = resolve_dtype(self.args.dtype, family, self.device.name)
+        if dtype == "float16" and self.device.kind not in ("cuda", "rocm"):
+            raise ValueError(f"dtype float16 runs on GPUs only (device {self.device.name})")
+        return dtype
+
     def engine_request(
         self, kind: str, model: object, *, package_graph: Path | None = None, largest_forward_tokens: int = 4096
     ) -> EngineRequest:

@@ -39,7 +39,6 @@ from vllm_srun.adapters.families.audio_parts import (
     sample_features,
 )
 from vllm_srun.adapters.models.manifest import read_manifest
-from vllm_srun.domain.dtypes import resolve_dtype
 from vllm_srun.domain.lanes import Accounting, Lane
 
 FAMILY = "audio"
@@ -66,9 +65,7 @@ class AudioModel(LoadedModel):
 
         manifest = read_manifest(folder)
         device = self.device = context.device
-        self.dtype = resolve_dtype(context.args.dtype, FAMILY, device.name)
-        if self.dtype == "float16" and device.kind not in ("cuda", "rocm"):
-            raise ValueError(f"dtype float16 runs on GPUs only (device {device.name})")
+        self.dtype = context.model_dtype(FAMILY)
         self.architecture = str(_config(folder).get("model_type"))
         context.progress(f"load: reading weights of {folder.name} ({self.dtype})")
         self.network = load_whisper_encoder(folder, getattr(torch, self.dtype), device.torch_device)

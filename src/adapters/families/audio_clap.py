@@ -29,7 +29,6 @@ from vllm_srun.adapters.families.audio_parts import (
     sample_features,
 )
 from vllm_srun.adapters.models.manifest import read_manifest
-from vllm_srun.domain.dtypes import resolve_dtype
 from vllm_srun.domain.lanes import Accounting, Lane
 from vllm_srun.domain.rows import DEFAULT_LANE
 
@@ -62,9 +61,7 @@ class ClapModel(LoadedModel):
 
         manifest = read_manifest(folder)
         device = self.device = context.device
-        self.dtype = resolve_dtype(context.args.dtype, FAMILY, device.name)
-        if self.dtype == "float16" and device.kind not in ("cuda", "rocm"):
-            raise ValueError(f"dtype float16 runs on GPUs only (device {device.name})")
+        self.dtype = context.model_dtype(FAMILY)
         context.progress(f"load: reading weights of {folder.name} ({self.dtype})")
         self.network = load_clap(folder, getattr(torch, self.dtype), device.torch_device)
         cfg = self.config = self.network.config

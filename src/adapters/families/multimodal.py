@@ -31,7 +31,6 @@ from vllm_srun.adapters.models.dual_encoder_config import KINDS
 from vllm_srun.adapters.models.manifest import read_manifest
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.domain import media
-from vllm_srun.domain.dtypes import resolve_dtype
 from vllm_srun.domain.lanes import Accounting, Lane
 from vllm_srun.domain.rows import DEFAULT_LANE
 
@@ -99,9 +98,7 @@ class MultimodalModel(LoadedModel):
 
         manifest = read_manifest(folder)
         device = self.device = context.device
-        self.dtype = resolve_dtype(context.args.dtype, FAMILY, device.name)
-        if self.dtype == "float16" and device.kind not in ("cuda", "rocm"):
-            raise ValueError(f"dtype float16 runs on GPUs only (device {device.name})")
+        self.dtype = context.model_dtype(FAMILY)
         context.progress(f"load: reading weights of {folder.name} ({self.dtype})")
         self.network = load_dual_encoder(folder, getattr(torch, self.dtype), device.torch_device)
         cfg = self.config = self.network.config
