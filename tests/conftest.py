@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.logs import use_folder
 from tests.stores import session_store, set_engine_cache
 
 
@@ -40,6 +41,22 @@ def _run_triton_interpreted() -> None:
 _run_triton_interpreted()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
+    """`-q` (README, CI) still shows one line per test file with the run's progress (`file .... [ 42%]`)
+    instead of minutes of bare dots; its short header and summary stay: the quiet level is lifted
+    only while the tests run."""
+    config = session.config
+    quiet = config.get_verbosity() < 0 and config.getini("verbosity_test_cases") == "auto"
+    level = config.option.verbose
+    if quiet:
+        config.option.verbose = 0
+    try:
+        return (yield)
+    finally:
+        config.option.verbose = level
+
+
 @pytest.fixture(scope="session", autouse=True)
 def engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Engine caches (exported ONNX graphs, oneDNN kernel timings) of this session, servers it
@@ -48,6 +65,15 @@ def engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     path = tmp_path_factory.mktemp("engine-cache")
     set_engine_cache(path)
     yield path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def server_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The logs of the servers tests start (`tests/logs.py`) go to pytest's temporary tree, not
+    the system temp directory."""
+    path = tmp_path_factory.mktemp("server-logs")
+    use_folder(path)
+    return path
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -162,8 +162,9 @@ class FakeModel(LoadedModel):
         self.golden_file = golden if golden.is_file() else None
 
     # TextEmbedder, TextClassifier, PairScorer
-    def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[Encoded]:
-        return self.tokenizer.encode(list(texts), max_length=self.max_input_tokens, truncate=truncate)
+    def tokenize(self, texts: Sequence[str], *, truncate: bool, max_length: int | None = None) -> list[Encoded]:
+        limit = min(max_length or self.max_input_tokens, self.max_input_tokens)
+        return self.tokenizer.encode(list(texts), max_length=limit, truncate=truncate)
 
     # QuestionAnswerer
     def prepare(self, state: Any, questions: Sequence[AskedQuestion]) -> PreparedState:

@@ -28,16 +28,17 @@ class FakeWorker:
     received: list[dict[str, Any]] = field(default_factory=list)
     cancelled: int = 0
     port: int = 0
+    host: str = "127.0.0.1"  # any loopback address (127.0.0.0/8): replicas found through DNS share a port
     _server: asyncio.AbstractServer | None = None
 
     async def start(self) -> FakeWorker:
-        self._server = await asyncio.start_server(self._connection, "127.0.0.1", self.port)
+        self._server = await asyncio.start_server(self._connection, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     async def stop(self) -> None:
         if self._server is not None:

@@ -1,5 +1,6 @@
 """Sparse, multi-vector and quantized embeddings, MaxSim rerank and Cohere's embed, against a server.
 
+    pip install -e '.[clients]'      # the cohere client (not a dependency of the server)
     python docs/examples/embedding_outputs.py http://127.0.0.1:8100 SPARSE_MODEL COLBERT_MODEL
 
 SPARSE_MODEL is a SPLADE package (sentence-transformers SparseEncoder), COLBERT_MODEL one with a

@@ -1,5 +1,6 @@
 """Text, an image and a video in one /v1/embeddings request, with the official openai client.
 
+    pip install -e '.[clients]'      # the openai client (not a dependency of the server)
     python docs/examples/multimodal_embeddings.py http://127.0.0.1:8100 MODEL
 
 The image and the video (an animated GIF) are drawn here with pillow and sent as data: URLs.

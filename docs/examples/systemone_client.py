@@ -1,5 +1,6 @@
 """Ask a served decision model three typed questions with the official `typesafe-sdk` client.
 
+    pip install -e '.[clients]'      # the typesafe-sdk client (not a dependency of the server)
     vllm-srun fixture /tmp/tiny-decision --family decision      # or serve SmolLM2-135M-Instruct
     vllm-srun serve /tmp/tiny-decision &
     python docs/examples/systemone_client.py http://127.0.0.1:8100 tiny-decision

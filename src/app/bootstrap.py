@@ -14,6 +14,7 @@ overrides. What it no longer does is relay settings: the containers read the one
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -45,6 +46,7 @@ from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.runtime import Runtime
+from vllm_srun.adapters.tracing.setup import tracer_from_env
 from vllm_srun.domain import bounds
 from vllm_srun.domain.adaptive_threads import Mode
 from vllm_srun.domain.connections import ConnectionLimits
@@ -129,6 +131,8 @@ class WorkerContainer(containers.DeclarativeContainer):
 
     # the key check (`http/auth.py`); the CLI's flags give one (R-AUTH)
     auth: providers.Object[Authenticator | None] = providers.Object(None)
+    # spans from the OTEL_* variables (`adapters/tracing`; off unless OTEL_TRACES_EXPORTER names an exporter)
+    tracer = providers.Singleton(tracer_from_env, providers.Object(os.environ), "vllm-srun")
     app = providers.Singleton(
         create_app,
         runtime=runtime,
@@ -138,9 +142,11 @@ class WorkerContainer(containers.DeclarativeContainer):
         max_bundle_tasks=config.max_bundle_tasks,
         clock=retry_clock,  # the Retry-After holds: the runtime's clock (tests: a fake one)
         auth=auth,
+        tracer=tracer,
     )
+    # one guard for every listener; requests read in turn by the tenants' weights (R-FAIR-5)
     connection_guard = providers.Singleton(
-        watched_guard, config.connection_limits, metrics, offload.provided.release_memory
+        watched_guard, config.connection_limits, metrics, offload.provided.release_memory, tenants
     )
 
 
@@ -248,8 +254,9 @@ class FrontContainer(containers.DeclarativeContainer):
         tenant_policies=config.tenant_policies,
     )
     offload = providers.Singleton(Offload, 1)  # the front only decodes bodies: one thread keeps the loop free
+    tracer = providers.Singleton(tracer_from_env, providers.Object(os.environ), "vllm-sr")  # as the worker's
     proxy = providers.Singleton(
-        Proxy, fleet, metrics, max_request_bytes=config.max_request_bytes, clock=clock, offload=offload
+        Proxy, fleet, metrics, max_request_bytes=config.max_request_bytes, clock=clock, offload=offload, tracer=tracer
     )
     reconfigurer = providers.Singleton(
         Reconfigurer, fleet, load=config.load_config, check=config.check_config, ready_timeout_s=config.ready_timeout_s

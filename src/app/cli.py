@@ -132,6 +132,10 @@ def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentPars
     from vllm_srun.app import simulate_cli
 
     simulate_cli.add_parser(sub, positive_int, arg_type(bounds.BATCH_WINDOW_MS))
+    from vllm_srun.app import batch_cli
+
+    # `vllm-srun batch` (app/batch_cli.py, docs/batch.md)
+    batch_cli.add_parser(sub, engine_name(engines), engine_help(engines))
     return parser
 
 
@@ -259,7 +263,9 @@ def serve(ns: argparse.Namespace) -> int:
 
 
 def _progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    from vllm_srun.adapters.model_store import stderr_line
+
+    stderr_line(msg)
 
 
 def pull(ns: argparse.Namespace) -> int:
@@ -326,6 +332,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from vllm_srun.app import keys
 
         return keys.run(ns)
+    if ns.command == "batch":
+        from vllm_srun.app import batch_cli
+
+        return batch_cli.run(ns, cpu_settings, model_specs)
     if ns.command == "simulate":
         from vllm_srun.app import simulate_cli
 

@@ -3,18 +3,43 @@
 Family-specific engine args (`--max-model-len`, `--enable-shared-context` /
 `--no-enable-shared-context`) apply only to packages whose family takes them (decision models),
 and `--max-model-len` may not exceed a package's own limit. Each check asks the package's family
-to describe it (`Family.describe`: config and manifest, never the weights). A model that cannot
-be resolved is left to the load, which reports it in the card.
+to describe it (`Family.describe`: config and manifest, never the weights).
+
+A model given as a path (absolute, `~`, `./`, `../`, or holding a `/`) that is not a folder (and
+not a name in the model store) is refused here, naming the path; a model given as a name (the
+model store, the built-in catalog) is left to the load, which may pull it and reports a failure in
+the card.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from vllm_srun.adapters.contracts import ModelStore, PackageInfo, Progress
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.domain.engine_args import EngineArgs
-from vllm_srun.domain.errors import DomainError
+from vllm_srun.domain.errors import DomainError, ModelNotFound
+
+
+def looks_like_path(artifact: str) -> bool:
+    """Whether a model argument is written as a filesystem path rather than a name."""
+    return "/" in artifact or os.sep in artifact or artifact.startswith("~") or artifact in (".", "..")
+
+
+def missing_path_refusal(artifact: str, store: ModelStore) -> str | None:
+    """One line when ARTIFACT is written as a path and names no folder (nor a store entry)."""
+    if not looks_like_path(artifact):
+        return None
+    try:
+        store.resolve(artifact, lambda _msg: None)
+    except ModelNotFound:
+        path = Path(artifact).expanduser()
+        if path.exists():
+            return f"the model path {artifact} is not a folder (a package folder in Hugging Face layout)"
+        return f"the model path {artifact} does not exist"
+    return None
 
 
 def describe(artifact: str, store: ModelStore, families: FamilyRegistry, progress: Progress) -> PackageInfo | None:
@@ -28,7 +53,12 @@ def describe(artifact: str, store: ModelStore, families: FamilyRegistry, progres
 def engine_arg_refusal(
     models: Sequence[str], args: EngineArgs, store: ModelStore, families: FamilyRegistry, progress: Progress
 ) -> str | None:
-    """One line saying why these engine args cannot serve these models, or None."""
+    """One line saying why these models (a path that is not a folder) or these engine args
+    cannot be served, or None."""
+    for artifact in models:
+        refusal = missing_path_refusal(artifact, store)
+        if refusal:
+            return refusal
     if args.max_model_len is None and args.enable_shared_context is None:
         return None
     for artifact in models:
@@ -37,13 +67,18 @@ def engine_arg_refusal(
             continue
         if args.max_model_len is not None:
             if "max_model_len" not in info.engine_args:
-                return f"--max-model-len applies to decision models only; {artifact} is a {info.family} model"
+                return (
+                    f"--max-model-len applies to decision models only; {artifact} is {with_article(info.family)} model"
+                )
             limit = info.max_input_tokens
             if limit is not None and args.max_model_len > limit:
                 return f"--max-model-len {args.max_model_len} is above the limit of {artifact} ({limit} input tokens)"
         if args.enable_shared_context is not None and "enable_shared_context" not in info.engine_args:
             flag = "--enable-shared-context" if args.enable_shared_context else "--no-enable-shared-context"
-            return (
-                f"{flag} applies to decision models only; {artifact} is a {info.family} model (no shared-context path)"
-            )
+            return f"{flag} applies to decision models only; {artifact} is {with_article(info.family)} model (no shared-context path)"
     return None
+
+
+def with_article(word: str) -> str:
+    """WORD with its indefinite article ("an encoder", "a decision")."""
+    return f"an {word}" if word[:1].lower() in "aeiou" else f"a {word}"

@@ -23,6 +23,7 @@ from typing import Any
 
 from vllm_srun.adapters.contracts import ModelStore
 from vllm_srun.adapters.families.registry import FamilyRegistry
+from vllm_srun.app.preflight import with_article
 from vllm_srun.domain.errors import DomainError
 
 Progress = Callable[[str], None]
@@ -96,7 +97,7 @@ def quantize(
         raise ValueError(exc.message) from None
     if family.name != "encoder":
         raise ValueError(
-            f"{model} is a {family.name} model: only encoder packages (embedders, classifiers, rerankers) are quantized"
+            f"{model} is {with_article(family.name)} model: only encoder packages (embedders, classifiers, rerankers) are quantized"
         )
     if read_quantization(folder) is not None:
         raise ValueError(f"{model} is already an int8 package")

@@ -35,6 +35,7 @@ def check_worker(container: WorkerContainer) -> list[str]:
     the device, engine args the packages do not take (R-ARG-2). Returns warnings (e.g. bfloat16
     on a CPU without native BF16, R-DT-2)."""
     families = container.families()  # PluginConflict is a ValueError
+    container.tracer()  # TracingUnavailable (an OTEL_* setting this install cannot honour) is a ValueError
     engines = container.engines()
     try:
         runtime = container.runtime()  # DeviceRefused (opening a model's device) is a ValueError

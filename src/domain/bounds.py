@@ -194,6 +194,18 @@ MAX_MODEL_LEN: IntSetting[int | None] = IntSetting(
     low=1,
     default=None,
 )
+# a model's input budget (upstream's deployment `input: {max_tokens, overflow}`): most tokens one
+# input may have, and what is done with a longer one when the request does not say
+INPUT_MAX_TOKENS: IntSetting[int | None] = IntSetting(
+    name="input_max_tokens",
+    low=1,
+    default=None,
+)
+INPUT_OVERFLOW = ChoiceSetting(
+    name="input_overflow",
+    choices=("reject", "truncate", "window"),
+    default="reject",
+)
 
 # ---- the worker process ------------------------------------------------------------------------
 RESULT_CACHE_BYTES = 64 * MIB  # the most answer bytes one result cache keeps

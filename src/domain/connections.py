@@ -7,7 +7,8 @@ Every open connection is in one phase, each with its deadline:
 - HEAD: a request head is arriving: within `header_timeout` of the opening (a fresh
   connection) or of the head's first byte (a kept-alive one); past it, 408;
 - BODY: the head arrived, the body is arriving: within `body_timeout` of the head; past it, 408;
-- BUSY: the request is with the application: no deadline (the request's own deadline rules),
+- BUSY: the request is with the application, or held unread while its tenant is paced
+  (R-FAIR-5, `held`; `read_resumed` makes it a head again): no deadline (the request's own deadline rules),
   except that a response the client stops reading is given up `body_timeout` after the writes
   stalled (in any phase: an answer may sit unread after the application is done with it);
 - IDLE: kept alive between requests: closed quietly after `keep_alive_timeout`.
@@ -159,6 +160,26 @@ class ConnectionTable(Generic[K]):
         entry.phase = ConnectionPhase.BUSY
         entry.deadline = math.inf
         self._evictable.pop(key, None)
+
+    def held(self, key: K) -> None:
+        """A request arrived that the server leaves unread for now (its tenant is paced,
+        R-FAIR-5): the wait is the server's, so no deadline runs and it is not evicted."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        entry.phase = ConnectionPhase.BUSY
+        entry.deadline = math.inf
+        self._evictable.pop(key, None)
+
+    def read_resumed(self, key: K, now: float) -> None:
+        """A held request is read now: its head has `header_timeout` from now, as a kept-alive
+        connection's would from its first byte."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        entry.phase = ConnectionPhase.HEAD
+        entry.deadline = now + self.limits.header_timeout_s
+        self._evictable[key] = None
 
     def answered(self, key: K, now: float) -> None:
         """The application answered and nothing else is in progress: kept alive, the most recently

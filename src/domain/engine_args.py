@@ -19,6 +19,8 @@ class EngineArgs:
     dtype: str = bounds.DTYPE.default
     enable_shared_context: bool | None = bounds.ENABLE_SHARED_CONTEXT.default  # None: the family's
     max_model_len: int | None = bounds.MAX_MODEL_LEN.default
+    input_max_tokens: int | None = bounds.INPUT_MAX_TOKENS.default  # None: the model's own limit
+    input_overflow: str = bounds.INPUT_OVERFLOW.default  # a request's overflow when it sets none
 
     def problems(self) -> list[str]:
         """One line per out-of-range value (R-ARG-2)."""
@@ -30,6 +32,8 @@ class EngineArgs:
                 (bounds.DTYPE, self.dtype),
                 (bounds.ENABLE_SHARED_CONTEXT, self.enable_shared_context),
                 (bounds.MAX_MODEL_LEN, self.max_model_len),
+                (bounds.INPUT_MAX_TOKENS, self.input_max_tokens),
+                (bounds.INPUT_OVERFLOW, self.input_overflow),
             ]
         )
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from typing import Any
 import httpx
 
 from tests.e2e.server import free_port
+from tests.logs import log_path as log_path_of
 from tests.stores import subprocess_env
 
 
@@ -59,7 +59,7 @@ def running_front(
     *args: str, env: dict[str, str] | None = None, ready_timeout: float = 120.0
 ) -> Iterator[FrontProcess]:
     port = free_port()
-    log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-sr-e2e-{port}.log"
+    log_path = log_path_of(f"vllm-sr-e2e-{port}.log")
     with log_path.open("w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "vllm_srun.app.front_cli", "serve", *args, "--port", str(port)],

@@ -10,10 +10,10 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 
+from tests.logs import log_path as log_path_of
 from tests.stores import subprocess_env
 
 
@@ -26,7 +26,7 @@ def free_port() -> int:
 @contextmanager
 def running_server(*args: str, ready_timeout: float = 180.0, env: dict | None = None) -> Iterator[str]:
     port = free_port()
-    log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-srun-e2e-{port}.log"
+    log_path = log_path_of(f"vllm-srun-e2e-{port}.log")
     log = log_path.open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "vllm_srun.app.cli", "serve", *args, "--port", str(port), "--log-level", "warning"],

@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from tests.e2e.server import free_port
+from tests.logs import log_path as log_path_of
 from tests.stores import subprocess_env
 from tests.tls_certs import Pki, make_pki
 
@@ -47,7 +48,7 @@ def add_key(tenant: str, file: Path) -> str:
 @contextmanager
 def process(argv: list[str], ready: str, verify: object = True, env: dict[str, str] | None = None) -> Iterator[Path]:
     """Run `python -m ARGV` until READY (a URL) answers 200; SIGTERM at the end. Yields its log."""
-    log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-keys-e2e-{time.monotonic_ns()}.log"
+    log_path = log_path_of(f"vllm-keys-e2e-{time.monotonic_ns()}.log")
     with log_path.open("w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", *argv], stdout=log, stderr=subprocess.STDOUT, env=subprocess_env(env),

@@ -5,7 +5,7 @@ no network; `pip download` runs exactly as it does against PyPI."""
 
 from __future__ import annotations
 
-import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.e2e.server import running_server
+from tests.logs import log_path as log_path_of
 from vllm_srun.adapters.catalog import CATALOG, DEFAULT_MODEL
 
 pytestmark = pytest.mark.slow
@@ -50,6 +51,7 @@ def test_serving_a_built_in_model_the_store_lacks_pulls_it(minilm_dir: Path, tmp
         r = httpx.post(f"{base}/v1/embeddings", json={"input": "hello"}, timeout=30)
         assert r.status_code == 200 and len(r.json()["data"][0]["embedding"]) == 384
         port = base.rsplit(":", 1)[1]
-        log = (Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-srun-e2e-{port}.log").read_text()
-    assert "not in the store yet: pulling it" in log and "pull: unpacked" in log and "(100%)" in log
+        log = log_path_of(f"vllm-srun-e2e-{port}.log").read_text()
+    assert "not in the store yet: pulling it" in log and "pull: unpacking" in log and ": 100% (" in log
+    assert re.search(r"model\.safetensors: [1-8][0-9]% \(", log), log  # by bytes through the weights
     assert (store / DEFAULT_MODEL / "config.json").exists()

@@ -21,6 +21,7 @@ import httpx
 
 from tests import prometheus_text
 from tests.e2e.server import free_port
+from tests.logs import log_path as log_path_of
 from tests.stores import subprocess_env
 
 # short limits, so each attack is over in seconds (the defaults are in docs/hardening.md)
@@ -55,7 +56,7 @@ class Server:
 def start(argv: list[str], ready: str = "/health", timeout: float = 180.0) -> Iterator[Server]:
     """Run `python -m ARGV… --port P` until /health answers 200; SIGTERM at the end."""
     port = free_port()
-    log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-hostile-{port}.log"
+    log_path = log_path_of(f"vllm-hostile-{port}.log")
     with log_path.open("w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", *argv, "--port", str(port)],

@@ -63,3 +63,21 @@ def test_the_token_limit_counts_body_bytes_while_something_is_pending(
                 assert "--max-queued-tokens 100" in r.json()["error"]["message"]
         finally:
             served.admission.release(held, served.clock.now(), answered=False)
+
+
+def test_the_autoscaling_signal_is_unanswered_tokens_over_the_token_limit(fake_packages: list[Path]) -> None:
+    """`vllm_srun_queued_work_ratio` (R-OPS-2, what the HPA scales on): 0 when idle, the pending
+    tokens' share of --max-queued-tokens while work is held, 0 again once it is answered."""
+    limits = AdmissionLimits(max_queue=10, max_queued_tokens=200)
+    with serving(fake_container(fake_packages[0], admission=limits)) as (client, rt):
+        served = rt.models["fake-a"]
+        assert served.admission is not None and served.clock is not None
+        assert metric(client.get("/metrics").text, "vllm_srun_queued_work_ratio", model="fake-a") == 0
+        held = served.admission.admit(2, 150, served.clock.now())
+        try:
+            text = client.get("/metrics").text
+            assert metric(text, "vllm_srun_queued_work_ratio", model="fake-a") == 0.75
+            assert metric(text, "vllm_srun_unanswered_tokens", model="fake-a") == 150
+        finally:
+            served.admission.release(held, served.clock.now(), answered=True)
+        assert metric(client.get("/metrics").text, "vllm_srun_queued_work_ratio", model="fake-a") == 0

@@ -125,7 +125,10 @@ def test_units_per_model_and_errors_in_their_slot(fake_packages: list[Path]) -> 
             400,
             "unique",
         ),
-        ({"tasks": [{"id": "x", "embeddings": {"input": "a", "colour": 1}}]}, 400, "colour"),
+        ({"tasks": [{"id": "x", "embeddings": {"input": "a"}, "colour": 1}]}, 400, "colour"),
+        ({"tasks": [{"embeddings": {"input": "a"}}]}, 400, "id"),
+        ({"tasks": {"id": "x", "embeddings": {"input": "a"}}}, 400, "tasks"),
+        ([{"id": "x", "embeddings": {"input": "a"}}], 400, "object"),
         ({"tasks": [{"id": str(i), "embeddings": {"input": "a"}} for i in range(5)]}, 413, "--max-bundle-tasks"),
     ],
 )
@@ -137,6 +140,42 @@ def test_a_bundle_fails_whole_only_when_malformed_or_too_large(
         r = client.post("/v1/bundle", json=body)
         assert r.status_code == status and says in r.json()["error"]["message"], r.text
         assert forwards(client, "fake-a") == before  # a refused bundle costs no forward
+
+
+BAD_BODIES = [
+    ("empty", "embeddings", {"input": []}, "length >= 1"),
+    ("colour", "embeddings", {"input": "a", "colour": 1}, "colour"),
+    ("typed", "classify", {"input": 5}, "$.input"),
+    ("notabody", "rerank", "documents", "object"),
+    ("noquestions", "decisions", {"state": "s"}, "questions"),
+]
+
+
+def test_a_task_whose_body_is_refused_gets_its_error_in_its_slot(fake_packages: list[Path]) -> None:
+    with serving(fake_container(fake_packages[0], result_cache_entries=0)) as (client, _rt):
+        alone = client.post("/v1/embeddings", json={"input": []})  # what the bad task gets as a call
+        assert alone.status_code == 400, alone.text
+        before, rows_before = forwards(client, "fake-a"), rows_run(client, "fake-a")
+        bad = [{"id": i, s: b} for i, s, b, _ in BAD_BODIES]
+        r = client.post("/v1/bundle", json={"tasks": bad})
+        assert r.status_code == 200, r.text
+        got = {x["id"]: x for x in r.json()["results"]}
+        assert list(got) == [t[0] for t in BAD_BODIES]
+        for index, (task_id, surface, _, says) in enumerate(BAD_BODIES):
+            error = got[task_id]["error"]
+            assert got[task_id]["status"] == 400 and error["code"] == "invalid_request", got[task_id]
+            assert says in error["message"] and error["message"].startswith(f"tasks[{index}].{surface}: ")
+            assert "\n" not in error["message"] and surface not in {k for k in got[task_id] if k != "id"}
+        assert got["empty"]["error"]["message"].endswith(alone.json()["error"]["message"])
+        assert forwards(client, "fake-a") == before and rows_run(client, "fake-a") == rows_before  # no forward
+
+        good = {"id": "ok", "embeddings": {"input": ["the cat"]}}
+        r = client.post("/v1/bundle", json={"tasks": [bad[0], good, bad[2]]})
+        assert r.status_code == 200, r.text
+        statuses = [(x["id"], x["status"]) for x in r.json()["results"]]
+        assert statuses == [("empty", 400), ("ok", 200), ("typed", 400)]
+        assert r.json()["results"][1]["embeddings"]["data"][0]["embedding"]
+        assert rows_run(client, "fake-a") == rows_before + 1  # the good task's row alone ran
 
 
 def test_a_models_tasks_are_admitted_together_or_not_at_all(fake_packages: list[Path]) -> None:

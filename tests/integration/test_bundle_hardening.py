@@ -57,9 +57,9 @@ def test_a_large_task_is_prepared_off_the_event_loop(fake_packages: list[Path]) 
         threads: dict[int, str] = {}
         tokenize = model.tokenize
 
-        def spy(texts: list[str], *, truncate: bool) -> Any:
+        def spy(texts: list[str], *, truncate: bool, max_length: int | None = None) -> Any:
             threads[len(texts)] = threading.current_thread().name
-            return tokenize(texts, truncate=truncate)
+            return tokenize(texts, truncate=truncate, max_length=max_length)
 
         model.tokenize = spy
         large = ["the cat sat on the mat " * 20] * 60  # one chunk of 60 inputs, well over INLINE_BYTES

@@ -1,7 +1,10 @@
 """deploy/kubernetes and the Dockerfile (issue 14): every overlay renders with kustomize and
 validates against the Kubernetes 1.32 schemas and the oldest we support, 1.25 (kubernetes-validate,
-strict: unknown fields are errors); the front's config names every worker ordinal by its stable
-DNS name and nothing else, also after the scaling procedure of docs/deploy.md; probes, drain and termination grace, resources, disruption budgets and the non-root,
+strict: unknown fields are errors); the front's config finds the workers through the headless
+Service's DNS name and nothing else, so scaling is one step; the autoscaling components (an
+autoscaling/v2 HPA on the workers' `vllm_srun_queued_work_ratio` through prometheus-adapter rules,
+or a KEDA ScaledObject, checked by hand: no pinned schema for that CRD) render with every overlay
+and name a metric the worker exports; probes, drain and termination grace, resources, disruption budgets and the non-root,
 read-only security context are what docs/deploy.md says; the image installs as the README does.
 
 The renderer is kustomize v5: `kustomize build`, or the one built into `kubectl kustomize`
@@ -96,35 +99,110 @@ def test_every_overlay_renders_and_validates_against_the_pinned_kubernetes(overl
 
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
-def test_the_front_config_names_every_worker_ordinal_by_its_stable_name(overlay: str) -> None:
-    assert_config_names_every_ordinal(render(overlay))
+def test_the_front_config_finds_the_workers_through_the_headless_service(overlay: str) -> None:
+    assert_config_discovers_the_workers(render(overlay))
 
 
-def test_the_documented_scaling_overlay_names_all_three_ordinals(tmp_path: Path) -> None:
-    """docs/deploy.md "Scale the workers": its two files, next to the repository's overlays."""
-    import kubernetes_validate
-
+def documented_overlay(tmp_path: Path) -> list[dict[str, Any]]:
+    """docs/deploy.md "Scale the workers": its overlay, next to the repository's, rendered."""
     text = DOCS.read_text()
     files = dict(re.findall(r"```yaml\n# my-deployment/(\S+)\n(.*?)```", text, flags=re.DOTALL))
-    assert sorted(files) == ["config.yaml", "kustomization.yaml"]
-    assert "kubectl apply -k my-deployment" in text
+    assert sorted(files) == ["kustomization.yaml"]
+    assert "kubectl apply -k my-deployment" in text and "kubectl scale statefulset/vllm-srun-worker" in text
     folder = tmp_path / "my-deployment"
     folder.mkdir()
-    relative = os.path.relpath(KUBERNETES / "overlays" / "cpu", folder)  # kustomize wants a relative path
-    (folder / "kustomization.yaml").write_text(
-        files["kustomization.yaml"].replace("../deploy/kubernetes/overlays/cpu", relative)
-    )
-    (folder / "config.yaml").write_text(files["config.yaml"])
-    docs = list(_render(folder))
-    assert one(docs, "StatefulSet", "worker")["spec"]["replicas"] == 3
-    assert assert_config_names_every_ordinal(docs) == 3
+    kustomization = files["kustomization.yaml"]
+    for part in ("overlays/cpu", "components/hpa"):  # kustomize wants relative paths
+        relative = os.path.relpath(KUBERNETES / part, folder)
+        assert f"../deploy/kubernetes/{part}" in kustomization
+        kustomization = kustomization.replace(f"../deploy/kubernetes/{part}", relative)
+    (folder / "kustomization.yaml").write_text(kustomization)
+    return list(_render(folder))
+
+
+def test_the_documented_autoscaling_overlay_validates_and_scales_on_the_workers_queued_work(tmp_path: Path) -> None:
+    import kubernetes_validate
+
+    docs = documented_overlay(tmp_path)
+    workers, hpa = one(docs, "StatefulSet", "worker"), one(docs, "HorizontalPodAutoscaler")
+    assert "replicas" not in workers["spec"]  # the HPA owns the count; an apply never resets it
     for doc in docs:
-        kubernetes_validate.validate(doc, KUBERNETES_VERSIONS[-1], strict=True)
+        for version in KUBERNETES_VERSIONS:
+            kubernetes_validate.validate(doc, version, strict=True)
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["apiVersion"], target["kind"], target["name"]) == (
+        "apps/v1",
+        "StatefulSet",
+        workers["metadata"]["name"],
+    )
+    assert 1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["type"] == "Pods" and metric["pods"]["target"]["type"] == "AverageValue"
+    name = metric["pods"]["metric"]["name"]
+    assert name in worker_metric_names()
+    # prometheus-adapter serves exactly that series as a per-pod metric
+    values = yaml.safe_load((KUBERNETES / "components" / "hpa" / "prometheus-adapter-values.yaml").read_text())
+    (rule,) = values["rules"]["custom"]
+    assert rule["seriesQuery"].startswith(f"{name}{{") and rule["name"]["as"] == name
+    assert rule["resources"]["overrides"]["pod"] == {"resource": "pod"}
+    assert rule["resources"]["overrides"]["namespace"] == {"resource": "namespace"}
+    assert "<<.Series>>" in rule["metricsQuery"] and "<<.LabelMatchers>>" in rule["metricsQuery"]
+    assert_config_discovers_the_workers(docs)
 
 
-def assert_config_names_every_ordinal(docs: list[dict[str, Any]]) -> int:
-    """The front's config (as the front loads it) lists ordinals 0 … N-1 of the worker
-    StatefulSet by stable DNS name, the Service's port and the model the workers serve; N."""
+def test_the_keda_component_scales_the_workers_on_the_same_signal(tmp_path: Path) -> None:
+    """No pinned schema for KEDA's CRD offline: its ScaledObject (keda.sh/v1alpha1) is checked
+    field by field against what KEDA documents for a prometheus trigger."""
+    folder = tmp_path / "keda"
+    folder.mkdir()
+    (folder / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{os.path.relpath(KUBERNETES / 'overlays' / 'cuda', folder)}]\n"
+        f"components: [{os.path.relpath(KUBERNETES / 'components' / 'keda', folder)}]\n"
+    )
+    docs = list(_render(folder))
+    workers, scaled = one(docs, "StatefulSet", "worker"), one(docs, "ScaledObject")
+    assert not [d for d in docs if d["kind"] == "HorizontalPodAutoscaler"]  # KEDA makes its own
+    assert "replicas" not in workers["spec"]
+    assert scaled["apiVersion"] == "keda.sh/v1alpha1"
+    spec = scaled["spec"]
+    assert set(spec) <= {
+        "scaleTargetRef",
+        "minReplicaCount",
+        "maxReplicaCount",
+        "pollingInterval",
+        "cooldownPeriod",
+        "triggers",
+    }
+    target = spec["scaleTargetRef"]
+    assert (target["apiVersion"], target["kind"], target["name"]) == (
+        "apps/v1",
+        "StatefulSet",
+        workers["metadata"]["name"],
+    )
+    assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
+    assert all(isinstance(spec[k], int) and spec[k] > 0 for k in ("pollingInterval", "cooldownPeriod"))
+    (trigger,) = spec["triggers"]
+    assert trigger["type"] == "prometheus" and set(trigger["metadata"]) == {"serverAddress", "query", "threshold"}
+    assert urlsplit(trigger["metadata"]["serverAddress"]).scheme in ("http", "https")
+    assert isinstance(trigger["metadata"]["threshold"], str) and float(trigger["metadata"]["threshold"]) > 0
+    names = set(re.findall(r"\b(vllm_srun_\w+)", trigger["metadata"]["query"]))
+    assert names and names <= worker_metric_names()
+    assert workers["metadata"]["name"] in trigger["metadata"]["query"]
+
+
+def worker_metric_names() -> set[str]:
+    """The series a worker exports (its metrics registry, as /metrics writes them)."""
+    from vllm_srun.adapters.serving.metrics import RuntimeMetrics
+
+    return set(re.findall(r"^# TYPE (\S+) ", RuntimeMetrics().render(), flags=re.MULTILINE))
+
+
+def assert_config_discovers_the_workers(docs: list[dict[str, Any]]) -> None:
+    """The front's config (as the front loads it) has one replica: the worker StatefulSet's
+    headless Service by name (never an address), the Service's port and the model the workers
+    serve."""
     workers, front = one(docs, "StatefulSet", "worker"), one(docs, "Deployment", "front")
     headless = next(
         d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == workers["spec"]["serviceName"]
@@ -144,16 +222,11 @@ def assert_config_names_every_ordinal(docs: list[dict[str, Any]]) -> int:
     )
     config = load_config_text(config_map["data"]["config.yaml"])  # as the front loads it
     (deployment,) = config.deployments.values()
-    replicas = deployment.placement()
-    name, service = workers["metadata"]["name"], headless["metadata"]["name"]
-    count = workers["spec"]["replicas"]
-    assert [r.endpoint for r in replicas] == [f"http://{name}-{i}.{service}:{port}" for i in range(count)]
-    assert all(r.attached and r.device is None and r.model == served for r in replicas)
-    for replica in replicas:  # a stable DNS name: never an address
-        host = urlsplit(replica.endpoint or "").hostname or ""
-        with pytest.raises(ValueError):
-            ipaddress.ip_address(host)
-    return count
+    (replica,) = deployment.placement()
+    assert (replica.dns, replica.port, replica.model) == (headless["metadata"]["name"], port, served)
+    assert replica.attached and replica.device is None and replica.endpoint is None and replica.nameserver is None
+    with pytest.raises(ValueError):  # a name: never an address
+        ipaddress.ip_address(replica.dns or "")
 
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))

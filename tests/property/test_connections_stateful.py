@@ -1,7 +1,8 @@
 """Connection hygiene (`domain/connections.py`) against an independent model, under a fake clock.
 
 Rules open connections, move them through their phases (head arriving, body arriving, with the
-application, answered and kept alive, writes stalled), close them and move the clock. The model
+application, held unread while the tenant is paced and read again, answered and kept alive,
+writes stalled), close them and move the clock. The model
 re-derives from the policy's words when each connection is due and which one gives way at the
 cap; invariants: never more than `max_connections` open; a new connection is refused only when
 none is evictable, and otherwise takes the place of the longest-idle evictable one; every
@@ -104,6 +105,28 @@ class ConnectionMachine(RuleBasedStateMachine):
         self.table.body_done(key, self.now)
         self.model[key].phase = ConnectionPhase.BUSY
         self.model[key].deadline = math.inf
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
+    def held_unread(self, data: st.DataObject) -> None:
+        """A paced tenant's request arrived and waits unread (R-FAIR-5): no deadline, not evictable."""
+        key = self.pick(data)
+        self.table.held(key)
+        self.model[key].phase = ConnectionPhase.BUSY
+        self.model[key].deadline = math.inf
+
+    @precondition(lambda self: any(c.phase is ConnectionPhase.BUSY for c in self.model.values()))
+    @rule(data=st.data())
+    def held_read(self, data: st.DataObject) -> None:
+        """A held request is read: a head again, `header_timeout` from now, evictable (the most recent)."""
+        key = data.draw(st.sampled_from(sorted(k for k, c in self.model.items() if c.phase is ConnectionPhase.BUSY)))
+        self.table.read_resumed(key, self.now)
+        conn = self.model[key]
+        conn.phase, conn.deadline, conn.idle_since = (
+            ConnectionPhase.HEAD,
+            self.now + self.limits.header_timeout_s,
+            self.stamp(),
+        )
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())

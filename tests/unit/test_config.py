@@ -294,7 +294,7 @@ def test_endpoints_that_are_refused(endpoint: str) -> None:
         ("enable_shared_context: 2", "enable_shared_context: expected true or false, got 2"),
         ("result_cache_entries: -1", "result_cache_entries: expected an integer >= 0, got -1"),
         ("timeout_ms: 0", "timeout_ms: expected an integer >= 1, got 0"),
-        ("provider: http", "provider: expected model_runtime, got 'http'"),
+        ("provider: vllm", "provider: expected model_runtime, got 'vllm'"),
         ("artifact: ''", "artifact: expected a string of length >= 1, got ''"),
         ("replicas: []", "replicas: expected between 1 and 64 entries, got 0"),
         (
@@ -462,6 +462,7 @@ def test_migration_rewrites_removed_settings_and_the_result_means_the_same() -> 
     migration = migrate_config_text(LEGACY)
     assert migration.changes == (
         "deployments.judge.provider: candle → model_runtime",
+        "deployments.judge.artifact: vllm-sr/d3-edge kept",  # a 0.4.0 provider: every field is said
         "deployments.judge.precision: bf16 → dtype: bfloat16",
         "deployments.judge.max_batch_size: 64 → max_num_seqs: 64",
         "deployments.judge.profile: removed (faster kernels are chosen per model from its records)",
@@ -469,6 +470,7 @@ def test_migration_rewrites_removed_settings_and_the_result_means_the_same() -> 
         "deployments.judge.replicas[1].device: migraphx:1 → rocm:1",
         "deployments.embed.provider: ort → model_runtime",
         "deployments.embed.provider: ort → engine: onnxruntime",
+        "deployments.embed.artifact: all-MiniLM-L6-v2 kept",
         "deployments.embed.use_cpu: true → device: cpu",
         "deployments.embed.batch_size: 32 → max_num_seqs: 32",
         "deployments.embed.precision: auto → dtype: auto",

@@ -61,7 +61,8 @@ def test_package_ranges_equal_sentence_transformers_bit_for_bit(
 
     ranges, source = ranges_for(Shipped(), precision, 12, False, "encoding_format")
     assert source == "package"
-    theirs = quantization.quantize_embeddings(vectors, precision, ranges=ranges)
+    with np.errstate(over="ignore"):  # theirs warns where a range is subnormally narrow; ours clips quietly
+        theirs = quantization.quantize_embeddings(vectors, precision, ranges=ranges)
     assert quantize(vectors, precision, ranges).tobytes() == theirs.tobytes()
 
 

@@ -109,7 +109,7 @@ class _TextOnly(LoadedModel):
     normalized = True
     max_input_tokens = 8
 
-    def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[Any]:
+    def tokenize(self, texts: Sequence[str], *, truncate: bool, max_length: int | None = None) -> list[Any]:
         return []
 
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:

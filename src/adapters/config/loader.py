@@ -31,6 +31,7 @@ from .schema import (
     FrontConfig,
     removed_value_hint,
 )
+from .spellings import canonical_config, nest_input
 from .yaml_text import dump_yaml, parse_yaml
 
 CATALOG = "global.model_catalog.deployments"
@@ -71,16 +72,20 @@ def load_config_data(data: Any, *, source: str = "config.yaml", engines: EngineR
     if problems:
         raise ConfigError(problems)
     try:
-        return msgspec.convert(data, FrontConfig)
+        return msgspec.convert(canonical_config(data)[0], FrontConfig)
     except msgspec.ValidationError as error:  # pruned without a line of its own; still one line
         raise ConfigError([f"config: {error}"]) from None
 
 
 def validate_config_data(data: Any, *, source: str = "config.yaml", engines: EngineRegistry | None = None) -> list[str]:
     """Every problem of a parsed config, one line each; [] when it loads. ENGINES: the engine
-    plugins a deployment's `engine` may name (default: the installed ones)."""
-    return conversion_problems(data, FrontConfig, source=source) + (
-        relation_problems(data, engines or installed_engines()) if isinstance(data, dict) else []
+    plugins a deployment's `engine` may name (default: the installed ones). Upstream's spellings
+    are read as ours first (`spellings.py`)."""
+    data, problems = canonical_config(data)
+    return (
+        problems
+        + conversion_problems(data, FrontConfig, source=source)
+        + (relation_problems(data, engines or installed_engines()) if isinstance(data, dict) else [])
     )
 
 
@@ -93,8 +98,13 @@ def conversion_problems(data: Any, target: type, *, source: str) -> list[str]:
 
 
 def dump_config(config: FrontConfig) -> str:
-    """Canonical YAML of a config: fields left at their default (None) are not written."""
-    return dump_yaml(_drop_unset(msgspec.to_builtins(config)))
+    """Canonical YAML of a config: fields left at their default (None) are not written; the input
+    budget as upstream's `input: {max_tokens, overflow}`."""
+    data = _drop_unset(msgspec.to_builtins(config))
+    deployments = data.get("global", {}).get("model_catalog", {}).get("deployments", {})
+    for name, deployment in deployments.items():
+        deployments[name] = nest_input(deployment)
+    return dump_yaml(data)
 
 
 def _drop_unset(value: Any) -> Any:

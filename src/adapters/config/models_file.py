@@ -3,9 +3,10 @@ device, engine arguments and admission limits (R-ARG, R-ADM-1).
 
 ```yaml
 models:
-  - artifact: all-MiniLM-L6-v2
+  - artifact: all-MiniLM-L6-v2   # or `model:`, upstream's spelling
     name: minilm                 # the served name (default: the folder's name)
     max_num_seqs: 64
+    input: {max_tokens: 256, overflow: truncate}   # the input budget (default: the model's limit, reject)
   - artifact: /models/tiny-decision
     device: cpu                  # default: the worker's --device
     max_model_len: 512
@@ -39,6 +40,7 @@ from vllm_srun.domain.worker_settings import ModelSpec
 from .loader import conversion_problems
 from .schema import ConfigError, Device, Name, Section
 from .settings import ModelArgs, model_spec
+from .spellings import canonical_models_file
 from .yaml_text import parse_yaml
 
 DtypeRefusal = Callable[[str, str], str | None]  # (dtype, device) -> why not, or None
@@ -69,7 +71,8 @@ def load_models_file(
     entry's engine plugin is found (default: the installed ones)."""
     source = str(path)
     data = parse_yaml(Path(path).read_text(encoding="utf-8"))
-    problems = conversion_problems(data, ModelsFile, source=source)
+    data, problems = canonical_models_file(data)
+    problems += conversion_problems(data, ModelsFile, source=source)
     if problems:
         raise ConfigError([f"{source}: {line}" for line in problems])
     entries = [entry.over(flags) for entry in msgspec.convert(data, ModelsFile).models]

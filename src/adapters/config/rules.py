@@ -81,6 +81,9 @@ def deployment_problems(path: str, d: dict[str, Any], engines: EngineRegistry) -
         if not isinstance(replica, dict):
             continue
         where = f"{path}.replicas[{index}]"
+        if replica.get("dns") is not None or any(replica.get(f) is not None for f in DNS_ONLY_FIELDS):
+            problems.extend(_dns_problems(where, replica))
+            continue
         problems.extend(_placement_problems(where, replica, "an attached replica"))
         if replica.get("device") is None and replica.get("endpoint") is None:
             problems.append(f"{where}: needs 'device' (a managed worker) or 'endpoint' (an attached runtime)")
@@ -92,11 +95,18 @@ def deployment_problems(path: str, d: dict[str, Any], engines: EngineRegistry) -
             )
         elif identity is not None:
             seen[identity] = index
-    attached = d.get("endpoint") is not None or any(r.get("endpoint") for r in entries)
+    attached = d.get("endpoint") is not None or any(r.get("endpoint") or r.get("dns") for r in entries)
     problems.extend(
         f"{path}.{field}: refused on a deployment with an attached endpoint; "
         f"pass --{field.replace('_', '-')} to the attached runtime itself"
-        for field in ("max_model_len", "max_request_tokens", "max_queue", "max_queued_tokens")
+        for field in (
+            "max_model_len",
+            "max_request_tokens",
+            "max_queue",
+            "max_queued_tokens",
+            "input_max_tokens",
+            "input_overflow",
+        )
         if attached and d.get(field) is not None
     )
     devices = [d.get("device")] + [r.get("device") for r in entries]
@@ -164,6 +174,27 @@ def _placement_problems(path: str, entry: dict[str, Any], what: str) -> list[str
             f"{path}: 'model' is only for an attached runtime ('endpoint'); "
             "a managed worker serves the deployment's artifact"
         )
+    return problems
+
+
+DNS_ONLY_FIELDS = ("port", "scheme", "resolve_every_ms", "nameserver")
+
+
+def _dns_problems(path: str, entry: dict[str, Any]) -> list[str]:
+    """A replica found through DNS (`dns` + `port` + `model`, `front/discovery.py`)."""
+    if entry.get("dns") is None:
+        named = [f"'{f}'" for f in DNS_ONLY_FIELDS if entry.get(f) is not None]
+        verb = "is" if len(named) == 1 else "are"
+        return [f"{path}: {', '.join(named)} {verb} only for a replica found through 'dns'"]
+    problems = [
+        f"{path}: 'dns' cannot be combined with '{field}' (each address it resolves to is one attached runtime)"
+        for field in ("device", "endpoint")
+        if entry.get(field) is not None
+    ]
+    if entry.get("port") is None:
+        problems.append(f"{path}: a replica found through 'dns' needs the runtimes' 'port'")
+    if entry.get("model") is None:
+        problems.append(f"{path}: a replica found through 'dns' names its runtimes' model with 'model'")
     return problems
 
 

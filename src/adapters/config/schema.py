@@ -38,6 +38,8 @@ from vllm_srun.domain.ejection import ONE_HOUR_MS, OutlierDetection
 DEFAULT_DEPLOYMENT = "primary"
 ENDPOINT_PATTERN = r"^https?://([^\s/?#:@\[\]]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[^\s?#]*)?$"
 DEPLOYMENT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+DNS_NAME_PATTERN = r"^(?=.{1,253}\.?$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*\.?$"
+NAMESERVER_PATTERN = r"^([0-9.]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$"  # an address (no name to resolve first)
 MAX_REPLICAS = 64
 
 # How a bad value of a field is described: "expected <hint>, got <value>".
@@ -73,7 +75,7 @@ REMOVED_DEPLOYMENT_FIELDS = {
     "custom_ops_profile": "faster kernels are chosen per model from its records",
     "compilation_cache_dir": "no longer used",
 }
-REMOVED_PROVIDERS = {"candle": None, "ort": "onnxruntime", "openvino": None}  # -> engine
+REMOVED_PROVIDERS = {"candle": None, "ort": "onnxruntime", "openvino": None, "http": None}  # -> engine
 REMOVED_DEVICE_PREFIX = "migraphx:"
 
 
@@ -107,15 +109,22 @@ class OutlierDetectionConfig(Section, frozen=True, kw_only=True):
 
 
 class ReplicaConfig(Section, frozen=True, kw_only=True):
-    """A managed worker (`device`) or an attached runtime (`endpoint` + its `model`)."""
+    """A managed worker (`device`), an attached runtime (`endpoint` + its `model`), or every
+    runtime a DNS name resolves to (`dns` + `port` + `model`; `front/discovery.py`): resolved
+    every `resolve_every_ms` (default 5000) by the system's resolver, or by `nameserver`."""
 
     device: Device | None = None
     endpoint: Endpoint | None = None
     model: Name | None = None
+    dns: Annotated[str, Meta(pattern=DNS_NAME_PATTERN)] | None = None
+    port: Annotated[int, Meta(ge=1, le=65535)] | None = None
+    scheme: Literal["http", "https"] | None = None
+    resolve_every_ms: Annotated[int, Meta(ge=100, le=ONE_HOUR_MS)] | None = None
+    nameserver: Annotated[str, Meta(pattern=NAMESERVER_PATTERN)] | None = None
 
     @property
     def attached(self) -> bool:
-        return self.endpoint is not None
+        return self.endpoint is not None or self.dns is not None
 
 
 class DeploymentConfig(ServingArgs, frozen=True, kw_only=True):

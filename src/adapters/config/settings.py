@@ -40,9 +40,11 @@ S = TypeVar("S", bound="Settings")
 if TYPE_CHECKING:
     Dtype = str
     LogLevel = str
+    Overflow = str
 else:
     Dtype = Literal[bounds.DTYPE.choices]
     LogLevel = Literal[bounds.LOG_LEVEL.choices]
+    Overflow = Literal[bounds.INPUT_OVERFLOW.choices]
 
 
 def declare(setting: bounds.Setting[Any], help: str, *, shown: str = "") -> Meta:
@@ -166,6 +168,28 @@ class ModelArgs(Settings, frozen=True, kw_only=True):
                 bounds.MAX_MODEL_LEN,
                 "decision models: most input tokens one question's prompt may have",
                 shown="the package's limit",
+            ),
+        ]
+        | None
+    ) = None
+    # the input budget, written `input: {max_tokens, overflow}` in a config or models file
+    input_max_tokens: (
+        Annotated[
+            int,
+            declare(
+                bounds.INPUT_MAX_TOKENS,
+                "most tokens one input may have (classify, embeddings, rerank, decisions)",
+                shown="the model's own limit",
+            ),
+        ]
+        | None
+    ) = None
+    input_overflow: (
+        Annotated[
+            Overflow,
+            declare(
+                bounds.INPUT_OVERFLOW,
+                "what is done with a longer input when the request does not say (embeddings: window is reject)",
             ),
         ]
         | None

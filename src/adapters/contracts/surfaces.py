@@ -78,7 +78,10 @@ class TextEmbedder(Protocol):
     normalized: bool
     max_input_tokens: int
 
-    def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[Encoded]: ...
+    def tokenize(self, texts: Sequence[str], *, truncate: bool, max_length: int | None = None) -> list[Encoded]:
+        """One row per text; longer than MAX_LENGTH (None, or above it: `max_input_tokens`): cut
+        when TRUNCATE (flagged), else returned whole."""
+        ...
 
 
 @runtime_checkable

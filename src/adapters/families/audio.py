@@ -93,7 +93,7 @@ class AudioModel(LoadedModel):
         self.golden_file = golden if golden.is_file() else None
 
     # TextEmbedder (the surface refuses text before this is asked: modalities has no text)
-    def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[Encoded]:
+    def tokenize(self, texts: Sequence[str], *, truncate: bool, max_length: int | None = None) -> list[Encoded]:
         raise ValueError("this model reads audio only")
 
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:

@@ -98,8 +98,9 @@ class ClapModel(LoadedModel):
         self.golden_file = golden if golden.is_file() else None
 
     # TextEmbedder
-    def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[Encoded]:
-        return self.tokenizer.encode(list(texts), max_length=self.max_input_tokens, truncate=truncate)
+    def tokenize(self, texts: Sequence[str], *, truncate: bool, max_length: int | None = None) -> list[Encoded]:
+        limit = min(max_length or self.max_input_tokens, self.max_input_tokens)
+        return self.tokenizer.encode(list(texts), max_length=limit, truncate=truncate)
 
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
         if lane == AUDIO_LANE:

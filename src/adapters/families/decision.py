@@ -41,6 +41,7 @@ from vllm_srun.adapters.families.decoder_packages import serves_encoder_surfaces
 from vllm_srun.adapters.models.manifest import read_manifest
 from vllm_srun.domain.calibration import TIME_CAP_S
 from vllm_srun.domain.dtypes import dtype_refusal, resolve_dtype
+from vllm_srun.domain.input_budget import InputBudget, in_force
 from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens
 from vllm_srun.domain.rows import DEFAULT_LANE
 from vllm_srun.domain.shared_context import SHARED_LANE, BreakEven, break_even_tokens, should_share
@@ -100,6 +101,8 @@ class DecisionModel(LoadedModel):
             )
         self.max_model_len = args.max_model_len
         self.max_input_tokens = min(self.package_limit, args.max_model_len or self.package_limit)
+        # the deployment's `input: {max_tokens, overflow}`: caps each prompt below that (decision_rows.py)
+        self.budget = InputBudget(args.input_max_tokens, args.input_overflow)
         context.progress(f"load: reading decoder weights of {folder.name} ({self.dtype}, {device.name})")
         lm = DecoderLM.from_pretrained(folder, dtype=getattr(torch, self.dtype), device=device.torch_device)
         self.decoder = as_decoder_engine(context.build_engine("decoder", lm))
@@ -131,7 +134,8 @@ class DecisionModel(LoadedModel):
         return f"over the model's limit of {self.max_input_tokens} input tokens"
 
     def prepare(self, state: Any, questions: Sequence[AskedQuestion]) -> PreparedState:
-        return prepare(self.tokens, state, questions, self.max_input_tokens, self.limit_message)
+        budget = in_force(self.budget)  # none while the golden check replays its recorded requests
+        return prepare(self.tokens, state, questions, self.max_input_tokens, self.limit_message, budget)
 
     def _cache_tag(self) -> str:
         """What besides the weights decides an answer: the prompt template and the input limit."""

@@ -5,6 +5,13 @@ part on its own, and each question's answer tokens. A question that is invalid o
 (state part + question part) is longer than the model's limit fails here, in place, before any
 forward; a prompt exactly at the limit is read.
 
+The deployment's input budget (`input: {max_tokens, overflow}`, `domain/input_budget.py`) caps a
+prompt below the model's limit as it caps a classify input: with `overflow: reject` (and
+`window`: decisions have no windows) a prompt over `max_tokens` fails in place
+(`max_length_exceeded`, naming `input.max_tokens`); with `truncate` the state's text is cut at
+its end until the longest question's prompt fits, and only a question whose own part leaves no
+room for the state still fails.
+
 The types it fills and the two row layouts (`rows_for`: unshared, one `text`-lane row per
 question; shared, decided by `domain.shared_context.should_share`, one `shared`-lane row holding
 the state once and every question after it) are the contract with the decisions surface
@@ -29,6 +36,7 @@ from vllm_srun.adapters.contracts import SharedRow as SharedRow
 from vllm_srun.adapters.contracts import probabilities_per_question as probabilities_per_question
 from vllm_srun.adapters.contracts import rows_for as rows_for
 from vllm_srun.adapters.families.decision_prompts import PromptTemplate, content_text, render_question
+from vllm_srun.domain.input_budget import NO_BUDGET, InputBudget
 
 
 class PromptTokens:
@@ -65,9 +73,12 @@ def prepare(
     questions: Sequence[AskedQuestion],
     max_input_tokens: int,
     limit_message: LimitMessage,
+    budget: InputBudget = NO_BUDGET,
 ) -> PreparedState:
+    """STATE and QUESTIONS as token ids, each question within MAX_INPUTS_TOKENS and BUDGET (module doc)."""
     template = tokens.template
-    (state_ids,) = tokens.encode([template.state_part(content_text(state), tokens.bos)])
+    text = content_text(state)
+    (state_ids,) = tokens.encode([template.state_part(text, tokens.bos)])
     out = PreparedState(state_ids)
     bodies: list[str] = []
     for asked in questions:
@@ -88,11 +99,39 @@ def prepare(
         except QuestionError as exc:
             item.error = exc
     ready = [q for q in out.questions if q.error is None]
-    for item, ids in zip(ready, tokens.encode(bodies) if bodies else []):
+    encoded = tokens.encode(bodies) if bodies else []
+    limit = budget.limit(max_input_tokens)
+    if budget.overflow == "truncate" and encoded:
+        longest = max(len(ids) for ids in encoded)
+        if len(state_ids) + longest > limit:
+            out.state_ids = state_ids = cut_state(tokens, text, limit - longest)
+    for item, ids in zip(ready, encoded):
         item.ids = ids
         total = len(state_ids) + len(ids)
         if not ids:
             item.error = QuestionError("invalid_question", "the question part of the prompt has no tokens")
-        elif total > max_input_tokens:
-            item.error = QuestionError("max_length_exceeded", f"the prompt has {total} tokens, {limit_message(total)}")
+        elif total > limit:
+            why = (
+                limit_message(total) if limit == max_input_tokens else f"over the deployment's input.max_tokens={limit}"
+            )
+            item.error = QuestionError("max_length_exceeded", f"the prompt has {total} tokens, {why}")
     return out
+
+
+def cut_state(tokens: PromptTokens, text: str, room: int) -> tuple[int, ...]:
+    """The state part's ids with TEXT cut at its end to fit ROOM tokens (the template's own
+    tokens kept whole); the whole part when even an empty text does not fit (the questions then
+    fail on their length)."""
+    template, bos = tokens.template, tokens.bos
+    (empty,) = tokens.encode([template.state_part("", bos)])
+    words = tokens.tokenizer.encode(text, add_special_tokens=False)
+    keep = min(len(words.ids), room - len(empty))
+    if keep < 0:
+        (whole,) = tokens.encode([template.state_part(text, bos)])
+        return whole
+    while True:  # a cut may merge into other tokens at its edge: step back until it fits
+        end = words.offsets[keep - 1][1] if keep > 0 else 0
+        (ids,) = tokens.encode([template.state_part(text[:end], bos)])
+        if len(ids) <= room or keep == 0:
+            return ids
+        keep -= 1

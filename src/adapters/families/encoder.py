@@ -183,11 +183,12 @@ class EncoderModel(LoadedModel):
         self.rerank_scoring = "maxsim" if "rerank" in self.surfaces and num_labels is None else "head"
         self.embedding_ranges = read_ranges(folder, self.dimensions) if not sparse else None
 
-    def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[Encoded]:
+    def tokenize(self, texts: Sequence[str], *, truncate: bool, max_length: int | None = None) -> list[Encoded]:
         """Rows of TEXTS (a prompt, when the request asked for one, already prepended), lowercased
         first when the package's sentence_bert_config.json says do_lower_case."""
         prepared = self.text_settings.prepare(list(texts))
-        return self.tokenizer.encode(prepared, max_length=self.max_input_tokens, truncate=truncate)
+        limit = min(max_length or self.max_input_tokens, self.max_input_tokens)
+        return self.tokenizer.encode(prepared, max_length=limit, truncate=truncate)
 
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
         if self.token_head is not None:  # every row of a token head's model: logits [tokens, labels]

@@ -130,10 +130,11 @@ class MultimodalModel(LoadedModel):
         self.golden_file = golden if golden.is_file() else None
 
     # TextEmbedder
-    def tokenize(self, texts: Sequence[str], *, truncate: bool) -> list[Encoded]:
+    def tokenize(self, texts: Sequence[str], *, truncate: bool, max_length: int | None = None) -> list[Encoded]:
         """Token rows; SigLIP's are padded to the text tower's positions (what its forward runs,
         so the planner counts what is computed)."""
-        rows = self.tokenizer.encode(list(texts), max_length=self.max_input_tokens, truncate=truncate)
+        limit = min(max_length or self.max_input_tokens, self.max_input_tokens)
+        rows = self.tokenizer.encode(list(texts), max_length=limit, truncate=truncate)
         if self.config.kind != "siglip":
             return rows
         width, pad = self.config.text.max_position_embeddings, self.config.text.pad_token_id

@@ -9,11 +9,19 @@ the pure plan of `domain/reconfiguration` (which workers are kept, started, reti
 reference card and front cache carry over), the new workers built by `workers/factory.py`;
 `publish(config, plans)` swaps them in at once and returns the retired workers, which
 `retire()` stops once they hold no request. Names resolve through `domain/lifecycle`.
+
+Replicas found through DNS (`{dns: NAME, port: P}`, `discovery.py`): each such replica of a
+deployment has a watcher that adds a worker per new address (`add_discovered`) and drains the
+worker of a vanished one (`drain_discovered`: out of dispatch at once, dropped once it holds no
+request). A plan places the addresses a current watcher serves as endpoint replicas, so a reload
+keeps them like any unchanged worker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,13 +34,16 @@ from vllm_srun.adapters.config.schema import (
     FrontConfig,
     ReplicaConfig,
 )
+from vllm_srun.adapters.front.discovery import DnsDiscovery, Resolvers
+from vllm_srun.adapters.front.dns import resolver_for
 from vllm_srun.adapters.front.metrics import FrontEvents
 from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL, is_decision_card
 from vllm_srun.adapters.workers.factory import WorkerFactory
 from vllm_srun.adapters.workers.replica import ReplicaHandle
-from vllm_srun.adapters.workers.supervisor import ReplicaSupervisor
+from vllm_srun.adapters.workers.supervisor import DeploymentView, ReplicaSupervisor
 from vllm_srun.domain import bounds
 from vllm_srun.domain.cache import LruCache
+from vllm_srun.domain.discovery import drain_finished
 from vllm_srun.domain.dispatch import Pool
 from vllm_srun.domain.ejection import PoolEvent, ProbeHealth
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound, quoted
@@ -40,6 +51,11 @@ from vllm_srun.domain.lifecycle import NameTable, Unresolved, name_table, sole
 from vllm_srun.domain.reconfiguration import CachePlan, Deployed, DeploymentChange, Wanted, plan_reconfiguration
 
 TICK_S = 0.25
+DRAIN_MARGIN_S = 5.0  # past the deployment's timeout, a drained worker is dropped anyway
+DRAIN_POLL_S = 0.05
+
+log = logging.getLogger("vllm_srun.front")
+Origin = tuple[ReplicaConfig, str] | None  # the DNS replica and address a placement came from
 
 
 @dataclass
@@ -51,6 +67,7 @@ class Deployment:
     reference_card: dict[str, Any] | None = None
     cache: LruCache[bytes] | None = None
     supervisors: list[ReplicaSupervisor] = field(default_factory=list)
+    discovery: list[DnsDiscovery] = field(default_factory=list)  # one per `dns` replica
 
     @property
     def timeout_s(self) -> float:
@@ -83,8 +100,12 @@ class Fleet:
         env: dict[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         tenant_policies: str | None = None,  # the front's key file, for its managed workers (R-FAIR-1)
+        resolvers: Resolvers = resolver_for,  # a `dns` replica's `nameserver` -> its resolver
     ) -> None:
         self.events = events
+        self.resolvers = resolvers
+        self._running = False
+        self._drains: set[asyncio.Task[None]] = set()
         self.clock = clock
         self.workers = WorkerFactory(
             socket_dir=socket_dir,
@@ -111,7 +132,8 @@ class Fleet:
         (`workers/factory`) and starts nothing. Raises ConfigError (one line per problem) when a
         new managed worker would refuse its settings."""
         key = self.workers.key
-        placements = {name: spec.placement() for name, spec in config.deployments.items()}
+        expanded = {name: self._expand(name, spec) for name, spec in config.deployments.items()}
+        placements = {name: [replica for replica, _ in entries] for name, entries in expanded.items()}
         current = {
             name: Deployed(
                 d.config, tuple((s, key(d.config, s.handle.placement)) for s in d.supervisors), d.cache is not None
@@ -125,7 +147,7 @@ class Fleet:
         change = plan_reconfiguration(current, wanted)
         problems: list[str] = []
         plans = {
-            name: self._apply(name, spec, placements[name], change.changes[name], problems)
+            name: self._apply(name, spec, expanded[name], change.changes[name], problems)
             for name, spec in config.deployments.items()
         }
         if problems:
@@ -136,7 +158,7 @@ class Fleet:
         self,
         name: str,
         spec: DeploymentConfig,
-        placement: list[ReplicaConfig],
+        placement: list[tuple[ReplicaConfig, Origin]],
         change: DeploymentChange[ReplicaSupervisor],
         problems: list[str],
     ) -> DeploymentPlan:
@@ -150,7 +172,8 @@ class Fleet:
         if change.keeps_reference and current is not None:
             deployment.reference_card = current.reference_card
         started = []
-        for replica, supervisor in zip(placement, change.match.kept):
+        seeds: dict[ReplicaConfig, dict[str, ReplicaSupervisor]] = {}  # per `dns` replica: its addresses
+        for (replica, origin), supervisor in zip(placement, change.match.kept):
             if supervisor is None:
                 supervisor = self.workers.build(deployment, replica, pool, problems)
                 started.append(supervisor)
@@ -158,6 +181,13 @@ class Fleet:
                 pool.add(supervisor.handle.record)
             deployment.handles[supervisor.handle.id] = supervisor.handle
             deployment.supervisors.append(supervisor)
+            if origin is not None:
+                seeds.setdefault(origin[0], {})[origin[1]] = supervisor
+        deployment.discovery = [
+            DnsDiscovery(deployment, entry, self.resolvers(entry.nameserver), self, self.events, seeds.get(entry))
+            for entry in spec.placement()
+            if entry.dns is not None
+        ]
         if change.cache is CachePlan.KEEP and current is not None:
             deployment.cache = current.cache
         elif change.cache is CachePlan.NEW:
@@ -168,6 +198,10 @@ class Fleet:
         """Make CONFIG's deployments the served ones, at once; the workers no deployment keeps
         (retired: the caller lets them finish what they hold, then stops them)."""
         before = [s for d in self.deployments.values() for s in d.supervisors]
+        for old in self.deployments.values():
+            if all(plan.deployment is not old for plan in plans.values()):
+                for watcher in old.discovery:
+                    watcher.cancel()
         self.config = config
         self.deployments = {name: plan.deployment for name, plan in plans.items()}
         self._names = _name_table(config)
@@ -176,8 +210,71 @@ class Fleet:
                 supervisor.deployment = plan.deployment
                 if supervisor in self.preparing:
                     self.preparing.remove(supervisor)
+        if self._running:
+            for deployment in self.deployments.values():
+                for watcher in deployment.discovery:
+                    watcher.start()
         serving = {id(s) for d in self.deployments.values() for s in d.supervisors}
         return [s for s in before if id(s) not in serving]
+
+    # ---- replicas found through DNS (`discovery.py`) ---------------------------------------
+    def _expand(self, name: str, spec: DeploymentConfig) -> list[tuple[ReplicaConfig, Origin]]:
+        """SPEC's placement with each `dns` replica replaced by the endpoint replicas its
+        current watcher (same entry, same deployment name) serves: a reload keeps them."""
+        current = self.deployments.get(name)
+        watchers = {w.entry: w for w in current.discovery} if current is not None else {}
+        out: list[tuple[ReplicaConfig, Origin]] = []
+        for replica in spec.placement():
+            if replica.dns is None:
+                out.append((replica, None))
+                continue
+            watcher = watchers.get(replica)
+            if watcher is not None:
+                out += [(watcher.placement(address), (replica, address)) for address in sorted(watcher.serving)]
+        return out
+
+    def add_discovered(self, view: DeploymentView, placement: ReplicaConfig) -> ReplicaSupervisor | None:
+        """A new worker of a served deployment at PLACEMENT (an address its DNS name gave),
+        started; None when the deployment is no longer served or the worker cannot be built."""
+        deployment = self.deployments.get(view.name)
+        if deployment is not view or deployment is None:
+            return None
+        problems: list[str] = []
+        supervisor = self.workers.build(deployment, placement, deployment.pool, problems)
+        if problems:
+            deployment.pool.remove(supervisor.handle.id)
+            log.warning("dns replica %s of %s not added: %s", placement.endpoint, view.name, "; ".join(problems))
+            return None
+        deployment.handles[supervisor.handle.id] = supervisor.handle
+        deployment.supervisors.append(supervisor)
+        self.events.lifecycle("replica_discovered", view.name, supervisor.handle.id, f"endpoint={placement.endpoint}")
+        supervisor.start()
+        return supervisor
+
+    def drain_discovered(self, view: DeploymentView, supervisor: ReplicaSupervisor, reason: str) -> None:
+        """Take SUPERVISOR's worker out of dispatch now; drop it once it holds no request."""
+        supervisor.handle.record.mark_failed(f"draining: {reason}")  # never picked again
+        task = asyncio.ensure_future(self._drain(view, supervisor, reason))
+        self._drains.add(task)
+        task.add_done_callback(self._drains.discard)
+
+    async def _drain(self, view: DeploymentView, supervisor: ReplicaSupervisor, reason: str) -> None:
+        handle, record = supervisor.handle, supervisor.handle.record
+        self.events.lifecycle("replica_draining", view.name, handle.id, f"{reason}; in_flight={record.in_flight}")
+        await supervisor.stop(0)  # probes end; the connections of its requests stay open
+        record.mark_failed(f"draining: {reason}")  # a probe that was answering meanwhile does not revive it
+        limit_s = (view.config.timeout_ms or bounds.TIMEOUT_MS.default) / 1000.0 + DRAIN_MARGIN_S
+        began = self.clock()
+        while not drain_finished(record.in_flight, self.clock() - began, limit_s):  # noqa: ASYNC110 - polls a count
+            await asyncio.sleep(DRAIN_POLL_S)
+        deployment = view if isinstance(view, Deployment) else None
+        if deployment is not None:
+            with contextlib.suppress(KeyError):
+                deployment.pool.remove(handle.id)
+            deployment.handles.pop(handle.id, None)
+            if supervisor in deployment.supervisors:
+                deployment.supervisors.remove(supervisor)
+        self.events.lifecycle("replica_retired", view.name, handle.id, f"in_flight={record.in_flight}")
 
     # ---- lookup --------------------------------------------------------------------------
     def resolve(self, model: str | None) -> Deployment:
@@ -216,9 +313,12 @@ class Fleet:
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
+        self._running = True
         for deployment in self.deployments.values():
             for supervisor in deployment.supervisors:
                 supervisor.start()
+            for watcher in deployment.discovery:
+                watcher.start()
         self._tick_task = asyncio.ensure_future(self._tick())
 
     async def retire(self, supervisor: ReplicaSupervisor, wait_s: float) -> None:
@@ -245,6 +345,12 @@ class Fleet:
     async def stop(self, grace_s: float = 10.0) -> None:
         if self._tick_task is not None:
             self._tick_task.cancel()
+        self._running = False
+        for deployment in self.deployments.values():
+            for watcher in deployment.discovery:
+                watcher.cancel()
+        for task in list(self._drains):
+            task.cancel()
         supervisors = [s for d in self.deployments.values() for s in d.supervisors]
         supervisors += [*self.preparing, *self.retiring.values()]
         await asyncio.gather(*(s.stop(grace_s) for s in supervisors), return_exceptions=True)

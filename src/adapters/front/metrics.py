@@ -21,7 +21,14 @@ from vllm_srun.domain.ejection import (
 log = logging.getLogger("vllm_srun.front")
 
 # lifecycle events worth a warning rather than an info line
-_WARNINGS = {"replica_exited", "replica_failed", "replica_unhealthy", "replica_incompatible", "replica_killed"}
+_WARNINGS = {
+    "replica_unreachable",
+    "replica_exited",
+    "replica_failed",
+    "replica_unhealthy",
+    "replica_incompatible",
+    "replica_killed",
+}
 
 
 REPLICA = ("deployment", "replica")  # the labels of every per-replica series
@@ -79,6 +86,17 @@ class FrontMetrics:
         self.cache = r.counter(
             "vllm_sr_result_cache_total", "Front result cache lookups by outcome (hit|miss)", ("deployment", "outcome")
         )
+        # replicas found through DNS (`front/discovery.py`)
+        self.dns_failures = r.counter(
+            "vllm_sr_dns_resolution_failures_total",
+            "Failed (or empty) resolutions of a deployment's DNS replica name; the last good set is kept",
+            ("deployment",),
+        )
+        self.discovered = r.gauge(
+            "vllm_sr_discovered_replicas",
+            "Replicas a deployment serves from a DNS name, by name",
+            ("deployment", "dns"),
+        )
 
     def render(self) -> str:
         return self.registry.render()
@@ -120,6 +138,12 @@ class FrontEvents:
             log.debug("replica_backoff deployment=%s replica=%s seconds=%g", deployment, event.replica, event.seconds)
         elif isinstance(event, ProbeHealth):
             pass  # the fleet probes; nothing to log
+
+    def dns_failed(self, deployment: str) -> None:
+        self.metrics.dns_failures.inc({"deployment": deployment})
+
+    def discovered(self, deployment: str, name: str, count: int) -> None:
+        self.metrics.discovered.set(count, {"deployment": deployment, "dns": name})
 
     def lifecycle(self, event: str, deployment: str, replica: str, detail: str) -> None:
         labels = {"deployment": deployment, "replica": replica}

@@ -20,7 +20,9 @@ millisecond (`bench/front_overhead.py`). Per request:
    where the worker takes it (its Unix socket, or a replica with the internal token; R-AUTH-3);
 6. `Pool.release` exactly once per pick, whatever happened; its events go to logs, metrics and
    probes. A replica that failed or timed out also drops its idle connections, so a host
-   that went away is reached again through fresh connections (and a fresh name lookup).
+   that went away is reached again through fresh connections (and a fresh name lookup);
+7. the W3C trace context goes to the worker (`traceparent`, `tracestate`): the front's span's
+   when tracing is on, else the client's as it came (`adapters/tracing`, docs/tracing.md).
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ from typing import Any
 from vllm_srun.adapters.cancellation import race, wait_disconnect
 from vllm_srun.adapters.front import bodies
 from vllm_srun.adapters.front.fleet import Deployment, Fleet
+from vllm_srun.adapters.front.inventory import deployment_for
 from vllm_srun.adapters.front.metrics import FrontMetrics
 from vllm_srun.adapters.front.responses import send_error, send_response, server_timing
 from vllm_srun.adapters.http.auth import TENANT_HEADER, tenant_of
+from vllm_srun.adapters.http.errors import status_for
 from vllm_srun.adapters.http.request_body import content_encoding, decode_document, inflated_size, read_body
 from vllm_srun.adapters.offload import TRIM_BYTES, Offload
+from vllm_srun.adapters.tracing.port import NOOP, Headers, Tracer
 from vllm_srun.adapters.workers.http_client import WorkerResponse, WorkerUnavailable, WorkerUnreachable
 from vllm_srun.domain.errors import (
     Cancelled,
@@ -63,6 +68,11 @@ class Draining(NotReady):
     """The front is shutting down (SIGTERM): 503 with `Connection: close`."""
 
 
+def _without_tenant(named: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[bytes, bytes], ...]:
+    """NAMED less the tenant header, for a replica that does not take it (the trace context stays)."""
+    return tuple(header for header in named if header[0] != TENANT_HEADER)
+
+
 def outcome_of(status: int) -> Outcome:
     """What a worker's answer means for the pool."""
     if status == 504:
@@ -83,8 +93,10 @@ class Proxy:
         max_request_bytes: int,
         clock: Callable[[], float] = time.monotonic,
         offload: Offload | None = None,
+        tracer: Tracer = NOOP,
     ) -> None:
         self.fleet = fleet
+        self.tracer = tracer
         self.offload = offload if offload is not None else Offload(1)
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
@@ -96,7 +108,8 @@ class Proxy:
         start = time.perf_counter()
         self.active += 1
         label, code = "-", "ok"
-        size = 0
+        size = status = 0
+        span = self.tracer.front_request(scope)
         try:
             body = await read_body(scope, receive, self.max_request_bytes)
             if self.draining:
@@ -104,27 +117,29 @@ class Proxy:
             encoding = content_encoding(scope)
             size = inflated_size(len(body), encoding, self.max_request_bytes)  # a small compressed body may inflate
             doc, body = await self.offload.run(decode_document, body, encoding, self.max_request_bytes, size=size)
-            deployment = self.fleet.resolve(bodies.requested_model(doc, scope["path"]))
+            deployment = deployment_for(self.fleet, bodies.requested_model(doc, scope["path"]))
             label = deployment.name
             parse_ms = (time.perf_counter() - start) * 1000
             tenant = tenant_of(scope)
-            named = () if tenant == DEFAULT_TENANT else ((TENANT_HEADER, tenant.encode()),)
+            named: Headers = () if tenant == DEFAULT_TENANT else ((TENANT_HEADER, tenant.encode()),)
+            named += span.context_headers(scope)
             status, payload, headers, timing = await self._serve(scope["path"], doc, body, deployment, receive, named)
             headers.append((b"server-timing", server_timing(parse_ms, timing, start)))
             code = "ok" if status < 400 else f"http_{status}"
             await send_response(send, status, payload, headers)
         except DomainError as exc:
-            code = exc.code
+            code, status = exc.code, status_for(exc.code)
             if isinstance(exc, Cancelled):
                 log.info("499 %s: the client went away; the worker dropped its queued rows", scope["path"])
                 return
             await send_error(send, exc, start, {"connection": "close"} if isinstance(exc, Draining) else None)
         except Exception as exc:
-            code = "internal_error"
+            code, status = "internal_error", 500
             log.exception("internal error on %s", scope.get("path"))
             await send_error(send, exc, start)
         finally:
             self.active -= 1
+            span.end(label, code, status)
             if size >= TRIM_BYTES:
                 self.offload.release_memory()
             self.metrics.requests.inc({"deployment": label, "code": code})
@@ -215,7 +230,7 @@ class Proxy:
         broken = False  # the connection failed or was given up: the replica's idle ones go too
         sent_at = self.clock()
         payload = bodies.for_worker(doc, body, handle.worker_model, handle.attached, path)  # no await before `try`
-        headers = named if handle.client.names_tenants else ()
+        headers = named if handle.client.names_tenants or not named else _without_tenant(named)
         try:
             response = await race(
                 lambda: handle.client.request("POST", path, payload, headers=headers),

@@ -39,6 +39,7 @@ from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.adapters.surfaces.admission import admission_tokens
 from vllm_srun.adapters.surfaces.bundle import bundle
 from vllm_srun.adapters.surfaces.registry import SURFACE_ROUTES, SurfaceRoute
+from vllm_srun.adapters.tracing.port import NOOP, Tracer
 from vllm_srun.domain import bounds
 from vllm_srun.domain.admission import RetryDiscipline
 from vllm_srun.domain.errors import Cancelled, NotReady, Overloaded
@@ -96,7 +97,10 @@ def _post_handler(
             del raw
             disconnected: Callable[[], Awaitable[None]] = lambda: wait_disconnect(request.receive)  # noqa: E731
             result = await work(body, timing, disconnected, label, _tcp_peer(request.scope), tenant_of(request.scope))
-            return Response(content=await offload.run(json_encoder.encode, result), media_type=JSON)
+            timing.encode_start = time.perf_counter()
+            content = await offload.run(json_encoder.encode, result)
+            timing.encode_end = time.perf_counter()
+            return Response(content=content, media_type=JSON)
         except BaseException as exc:  # answered by the exception handlers; counted here
             code = code_of(exc) if not isinstance(exc, asyncio.CancelledError) else "client_closed_request"
             if isinstance(exc, Cancelled):
@@ -141,12 +145,13 @@ def _surface_handler(
     ) -> msgspec.Struct:
         req, plain_bytes = await body.decode(offload, route.decoder)
         served = runtime.get(req.model)
-        label[0] = served.name
+        label[0] = timing.model = served.name
         timing.parse_ms = (time.perf_counter() - timing.start) * 1000
         if peer is not None and (wait := discipline.wait_s(peer, clock())) > 0:
             await asyncio.sleep(wait)  # it asked again before its Retry-After: it waits that out here
         try:
             with served.admitted(1, admission_tokens(served, req, plain_bytes), tenant):  # R-ADM-1, R-FAIR-1
+                timing.admitted = time.perf_counter()
                 return await route.handler(served, req, timing, disconnected)
         except Overloaded as refusal:
             metrics.tenant_refusals.inc({"model": served.name, "tenant": tenant})  # R-FAIR-4
@@ -225,12 +230,14 @@ def create_app(
     load_on_startup: bool = True,
     clock: Callable[[], float] = time.monotonic,
     auth: Authenticator | None = None,
+    tracer: Tracer = NOOP,
 ) -> Litestar:
     """The worker's app over RUNTIME: its requests counted in RUNTIME_METRICS (also what
     `/metrics` renders), large bodies decoded and answers encoded on OFFLOAD. CLOCK (seconds,
     monotonic) times the holds of clients that retry before their Retry-After
     (`RetryDiscipline`); tests pass one they advance. AUTH (`http/auth.py`) checks every
-    request's key before anything else runs; without one no key is asked for."""
+    request's key before anything else runs; without one no key is asked for. TRACER
+    (`adapters/tracing`; default off) records each answered request's spans."""
 
     async def on_startup(app: Litestar) -> None:
         if load_on_startup:
@@ -253,7 +260,7 @@ def create_app(
                 authenticator=auth or Authenticator(),
                 on_refusal=runtime_metrics.auth_refused,
             ),
-            ServerTimingMiddleware,  # type: ignore[list-item]  # litestar types a middleware's scope as its TypedDicts; ours is raw ASGI (a plain dict)
+            DefineMiddleware(ServerTimingMiddleware, tracer=tracer),  # type: ignore[arg-type]  # raw ASGI, as above
         ],
         exception_handlers=exception_handlers(),
         on_startup=[on_startup],

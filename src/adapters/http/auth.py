@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from vllm_srun.adapters.http.errors import error_parts
+from vllm_srun.adapters.http.read_pacing import CONNECTION_SCOPE_KEY, PacedConnection
 from vllm_srun.domain.api_keys import TENANT_NAME, KeyTable, Unauthorized, key_digest
 from vllm_srun.domain.errors import DomainError, InvalidRequest
 from vllm_srun.domain.key_guessing import GuessLimits, TooManyWrongKeys, WrongKeyLimiter
@@ -76,15 +77,20 @@ class Authenticator:
     def tenant(self, scope: dict[str, Any]) -> str:
         """The tenant of the request of SCOPE; raises Unauthorized, TooManyWrongKeys or
         InvalidRequest (a tenant named by someone other than the front)."""
+        return self.identify(scope)[0]
+
+    def identify(self, scope: dict[str, Any]) -> tuple[str, bool]:
+        """`tenant`, and whether the client's own key named it (so the connection is that
+        tenant's, R-FAIR-5) rather than the front, an open path or no key at all."""
         if scope["path"] in self.open_paths:
-            return DEFAULT_TENANT
+            return DEFAULT_TENANT, False
         named, authorization = _headers(scope)
         peer = scope.get("client")
         over_unix = not peer  # no TCP peer: our own 0600 Unix socket
         if not self.required:
             if named is not None and not over_unix:
                 raise InvalidRequest(_NAMED)
-            return _tenant_name(named) if named is not None else DEFAULT_TENANT
+            return (_tenant_name(named) if named is not None else DEFAULT_TENANT), False
         connection = (peer[0], peer[1]) if peer else None
         address = peer[0] if peer else None
         now = self.clock()
@@ -100,7 +106,7 @@ class Authenticator:
             )
         digest = key_digest(key)
         if self._token is not None and hmac.compare_digest(digest, self._token):
-            return _tenant_name(named) if named is not None else DEFAULT_TENANT
+            return (_tenant_name(named) if named is not None else DEFAULT_TENANT), False
         tenant = self.keys().tenant_of(key) if self.keys is not None else None
         if tenant is None:
             self.limiter.failed(connection, address, now)
@@ -108,7 +114,7 @@ class Authenticator:
             raise Unauthorized("invalid API key")
         if named is not None and not over_unix:
             raise InvalidRequest(_NAMED)
-        return tenant
+        return tenant, True
 
     def _warn_if_slowed(self, connection: object, address: str | None, now: float) -> None:
         if self.limiter.retry_after_s(connection, address, now) is None or now - self._last_warning < WARN_EVERY_S:
@@ -181,12 +187,18 @@ class AuthMiddleware:
             return
         start = time.perf_counter()
         try:
-            scope[TENANT_SCOPE_KEY] = self.authenticator.tenant(scope)
+            tenant, by_key = self.authenticator.identify(scope)
         except DomainError as refusal:
             if self.on_refusal is not None:
                 self.on_refusal(route_class(scope["path"]), refusal.code)
             await send_refusal(send, refusal, start)
             return
+        scope[TENANT_SCOPE_KEY] = tenant
+        connection: PacedConnection | None = scope.get(CONNECTION_SCOPE_KEY)
+        if connection is None:  # not served by `guarded_protocol.py` (a test client)
+            await self.app(scope, receive, send)
+            return
+        connection.request_started(tenant, bind=by_key)  # in progress until its response completes
         await self.app(scope, receive, send)
 
 

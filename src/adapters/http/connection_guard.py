@@ -14,8 +14,10 @@ from functools import partial
 from typing import Protocol
 
 from vllm_srun.adapters.http.errors import raw_error_response
+from vllm_srun.adapters.http.read_pacing import PacedReads
 from vllm_srun.adapters.prometheus import Counter, Gauge
 from vllm_srun.domain.connections import ConnectionAdmission, ConnectionLimits, ConnectionPhase, ConnectionTable, Expiry
+from vllm_srun.domain.tenants import DEFAULT_TENANTS, TenantTable
 
 log = logging.getLogger("vllm_srun.connections")
 REFUSAL_LOG_S = 10.0
@@ -41,9 +43,14 @@ class ConnectionGuard:
     """The connections of one listener: their table, the timer that expires them, counts by reason."""
 
     def __init__(
-        self, limits: ConnectionLimits, on_close: OnClose | None = None, on_quiet: Callable[[], None] | None = None
+        self,
+        limits: ConnectionLimits,
+        on_close: OnClose | None = None,
+        on_quiet: Callable[[], None] | None = None,
+        reads: PacedReads | None = None,
     ) -> None:
         self.limits = limits
+        self.reads = reads or PacedReads()  # whose next request waits its turn (R-FAIR-5)
         self.table: ConnectionTable[Guarded] = ConnectionTable(limits)
         self.on_close = on_close or (lambda reason: None)
         self.on_quiet = on_quiet or (lambda: None)  # many connections went: their memory can go back to the OS
@@ -113,11 +120,18 @@ class ConnectionMetrics(Protocol):
 
 
 def watched_guard(
-    limits: ConnectionLimits | None, metrics: ConnectionMetrics, on_quiet: Callable[[], None] | None = None
+    limits: ConnectionLimits | None,
+    metrics: ConnectionMetrics,
+    on_quiet: Callable[[], None] | None = None,
+    tenants: TenantTable = DEFAULT_TENANTS,
 ) -> ConnectionGuard:
-    """A guard whose open connections and closes by reason are in METRICS."""
+    """A guard whose open connections and closes by reason are in METRICS; requests are paced
+    by TENANTS' weights (R-FAIR-5)."""
     guard = ConnectionGuard(
-        limits or ConnectionLimits(), lambda reason: metrics.connections_closed.inc({"reason": reason}), on_quiet
+        limits or ConnectionLimits(),
+        lambda reason: metrics.connections_closed.inc({"reason": reason}),
+        on_quiet,
+        PacedReads(tenants.weight),
     )
     for phase in ConnectionPhase:
         metrics.open_connections.set_function(partial(_count, guard, phase), {"phase": phase.value})

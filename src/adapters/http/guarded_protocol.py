@@ -14,7 +14,10 @@ full request, dropping the answer. This class adds exactly those, and nothing el
 - a response the client stops reading is abandoned after `body_timeout`;
 - a client that half-closes after a full request still gets its answer (then the connection
   closes), while one that closed and went away still has its request dropped;
-- uvicorn's plain-text 400 for a malformed request is a JSON error like every other.
+- uvicorn's plain-text 400 for a malformed request is a JSON error like every other;
+- paced reads (R-FAIR-5, `read_pacing.py`): once a key has bound a connection to a tenant, its
+  next request is held unparsed while that tenant is over its share of the requests in progress,
+  and read in its turn.
 
 `bench/server_overhead.py` measures the per-request cost against the stock protocol.
 """
@@ -31,6 +34,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from vllm_srun.adapters.http.connection_guard import ConnectionGuard
 from vllm_srun.adapters.http.errors import raw_error_response
+from vllm_srun.adapters.http.read_pacing import CONNECTION_SCOPE_KEY
 from vllm_srun.adapters.http.request_body import BODY_TIMED_OUT
 from vllm_srun.domain.connections import Expiry
 
@@ -55,6 +59,9 @@ class GuardedProtocol(HttpToolsProtocol):
         self._in_message = False
         self._closing = False  # the guard answered; what else arrives is dropped
         self._tls_drop: asyncio.TimerHandle | None = None
+        self._tenant: str | None = None  # the tenant a key bound this connection to (R-FAIR-5)
+        self._held: list[bytes] | None = None  # the next request's bytes while it waits its turn
+        self._counted: str | None = None  # the tenant whose request in progress this connection holds
 
     # ---- connection ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -71,6 +78,10 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.guard.forget(self)
+        if self._held is not None and self._tenant is not None:
+            self.guard.reads.forget(self, self._tenant)  # a request held unread was never ours: its client went
+            self._held = None
+        self._uncount()
         if self._tls_drop is not None:
             self._tls_drop.cancel()
         super().connection_lost(exc)
@@ -121,8 +132,14 @@ class GuardedProtocol(HttpToolsProtocol):
         elif state is not None:
             self.loop.call_later(PEER_CHECK_S, self._check_peer)
 
+    def _eof(self) -> bool | None:
+        if self._held is not None and self._tenant is not None:
+            self.guard.reads.forget(self, self._tenant)
+            self.release()  # a request held for its turn is read now: the client may wait for it
+        return self._half_closed()
+
     # uvicorn types `eof_received` as returning None (always close); asyncio's contract allows True
-    eof_received = cast(Callable[..., None], _half_closed)
+    eof_received = cast(Callable[..., None], _eof)
 
     def _refuse(self) -> None:
         self.guard.count("refused")
@@ -163,6 +180,33 @@ class GuardedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        if self._held is not None:
+            self._held.append(data)
+            self.transport.pause_reading()
+            return
+        tenant = self._tenant
+        if tenant is not None and not self._in_message and self.guard.reads.should_hold(tenant):
+            self._held = [data]
+            self.transport.pause_reading()  # what else the client sends stays in the kernel
+            self._unset_keepalive_if_required()  # the request arrived: it is ours to read, not idle
+            self.guard.table.held(self)
+            self.guard.reads.hold(self, tenant, self.loop)
+            return
+        self._receive(data)
+
+    def release(self) -> bool:
+        """Its turn came (`read_pacing.PacedReads`): read the held request, counted in progress
+        for the connection's tenant from now. False when the connection went meanwhile."""
+        held, self._held = self._held, None
+        if held is None or self._closing or self.transport.is_closing() or self._tenant is None:
+            return False
+        self._count(self._tenant)
+        self.guard.table.read_resumed(self, self.loop.time())
+        self.transport.resume_reading()
+        self._receive(b"".join(held))
+        return True
+
+    def _receive(self, data: bytes) -> None:
         while data:
             if not self._reading_head:
                 super().data_received(data)
@@ -185,6 +229,7 @@ class GuardedProtocol(HttpToolsProtocol):
     # ---- parser callbacks -------------------------------------------------------------------------
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        cast(dict[str, Any], self.scope)[CONNECTION_SCOPE_KEY] = self  # for `http/auth.py`'s middleware
         self._in_message = True
         self.guard.table.head_started(self, self.loop.time())
 
@@ -202,6 +247,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        self._uncount()
         self._bound_tls_close()  # the last response of a connection that will not be kept alive
         if self.transport.is_closing() or self.pipeline or not (self.cycle is None or self.cycle.response_complete):
             return
@@ -209,6 +255,26 @@ class GuardedProtocol(HttpToolsProtocol):
         self.guard.table.answered(self, now)
         if self._in_message and self._reading_head:  # the next head has begun arriving
             self.guard.table.head_started(self, now)
+
+    # ---- tenants (R-FAIR-5): reported by `http/auth.AuthMiddleware` --------------------------------
+    def request_started(self, tenant: str, *, bind: bool) -> None:
+        self._count(tenant)
+        if bind:
+            self._tenant = tenant
+
+    def _count(self, tenant: str) -> None:
+        """This connection's request is TENANT's, in progress until its response completes or
+        the connection is lost (a held request is counted from when it is read)."""
+        if self._counted == tenant:
+            return
+        self._uncount()
+        self._counted = tenant
+        self.guard.reads.started(tenant)
+
+    def _uncount(self) -> None:
+        tenant, self._counted = self._counted, None
+        if tenant is not None:
+            self.guard.reads.finished(tenant)
 
     # ---- bytes out ---------------------------------------------------------------------------------
     def pause_writing(self) -> None:

@@ -6,6 +6,9 @@ run twice through the serving path (the surface functions and the scheduler). Th
 must be identical and, where a reference for this dtype exists, match it within the device
 class's tolerance. `matched`: both hold; `unverified`: identical, but no reference applies
 (no golden file, or none recorded at this dtype); `failed`: final, the model never serves.
+The requests were recorded without a deployment's input budget (`input: {max_tokens, overflow}`),
+so they are replayed without it (`domain/input_budget.without_budget`): a budget below a recorded
+input changes what the model serves, not whether its weights answer as recorded.
 Catalog models whose folder lacks a golden file use the one shipped in `families/golden/`.
 """
 
@@ -23,6 +26,7 @@ from vllm_srun.adapters.readiness.probe import probe_model
 from vllm_srun.adapters.serving.served import GOLDEN_CHECK, ServedModel
 from vllm_srun.adapters.surfaces.registry import SURFACE_ROUTES
 from vllm_srun.domain.dtypes import device_class
+from vllm_srun.domain.input_budget import without_budget
 
 GOLDEN_FILE = "golden.json"
 FORMAT = "vllm-srun-golden/1"
@@ -102,15 +106,17 @@ def surface_table() -> dict[str, tuple[Any, Any]]:
 
 
 async def run_requests(served: ServedModel, requests: list[dict[str, Any]]) -> list[Any]:
-    """The recorded requests, one at a time, through the surfaces (result cache bypassed)."""
+    """The recorded requests, one at a time, through the surfaces (result cache bypassed), without
+    the deployment's input budget (they were recorded without one)."""
     table = surface_table()
     token = GOLDEN_CHECK.set(True)
     try:
         out = []
-        for item in requests:
-            decoder, handler = table[item["surface"]]
-            request = decoder.decode(json.dumps(item["body"]).encode())
-            out.append(project(await handler(served, request, None, None)))
+        with without_budget():
+            for item in requests:
+                decoder, handler = table[item["surface"]]
+                request = decoder.decode(json.dumps(item["body"]).encode())
+                out.append(project(await handler(served, request, None, None)))
         return out
     finally:
         GOLDEN_CHECK.reset(token)

@@ -18,7 +18,7 @@ EmbeddingType = Literal["dense", "sparse", "multi_vector"]
 
 
 class EmbeddingsOptions(CommonOptions):
-    overflow: Literal["reject", "truncate"] = "reject"
+    overflow: Literal["reject", "truncate"] | None = None  # None: the model's input.overflow (window: reject)
     top_k: Annotated[int, Meta(ge=1, description="sparse: keep the K largest weights of each vector")] | None = None
     threshold: Annotated[float, Meta(ge=0, description="sparse: keep the weights larger than this")] | None = None
     special_tokens: Annotated[

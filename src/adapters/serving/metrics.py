@@ -69,6 +69,11 @@ class RuntimeMetrics:
             "Tokens (request-body bytes) of the admitted, unanswered requests (--max-queued-tokens)",
             ("model",),
         )
+        self.queued_work = r.gauge(  # the per-replica autoscaling signal (deploy/kubernetes: the HPA)
+            "vllm_srun_queued_work_ratio",
+            "Unanswered tokens / --max-queued-tokens (1.0: new requests start getting 429)",
+            ("model",),
+        )
         self.cache = r.counter(
             "vllm_srun_result_cache_total", "Result cache lookups by outcome (hit|miss)", ("model", "outcome")
         )

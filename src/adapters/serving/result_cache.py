@@ -1,6 +1,7 @@
 """The worker's result cache (R-PERF-3): a bounded LRU (domain) of encoded answers, keyed by the
-model's weights hash, the surface and the canonical request content. Hits and misses are counted
-in `vllm_srun_result_cache_total{model,outcome}`.
+model's weights hash, the surface, what else decides the answer besides the request (the
+deployment's input budget, `input: {max_tokens, overflow}`) and the canonical request content.
+Hits and misses are counted in `vllm_srun_result_cache_total{model,outcome}`.
 
 Default: 1024 entries and at most 64 MiB of encoded answers (an answer over 8 MiB is not kept).
 `--result-cache-entries 0` turns it off. Replicas (worker processes) keep independent caches.
@@ -56,10 +57,12 @@ class ResultCache:
         return len(self._lru)
 
     @staticmethod
-    def key(model_sha256: str, surface: str, req: msgspec.Struct) -> str:
+    def key(model_sha256: str, surface: str, req: msgspec.Struct, context: str = "") -> str:
+        """The entry of REQ on SURFACE of these weights, under CONTEXT (what else decides the answer)."""
         digest = hashlib.sha256()
-        for part in (model_sha256.encode(), b"\0", surface.encode(), b"\0", canonical_request(req)):
+        for part in (model_sha256.encode(), surface.encode(), context.encode(), canonical_request(req)):
             digest.update(part)
+            digest.update(b"\0")
         return digest.hexdigest()
 
     def get(self, key: str, model: str) -> Any | None:

@@ -87,7 +87,10 @@ class Calibrator(Protocol):
 
 
 def _pending(admission: Admission, what: str) -> float:
-    """The unanswered requests or tokens gauge of one model, read at every scrape."""
+    """The unanswered requests or tokens gauge of one model, or its tokens / token limit, read at
+    every scrape."""
+    if what == "ratio":
+        return admission.pending_tokens / admission.limits.max_queued_tokens
     return float(admission.pending_requests if what == "requests" else admission.pending_tokens)
 
 
@@ -216,6 +219,7 @@ class Runtime:
             if served.admission is not None:
                 self.metrics.unanswered.set_function(partial(_pending, served.admission, "requests"), labels)
                 self.metrics.unanswered_tokens.set_function(partial(_pending, served.admission, "tokens"), labels)
+                self.metrics.queued_work.set_function(partial(_pending, served.admission, "ratio"), labels)
         threading.Thread(target=self._load_all, name="srun-loader", daemon=True).start()
 
     def _load_all(self) -> None:

@@ -5,18 +5,22 @@
 as many run at once as the scheduler has slots (`Scheduler.max_in_flight`, the device's
 concurrent forwards), each as its own task, and the driver plans again as soon as one ends. A caller
 that goes away (cancellation, deadline) cancels its request: its rows that have not reached
-the device never will.
+the device never will. Every forward has a batch id, unique in the process; a traced request
+(`submit(forwards=[...])`) gets a `ForwardRecord` of each forward its rows ran in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from vllm_srun.adapters.clock import MonotonicClock
+from vllm_srun.adapters.request_timing import ForwardRecord
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.domain.errors import ForwardFailed
 from vllm_srun.domain.planning import ForwardBatch
@@ -26,6 +30,7 @@ from vllm_srun.domain.scheduler import Scheduler
 from vllm_srun.domain.tenants import DEFAULT_TENANT, Priority
 
 log = logging.getLogger("vllm_srun.scheduler_loop")
+_BATCH_IDS = itertools.count(1)  # every forward of the process, whatever its model
 
 
 @dataclass(slots=True)
@@ -45,6 +50,7 @@ class _Waiter:
     forward_s: float = 0.0
     forwards: int = 0
     padded_tokens: int = 0
+    trace: list[ForwardRecord] | None = None  # the request is traced: its forwards go here
 
 
 ForwardObserver = Callable[[ForwardBatch, float, bool], None]
@@ -69,6 +75,7 @@ class SchedulerLoop:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
+        self._traced = 0  # waiting requests that are traced
         self.forwards = 0
 
     def start(self) -> None:
@@ -88,20 +95,31 @@ class SchedulerLoop:
         self._running.clear()
 
     async def submit(
-        self, rows: Sequence[RowSpec], *, tenant: str = DEFAULT_TENANT, priority: Priority = Priority.INTERACTIVE
+        self,
+        rows: Sequence[RowSpec],
+        *,
+        tenant: str = DEFAULT_TENANT,
+        priority: Priority = Priority.INTERACTIVE,
+        forwards: list[ForwardRecord] | None = None,
     ) -> ForwardStats:
-        """The rows' outputs; TENANT and PRIORITY decide when they run (R-FAIR-2/3), never what they answer."""
+        """The rows' outputs; TENANT and PRIORITY decide when they run (R-FAIR-2/3), never what they
+        answer. FORWARDS (a traced request's): a record of each forward its rows run in is added."""
         now = self._clock.now()
         rid = self.scheduler.submit(rows, now, tenant=tenant, priority=priority)
-        waiter = _Waiter(asyncio.get_running_loop().create_future(), now)
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), now, trace=forwards)
         self._waiters[rid] = waiter
         self._wake.set()
+        if forwards is not None:
+            self._traced += 1
         try:
             outputs = await waiter.future
         except asyncio.CancelledError:
             self.scheduler.cancel(rid)
             self._waiters.pop(rid, None)
             raise
+        finally:
+            if forwards is not None:
+                self._traced -= 1
         queue_s = (waiter.first_forward or now) - waiter.arrival
         return ForwardStats(outputs, queue_s, waiter.forward_s, waiter.forwards, waiter.padded_tokens)
 
@@ -137,6 +155,7 @@ class SchedulerLoop:
 
     async def _run(self, batch: ForwardBatch) -> None:
         start = self._clock.now()
+        batch_id, started = next(_BATCH_IDS), time.perf_counter()
         for rid in batch.request_ids:
             waiter = self._waiters.get(rid)
             if waiter is not None and waiter.first_forward is None:
@@ -152,6 +171,7 @@ class SchedulerLoop:
             self.forwards += 1
             if self._on_forward:
                 self._on_forward(batch, seconds, False)
+            self._trace(batch, batch_id, started, ok=False)
             for rid in self.scheduler.fail(batch):
                 waiter = self._waiters.pop(rid, None)
                 if waiter is not None and not waiter.future.done():
@@ -161,6 +181,7 @@ class SchedulerLoop:
         self.forwards += 1
         if self._on_forward:
             self._on_forward(batch, seconds, True)
+        self._trace(batch, batch_id, started, ok=True)
         for rid in batch.request_ids:
             waiter = self._waiters.get(rid)
             if waiter is not None:
@@ -171,3 +192,19 @@ class SchedulerLoop:
             waiter = self._waiters.pop(answer.request_id, None)
             if waiter is not None and not waiter.future.done():
                 waiter.future.set_result(answer.outputs)
+
+    def _trace(self, batch: ForwardBatch, batch_id: int, started: float, *, ok: bool) -> None:
+        """A record of the forward for each traced request it ran rows of (made once, only then)."""
+        if not self._traced:
+            return
+        record = None
+        requests = batch.request_ids
+        for rid in requests:
+            waiter = self._waiters.get(rid)
+            if waiter is None or waiter.trace is None:
+                continue
+            if record is None:
+                record = ForwardRecord(
+                    batch_id, batch.lane, len(batch.rows), len(requests), batch.tokens, started, time.perf_counter(), ok
+                )
+            waiter.trace.append(record)

@@ -244,6 +244,7 @@ class ServedModel:
         tenant = ADMITTED_TENANT.get() if tenant is None else tenant
         priority = priority or Priority.INTERACTIVE
         assert loop is not None
+        traced = timing.forwards if timing is not None else None  # a list while the request is traced
         deadline_s = None
         if deadline_ms is not None:  # counted from the request's arrival: its preparation took part of it
             spent = time.perf_counter() - timing.start if timing is not None else 0.0
@@ -251,7 +252,7 @@ class ServedModel:
             if deadline_s <= 0:
                 raise DeadlineExceeded(f"no answer within options.deadline_ms={deadline_ms:g} (spent preparing it)")
         stats = await race(
-            lambda: loop.submit(rows, tenant=tenant, priority=priority),
+            lambda: loop.submit(rows, tenant=tenant, priority=priority, forwards=traced),
             deadline_s=deadline_s,
             disconnected=disconnected,
             deadline_message=f"no answer within options.deadline_ms={deadline_ms:g}" if deadline_ms else "",
@@ -323,6 +324,9 @@ class ServedModel:
                 "enable_shared_context": model.enable_shared_context if model else self.args.enable_shared_context,
                 "max_model_len": self.args.max_model_len,
             },
+            # the input budget (upstream's deployment `input`): most tokens an input may have (None: the
+            # model's limit) and the overflow a request gets when it sets none
+            "input": {"max_tokens": self.args.input_max_tokens, "overflow": self.args.input_overflow},
             "limits": {
                 "max_input_tokens": model.max_input_tokens if model else None,
                 "max_inputs": MAX_INPUTS,

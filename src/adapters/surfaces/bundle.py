@@ -1,11 +1,12 @@
 """POST /v1/bundle (R-PERF-1): several surface requests in one call, sharing forwards.
 
 A bundle is refused as a whole only when it is malformed (400: not a bundle, no task, a task
-with no surface or several, ids not unique) or too large (413: more than `--max-bundle-tasks`
-tasks; the body limit is `--max-request-bytes` as for every route). Everything else happens
-per task and stays in the task's slot, `{id, status, error: {code, message}}`, with the status
-the task would have had alone (404 unknown model, 422 unsupported surface, 400 bad input,
-429 overloaded, 504 deadline, …).
+with no id, no surface or several, ids not unique, a body beyond the JSON limits) or too large
+(413: more than `--max-bundle-tasks` tasks; the body limit is `--max-request-bytes` as for every
+route). Everything else happens per task and stays in the task's slot, `{id, status, error:
+{code, message}}`, with the status the task would have had alone (400 a body its surface
+refuses, e.g. `"input": []`, 404 unknown model, 422 unsupported surface, 429 overloaded, 504
+deadline, …); such a task costs no forward and the others are answered.
 
 The tasks of one model run as one unit:
 - they are admitted together or not at all (R-ADM-1), for the bundle's tenant (R-FAIR-1, its
@@ -37,8 +38,8 @@ from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.bundle import (
     TASK_SURFACES,
     BundleOptions,
-    BundleRequest,
     BundleResponse,
+    ReadBundle,
     TaskError,
     TaskResult,
 )
@@ -74,7 +75,7 @@ StatusOf = Callable[[str], int]
 class _Task:
     id: str
     surface: str
-    body: msgspec.Struct
+    body: msgspec.Struct  # None when its surface refused it (then `result` is set from the start)
     result: TaskResult | None = None
     prepared: Prepared[Any] | None = None
     size: int = 0  # the bytes of its body (as JSON): what decides where it is prepared
@@ -91,27 +92,30 @@ class _Task:
         self.result = TaskResult(self.id, status_of(error.code), error=error)
 
 
-def parse_tasks(req: BundleRequest, max_tasks: int) -> list[_Task]:
-    """The bundle's tasks, or the refusal of the whole bundle (400 malformed, 413 too many)."""
+def parse_tasks(req: ReadBundle, max_tasks: int, status_of: StatusOf) -> list[_Task]:
+    """The bundle's tasks, or the refusal of the whole bundle (400 malformed, 413 too many); a
+    task whose body its surface refused is answered already (400 in its slot)."""
     if len(req.tasks) > max_tasks:
         raise RequestTooLarge(f"too many tasks: {len(req.tasks)} (at most {max_tasks}, --max-bundle-tasks)")
     tasks, seen = [], set()
-    for index, task in enumerate(req.tasks):
-        named = [name for name in TASK_SURFACES if getattr(task, name) is not None]
-        if len(named) != 1:
+    for index, read in enumerate(req.tasks):
+        if len(read.surfaces) != 1:
             raise InvalidRequest(
-                f"tasks[{index}] must hold exactly one of {', '.join(TASK_SURFACES)} (it holds {len(named)})"
+                f"tasks[{index}] must hold exactly one of {', '.join(TASK_SURFACES)} (it holds {len(read.surfaces)})"
             )
-        if task.id in seen:
-            raise InvalidRequest(f"tasks[].id must be unique ({quoted(task.id)} appears more than once)")
-        seen.add(task.id)
-        tasks.append(_Task(task.id, named[0], getattr(task, named[0])))
+        if read.id in seen:
+            raise InvalidRequest(f"tasks[].id must be unique ({quoted(read.id)} appears more than once)")
+        seen.add(read.id)
+        task = _Task(read.id, read.surfaces[0], read.body)
+        if read.error is not None:
+            task.fail(InvalidRequest(f"tasks[{index}].{task.surface}: {read.error}"), status_of)
+        tasks.append(task)
     return tasks
 
 
 async def bundle(
     lookup: Lookup,
-    req: BundleRequest,
+    req: ReadBundle,
     timing: RequestTiming | None,
     disconnected: Disconnected | None,
     *,
@@ -122,9 +126,11 @@ async def bundle(
 ) -> BundleResponse:
     """The answers of REQ's tasks, each model's admitted for TENANT as one unit; REFUSED(model) is
     told of each unit refused 429 overloaded (`/metrics`)."""
-    tasks = parse_tasks(req, max_tasks)
+    tasks = parse_tasks(req, max_tasks, status_of)
     units: dict[str, tuple[ServedModel, list[_Task]]] = {}
     for task in tasks:
+        if task.result is not None:  # its body was refused: it costs no admission and no forward
+            continue
         try:
             served = lookup(getattr(task.body, "model", None))
         except DomainError as exc:

@@ -5,7 +5,9 @@ Single-label heads: softmax; `label` is the argmax. Multi-label heads (`problem_
 multi_label_classification`): sigmoid per label; `label` lists every label at or above
 `options.threshold` (default 0.5), most probable first. Over-long inputs are rejected, cut when
 `overflow: truncate`, or read in windows when asked (`overflow: window`, `window: {tokens,
-overlap}`); window probabilities are reduced by max per label. A token head (`kind: token`)
+overlap}`); window probabilities are reduced by max per label. A request without
+`options.overflow` takes the deployment's `input.overflow`, and its `input.max_tokens` caps each
+input (and window) below the model's limit (`overflow.py`). A token head (`kind: token`)
 labels every token and answers spans instead: `token_spans.py`.
 """
 
@@ -32,7 +34,14 @@ from vllm_srun.adapters.schemas.encoder import (
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.common import Prepared, answer
-from vllm_srun.adapters.surfaces.overflow import Item, encode_items, overflow_mode, split_overflow_windows
+from vllm_srun.adapters.surfaces.overflow import (
+    Item,
+    encode_items,
+    input_budget,
+    overflow_mode,
+    overflow_origin,
+    split_overflow_windows,
+)
 from vllm_srun.adapters.surfaces.token_spans import check_options, prepare_tokens
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
 from vllm_srun.domain.rows import RowSpec
@@ -75,9 +84,10 @@ async def prepare_classify(served: ServedModel, req: ClassifyRequest) -> Prepare
     assert isinstance(model, TextClassifier)  # checked when the model loaded
     items = _items(req)
     options = req.options or ClassifyOptions()
-    mode = overflow_mode(options)
+    limits = input_budget(served)  # the deployment's input budget (none under the golden check)
+    mode = overflow_mode(options, limits.overflow)
     if isinstance(model, TokenClassifier) and model.classify_kind == "token":  # token heads: token_spans.py
-        return await prepare_tokens(served, model, req, items, options, mode)
+        return await prepare_tokens(served, model, req, items, options, mode, limits.max_tokens)
     check_options(options, token_head=False)
     if options.threshold is not None and not model.multi_label:
         raise InvalidRequest(
@@ -86,12 +96,33 @@ async def prepare_classify(served: ServedModel, req: ClassifyRequest) -> Prepare
     threshold = DEFAULT_THRESHOLD if options.threshold is None else options.threshold
     budget = served.token_budget()
     if mode == "window":
-        window = options.window or WindowOptions(tokens=model.max_input_tokens)
-        split = await served.prepare(split_overflow_windows, model, items, window.tokens, window.overlap, budget)
+        most = limits.limit(model.max_input_tokens)
+        window = options.window or WindowOptions(tokens=most)
+        split = await served.prepare(
+            partial(
+                split_overflow_windows,
+                model,
+                items,
+                window.tokens,
+                window.overlap,
+                budget,
+                limit=most,
+                origin=overflow_origin(options),
+            )
+        )
         groups = [[w.encoded for w in s.windows] for s in split]
         full = [s.n_tokens for s in split]
     else:
-        encoded = await served.prepare(partial(encode_items, model, items, truncate=mode == "truncate", budget=budget))
+        encoded = await served.prepare(
+            partial(
+                encode_items,
+                model,
+                items,
+                truncate=mode == "truncate",
+                budget=budget,
+                max_length=limits.max_tokens,  # the deployment's input budget, if any
+            )
+        )
         groups = [[e] for e in encoded]
         full = [e.n_tokens for e in encoded]
 

@@ -24,11 +24,18 @@ from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import CommonOptions
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import GOLDEN_CHECK, Disconnected, ServedModel
+from vllm_srun.domain.input_budget import InputBudget, in_force
 from vllm_srun.domain.rows import RowSpec
 
 R = TypeVar("R", bound=msgspec.Struct)
 NO_FORWARD = ForwardStats((), 0.0, 0.0, 0, 0)
 TOKENIZE_CHUNK = 64  # inputs tokenized at once: bounds a request's transient memory and when its budget stops it
+
+
+def input_budget(served: ServedModel) -> InputBudget:
+    """SERVED's input budget in force (`input: {max_tokens, overflow}`; none while the golden
+    check replays its recorded requests, which were recorded without one)."""
+    return in_force(InputBudget(served.args.input_max_tokens, served.args.input_overflow))
 
 
 def _same(response: R) -> R:
@@ -64,7 +71,9 @@ class Prepared(Generic[R]):
         cache = served.cache
         if cache is None or not cache.enabled or not served.sha256 or GOLDEN_CHECK.get():
             return None
-        self._key = await served.prepare(cache.key, served.sha256, self.cache_tag, self.req)
+        # the input budget is part of the key: two names of the same weights may cut or refuse differently
+        tag = input_budget(served).tag()
+        self._key = await served.prepare(cache.key, served.sha256, self.cache_tag, self.req, tag)
         found: Any = cache.get(self._key, served.name)
         if found is None:
             return None

@@ -7,7 +7,10 @@ vectors are mean-pooled (and normalized for a normalized model); one that implem
 `AudioEmbedder` reads `input_audio` items (base64 `data` and its `format`): each one row of the
 model's audio lane. A model whose `modalities` lack `text` refuses text items. Everything about an input is
 checked before any forward: its kind against the model's modalities, the URL, the limits and
-the decoding (a bad input answers 400 naming its index, and costs no forward).
+the decoding (a bad input answers 400 naming its index, and costs no forward). A text longer
+than the model's limit, or than the deployment's `input.max_tokens` below it, is refused unless
+the overflow (`options.overflow`, else the deployment's `input.overflow`) is `truncate`, which
+cuts it there; embeddings have no windows, so `window` refuses as `reject` does.
 
 Prompts (a sentence-transformers package's `prompts`, card `embedding.prompts`): `prompt_name`
 picks one by name, `input_type` by kind (query → `query`; document → `document`, `passage` or
@@ -65,6 +68,7 @@ from vllm_srun.adapters.surfaces.embedding_outputs import (
     output_plan,
     sparse_answer,
 )
+from vllm_srun.adapters.surfaces.overflow import input_budget
 from vllm_srun.domain.errors import InvalidRequest, MediaFailed, RequestTooLarge, UnsupportedSurface, quoted
 from vllm_srun.domain.rows import RowSpec
 
@@ -197,8 +201,16 @@ async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Pre
     prompt = resolve_prompt(model, req.input_type, req.prompt_name)
     media_model = model if isinstance(model, MediaEmbedder) else None
     frames = (options.frames or media_model.video_frames) if media_model is not None else 0
+    limits = input_budget(served)  # the deployment's input budget (none under the golden check)
     text_rows, media = await served.prepare(
-        _inputs, model, items, frames, options.overflow == "truncate", served.token_budget(), prompt
+        _inputs,
+        model,
+        items,
+        frames,
+        (options.overflow or limits.overflow) == "truncate",  # window: embeddings have none, it rejects
+        served.token_budget(),
+        prompt,
+        limits.max_tokens,
     )
     if plan.kind != "dense":  # a sparse or multi-vector row: answered by the model's token-level head
         keep = plan.keep_special
@@ -245,11 +257,12 @@ def _inputs(
     truncate: bool,
     budget: TokenBudget,
     prompt: str = "",
+    max_tokens: int | None = None,
 ) -> tuple[dict[int, RowSpec], list[_Media]]:
     """The CPU work of preparing the inputs: each text item's row by input index (PROMPT before
     its text, tokenized a chunk at a time), and the media items' bytes (from their data: URLs),
     within the request's token BUDGET (a media item counts the rows it will become before
-    anything decodes it)."""
+    anything decodes it); MAX_TOKENS (the deployment's input.max_tokens) caps a text's row."""
     text_items, media = _split(items, model)
     if isinstance(model, MediaEmbedder) and media:
         if any(m.kind == "video" for m in media) and frames > model.video_limits.max_frames:
@@ -261,21 +274,34 @@ def _inputs(
         budget.spend(sum(m.kind == "audio" for m in media) * model.audio_tokens)
     if prompt:
         text_items = [(i, prompt + text) for i, text in text_items]
-    encoded = _encode(model, text_items, truncate, budget)
+    encoded = _encode(model, text_items, truncate, budget, max_tokens)
     return {i: RowSpec(len(enc.ids), enc) for (i, _), enc in zip(text_items, encoded)}, media
 
 
-def _encode(model: TextEmbedder, texts: list[tuple[int, str]], truncate: bool, budget: TokenBudget) -> list[Encoded]:
-    """The (input index, text) items' rows, tokenized a chunk at a time: an over-long input or a
-    request over its token budget stops the work there."""
+def _encode(
+    model: TextEmbedder,
+    texts: list[tuple[int, str]],
+    truncate: bool,
+    budget: TokenBudget,
+    max_tokens: int | None = None,
+) -> list[Encoded]:
+    """The (input index, text) items' rows, tokenized a chunk at a time, each at most the model's
+    limit (or MAX_TOKENS below it): an over-long input (unless TRUNCATE) or a request over its
+    token budget stops the work there."""
+    limit = min(max_tokens or model.max_input_tokens, model.max_input_tokens)
+    whose = "the model's limit" if limit == model.max_input_tokens else "the deployment's input.max_tokens"
     out: list[Encoded] = []
     for start in range(0, len(texts), TOKENIZE_CHUNK):
         chunk = texts[start : start + TOKENIZE_CHUNK]
-        part = model.tokenize([text for _, text in chunk], truncate=truncate)
+        try:
+            part = model.tokenize([text for _, text in chunk], truncate=truncate, max_length=limit)
+        except ValueError as exc:  # e.g. a limit that leaves no room after the special tokens
+            raise InvalidRequest(str(exc)) from None
         for (i, _), enc in zip(chunk, part):
-            if len(enc.ids) > model.max_input_tokens:
+            # n_tokens: the input's own length (a row may be padded past it, e.g. SigLIP's)
+            if enc.n_tokens > limit and not enc.truncated:
                 raise InvalidRequest(
-                    f"input[{i}] has {enc.n_tokens} tokens, over the model's limit of {model.max_input_tokens}; "
+                    f"input[{i}] has {enc.n_tokens} tokens, over {whose} of {limit}; "
                     'set options.overflow to "truncate" to cut it'
                 )
         budget.spend(sum(len(enc.ids) for enc in part))

@@ -52,7 +52,8 @@ def quantize(vectors: np.ndarray, precision: str, ranges: np.ndarray | None = No
         starts = r[0, :]
         steps = (r[1, :] - starts) / 255
         steps = np.where(steps == 0, 1, steps)
-        q = np.clip(np.floor((vectors - starts) / steps), 0, 255)
+        with np.errstate(over="ignore"):  # a range narrower than float32 resolves: +-inf, clipped to 0 or 255
+            q = np.clip(np.floor((vectors - starts) / steps), 0, 255)
         return q.astype(np.uint8) if precision == "uint8" else (q - 128).astype(np.int8)
     if precision == "binary":
         return (np.packbits(vectors > 0, axis=-1) - 128).astype(np.int8)

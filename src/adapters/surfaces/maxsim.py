@@ -32,18 +32,26 @@ def _prompt(model: object, kind: str) -> str:
 
 
 def maxsim_rows(
-    model: TextEmbedder, query: str, documents: Sequence[str], truncate: bool, budget: TokenBudget
+    model: TextEmbedder,
+    query: str,
+    documents: Sequence[str],
+    truncate: bool,
+    budget: TokenBudget,
+    max_length: int | None = None,
 ) -> list[RowSpec]:
-    """The query's row, then one per document (module doc); an over-long text → 400 unless TRUNCATE."""
+    """The query's row, then one per document (module doc); a text over the model's limit (or
+    MAX_LENGTH below it, the deployment's input.max_tokens) → 400 unless TRUNCATE."""
+    limit = min(max_length or model.max_input_tokens, model.max_input_tokens)
     texts = [_prompt(model, "query") + query] + [_prompt(model, "document") + d for d in documents]
     rows: list[Encoded] = []
     for start in range(0, len(texts), TOKENIZE_CHUNK):
-        part = model.tokenize(texts[start : start + TOKENIZE_CHUNK], truncate=truncate)
+        part = model.tokenize(texts[start : start + TOKENIZE_CHUNK], truncate=truncate, max_length=limit)
         for i, enc in enumerate(part, start):
-            if len(enc.ids) > model.max_input_tokens:
+            if enc.n_tokens > limit and not enc.truncated:
                 what = "the query" if i == 0 else f"documents[{i - 1}]"
+                whose = "the model's limit" if limit == model.max_input_tokens else "the deployment's input.max_tokens"
                 raise InvalidRequest(
-                    f"{what} has {enc.n_tokens} tokens, over the model's limit of {model.max_input_tokens}; "
+                    f"{what} has {enc.n_tokens} tokens, over {whose} of {limit}; "
                     'set options.overflow to "truncate" to cut it'
                 )
         budget.spend(sum(len(enc.ids) for enc in part))

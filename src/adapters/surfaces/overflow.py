@@ -1,8 +1,11 @@
 """Overflow handling for encoder inputs (R-PERF-5): reject, truncate, or split into windows.
 
-Windows are asked for, never implied. A window holds `tokens` tokens (special tokens included)
-and shares `overlap` content tokens with the one before it. A text pair keeps its `text` whole
-in every window and slides over its `text_pair` (the document). Each window is one row.
+Windows are asked for, never implied: by the request, or by the deployment's input budget
+(`input: {max_tokens, overflow}`, `domain/input_budget.py`), whose `overflow` is the default of a
+request that sets none and whose `max_tokens` caps every input (and every window) below the
+model's own limit. A window holds `tokens` tokens (special tokens included) and shares `overlap`
+content tokens with the one before it. A text pair keeps its `text` whole in every window and
+slides over its `text_pair` (the document). Each window is one row.
 """
 
 from __future__ import annotations
@@ -13,8 +16,11 @@ from dataclasses import dataclass
 from vllm_srun.adapters.contracts import Encoded, PairScorer
 from vllm_srun.adapters.schemas.encoder import ClassifyOptions, RerankOptions
 from vllm_srun.adapters.serving.served import TokenBudget
-from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK
+from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK, input_budget
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
+from vllm_srun.domain.input_budget import SOURCE
+
+__all__ = ["input_budget"]  # the surfaces read the budget from here, beside the overflow rules
 
 Item = str | tuple[str, str]
 
@@ -35,11 +41,24 @@ class WindowedInput:
     n_tokens: int  # the whole input's length, special tokens included
 
 
-def overflow_mode(options: ClassifyOptions | RerankOptions) -> str:
-    """The request's overflow mode; `window` settings imply (and need) `overflow: window`."""
+def overflow_origin(options: ClassifyOptions | RerankOptions) -> str:
+    """Where the request's overflow mode comes from, for a message that refuses it."""
+    if options.overflow is not None or options.window is not None:
+        return "options.overflow"
+    return f"{SOURCE} (the default of a request that sets no options.overflow)"
+
+
+def limit_text(limit: int, model_limit: int) -> str:
+    """How a refusal names LIMIT: the model's, or the deployment's input.max_tokens below it."""
+    return f"the limit of {limit}" + (" (the deployment's input.max_tokens)" if limit < model_limit else "")
+
+
+def overflow_mode(options: ClassifyOptions | RerankOptions, default: str = "reject") -> str:
+    """The request's overflow mode; `window` settings imply (and need) `overflow: window`; else
+    DEFAULT (the model's input budget, `input.overflow`, R-PERF-5)."""
     mode, window = options.overflow, options.window
     if mode is None:
-        return "window" if window is not None else "reject"
+        return "window" if window is not None else default
     if window is not None and mode != "window":
         raise InvalidRequest(f'options.window is set but options.overflow is "{mode}"; use "window"')
     return mode
@@ -88,23 +107,33 @@ def _encode_chunk(
         assert row is not None
         if len(row.ids) > limit:
             raise InvalidRequest(
-                f"input[{i}] has {row.n_tokens} tokens, over the limit of {limit}; set options.overflow to "
-                '"truncate" to cut it or to "window" to read it in windows'
+                f"input[{i}] has {row.n_tokens} tokens, over {limit_text(limit, model.max_input_tokens)}; "
+                'set options.overflow to "truncate" to cut it or to "window" to read it in windows'
             )
         rows.append(row)
     return rows
 
 
 def split_overflow_windows(
-    model: PairScorer, items: Sequence[Item], tokens: int, overlap: int, budget: TokenBudget
+    model: PairScorer,
+    items: Sequence[Item],
+    tokens: int,
+    overlap: int,
+    budget: TokenBudget,
+    *,
+    limit: int | None = None,
+    origin: str = "options.overflow",
 ) -> list[WindowedInput]:
-    """Every input as one or more windows of at most TOKENS tokens, within the request's BUDGET."""
-    if tokens > model.max_input_tokens:
-        raise InvalidRequest(f"options.window.tokens {tokens} is over the model's limit of {model.max_input_tokens}")
+    """Every input as one or more windows of at most TOKENS tokens (at most LIMIT, the input
+    budget; None: the model's limit), within the request's BUDGET; ORIGIN names where the
+    window mode came from in a refusal."""
+    most = model.max_input_tokens if limit is None else min(limit, model.max_input_tokens)
+    if tokens > most:
+        raise InvalidRequest(f"options.window.tokens {tokens} is over {limit_text(most, model.max_input_tokens)}")
     if not model.tokenizer.windows_pairs and any(not isinstance(item, str) for item in items):
         raise InvalidRequest(
-            "options.overflow window is not supported by this model's pairs (a yes/no reranker's prompt template); "
-            "use truncate"
+            f"overflow \"window\" ({origin}) is not supported by this model's pairs (a yes/no reranker's prompt "
+            'template); set options.overflow to "truncate"'
         )
     raw = model.tokenizer.tokenizer
     out: list[WindowedInput] = []

@@ -5,7 +5,9 @@ Jina request/response shapes: results sorted by relevance, highest first, cut to
 Over-long pairs are rejected unless the request asks otherwise: `options.overflow: truncate`,
 Cohere's `max_tokens_per_doc` (cuts each document to that many tokens), or `options.overflow:
 window` (the query is kept whole in every window of the document; the best window scores).
-A multi-vector model without a classification head scores by MaxSim instead (`maxsim.py`).
+A request without `options.overflow` takes the deployment's `input.overflow`, whose
+`input.max_tokens` caps each pair (and window) below the model's limit. A multi-vector model
+without a classification head scores by MaxSim instead (`maxsim.py`); it has no windows.
 """
 
 from __future__ import annotations
@@ -32,8 +34,15 @@ from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel, TokenBudget
 from vllm_srun.adapters.surfaces.common import Prepared, answer
 from vllm_srun.adapters.surfaces.maxsim import maxsim_rows, maxsim_scores
-from vllm_srun.adapters.surfaces.overflow import encode_items, overflow_mode, split_overflow_windows
+from vllm_srun.adapters.surfaces.overflow import (
+    encode_items,
+    input_budget,
+    overflow_mode,
+    overflow_origin,
+    split_overflow_windows,
+)
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge, quoted
+from vllm_srun.domain.input_budget import InputBudget
 from vllm_srun.domain.rows import RowSpec
 
 
@@ -58,9 +67,15 @@ def _cut(model: PairScorer, text: str, max_tokens: int) -> str:
 
 
 def _groups(
-    model: PairScorer, req: RerankRequest, mode: str, window: WindowOptions, budget: TokenBudget
+    model: PairScorer,
+    req: RerankRequest,
+    mode: str,
+    window: WindowOptions,
+    budget: TokenBudget,
+    limits: InputBudget,
+    origin: str,
 ) -> list[list[Encoded]]:
-    """Each document's rows (one, or one per window) with the query."""
+    """Each document's rows (one, or one per window) with the query, each within LIMITS."""
     texts = [_text(d, req.rank_fields, i) for i, d in enumerate(req.documents)]
     if req.max_tokens_per_doc is not None:
         texts = [_cut(model, t, req.max_tokens_per_doc) for t in texts]
@@ -68,9 +83,18 @@ def _groups(
     if mode == "window":
         return [
             [w.encoded for w in s.windows]
-            for s in split_overflow_windows(model, pairs, window.tokens, window.overlap, budget)
+            for s in split_overflow_windows(
+                model,
+                pairs,
+                window.tokens,
+                window.overlap,
+                budget,
+                limit=limits.limit(model.max_input_tokens),
+                origin=origin,
+            )
         ]
-    return [[e] for e in encode_items(model, pairs, truncate=mode == "truncate", budget=budget)]
+    cut = mode == "truncate"
+    return [[e] for e in encode_items(model, pairs, truncate=cut, budget=budget, max_length=limits.max_tokens)]
 
 
 async def rerank(
@@ -85,22 +109,29 @@ async def prepare_rerank(served: ServedModel, req: RerankRequest) -> Prepared[Re
     if len(req.documents) > MAX_INPUTS:
         raise RequestTooLarge(f"too many documents: {len(req.documents)} (at most {MAX_INPUTS})")
     options = req.options or RerankOptions()
-    mode = overflow_mode(options)
+    limits = input_budget(served)  # the deployment's input budget (none under the golden check)
+    mode = overflow_mode(options, limits.overflow)
+    origin = overflow_origin(options)
     if req.max_tokens_per_doc is not None and options.overflow is None and options.window is None:
         mode = "truncate"  # the client asked for cut documents
-    window = options.window or WindowOptions(tokens=model.max_input_tokens)
+    window = options.window or WindowOptions(tokens=limits.limit(model.max_input_tokens))
     by_maxsim = isinstance(model, MaxSimScorer) and model.rerank_scoring == "maxsim"
     if by_maxsim:
         assert isinstance(model, TextEmbedder)
         if mode == "window":
-            raise InvalidRequest("options.overflow window needs a cross-encoder: this model reranks by MaxSim")
+            raise InvalidRequest(
+                f'overflow "window" ({origin}) needs a cross-encoder: this model reranks by MaxSim; '
+                'set options.overflow to "truncate" or "reject"'
+            )
         texts = [_text(d, req.rank_fields, i) for i, d in enumerate(req.documents)]
         if req.max_tokens_per_doc is not None:
             texts = [_cut(model, t, req.max_tokens_per_doc) for t in texts]
-        rows = await served.prepare(maxsim_rows, model, req.query, texts, mode == "truncate", served.token_budget())
+        rows = await served.prepare(
+            maxsim_rows, model, req.query, texts, mode == "truncate", served.token_budget(), limits.max_tokens
+        )
         groups: list[list[Encoded]] = []
     else:
-        groups = await served.prepare(_groups, model, req, mode, window, served.token_budget())
+        groups = await served.prepare(_groups, model, req, mode, window, served.token_budget(), limits, origin)
         rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups for e in group]
 
     def finish(stats: ForwardStats) -> RerankResponse:

@@ -42,7 +42,7 @@ from vllm_srun.adapters.schemas.encoder import (
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import ServedModel, TokenBudget
 from vllm_srun.adapters.surfaces.common import Prepared
-from vllm_srun.adapters.surfaces.overflow import MAX_WINDOW_ROWS, Item
+from vllm_srun.adapters.surfaces.overflow import MAX_WINDOW_ROWS, Item, limit_text
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
 from vllm_srun.domain.rows import RowSpec
 
@@ -89,11 +89,18 @@ def _window(encoding: Any) -> Window:
 
 
 def encode_token_inputs(
-    model: Any, texts: Sequence[str], mode: str, window: WindowOptions | None, budget: TokenBudget
+    model: Any,
+    texts: Sequence[str],
+    mode: str,
+    window: WindowOptions | None,
+    budget: TokenBudget,
+    max_length: int | None = None,
 ) -> list[TokenInput]:
-    """Each text as one row (whole, or cut when MODE is `truncate`) or as windows (`window`)."""
+    """Each text as one row (whole, or cut when MODE is `truncate`) or as windows (`window`), at
+    most MAX_LENGTH tokens a row (the deployment's input budget; None: the model's limit)."""
     raw = model.tokenizer.tokenizer
-    limit = int(model.max_input_tokens)
+    model_limit = int(model.max_input_tokens)
+    limit = model_limit if max_length is None else min(max_length, model_limit)
     out: list[TokenInput] = []
     rows = 0
     for i, text in enumerate(texts):
@@ -121,7 +128,7 @@ def encode_token_inputs(
                 windows, truncated = [_window(tok.encode(text))], True
         else:
             raise InvalidRequest(
-                f"input[{i}] has {n} tokens, over the limit of {limit}; set options.overflow to "
+                f"input[{i}] has {n} tokens, over {limit_text(limit, model_limit)}; set options.overflow to "
                 '"truncate" to cut it or to "window" to read it in windows'
             )
         rows += len(windows)
@@ -265,9 +272,10 @@ def check_options(options: ClassifyOptions, token_head: bool) -> str:
 
 
 def _settings(
-    model: Any, items: list[Item], options: ClassifyOptions, mode: str
+    model: Any, items: list[Item], options: ClassifyOptions, mode: str, limit: int
 ) -> tuple[list[str], str, WindowOptions | None, list[str], WordRule]:
-    """A token head's request checked: its texts, aggregation, window, the labels and the word rule."""
+    """A token head's request checked (LIMIT: the most tokens a row may have): its texts,
+    aggregation, window, the labels and the word rule."""
     for i, item in enumerate(items):
         if not isinstance(item, str):
             raise InvalidRequest(f"input[{i}]: a token head labels one text; text pairs are not taken")
@@ -275,10 +283,10 @@ def _settings(
     texts = [item for item in items if isinstance(item, str)]
     window = None
     if mode == "window":
-        window = options.window or WindowOptions(tokens=model.max_input_tokens)
-        if window.tokens > model.max_input_tokens:
+        window = options.window or WindowOptions(tokens=limit)
+        if window.tokens > limit:
             raise InvalidRequest(
-                f"options.window.tokens {window.tokens} is over the model's limit of {model.max_input_tokens}"
+                f"options.window.tokens {window.tokens} is over {limit_text(limit, model.max_input_tokens)}"
             )
     labels = list(model.labels)
     rule = WordRule.of(model.tokenizer.tokenizer)
@@ -338,10 +346,18 @@ def build(
 
 
 async def prepare_tokens(
-    served: ServedModel, model: Any, req: ClassifyRequest, items: list[Item], options: ClassifyOptions, mode: str
+    served: ServedModel,
+    model: Any,
+    req: ClassifyRequest,
+    items: list[Item],
+    options: ClassifyOptions,
+    mode: str,
+    max_tokens: int | None = None,
 ) -> Prepared[ClassifyResponse]:
-    texts, how, window, labels, rule = _settings(model, items, options, mode)
-    inputs = await served.prepare(encode_token_inputs, model, texts, mode, window, served.token_budget())
+    """A token head's classify request; MAX_TOKENS is the deployment's input budget (R-PERF-5)."""
+    limit = int(model.max_input_tokens) if max_tokens is None else min(max_tokens, int(model.max_input_tokens))
+    texts, how, window, labels, rule = _settings(model, items, options, mode, limit)
+    inputs = await served.prepare(encode_token_inputs, model, texts, mode, window, served.token_budget(), limit)
     rows, finish = build(
         served, model, inputs, how, labels, rule, windowed=mode == "window", return_tokens=bool(options.return_tokens)
     )

@@ -62,7 +62,8 @@ class _LineRelay(asyncio.Protocol):
 
 
 def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    sys.stderr.write(line + "\n")  # one write (not print's two): it never runs into a log line
+    sys.stderr.flush()
 
 
 class WorkerProcess:

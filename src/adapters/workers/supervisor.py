@@ -194,6 +194,8 @@ class ReplicaSupervisor:
         handle.probe_failures += 1
         handle.last_probe_error = error
         handle.client.close_idle()  # they lead where the probe could not go; requests open fresh ones
+        if handle.attached and handle.probe_failures == 1 and record.failed_reason is None:
+            self.on_event("replica_unreachable", handle, error)  # once: the first failure of a streak
         starting = not self._ready_once and not handle.attached
         if starting:  # the socket is not there yet, or the worker is busy loading
             return

@@ -1,0 +1,57 @@
+"""A model's input budget (upstream's deployment `input: {max_tokens, overflow}`, R-PERF-5).
+
+`max_tokens` caps one input below the model's own limit (None: the model's limit); `overflow`
+is what is done with a longer input when the request sets no `options.overflow` (reject,
+truncate or window; a surface without windows reads window as reject). The budget is the
+deployment's: it applies to every request of every surface (classify, embeddings, rerank,
+decisions), it is part of the result cache's key, and it is left out while the golden check
+replays its recorded requests (`without_budget`): those were recorded without a budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+# set while the golden check replays recorded requests (the recording had no budget)
+_REPLAYING: ContextVar[bool] = ContextVar("srun_input_budget_off", default=False)
+
+SOURCE = "the deployment's input.overflow"  # where a default overflow comes from, in messages
+
+
+@dataclass(frozen=True, slots=True)
+class InputBudget:
+    max_tokens: int | None = None  # None: the model's own limit
+    overflow: str = "reject"  # a request's overflow when it sets none
+
+    def limit(self, model_limit: int) -> int:
+        """The most tokens one input may have: the budget, never above MODEL_LIMIT."""
+        return model_limit if self.max_tokens is None else min(self.max_tokens, model_limit)
+
+    def capped(self, model_limit: int) -> bool:
+        """Whether the budget is below MODEL_LIMIT (then refusals name it)."""
+        return self.max_tokens is not None and self.max_tokens < model_limit
+
+    def tag(self) -> str:
+        """The budget as a part of a result cache key (the same answer only under the same budget)."""
+        return f"input:{self.max_tokens if self.max_tokens is not None else '-'}:{self.overflow}"
+
+
+NO_BUDGET = InputBudget()
+
+
+def in_force(budget: InputBudget) -> InputBudget:
+    """BUDGET, or no budget while the golden check replays (`without_budget`)."""
+    return NO_BUDGET if _REPLAYING.get() else budget
+
+
+@contextmanager
+def without_budget() -> Iterator[None]:
+    """Within the block, every budget reads as none (the golden check's replay)."""
+    token = _REPLAYING.set(True)
+    try:
+        yield
+    finally:
+        _REPLAYING.reset(token)
