@@ -76,6 +76,7 @@ class Scheduler:
         self._queue = FairQueue(tenants.weight)
         self._plan: deque[ForwardBatch] = deque()
         self._plan_kind: tuple[str, Priority] | None = None  # the one (tenant, priority) a whole-queue plan holds
+        self._may_cut_in = True  # no cut-in forward since the plan's last one (`_cut_in`)
         # forwards handed out and not completed yet: at most MAX_IN_FLIGHT (concurrent forwards of
         # one CPU worker, each on its own share of the cores; 1 elsewhere)
         self.max_in_flight = max_in_flight
@@ -90,13 +91,17 @@ class Scheduler:
         now: float,
         *,
         tenant: str = DEFAULT_TENANT,
-        priority: Priority = Priority.INTERACTIVE,
+        priority: Priority | None = None,
     ) -> int:
+        """Queue a request's ROWS for TENANT; PRIORITY None (the request asked for none) is
+        `automatic_priority`'s choice."""
         if not rows:
             raise ValueError("a request takes at least one row")
         unknown = {spec.lane for spec in rows} - self.lanes.keys()
         if unknown:
             raise ValueError(f"unknown lane(s) {sorted(unknown)}")
+        if priority is None:
+            priority = self.automatic_priority(rows)
         rid = self._next_request
         self._next_request += 1
         self._requests[rid] = _Pending(rows=len(rows), arrival=now, outputs=[None] * len(rows))
@@ -104,9 +109,22 @@ class Scheduler:
             self._queue.push(Row(rid, index, spec.tokens, spec.lane, self._next_seq, spec.payload, tenant, priority))
             self._next_seq += 1
         kind = self._plan_kind
-        if kind is not None and kind != (tenant, priority) and (tenant != kind[0] or priority is Priority.INTERACTIVE):
-            self._unplan()
+        if kind is not None and tenant != kind[0]:
+            self._unplan()  # another tenant: the next rounds share the plan's rows fairly (R-FAIR-2)
+        # the plan's own tenant: its interactive rows cut in ahead of a batch plan (`_cut_in`)
         return rid
+
+    def automatic_priority(self, rows: Sequence[RowSpec]) -> Priority:
+        """A request that asked for no priority runs `interactive` when its rows fit one forward
+        (its counted tokens within the smallest lane's forward limit, its rows within
+        `max_num_seqs`), else `batch` (R-FAIR-3): a request larger than a forward cannot hold
+        up its own tenant's small ones for all its forwards, and it still runs at the whole
+        speed of the device when nothing else is queued (batch rows age into interactive order)."""
+        tokens = sum(round_up(spec.tokens) for spec in rows)
+        fits = len(rows) <= self.budget.max_num_seqs and tokens <= min(
+            self._limit(lane) for lane in self.lanes.values()
+        )
+        return Priority.INTERACTIVE if fits else Priority.BATCH
 
     def _unplan(self) -> None:
         """Give the waiting whole-queue plan back to the queue: the next rounds share it fairly."""
@@ -195,9 +213,14 @@ class Scheduler:
         if self.busy:
             return None
         while True:
+            cut = self._cut_in(now)
+            if cut is not None:
+                self._in_flight.append(cut)
+                return cut
             while self._plan:
                 batch = self._live(self._plan.popleft())
                 if batch is not None:
+                    self._may_cut_in = True
                     self._in_flight.append(batch)
                     return batch
             if self.window_state(now) is not WindowState.DUE:
@@ -214,6 +237,35 @@ class Scheduler:
                 invariant_tokens=self.invariant_tokens,
             )
             self._plan.extend(plan.batches)
+
+    def _cut_in(self, now: float) -> ForwardBatch | None:
+        """While a whole-queue plan of one tenant's batch rows runs, that tenant's interactive
+        rows queued since run in the next forward — one forward of them, then one of the plan's,
+        alternately (R-FAIR-3): a small request waits at most one forward of its tenant's large
+        one, and the large one at most one forward per forward of its own."""
+        kind = self._plan_kind
+        if not self._plan or kind is None or kind[1] is not Priority.BATCH or not self._may_cut_in:
+            return None
+        if (
+            self._queue.single_kind() != (kind[0], Priority.INTERACTIVE)
+            or self.window_state(now) is not WindowState.DUE
+        ):
+            return None
+        rows = self._queue.take(self.quantum, self._round())  # one forward's worth, in arrival order
+        plan = plan_forwards(
+            rows,
+            self.lanes,
+            self.budget,
+            self.costs,
+            batch_invariant=self.batch_invariant,
+            invariant_tokens=self.invariant_tokens,
+        )
+        batches = [b for b in (self._live(b) for b in plan.batches) if b is not None]
+        if not batches:
+            return None
+        self._queue.restore(r for b in batches[1:] for r in b.rows)  # the rest waits its turn
+        self._may_cut_in = False
+        return batches[0]
 
     def _round(self) -> Callable[[Row], bool]:
         """A fair round's room: at most one forward per lane (the first row of a lane always fits;

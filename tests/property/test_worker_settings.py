@@ -4,7 +4,7 @@ own parser reads `to_argv()` back into the same settings, so the front never re-
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vllm_srun.adapters.config.schema import DeploymentConfig
@@ -74,13 +74,14 @@ def read_back(settings: WorkerSettings) -> WorkerSettings:
     return serve_settings(build_parser().parse_args(settings.to_argv()))
 
 
+@settings(deadline=None)  # the first example builds the worker's parser (lazy imports)
 @given(SETTINGS)
-def test_the_worker_reads_any_valid_settings_back_from_their_argv(settings: WorkerSettings) -> None:
-    assert settings.problems() == []
-    canonical = settings.normalized()
-    assert read_back(settings) == canonical  # a value equal to the default reads back unset
+def test_the_worker_reads_any_valid_settings_back_from_their_argv(worker: WorkerSettings) -> None:
+    assert worker.problems() == []
+    canonical = worker.normalized()
+    assert read_back(worker) == canonical  # a value equal to the default reads back unset
     assert read_back(canonical) == canonical
-    assert canonical.engine_args() == settings.engine_args() and canonical.admission() == settings.admission()
+    assert canonical.engine_args() == worker.engine_args() and canonical.admission() == worker.admission()
 
 
 def test_every_declared_field_is_a_worker_flag_and_the_strategy_covers_it() -> None:

@@ -1,7 +1,8 @@
 """R-FAIR-2/3 in the scheduler, case by case: merged forwards mix tenants, a tenant's interactive
 rows go before its batch rows, a waiting whole-queue plan is given back when another tenant
 arrives, one tenant is planned exactly as before (the whole queue in one round), and a bad
-`options.priority` is refused naming the field."""
+`options.priority` is refused naming the field, a request larger than a forward that asked for no
+priority runs as batch (a small one after it is not held up)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,30 @@ def test_interactive_rows_of_a_tenant_go_before_its_batch_rows() -> None:
     while (batch := s.next_forward(NOW)) is not None:
         order += run(s, batch)
     assert order == late
+
+
+def test_a_request_larger_than_a_forward_runs_as_batch_unless_it_asks() -> None:
+    s = scheduler(max_tokens=64)
+    assert s.automatic_priority(specs(32, 32)) is Priority.INTERACTIVE  # one forward's worth
+    assert s.automatic_priority(specs(32, 32, 8)) is Priority.BATCH  # more tokens than a forward
+    assert s.automatic_priority(specs(*[1] * 65)) is Priority.BATCH  # more rows than max_num_seqs
+
+
+def test_a_small_request_is_not_held_up_by_its_tenants_large_one() -> None:
+    """The hostile case of tests/hostile/test_1_cpu_work.py: a request of many forwards, then a small
+    one of the same tenant; neither asked for a priority. The small one runs in the next forward."""
+    s = scheduler(max_tokens=64)
+    large = s.submit(specs(*[32] * 16), NOW)  # 8 forwards' worth
+    first = s.next_forward(NOW)
+    assert first is not None and {r.request_id for r in first.rows} == {large}
+    small = s.submit(specs(16), NOW)
+    run(s, first)
+    second = s.next_forward(NOW)
+    assert second is not None and second.rows[0].request_id == small
+    asked = s.submit(specs(*[32] * 4), NOW, priority=Priority.INTERACTIVE)  # asked: honoured
+    queued = [*s.unplanned_rows, *(r for b in s.planned_forwards for r in b.rows)]
+    assert [r.priority for r in queued if r.request_id == asked] == [Priority.INTERACTIVE] * 4
+    assert {r.priority for r in queued if r.request_id == large} == {Priority.BATCH}
 
 
 def test_a_waiting_plan_of_one_tenant_is_given_back_when_another_arrives() -> None:

@@ -21,7 +21,7 @@ class Strict(Struct, forbid_unknown_fields=True, omit_defaults=False):
 class CommonOptions(Strict):
     return_meta: bool = False
     deadline_ms: PositiveMs | None = None
-    priority: Priority | None = None  # R-FAIR-3: interactive (unset) rows of a tenant before its batch rows
+    priority: Priority | None = None  # R-FAIR-3: interactive rows of a tenant before its batch rows; unset: by size
 
 
 class ResponseMeta(Struct, omit_defaults=True):

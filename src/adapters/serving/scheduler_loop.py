@@ -99,7 +99,7 @@ class SchedulerLoop:
         rows: Sequence[RowSpec],
         *,
         tenant: str = DEFAULT_TENANT,
-        priority: Priority = Priority.INTERACTIVE,
+        priority: Priority | None = None,
         forwards: list[ForwardRecord] | None = None,
     ) -> ForwardStats:
         """The rows' outputs; TENANT and PRIORITY decide when they run (R-FAIR-2/3), never what they

@@ -238,11 +238,11 @@ class ServedModel:
         priority: Priority | None = None,
     ) -> ForwardStats:
         """The rows' outputs once the request's last row ran; drops them on deadline or disconnect.
-        TENANT (None: the one it was admitted for) and PRIORITY (None: interactive) decide when
-        its rows run among the others' (R-FAIR-2/3)."""
+        TENANT (None: the one it was admitted for) and PRIORITY (None: the scheduler's choice,
+        interactive unless the rows are more than one forward) decide when its rows run among
+        the others' (R-FAIR-2/3)."""
         loop = self.scheduler_loop
         tenant = ADMITTED_TENANT.get() if tenant is None else tenant
-        priority = priority or Priority.INTERACTIVE
         assert loop is not None
         traced = timing.forwards if timing is not None else None  # a list while the request is traced
         deadline_s = None
