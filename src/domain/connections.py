@@ -154,16 +154,14 @@ class ConnectionTable(Generic[K]):
         self._evictable.pop(key, None)
 
     def body_done(self, key: K, now: float) -> None:
-        entry = self._entries.get(key)
-        if entry is None:
-            return
-        entry.phase = ConnectionPhase.BUSY
-        entry.deadline = math.inf
-        self._evictable.pop(key, None)
+        self._busy(key)
 
     def held(self, key: K) -> None:
         """A request arrived that the server leaves unread for now (its tenant is paced,
         R-FAIR-5): the wait is the server's, so no deadline runs and it is not evicted."""
+        self._busy(key)
+
+    def _busy(self, key: K) -> None:
         entry = self._entries.get(key)
         if entry is None:
             return

@@ -228,15 +228,7 @@ class Scheduler:
             kind = self._queue.single_kind()
             rows = self._queue.take_all() if kind is not None else self._queue.take(self.quantum, self._round())
             self._plan_kind = kind
-            plan = plan_forwards(
-                rows,
-                self.lanes,
-                self.budget,
-                self.costs,
-                batch_invariant=self.batch_invariant,
-                invariant_tokens=self.invariant_tokens,
-            )
-            self._plan.extend(plan.batches)
+            self._plan.extend(self._batches(rows))
 
     def _cut_in(self, now: float) -> ForwardBatch | None:
         """While a whole-queue plan of one tenant's batch rows runs, that tenant's interactive
@@ -252,20 +244,23 @@ class Scheduler:
         ):
             return None
         rows = self._queue.take(self.quantum, self._round())  # one forward's worth, in arrival order
-        plan = plan_forwards(
+        batches = self._batches(rows)  # queued rows are of live requests (`cancel` removes them)
+        if not batches:
+            return None
+        self._queue.restore(r for b in batches[1:] for r in b.rows)  # the rest waits its turn
+        self._may_cut_in = False
+        return batches[0]
+
+    def _batches(self, rows: Sequence[Row]) -> tuple[ForwardBatch, ...]:
+        """ROWS planned into forwards under the budget (R-BAT-3/4)."""
+        return plan_forwards(
             rows,
             self.lanes,
             self.budget,
             self.costs,
             batch_invariant=self.batch_invariant,
             invariant_tokens=self.invariant_tokens,
-        )
-        batches = [b for b in (self._live(b) for b in plan.batches) if b is not None]
-        if not batches:
-            return None
-        self._queue.restore(r for b in batches[1:] for r in b.rows)  # the rest waits its turn
-        self._may_cut_in = False
-        return batches[0]
+        ).batches
 
     def _round(self) -> Callable[[Row], bool]:
         """A fair round's room: at most one forward per lane (the first row of a lane always fits;

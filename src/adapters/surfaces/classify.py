@@ -87,7 +87,7 @@ async def prepare_classify(served: ServedModel, req: ClassifyRequest) -> Prepare
     limits = input_budget(served)  # the deployment's input budget (none under the golden check)
     mode = overflow_mode(options, limits.overflow)
     if isinstance(model, TokenClassifier) and model.classify_kind == "token":  # token heads: token_spans.py
-        return await prepare_tokens(served, model, req, items, options, mode, limits.max_tokens)
+        return await prepare_tokens(served, model, req, items, options, mode, limits.limit(model.max_input_tokens))
     check_options(options, token_head=False)
     if options.threshold is not None and not model.multi_label:
         raise InvalidRequest(

@@ -352,10 +352,10 @@ async def prepare_tokens(
     items: list[Item],
     options: ClassifyOptions,
     mode: str,
-    max_tokens: int | None = None,
+    limit: int,
 ) -> Prepared[ClassifyResponse]:
-    """A token head's classify request; MAX_TOKENS is the deployment's input budget (R-PERF-5)."""
-    limit = int(model.max_input_tokens) if max_tokens is None else min(max_tokens, int(model.max_input_tokens))
+    """A token head's classify request; LIMIT is the most tokens a row may have (the model's, or
+    the deployment's input budget below it, R-PERF-5)."""
     texts, how, window, labels, rule = _settings(model, items, options, mode, limit)
     inputs = await served.prepare(encode_token_inputs, model, texts, mode, window, served.token_budget(), limit)
     rows, finish = build(
