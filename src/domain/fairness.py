@@ -108,6 +108,10 @@ class FairQueue:
         found = self._tenants.get(tenant)
         return found.tokens if found is not None else 0
 
+    def rows_of(self, tenant: str) -> int:
+        found = self._tenants.get(tenant)
+        return len(found) if found is not None else 0
+
     def turns(self, tenant: str) -> int:
         """Turns of the round robin the tenant has had (it never goes down while remembered)."""
         found = self._tenants.get(tenant)

@@ -10,10 +10,12 @@ The scheduler never touches a device, a clock or a thread: time is passed in.
 
 Tenants (R-FAIR-2, R-FAIR-3): while every queued row has one tenant and one priority, a round
 plans the whole queue, as above. Otherwise a round takes rows in the weighted deficit round robin
-order of `domain/fairness.py` until one more would not fit the round's forward of its lane, so a
-round is at most one forward per lane and tenants mix in it; the rows' answers never depend on
-the mix. A whole-queue plan still waiting for the device is given back to the queue when rows of
-another tenant (or interactive rows of its batch tenant) arrive, so they never wait behind it.
+order of `domain/fairness.py` until one more would not fit the round's forward of its lane, or
+until every row of the tenant asking least is in it (R-FAIR-6: a light tenant beside a flood
+rides a short forward), so a round is at most one forward per lane and tenants mix in it; the
+rows' answers never depend on the mix. A whole-queue plan still waiting for the device is given
+back to the queue when rows of another tenant (or interactive rows of its batch tenant) arrive,
+so they never wait behind it.
 """
 
 from __future__ import annotations
@@ -226,7 +228,10 @@ class Scheduler:
             if self.window_state(now) is not WindowState.DUE:
                 return None
             kind = self._queue.single_kind()
-            rows = self._queue.take_all() if kind is not None else self._queue.take(self.quantum, self._round())
+            if kind is not None:
+                rows = self._queue.take_all()
+            else:
+                rows = self._queue.take(self.quantum, self._round(self._lightest()))
             self._plan_kind = kind
             self._plan.extend(self._batches(rows))
 
@@ -262,12 +267,29 @@ class Scheduler:
             invariant_tokens=self.invariant_tokens,
         ).batches
 
-    def _round(self) -> Callable[[Row], bool]:
+    def _lightest(self) -> frozenset[str]:
+        """While several tenants are backlogged, the one asking least for its weight (queued
+        counted tokens ÷ weight; ties: all of them); nobody while one tenant is."""
+        names = self._queue.tenants()
+        if len(names) < 2:
+            return frozenset()
+        asks = {name: self._queue.tokens_of(name) / self.tenants.weight(name) for name in names}
+        least = min(asks.values())
+        return frozenset(name for name, ask in asks.items() if ask == least)
+
+    def _round(self, light: frozenset[str] = frozenset()) -> Callable[[Row], bool]:
         """A fair round's room: at most one forward per lane (the first row of a lane always fits;
-        one longer than the budget runs alone)."""
+        one longer than the budget runs alone). LIGHT (`_lightest`): the round ends once every
+        queued row of those tenants is in it, so the tenant asking least is answered by a forward
+        holding what it asked and the turns the others had meanwhile, not a whole forward of
+        theirs (R-FAIR-6)."""
         taken: dict[str, tuple[int, int, int]] = {}  # lane → (rows, widest counted row, counted tokens)
+        light_left = sum(self._queue.rows_of(name) for name in light) if light else None
 
         def room(row: Row) -> bool:
+            nonlocal light_left
+            if light_left is not None and light_left <= 0:
+                return False
             lane = self.lanes[row.lane]
             need = round_up(row.tokens)
             rows, width, packed = taken.get(row.lane, (0, 0, 0))
@@ -280,6 +302,8 @@ class Scheduler:
                 if rows >= self.budget.max_num_seqs or not fits:
                     return False
             taken[row.lane] = (rows + 1, max(width, need), packed + need)
+            if light_left is not None and row.tenant in light:
+                light_left -= 1
             return True
 
         return room

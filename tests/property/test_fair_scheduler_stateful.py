@@ -7,6 +7,10 @@ with many requests at once, cancel requests, advance the clock and run forwards.
   forwards is within 10 % of its weight share (|share − w/Σw| ≤ 0.1 × w/Σw), for rows up to 64
   tokens, forwards of 1,024 or 2,048 tokens, weights 1 to 3;
 - a tenant with no rows queued or planned is in no forward;
+- a round planned while several tenants are queued ends once the lightest one's rows (least
+  counted tokens ÷ weight) are in it: every other tenant gives it at most the turns it has while
+  the lightest takes its rows (`turn_bound` of the lightest's last row) and the row its previous
+  turn left over: ≤ turns × quantum × weight + 64 counted tokens each (R-FAIR-6);
 - every request is answered once, in its rows' order, and each tenant's answers equal the ones
   the same requests get from a scheduler that serves that tenant alone.
 """
@@ -23,10 +27,10 @@ from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tests.fakes import FakeClock, FakeForward
-from vllm_srun.domain.fairness import row_cost
+from vllm_srun.domain.fairness import row_cost, turn_bound
 from vllm_srun.domain.lanes import Accounting, Lane
 from vllm_srun.domain.planning import Budget, ForwardBatch
-from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.rows import Row, RowSpec
 from vllm_srun.domain.scheduler import Scheduler
 from vllm_srun.domain.tenants import Priority, TenantPolicy, TenantTable
 
@@ -128,6 +132,8 @@ class FairSchedulerMachine(RuleBasedStateMachine):
             if batch is None:
                 return False
         assert {r.tenant for r in batch.rows} <= holding, "a tenant with nothing queued is in a forward"
+        if not had_plan:
+            self._check_light_round(queued, batch)
         saturated = None
         if not had_plan:
             before = frozenset(r.tenant for r in queued)
@@ -149,6 +155,30 @@ class FairSchedulerMachine(RuleBasedStateMachine):
             number = self.order.index(answer.request_id)
             assert answer.outputs == tuple((number, i) for i in range(len(self.sent[answer.request_id].specs)))
             self.answered[answer.request_id] = answer.outputs
+
+    def _check_light_round(self, queued: tuple[Row, ...], batch: ForwardBatch) -> None:
+        """R-FAIR-6: a round beside the lightest tenant holds the other tenants' turns meanwhile."""
+        asked: Counter[str] = Counter()
+        longest: Counter[str] = Counter()
+        for row in queued:
+            asked[row.tenant] += row_cost(row)
+            longest[row.tenant] = max(longest[row.tenant], row_cost(row))
+        if len(asked) < 2:
+            return  # one tenant: the whole queue is planned, or its priorities share the round
+        quantum = self.scheduler.quantum
+        least = min(asked[t] / self.table.weight(t) for t in asked)
+        light = {t for t in asked if asked[t] / self.table.weight(t) == least}
+        turns = max(
+            turn_bound(asked[t], longest[t], quantum, self.table.weight(t), Priority.INTERACTIVE) for t in light
+        )
+        if currently_in_test_context():
+            event("a round beside the lightest tenant")
+        took = _tokens(batch)
+        for tenant in asked.keys() - light:
+            bound = turns * quantum * self.table.weight(tenant) + 64
+            assert took[tenant] <= bound, (
+                f"{tenant} gave {took[tenant]} tokens to a round beside lightest {sorted(light)} (bound {bound:.0f})"
+            )
 
     def _check_last_window(self) -> None:
         window = self.log[-WINDOW:]

@@ -2,7 +2,8 @@
 rows go before its batch rows, a waiting whole-queue plan is given back when another tenant
 arrives, one tenant is planned exactly as before (the whole queue in one round), and a bad
 `options.priority` is refused naming the field, a request larger than a forward that asked for no
-priority runs as batch (a small one after it is not held up)."""
+priority runs as batch (a small one after it is not held up), and a light tenant beside a flood
+rides a forward with the flood's turns meanwhile in it (R-FAIR-6)."""
 
 from __future__ import annotations
 
@@ -98,6 +99,44 @@ def test_a_waiting_plan_of_one_tenant_is_given_back_when_another_arrives() -> No
         taken += [r.tenant for r in batch.rows]
         answered += run(s, batch)
     assert steady in answered, taken
+
+
+def test_the_lightest_tenant_rides_a_short_forward_beside_a_flood() -> None:
+    """R-FAIR-6: beside a flood, the tenant asking least is answered by a forward holding its rows
+    and the flood's turns meanwhile (quantum 32: one turn for 8 tokens, two for 48), not a whole
+    forward of the flood, whose rest runs right after; two floods fill their forwards as before."""
+    s = scheduler(max_tokens=256)
+    assert s.quantum == 32
+    flood = [s.submit(specs(16), NOW, tenant="a") for _ in range(20)]  # 320 tokens queued
+    light = s.submit(specs(8), NOW, tenant="b")
+    first = s.next_forward(NOW)
+    assert first is not None and light in first.request_ids
+    assert sum(16 for r in first.rows if r.tenant == "a") <= s.quantum  # one turn of a
+    answered = run(s, first)
+    assert light in answered
+    second = s.next_forward(NOW)
+    assert second is not None and {r.tenant for r in second.rows} == {"a"} and len(second.rows) == 16  # full
+    while True:
+        answered += run(s, second)
+        if (second := s.next_forward(NOW)) is None:
+            break
+    assert sorted(answered) == sorted([*flood, light])
+
+    s = scheduler(max_tokens=256)
+    for _ in range(20):
+        s.submit(specs(16), NOW, tenant="a")
+    three = s.submit(specs(16, 16, 16), NOW, tenant="b")  # 48 tokens: two turns of b
+    batch = s.next_forward(NOW)
+    assert batch is not None and [r.request_id for r in batch.rows if r.tenant == "b"] == [three] * 3
+    assert batch.tokens == 48 + 2 * s.quantum  # and two turns of a
+
+    s = scheduler(max_tokens=256)
+    for tenant in ("a", "b"):
+        for _ in range(20):
+            s.submit(specs(16), NOW, tenant=tenant)
+    full = s.next_forward(NOW)
+    assert full is not None and full.tokens == 256  # equal floods: a full forward, half each
+    assert sum(r.tenant == "a" for r in full.rows) == 8
 
 
 def test_one_tenant_one_priority_plans_the_whole_queue_in_one_round() -> None:
