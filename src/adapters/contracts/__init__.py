@@ -13,8 +13,9 @@ relies on these declarations and on nothing else of a family or an engine:
 - packages come from a **model store** (`ModelStore`), time from the domain's `Clock`;
 - each **surface** states what it needs of a model as a Protocol of its own (`surfaces.py`:
   `TextEmbedder`, `TextClassifier`, `PairScorer`, `QuestionAnswerer`, `MediaEmbedder` for
-  image and video items), checked at load (`surface_contract_problems`); the decisions surface
-  and its family exchange the types of `decisions.py`;
+  image and video items), checked at load (`surface_contract_problems`) and, on every request,
+  through a `Capability` that remembers the answer per model (`is_text_embedder`, …;
+  `capability.py`); the decisions surface and its family exchange the types of `decisions.py`;
 - **media** inputs (images, videos) are decoded by a `MediaDecoder` given `ImageJob`s and
   `VideoJob`s (in media worker processes or a thread), reached from the event loop through a
   `MediaLoader` that keeps the decode cache (`media.py`).
@@ -98,6 +99,13 @@ from vllm_srun.adapters.contracts.surfaces import (
     SurfaceContract,
     TextClassifier,
     TextEmbedder,
+    is_audio_embedder,
+    is_media_embedder,
+    is_pair_scorer,
+    is_prompted_embedder,
+    is_question_answerer,
+    is_text_classifier,
+    is_text_embedder,
     surface_contract_problems,
 )
 
@@ -167,6 +175,13 @@ __all__ = [
     "as_dual_encoder_engine",
     "as_encoder_engine",
     "decode",
+    "is_audio_embedder",
+    "is_media_embedder",
+    "is_pair_scorer",
+    "is_prompted_embedder",
+    "is_question_answerer",
+    "is_text_classifier",
+    "is_text_embedder",
     "probabilities_per_question",
     "quiet",
     "rows_for",

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from vllm_srun.adapters.contracts.capability import Capability
 from vllm_srun.adapters.contracts.common import Encoded
 
 __all__ = [
@@ -29,6 +30,9 @@ __all__ = [
     "QuantizationRanges",
     "SparseVector",
     "TokenOutputRow",
+    "has_output_kinds",
+    "has_quantization_ranges",
+    "is_maxsim_scorer",
 ]
 
 OUTPUT_KINDS = ("dense", "sparse", "multi_vector")
@@ -72,3 +76,9 @@ class MaxSimScorer(Protocol):
     """`/v1/rerank` by MaxSim: `rerank_scoring` is `maxsim` for such a model."""
 
     rerank_scoring: str
+
+
+# the checks a surface makes on every request (`capability.py`: remembered per model)
+has_output_kinds: Capability[OutputKinds] = Capability(OutputKinds)
+has_quantization_ranges: Capability[QuantizationRanges] = Capability(QuantizationRanges)
+is_maxsim_scorer: Capability[MaxSimScorer] = Capability(MaxSimScorer)

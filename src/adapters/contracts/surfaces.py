@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from vllm_srun.adapters.contracts.capability import Capability
 from vllm_srun.adapters.contracts.common import Encoded
 from vllm_srun.adapters.contracts.decisions import AskedQuestion, PreparedState
 from vllm_srun.adapters.contracts.family import LoadedModel
@@ -32,6 +33,13 @@ __all__ = [
     "SurfaceContract",
     "TextClassifier",
     "TextEmbedder",
+    "is_audio_embedder",
+    "is_media_embedder",
+    "is_pair_scorer",
+    "is_prompted_embedder",
+    "is_question_answerer",
+    "is_text_classifier",
+    "is_text_embedder",
     "surface_contract_problems",
 ]
 
@@ -160,6 +168,16 @@ class AudioEmbedder(Protocol):
     audio_tokens: int
     audio_limits: MediaLimits
     audio_preprocess: PixelSpec
+
+
+# the checks a surface makes on every request (`capability.py`: remembered per model)
+is_text_embedder: Capability[TextEmbedder] = Capability(TextEmbedder)
+is_prompted_embedder: Capability[PromptedEmbedder] = Capability(PromptedEmbedder)
+is_text_classifier: Capability[TextClassifier] = Capability(TextClassifier)
+is_pair_scorer: Capability[PairScorer] = Capability(PairScorer)
+is_question_answerer: Capability[QuestionAnswerer] = Capability(QuestionAnswerer)
+is_media_embedder: Capability[MediaEmbedder] = Capability(MediaEmbedder)
+is_audio_embedder: Capability[AudioEmbedder] = Capability(AudioEmbedder)
 
 
 @dataclass(frozen=True)

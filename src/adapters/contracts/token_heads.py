@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from vllm_srun.adapters.contracts.capability import Capability
 from vllm_srun.adapters.contracts.common import Encoded
 
-__all__ = ["CLASSIFY_KINDS", "TokenClassifier", "TokenLogitsRow"]
+__all__ = ["CLASSIFY_KINDS", "TokenClassifier", "TokenLogitsRow", "is_token_classifier"]
 
 CLASSIFY_KINDS = ("sequence", "token")
 
@@ -28,3 +29,6 @@ class TokenLogitsRow:
 class TokenClassifier(Protocol):
     classify_kind: str
     labels: list[str]
+
+
+is_token_classifier: Capability[TokenClassifier] = Capability(TokenClassifier)  # per request (`capability.py`)

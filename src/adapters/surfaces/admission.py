@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import msgspec
 
-from vllm_srun.adapters.contracts import AudioEmbedder, MediaEmbedder
+from vllm_srun.adapters.contracts import is_audio_embedder, is_media_embedder
 from vllm_srun.adapters.schemas.embeddings import AudioInput, EmbeddingsRequest, ImageUrlInput, VideoUrlInput
 from vllm_srun.adapters.serving.served import ServedModel
 
@@ -27,13 +27,13 @@ def admission_tokens(served: ServedModel, req: msgspec.Struct, body_bytes: int) 
         return body_bytes
     model = served.model
     if audio:  # an audio item counts its row (the model's window), never its encoded bytes
-        per_audio = model.audio_tokens if isinstance(model, AudioEmbedder) else 1
+        per_audio = model.audio_tokens if is_audio_embedder(model) else 1
         body_bytes = max(1, body_bytes - sum(len(item.input_audio.data) for item in audio) + len(audio) * per_audio)
         if not media:
             return body_bytes
-    per_image = model.image_tokens if isinstance(model, MediaEmbedder) else 1
+    per_image = model.image_tokens if is_media_embedder(model) else 1
     frames = (req.options.frames if req.options is not None else None) or (
-        model.video_frames if isinstance(model, MediaEmbedder) else 1
+        model.video_frames if is_media_embedder(model) else 1
     )
     rows = sum(frames if isinstance(item, VideoUrlInput) else 1 for item in media)
     return max(1, body_bytes - sum(_url_bytes(item) for item in media) + rows * per_image)

@@ -17,8 +17,8 @@ from functools import partial
 
 import numpy as np
 
-from vllm_srun.adapters.contracts import LogitsRow, TextClassifier
-from vllm_srun.adapters.contracts.token_heads import TokenClassifier
+from vllm_srun.adapters.contracts import LogitsRow, is_text_classifier
+from vllm_srun.adapters.contracts.token_heads import is_token_classifier
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.encoder import (
@@ -81,12 +81,12 @@ async def classify(
 
 async def prepare_classify(served: ServedModel, req: ClassifyRequest) -> Prepared[ClassifyResponse]:
     model = served.require_surface("classify")
-    assert isinstance(model, TextClassifier)  # checked when the model loaded
+    assert is_text_classifier(model)  # checked when the model loaded
     items = _items(req)
     options = req.options or ClassifyOptions()
     limits = input_budget(served)  # the deployment's input budget (none under the golden check)
     mode = overflow_mode(options, limits.overflow)
-    if isinstance(model, TokenClassifier) and model.classify_kind == "token":  # token heads: token_spans.py
+    if is_token_classifier(heads := model) and heads.classify_kind == "token":  # token heads: token_spans.py
         return await prepare_tokens(served, model, req, items, options, mode, limits.limit(model.max_input_tokens))
     check_options(options, token_head=False)
     if options.threshold is not None and not model.multi_label:

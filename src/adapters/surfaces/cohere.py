@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vllm_srun.adapters.contracts import PromptedEmbedder, TextEmbedder
+from vllm_srun.adapters.contracts import TextEmbedder, is_prompted_embedder
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.cohere import (
     ApiVersion,
@@ -46,7 +46,7 @@ def cohere_prompt(model: object, input_type: str | None) -> str | None:
     """The name of MODEL's prompt for INPUT_TYPE (module doc); None: the default prompt."""
     if input_type == "image":
         raise InvalidRequest("input_type image: this model embeds texts")
-    prompts = model.prompts if isinstance(model, PromptedEmbedder) else {}
+    prompts = model.prompts if is_prompted_embedder(model) else {}
     wanted = PROMPTS_BY_INPUT_TYPE.get(input_type or "", ())
     return next((name for name in wanted if name in prompts), None)
 

@@ -23,6 +23,7 @@ from vllm_srun.adapters.contracts import (
     PreparedQuestion,
     PreparedState,
     QuestionAnswerer,
+    is_question_answerer,
     probabilities_per_question,
     rows_for,
 )
@@ -184,7 +185,7 @@ def _usage(prepared: PreparedState) -> DecisionsUsage:
 
 def answerer(served: ServedModel) -> QuestionAnswerer:
     model = served.require_surface("decisions")
-    assert isinstance(model, QuestionAnswerer)  # checked when the model loaded
+    assert is_question_answerer(model)  # checked when the model loaded
     return model
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.contracts.outputs import OutputKinds, SparseVector
+from vllm_srun.adapters.contracts.outputs import SparseVector, has_output_kinds
 from vllm_srun.adapters.schemas.embeddings import (
     QUANTIZED,
     EmbeddingsOptions,
@@ -51,7 +51,7 @@ class OutputPlan:
 
 
 def model_outputs(model: object) -> frozenset[str]:
-    return model.output_kinds if isinstance(model, OutputKinds) else frozenset({"dense"})
+    return model.output_kinds if has_output_kinds(model) else frozenset({"dense"})
 
 
 def output_plan(model: Any, req: EmbeddingsRequest, options: EmbeddingsOptions, items: list[InputItem]) -> OutputPlan:

@@ -33,13 +33,14 @@ from typing import Any
 import numpy as np
 
 from vllm_srun.adapters.contracts import (
-    AudioEmbedder,
     Encoded,
-    MediaEmbedder,
     MediaError,
     MediaWorkerDied,
-    PromptedEmbedder,
     TextEmbedder,
+    is_audio_embedder,
+    is_media_embedder,
+    is_prompted_embedder,
+    is_text_embedder,
 )
 from vllm_srun.adapters.contracts.outputs import TokenOutputRow
 from vllm_srun.adapters.media.audio_input import audio_data_bytes
@@ -95,7 +96,7 @@ def _url(item: ImageUrlInput | VideoUrlInput) -> str:
 
 def _split(items: list[InputItem], model: TextEmbedder) -> tuple[list[tuple[int, str]], list[_Media]]:
     """(index, text) of the text items and the media items (decoded from their data: URLs)."""
-    media_model = model if isinstance(model, MediaEmbedder) else None
+    media_model = model if is_media_embedder(model) else None
     modalities: frozenset[str] = getattr(model, "modalities", frozenset({"text"}))
     reads = sorted(modalities)
     texts: list[tuple[int, str]] = []
@@ -107,7 +108,7 @@ def _split(items: list[InputItem], model: TextEmbedder) -> tuple[list[tuple[int,
             texts.append((i, item if isinstance(item, str) else item.text))
             continue
         if isinstance(item, AudioInput):
-            if not isinstance(model, AudioEmbedder) or "audio" not in modalities:
+            if not is_audio_embedder(model) or "audio" not in modalities:
                 raise UnsupportedSurface(f"input[{i}] is audio: this model reads {', '.join(reads)} only")
             try:
                 data = audio_data_bytes(item.input_audio.data, model.audio_limits.max_bytes)
@@ -134,7 +135,7 @@ def resolve_prompt(model: object, input_type: str | None, prompt_name: str | Non
     """The prompt text to prepend to MODEL's text inputs (module doc); InvalidRequest for a bad choice."""
     prompts: dict[str, str] = {}
     default: str | None = None
-    if isinstance(model, PromptedEmbedder):
+    if is_prompted_embedder(model):
         prompts, default = dict(model.prompts), model.default_prompt_name
     names = f"this model's prompts: {', '.join(prompts)}" if prompts else "this model has no prompts"
     if prompt_name is not None and prompt_name not in prompts:
@@ -158,7 +159,7 @@ def resolve_prompt(model: object, input_type: str | None, prompt_name: str | Non
 
 def embedder(served: ServedModel) -> TextEmbedder:
     model = served.require_surface("embeddings")
-    assert isinstance(model, TextEmbedder)  # checked when the model loaded
+    assert is_text_embedder(model)  # checked when the model loaded
     return model
 
 
@@ -170,9 +171,9 @@ async def _decode(served: ServedModel, model: TextEmbedder, media: list[_Media],
 
     def one(m: _Media) -> Any:
         if m.kind == "audio":
-            assert isinstance(model, AudioEmbedder)
+            assert is_audio_embedder(model)
             return loader.audio(m.data, m.fmt, model.audio_limits, model.audio_preprocess)
-        assert isinstance(model, MediaEmbedder)
+        assert is_media_embedder(model)
         if m.kind == "image":
             return loader.image(m.data, model.image_limits, model.preprocess)
         return loader.video(m.data, frames, model.video_limits, model.preprocess)
@@ -199,7 +200,7 @@ async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Pre
         raise InvalidRequest(f"dimensions {req.dimensions} is larger than the model's {model.dimensions}")
     plan = output_plan(model, req, options, items)
     prompt = resolve_prompt(model, req.input_type, req.prompt_name)
-    media_model = model if isinstance(model, MediaEmbedder) else None
+    media_model = model if is_media_embedder(model) else None
     frames = (options.frames or media_model.video_frames) if media_model is not None else 0
     limits = input_budget(served)  # the deployment's input budget (none under the golden check)
     text_rows, media = await served.prepare(
@@ -226,7 +227,7 @@ async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Pre
         if i in text_rows:
             rows.append(text_rows[i])
         elif isinstance(items[i], AudioInput):
-            assert isinstance(model, AudioEmbedder)
+            assert is_audio_embedder(model)
             rows.append(RowSpec(model.audio_tokens, next(pixels), model.audio_lane))
         else:
             assert media_model is not None
@@ -264,13 +265,13 @@ def _inputs(
     within the request's token BUDGET (a media item counts the rows it will become before
     anything decodes it); MAX_TOKENS (the deployment's input.max_tokens) caps a text's row."""
     text_items, media = _split(items, model)
-    if isinstance(model, MediaEmbedder) and media:
+    if is_media_embedder(model) and media:
         if any(m.kind == "video" for m in media) and frames > model.video_limits.max_frames:
             raise InvalidRequest(
                 f"options.frames {frames} is over the model's limit of {model.video_limits.max_frames}"
             )
         budget.spend(sum(frames if m.kind == "video" else 1 for m in media if m.kind != "audio") * model.image_tokens)
-    if isinstance(model, AudioEmbedder):
+    if is_audio_embedder(model):
         budget.spend(sum(m.kind == "audio" for m in media) * model.audio_tokens)
     if prompt:
         text_items = [(i, prompt + text) for i, text in text_items]

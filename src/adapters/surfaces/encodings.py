@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.contracts.outputs import QuantizationRanges
+from vllm_srun.adapters.contracts.outputs import has_quantization_ranges
 from vllm_srun.domain.errors import InvalidRequest
 
 RANGED = ("int8", "uint8")
@@ -31,7 +31,7 @@ def ranges_for(model: object, precision: str, dimensions: int, normalized: bool,
     needs none; InvalidRequest naming FIELD when the model has none."""
     if precision not in RANGED:
         return None, None
-    shipped = model.embedding_ranges if isinstance(model, QuantizationRanges) else None
+    shipped = model.embedding_ranges if has_quantization_ranges(model) else None
     if shipped is not None:
         return np.array([shipped[0][:dimensions], shipped[1][:dimensions]], dtype=np.float64), "package"
     if normalized:

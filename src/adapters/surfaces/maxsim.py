@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.contracts import Encoded, PromptedEmbedder, TextEmbedder
+from vllm_srun.adapters.contracts import Encoded, TextEmbedder, is_prompted_embedder
 from vllm_srun.adapters.contracts.outputs import TokenOutputRow
 from vllm_srun.adapters.serving.served import TokenBudget
 from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK
@@ -27,7 +27,7 @@ from vllm_srun.domain.rows import RowSpec
 
 
 def _prompt(model: object, kind: str) -> str:
-    has = isinstance(model, PromptedEmbedder) and bool(model.prompts)
+    has = is_prompted_embedder(model) and bool(model.prompts)
     return resolve_prompt(model, kind, None) if has else ""
 
 

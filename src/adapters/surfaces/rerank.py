@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from vllm_srun.adapters.contracts import Encoded, LogitsRow, PairScorer, TextEmbedder
-from vllm_srun.adapters.contracts.outputs import MaxSimScorer
+from vllm_srun.adapters.contracts import Encoded, LogitsRow, PairScorer, is_pair_scorer, is_text_embedder
+from vllm_srun.adapters.contracts.outputs import is_maxsim_scorer
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.encoder import (
@@ -105,7 +105,7 @@ async def rerank(
 
 async def prepare_rerank(served: ServedModel, req: RerankRequest) -> Prepared[RerankResponse]:
     model = served.require_surface("rerank")
-    assert isinstance(model, PairScorer)  # checked when the model loaded
+    assert is_pair_scorer(model)  # checked when the model loaded
     if len(req.documents) > MAX_INPUTS:
         raise RequestTooLarge(f"too many documents: {len(req.documents)} (at most {MAX_INPUTS})")
     options = req.options or RerankOptions()
@@ -115,9 +115,10 @@ async def prepare_rerank(served: ServedModel, req: RerankRequest) -> Prepared[Re
     if req.max_tokens_per_doc is not None and options.overflow is None and options.window is None:
         mode = "truncate"  # the client asked for cut documents
     window = options.window or WindowOptions(tokens=limits.limit(model.max_input_tokens))
-    by_maxsim = isinstance(model, MaxSimScorer) and model.rerank_scoring == "maxsim"
+    by_maxsim = is_maxsim_scorer(scorer := model) and scorer.rerank_scoring == "maxsim"
     if by_maxsim:
-        assert isinstance(model, TextEmbedder)
+        embedder: object = model
+        assert is_text_embedder(embedder)
         if mode == "window":
             raise InvalidRequest(
                 f'overflow "window" ({origin}) needs a cross-encoder: this model reranks by MaxSim; '
@@ -127,7 +128,7 @@ async def prepare_rerank(served: ServedModel, req: RerankRequest) -> Prepared[Re
         if req.max_tokens_per_doc is not None:
             texts = [_cut(model, t, req.max_tokens_per_doc) for t in texts]
         rows = await served.prepare(
-            maxsim_rows, model, req.query, texts, mode == "truncate", served.token_budget(), limits.max_tokens
+            maxsim_rows, embedder, req.query, texts, mode == "truncate", served.token_budget(), limits.max_tokens
         )
         groups: list[list[Encoded]] = []
     else:
