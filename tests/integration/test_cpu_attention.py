@@ -175,3 +175,67 @@ def test_every_reason_not_to_use_it_keeps_per_run_attention_with_one_line(tmp_pa
     ops, card = cpu_ops(torch.float32, lines.append, bad_compiler)
     assert ops is EAGER_OPS and "could not build" in card
     assert [line for line in lines if line.startswith("load: attention per run")], lines
+
+
+class _LayerLoop(VarlenOps):
+    """The same ops with the layer loop in Python (no one-call stack)."""
+
+    def layers(self, x, packed, blocks, linears):  # type: ignore[no-untyped-def]
+        return None
+
+
+class _Counted(VarlenOps):
+    """The ops as shipped, counting the forwards whose layers ran in one call."""
+
+    stacked = 0
+
+    def layers(self, x, packed, blocks, linears):  # type: ignore[no-untyped-def]
+        out = super().layers(x, packed, blocks, linears)
+        self.stacked += out is not None
+        return out
+
+
+def test_the_layer_stack_in_one_call_gives_the_layer_loops_bits(op: VarlenOps, minilm_dir: Path) -> None:
+    """`encoder_layers` runs every layer's kernels in the loop's order, so every row's hidden
+    states are the loop's, bit for bit, whatever the forward; where a layer is not the plain
+    packed shape (eager linears) it declines and the loop runs."""
+    from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
+    from vllm_srun.adapters.models.encoder_arch import eager_linears, hidden_states
+    from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
+    from vllm_srun.adapters.models.tokenization import TextTokenizer
+    from vllm_srun.adapters.models.unpadded import LayerLinears
+    from vllm_srun.domain.kernels import bucket_rows
+
+    if onednn_unsupported("cpu", torch.float32) is not None:
+        pytest.skip("no oneDNN packed linears in this torch build")
+    reference = ReferenceEncoder.from_folder(minilm_dir)
+    tokenizer = TextTokenizer.from_folder(minilm_dir)
+    encoder = PackedEncoder(reference.encoder, reference.head)
+    linears = [LayerLinears(x.qkv, x.attn_out, x.ffn_in, x.ffn_out) for x in encoder.layers]
+    words = [
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "jumps",
+        "over",
+        "a",
+        "lazy",
+        "dog",
+        "while",
+        "seven",
+        "wizards",
+        "quietly",
+        "judge",
+    ]
+    texts = [" ".join(words[: 1 + (i * 5) % len(words)] * (1 + i % 4)) for i in range(12)]
+    loop, counted = _LayerLoop(), _Counted()
+    with torch.inference_mode():
+        for batch in (texts[:1], texts[:5], texts):
+            rows = PackedRows.build(tokenizer.encode(batch, max_length=256), pad_to=bucket_rows)
+            ours = hidden_states(reference.encoder, rows, linears, counted)
+            theirs = hidden_states(reference.encoder, rows, linears, loop)
+            assert torch.equal(ours[: rows.tokens], theirs[: rows.tokens])
+        assert counted.stacked == 3  # every forward above ran its layers in one call
+        x = torch.zeros(rows.rows_total, reference.encoder.blocks[0].attn_norm.weight.shape[0])
+        assert op.layers(x, rows, reference.encoder.blocks, eager_linears(reference.encoder)) is None

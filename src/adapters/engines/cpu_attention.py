@@ -28,12 +28,14 @@ FP32 or a head size without a kernel keep the per-run SDPA, said in one line at 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
 from vllm_srun.adapters.engines.cpp_ops import CppOp
-from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, PackedRows
+from vllm_srun.adapters.engines.cpu_onednn import PackedLinear
+from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, LayerLinears, PackedRows
 
 ENV = "VLLM_SRUN_CPU_ATTENTION"
 OP = CppOp(
@@ -56,6 +58,7 @@ class VarlenOps(ForwardOps):
 
     name = "cpu_varlen"
     norm_card = "residual add + LayerNorm in one pass (C++ op)"
+    layers_card = "every BERT-shaped packed layer in one C++ call (the GIL released once a forward)"
 
     def __init__(self) -> None:
         self._dims: dict[int, bool] = {}
@@ -87,6 +90,63 @@ class VarlenOps(ForwardOps):
         ):
             return super().add_norm(delta, residual, norm)
         return torch.ops.srun_cpu.add_layer_norm_(delta, residual, weight, bias, norm.eps)
+
+    def layers(
+        self, x: torch.Tensor, packed: PackedRows, blocks: Sequence[Any], linears: Sequence[LayerLinears]
+    ) -> torch.Tensor | None:
+        """Every layer in one call of the C++ op (`encoder_layers`: the same kernels in the same
+        order as the layer loop, so the same bits), which releases the GIL once for the whole stack
+        instead of at every op; None where a layer is not the plain BERT shape it runs."""
+        params = self._layer_params(x, blocks, linears)
+        if params is None:
+            return None
+        tensors, eps, attr, algorithm, heads, dim = params
+        return torch.ops.srun_cpu.encoder_layers(
+            x, packed.starts, packed.lengths, tensors, heads, dim**-0.5, eps, attr, algorithm
+        )
+
+    def _layer_params(
+        self, x: torch.Tensor, blocks: Sequence[Any], linears: Sequence[LayerLinears]
+    ) -> tuple[list[torch.Tensor], list[float], str, str, int, int] | None:
+        if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2 or not blocks:
+            return None
+        tensors: list[torch.Tensor] = []
+        eps: list[float] = []
+        ffn = {
+            (lin.ffn_in_act.attr, lin.ffn_in_act.algorithm)
+            for lin in linears
+            if isinstance(lin.ffn_in_act, PackedLinear)
+        }
+        heads = {block.heads for block in blocks}
+        if len(ffn) != 1 or len(heads) != 1 or len(blocks) != len(linears):
+            return None
+        (attr, algorithm), (head_count,) = ffn.pop(), heads
+        dim = x.shape[1] // head_count
+        if not self.supports(dim):
+            return None
+        for block, lin in zip(blocks, linears):
+            q, o, f_in, f_out = lin.qkv, lin.attn_out, lin.ffn_in_act, lin.ffn_out
+            if not (
+                isinstance(q, PackedLinear)
+                and isinstance(o, PackedLinear)
+                and isinstance(f_in, PackedLinear)
+                and isinstance(f_out, PackedLinear)
+            ):
+                return None
+            if any(p.after is not None or p.bias is None for p in (q, o, f_in, f_out)):
+                return None
+            if any(p.attr != "none" for p in (q, o, f_out)):
+                return None
+            first, second = block.attn_norm, block.ffn_norm
+            if not all(
+                isinstance(n, torch.nn.LayerNorm) and n.weight is not None and n.bias is not None
+                for n in (first, second)
+            ):
+                return None
+            tensors += [q.weight, q.bias, o.weight, o.bias, first.weight, first.bias]
+            tensors += [f_in.weight, f_in.bias, f_out.weight, f_out.bias, second.weight, second.bias]
+            eps += [float(first.eps), float(second.eps)]
+        return tensors, eps, attr, algorithm, head_count, dim
 
 
 def cpu_ops(dtype: torch.dtype, progress: Progress, env: Mapping[str, str] = os.environ) -> tuple[ForwardOps, str]:

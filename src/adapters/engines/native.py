@@ -167,6 +167,7 @@ def native_encoder(
     kernels: dict[str, Any] = {
         "attention": attention,
         "add_norm": ops.norm_card,
+        "layers": ops.layers_card if getattr(reference.encoder, "asks_for_layers", False) else EAGER_OPS.layers_card,
         "linear": "onednn_packed",
         "dtype": str(dtype).removeprefix("torch."),
         "fused_activation": packed.fused_activation,

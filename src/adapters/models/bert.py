@@ -144,6 +144,8 @@ class BertLayer(PostNormBlock):
 class BertEncoder(nn.Module):
     """Embeddings + the transformer blocks; `forward` returns the last hidden state [B, T, H]."""
 
+    asks_for_layers = True  # `packed_forward` runs the layers through `ForwardOps.layers` where it can
+
     def __init__(self, cfg: BertConfig) -> None:
         super().__init__()
         self.config = cfg
@@ -182,6 +184,9 @@ class BertEncoder(nn.Module):
         else:
             x = x + emb.token_type_embeddings(packed.types)
         x = emb.LayerNorm(x)
+        stacked = ops.layers(x, packed, self.blocks, linears)  # one call where the ops have it
+        if stacked is not None:
+            return stacked
         for layer, lin in zip(self.blocks, linears):
             attended = ops.attention(lin.qkv(x), packed, layer.heads)
             x = ops.add_norm(lin.attn_out(attended), x, layer.attn_norm)

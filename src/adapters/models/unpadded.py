@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -121,6 +122,7 @@ class ForwardOps:
 
     name = "eager"
     norm_card = "torch add, then LayerNorm"  # what the card says of `add_norm`
+    layers_card = "a Python loop over the layers"  # what the card says of `layers`
 
     def attention(self, qkv: torch.Tensor, packed: PackedRows, heads: int) -> torch.Tensor:
         """[N, 3·H] → [N, H]: each row attends to its own tokens only."""
@@ -138,6 +140,13 @@ class ForwardOps:
         """NORM(DELTA + RESIDUAL). DELTA is a fresh result (a linear's output) that the forward never
         reads again: a subclass may write the answer over it."""
         return norm(delta + residual)
+
+    def layers(
+        self, x: torch.Tensor, packed: PackedRows, blocks: Sequence[Any], linears: Sequence[LayerLinears]
+    ) -> torch.Tensor | None:
+        """Every layer of a BERT-like encoder at once, or None: the caller runs its layer loop (the
+        eager ops have no such call)."""
+        return None
 
 
 EAGER_OPS = ForwardOps()

@@ -12,6 +12,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #if defined(__AVX512F__)
@@ -328,7 +329,54 @@ at::Tensor add_layer_norm_(at::Tensor& delta, const at::Tensor& residual, const 
   return delta;
 }
 
+// Every layer of a BERT-like encoder in one call: per layer the packed qkv linear, the one-call
+// attention, the output linear, residual add + LayerNorm, the feed-forward linears (the first with
+// its fused activation) and add + LayerNorm again -- the same kernels, in the same order, as the
+// Python loop (`bert.py` `packed_forward`), so the same bits. Called from Python it releases the
+// GIL once for the whole stack instead of at every op: beside a busy event loop each reacquire
+// waited up to a switch interval (about 240 of them a forward). PARAMS holds 12 tensors a layer:
+// qkv weight/bias, output weight/bias, first norm weight/bias, ffn-in weight/bias, ffn-out
+// weight/bias, second norm weight/bias (weights as `_reorder_linear_weight` packed them).
+at::Tensor encoder_layers(const at::Tensor& x_in, const at::Tensor& starts, const at::Tensor& lengths,
+                          const std::vector<at::Tensor>& params, int64_t heads, double scale,
+                          const std::vector<double>& eps, c10::string_view ffn_attr,
+                          c10::string_view ffn_algorithm) {
+  TORCH_CHECK(params.size() % 12 == 0, "encoder_layers: 12 tensors a layer, got ", params.size());
+  const size_t layers = params.size() / 12;
+  TORCH_CHECK(eps.size() == 2 * layers, "encoder_layers: two norms' eps a layer");
+  static const auto linear = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  auto run_linear = [&](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, c10::string_view attr,
+                        c10::string_view algorithm) {
+    torch::jit::Stack stack;
+    stack.reserve(6);
+    stack.emplace_back(x);
+    stack.emplace_back(w);
+    stack.emplace_back(b);
+    stack.emplace_back(std::string(attr));
+    stack.emplace_back(c10::List<std::optional<c10::Scalar>>());
+    stack.emplace_back(std::string(algorithm));
+    linear.callBoxed(&stack);
+    return stack[0].toTensor();
+  };
+  at::Tensor x = x_in;
+  for (size_t i = 0; i < layers; ++i) {
+    const at::Tensor* p = params.data() + 12 * i;
+    at::Tensor qkv = run_linear(x, p[0], p[1], "none", "").contiguous();
+    at::Tensor attended = varlen_attention(qkv, starts, lengths, heads, scale);
+    at::Tensor delta = run_linear(attended, p[2], p[3], "none", "");
+    x = add_layer_norm_(delta, x, p[4], p[5], eps[2 * i]);
+    at::Tensor inner = run_linear(x, p[6], p[7], ffn_attr, ffn_algorithm);
+    at::Tensor out = run_linear(inner, p[8], p[9], "none", "");
+    x = add_layer_norm_(out, x, p[10], p[11], eps[2 * i + 1]);
+  }
+  return x;
+}
+
 TORCH_LIBRARY(srun_cpu, m) {
+  m.def(
+      "encoder_layers(Tensor x, Tensor starts, Tensor lengths, Tensor[] params, int heads, float scale, "
+      "float[] eps, str ffn_attr, str ffn_algorithm) -> Tensor",
+      &encoder_layers);
   m.def("varlen_attention(Tensor qkv, Tensor starts, Tensor lengths, int heads, float scale) -> Tensor",
         &varlen_attention);
   m.def("supports_head_dim(int dim) -> bool", &supports_head_dim);

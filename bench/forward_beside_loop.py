@@ -1,0 +1,108 @@
+"""A CPU forward beside a busy event loop: what the GIL costs it, with the layer loop in Python and
+with every layer in one C++ call (`srun_cpu::encoder_layers`, engines/cpu_attention.py).
+
+A worker's forwards run on device threads of the same process as its event loop. Every torch op
+called from Python releases the GIL and takes it back; while the loop runs Python (parsing and
+answering requests) each take-back waits up to a switch interval (1 ms, `adapters/offload.py`).
+This runs MiniLM's packed forward of `--rows` short texts on one thread, alone and beside a thread
+that only runs Python, for both paths, and prints the medians and ratios measured side by side.
+
+    python bench/forward_beside_loop.py [--rows 5] [--repeats 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _texts import make_texts
+from peers import model_folder
+
+
+def busy(stop: threading.Event) -> None:
+    """Python and nothing else, like an event loop parsing requests, until STOP."""
+    count = 0
+    while not stop.is_set():
+        for i in range(1000):
+            count += i
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=5, help="short texts per forward (default: %(default)d)")
+    ap.add_argument("--repeats", type=int, default=30, help="forwards timed per case (default: %(default)d)")
+    args = ap.parse_args()
+
+    import torch
+
+    from vllm_srun.adapters.engines.cpu_attention import cpu_ops
+    from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder
+    from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
+    from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
+    from vllm_srun.adapters.models.tokenization import TextTokenizer
+    from vllm_srun.adapters.models.unpadded import ForwardOps
+    from vllm_srun.domain.kernels import KernelPlan
+
+    sys.setswitchinterval(0.001)  # the worker's (adapters/offload.py)
+    torch.set_num_threads(1)
+    folder = model_folder()
+    reference, tokenizer = ReferenceEncoder.from_folder(folder), TextTokenizer.from_folder(folder)
+    packed = PackedEncoder(reference.encoder, reference.head)
+    packed.warm(512)
+    ops, attention = cpu_ops(torch.float32, print)
+
+    class LayerLoop(type(ops)):  # type: ignore[misc]
+        layers = ForwardOps.layers  # the loop in Python
+
+    paths = {
+        "layer loop": NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=LayerLoop()),
+        "one call": NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=ops),
+    }
+    batch = tokenizer.encode(make_texts("short", args.rows, 1), 256, True)
+    medians: dict[tuple[str, str], float] = {}
+
+    def timed(path: str, case: str) -> threading.Thread:
+        def run() -> None:
+            torch.set_num_threads(1)
+            for _ in range(5):
+                paths[path].embed(batch)
+            spent = []
+            for _ in range(args.repeats):
+                start = time.perf_counter()
+                paths[path].embed(batch)
+                spent.append(time.perf_counter() - start)
+            medians[path, case] = statistics.median(spent) * 1000
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    for path in paths:
+        timed(path, "alone").join()
+        stop = threading.Event()
+
+        forward = timed(path, "beside")
+        spinner = threading.Thread(target=busy, args=(stop,))
+        spinner.start()
+        forward.join()
+        stop.set()
+        spinner.join()
+    print(f"# MiniLM, {args.rows} short texts a forward, 1 thread, switch interval 1 ms; attention: {attention}")
+    for path in paths:
+        alone, beside = medians[path, "alone"], medians[path, "beside"]
+        print(
+            f"{path:10s} alone {alone:7.1f} ms   beside a busy Python thread {beside:7.1f} ms   ({beside / alone:.2f}x)"
+        )
+    loop, one = medians["layer loop", "beside"], medians["one call", "beside"]
+    print(f"beside the busy thread, layer loop ÷ one call: {loop / one:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
