@@ -237,5 +237,10 @@ def test_the_layer_stack_in_one_call_gives_the_layer_loops_bits(op: VarlenOps, m
             theirs = hidden_states(reference.encoder, rows, linears, loop)
             assert torch.equal(ours[: rows.tokens], theirs[: rows.tokens])
         assert counted.stacked == 3  # every forward above ran its layers in one call
+        ragged = PackedRows.build(tokenizer.encode(texts[:5], max_length=256))  # rows not padded to a bucket
+        assert ragged.rows_total != bucket_rows(ragged.rows_total)
+        ours = hidden_states(reference.encoder, ragged, linears, counted)
+        assert counted.stacked == 3  # declined: the loop's linears pad each call to a bucket instead
+        assert torch.equal(ours, hidden_states(reference.encoder, ragged, linears, loop))
         x = torch.zeros(rows.rows_total, reference.encoder.blocks[0].attn_norm.weight.shape[0])
         assert op.layers(x, rows, reference.encoder.blocks, eager_linears(reference.encoder)) is None

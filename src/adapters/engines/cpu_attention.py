@@ -36,6 +36,7 @@ import torch
 from vllm_srun.adapters.engines.cpp_ops import CppOp
 from vllm_srun.adapters.engines.cpu_onednn import PackedLinear
 from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, LayerLinears, PackedRows
+from vllm_srun.domain.kernels import bucket_rows
 
 ENV = "VLLM_SRUN_CPU_ATTENTION"
 OP = CppOp(
@@ -110,6 +111,8 @@ class VarlenOps(ForwardOps):
     ) -> tuple[list[torch.Tensor], list[float], str, str, int, int] | None:
         if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2 or not blocks:
             return None
+        if bucket_rows(x.shape[0]) != x.shape[0]:
+            return None  # the loop's linears pad to a row bucket first: the op runs only rows padded already
         tensors: list[torch.Tensor] = []
         eps: list[float] = []
         ffn = {
