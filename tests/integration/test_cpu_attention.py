@@ -212,23 +212,7 @@ def test_the_layer_stack_in_one_call_gives_the_layer_loops_bits(op: VarlenOps, m
     tokenizer = TextTokenizer.from_folder(minilm_dir)
     encoder = PackedEncoder(reference.encoder, reference.head)
     linears = [LayerLinears(x.qkv, x.attn_out, x.ffn_in, x.ffn_out) for x in encoder.layers]
-    words = [
-        "the",
-        "quick",
-        "brown",
-        "fox",
-        "jumps",
-        "over",
-        "a",
-        "lazy",
-        "dog",
-        "while",
-        "seven",
-        "wizards",
-        "quietly",
-        "judge",
-    ]
-    texts = [" ".join(words[: 1 + (i * 5) % len(words)] * (1 + i % 4)) for i in range(12)]
+    texts = [f"row {i} says " + "more words " * ((i * 7) % 40) for i in range(12)]  # 4 to 84 tokens
     loop, counted = _LayerLoop(), _Counted()
     with torch.inference_mode():
         for batch in (texts[:1], texts[:5], texts):
