@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 import torch
 
+from vllm_srun.adapters.engines.cpu_attention import VarlenOps, cpu_ops
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
 from vllm_srun.adapters.models.pooling import PoolingConfig
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
-from vllm_srun.domain.kernels import KernelPlan
+from vllm_srun.domain.kernels import KernelPlan, bucket_rows
 
 transformers = pytest.importorskip("transformers")
 
@@ -115,6 +116,9 @@ def serving_engines(encoder: Any, head: Any) -> dict[str, NativeEncoder]:
         packed = NativeEncoder(reference, PackedEncoder(encoder, head), KernelPlan(FORCED_UP_TO))
         assert packed.packed is not None and packed.determinism == "batch_invariant"  # every forward on the copies
         engines["unpadded-onednn"] = packed
+        ops, _ = cpu_ops(torch.float32, lambda _line: None)
+        if isinstance(ops, VarlenOps):  # the C++ ops built here: the one-call forward where it runs this model
+            engines["unpadded-onednn-cpp"] = NativeEncoder(reference, packed.packed, KernelPlan(FORCED_UP_TO), ops=ops)
     return engines
 
 
@@ -161,6 +165,18 @@ def check_every_path(encoder: Any, head: Any, hf: Any, rows: Sequence[Encoded], 
     check_padded_hidden(encoder, hf, rows, pad)
     check_embeddings(encoder, head, hf, rows)
     check_logits(encoder, head, hf, rows, pad)
+
+
+def check_one_call_forward(encoder: Any, head: Any, hf: Any, rows: Sequence[Encoded], pad: int) -> None:
+    """Where this machine builds the C++ ops: they run ENCODER's whole forward in one call
+    (`srun_cpu::encode`, asserted), and every path's answers match transformers'."""
+    engines = serving_engines(encoder, head)
+    if "unpadded-onednn-cpp" not in engines:
+        pytest.skip("no C++ compiler or no oneDNN packed linears here")
+    cpp = engines["unpadded-onednn-cpp"]
+    total = bucket_rows(sum(len(r.ids) for r in rows))
+    assert cpp.ops.encode(encoder, cpp.packed_linears, rows, total, "mean", False) is not None  # it runs here
+    check_every_path(encoder, head, hf, rows, pad)
 
 
 def check_loads_the_same(loader: Loader, base: Path, other: Path, rows: Sequence[Encoded], pad: int) -> tuple[Any, Any]:

@@ -228,3 +228,120 @@ def test_the_layer_stack_in_one_call_gives_the_layer_loops_bits(op: VarlenOps, m
         assert torch.equal(ours, hidden_states(reference.encoder, ragged, linears, loop))
         x = torch.zeros(rows.rows_total, reference.encoder.blocks[0].attn_norm.weight.shape[0])
         assert op.layers(x, rows, reference.encoder.blocks, eager_linears(reference.encoder)) is None
+
+
+@pytest.fixture(scope="module")
+def minilm_packed(minilm_dir: Path):  # type: ignore[no-untyped-def]
+    """MiniLM's reference modules, its tokenizer and its oneDNN packed block linears."""
+    from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
+    from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
+    from vllm_srun.adapters.models.tokenization import TextTokenizer
+    from vllm_srun.adapters.models.unpadded import LayerLinears
+
+    if onednn_unsupported("cpu", torch.float32) is not None:
+        pytest.skip("no oneDNN packed linears in this torch build")
+    reference = ReferenceEncoder.from_folder(minilm_dir)
+    packed = PackedEncoder(reference.encoder, reference.head)
+    linears = [LayerLinears(x.qkv, x.attn_out, x.ffn_in, x.ffn_out) for x in packed.layers]
+    return reference, TextTokenizer.from_folder(minilm_dir), packed, linears
+
+
+def test_the_whole_forward_in_one_call_gives_the_loops_rows(op: VarlenOps, minilm_packed) -> None:  # type: ignore[no-untyped-def]
+    """`srun_cpu::encode` (embeddings, `encoder_layers`, pooling, rows in the caller's order): each
+    row's hidden states are the Python path's bits (PackedRows, the embeddings in torch, the layer
+    loop), single texts and pairs (token types) alike; its cls rows are those bits, its means are the
+    torch means to rounding, normalized when asked, and a row's answer is the same alone or in a crowd."""
+    import torch.nn.functional as F
+
+    from vllm_srun.adapters.models.encoder_arch import hidden_states
+    from vllm_srun.domain.kernels import bucket_rows
+
+    reference, tokenizer, _, linears = minilm_packed
+    encoder = reference.encoder
+    texts = [f"entry {i} reads " + "further words " * ((i * 5) % 30) for i in range(12)]
+    pairs = tokenizer.encode_pairs([(t, f"a second part {i}") for i, t in enumerate(texts[:6])], max_length=256)
+    with torch.inference_mode():
+        for batch in (
+            tokenizer.encode(texts[:1], 256),
+            tokenizer.encode(texts[:5], 256),
+            tokenizer.encode(texts, 256),
+            pairs,
+        ):
+            tokens = sum(len(r.ids) for r in batch)
+            total = bucket_rows(tokens)
+            rows = PackedRows.build(batch, pad_to=bucket_rows)
+            assert (rows.types is not None) == (batch is pairs)
+            want = hidden_states(encoder, rows, linears, _LayerLoop())
+            got = op.encode(encoder, linears, batch, total, "none", False)
+            assert got is not None and got.shape == (total, want.shape[1])
+            starts = [0]
+            for row in batch[:-1]:
+                starts.append(starts[-1] + len(row.ids))
+            for i, row in enumerate(batch):  # the caller's row i sits at sorted position rows.inverse[i]
+                first = int(rows.starts[rows.inverse[i]])
+                theirs = want[first : first + len(row.ids)]
+                assert torch.equal(got[starts[i] : starts[i] + len(row.ids)], theirs), i
+            cls = op.encode(encoder, linears, batch, total, "cls", False)
+            assert torch.equal(cls, got[torch.tensor(starts)])
+            mean = op.encode(encoder, linears, batch, total, "mean", False)
+            means = torch.stack([got[s : s + len(r.ids)].mean(0) for s, r in zip(starts, batch)])
+            assert (mean - means).abs().max().item() < 1e-6
+            unit = op.encode(encoder, linears, batch, total, "mean", True)
+            assert (unit - F.normalize(mean, dim=1)).abs().max().item() < 1e-6
+            for i, row in enumerate(batch):
+                alone = op.encode(encoder, linears, [row], bucket_rows(len(row.ids)), "mean", True)
+                assert torch.equal(alone[0], unit[i]), i
+
+
+def test_the_one_call_forward_declines_what_it_does_not_run_and_refuses_bad_rows(op: VarlenOps, minilm_packed) -> None:  # type: ignore[no-untyped-def]
+    from vllm_srun.adapters.models.encoder_arch import eager_linears
+
+    reference, tokenizer, _, linears = minilm_packed
+    encoder = reference.encoder
+    batch = tokenizer.encode(["a short text", "another one, a little longer than that"], 256)
+    assert op.encode(encoder, linears, batch, 16, "mean", False) is not None
+    assert op.encode(encoder, linears, batch, 17, "mean", False) is None  # not a row bucket
+    assert op.encode(encoder, linears, batch, 16, "max", False) is None  # a pooling it does not have
+    assert op.encode(encoder, eager_linears(encoder), batch, 16, "mean", False) is None  # not the packed copies
+    assert op.encode(object(), linears, batch, 16, "mean", False) is None  # not BERT-shaped
+    assert EAGER_OPS.encode(encoder, linears, batch, 16, "mean", False) is None
+    vocab = encoder.config.vocab_size
+    with pytest.raises(RuntimeError, match="outside the vocabulary"):
+        op.encode(encoder, linears, [Encoded([101, vocab, 102], [0, 0, 0], False, 3)], 16, "mean", False)
+    too_long = encoder.config.max_position_embeddings + 1
+    with pytest.raises(RuntimeError, match="positions of this model"):
+        op.encode(encoder, linears, [Encoded([101] * too_long, [0] * too_long, False, too_long)], 1024, "mean", False)
+
+
+def test_the_one_call_forward_takes_no_tensor_from_python() -> None:
+    """The promise behind `encode` (no GIL taken in the call): its arguments are the held weights and
+    plain integers, no tensor a Python object owns (each would be dropped, GIL held, as the op returns)."""
+    schema = torch.ops.srun_cpu.encode.default._schema
+    kinds = [str(arg.type) for arg in schema.arguments]
+    assert kinds[0].endswith("srun_cpu.EncoderWeights") and "Tensor" not in " ".join(kinds), kinds
+
+
+def test_the_engine_serves_embeddings_through_the_one_call_forward(op: VarlenOps, minilm_packed) -> None:  # type: ignore[no-untyped-def]
+    from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
+    from vllm_srun.domain.kernels import KernelPlan
+
+    reference, tokenizer, packed, _ = minilm_packed
+
+    class Counting(VarlenOps):
+        calls = 0
+
+        def encode(self, *args):  # type: ignore[no-untyped-def]
+            out = super().encode(*args)
+            self.calls += out is not None
+            return out
+
+    class Declining(VarlenOps):
+        def encode(self, *args):  # type: ignore[no-untyped-def]
+            return None
+
+    counting = Counting()
+    ours = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=counting)
+    theirs = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=Declining())
+    batch = tokenizer.encode([f"text number {i} " + "word " * i for i in range(7)], 256)
+    got, want = ours.embed(batch), theirs.embed(batch)
+    assert counting.calls == 1 and got.shape == want.shape and abs(got - want).max() < 1e-6

@@ -28,11 +28,13 @@ from tests.integration.encoder_parity import (
     check_embeddings,
     check_every_path,
     check_loads_the_same,
+    check_one_call_forward,
     check_onnx,
     check_padded_hidden,
     hf_model,
     make_rows,
     max_diff,
+    serving_engines,
     write_fixture,
     write_package,
 )
@@ -127,6 +129,17 @@ def test_sinusoidal_table_left_out_is_rebuilt(tmp_path: Path) -> None:
 def test_odd_head_sizes(tmp_path: Path, hidden: int, heads: int) -> None:
     folder = _package(tmp_path / "odd", 2, hidden=hidden, heads=heads, intermediate=40)
     check_every_path(*distilbert.load_distilbert(folder), hf_model(folder, classify=True), _rows(5), PAD)
+
+
+def test_the_one_call_cpu_forward_matches(tmp_path: Path) -> None:
+    """Head size 16: the C++ ops run the whole forward in one call (no token types)."""
+    folder = _package(tmp_path / "wide", 3, seed=9, hidden=64, heads=4, intermediate=96)
+    encoder, head = distilbert.load_distilbert(folder)
+    check_one_call_forward(encoder, head, hf_model(folder, classify=True), _rows(9), PAD)
+    cpp = serving_engines(encoder, head)["unpadded-onednn-cpp"]
+    rows = _rows(9)
+    typed = [Encoded(r.ids, [i % 2] * len(r.ids), r.truncated, r.n_tokens) for i, r in enumerate(rows)]
+    assert np.array_equal(cpp.embed(typed), cpp.embed(rows))  # type ids are not DistilBERT's: ignored
 
 
 def test_bfloat16_is_close_to_fp32(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from tests.integration.encoder_parity import (
     check_embeddings,
     check_every_path,
     check_loads_the_same,
+    check_one_call_forward,
     check_onnx,
     check_padded_hidden,
     hf_model,
@@ -140,6 +141,13 @@ def test_unservable_configs_are_refused_in_one_line() -> None:
 def test_odd_head_sizes(tmp_path: Path, hidden: int, heads: int) -> None:
     folder = _package(tmp_path / "odd", "xlm-roberta", 2, hidden=hidden, heads=heads, intermediate=40)
     check_every_path(*load_bert(folder), hf_model(folder, classify=True), _rows(5), PAD)
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_the_one_call_cpu_forward_matches(tmp_path: Path, model_type: str) -> None:
+    """Head size 16: the C++ ops run the whole forward in one call (offset positions included)."""
+    folder = _package(tmp_path / "wide", model_type, 3, seed=9, hidden=64, heads=4, intermediate=96)
+    check_one_call_forward(*load_bert(folder), hf_model(folder, classify=True), _rows(9), PAD)
 
 
 def test_bfloat16_is_close_to_fp32(tmp_path: Path) -> None:

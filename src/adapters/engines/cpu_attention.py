@@ -20,6 +20,13 @@ count): 512 × 384 rows, 1 thread, 0.11-0.13 ms against eager's 0.17-0.21 ms (`x
 keep eager. oneDNN's own fusion of the residual into the linear (`_linear_pointwise.binary` "add")
 was measured slower here: 6.0-7.4 ms against 4.3-5.1 ms for the packed linear then `+`.
 
+`encoder_layers` runs every layer of a BERT-shaped encoder in one call, and `encode` the whole
+forward (the embeddings, those layers, then cls or mean pooling and the L2 norm) for BERT, RoBERTa /
+XLM-RoBERTa and DistilBERT packages on the packed linears. Its arguments are plain integer lists and
+the weights are held by C++ (`EncoderWeights`, built at the first forward): a tensor passed from
+Python would cost a GIL take when the op drops it, and beside a busy event loop each take waits up
+to a switch interval, so the call takes the GIL nowhere (`bench/forward_beside_loop.py`).
+
 The ops are compiled once per machine at load into the kernel cache (`engines/cpp_ops.py`). A
 machine without a C++ compiler, a failed build, `VLLM_SRUN_CPU_ATTENTION=0`, a dtype other than
 FP32 or a head size without a kernel keep the per-run SDPA, said in one line at load.
@@ -35,7 +42,15 @@ import torch
 
 from vllm_srun.adapters.engines.cpp_ops import CppOp
 from vllm_srun.adapters.engines.cpu_onednn import PackedLinear
-from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, LayerLinears, PackedRows
+from vllm_srun.adapters.models.tokenization import Encoded
+from vllm_srun.adapters.models.unpadded import (
+    EAGER_OPS,
+    POOLINGS,
+    EmbeddingTables,
+    ForwardOps,
+    LayerLinears,
+    PackedRows,
+)
 from vllm_srun.domain.kernels import bucket_rows
 
 ENV = "VLLM_SRUN_CPU_ATTENTION"
@@ -59,10 +74,13 @@ class VarlenOps(ForwardOps):
 
     name = "cpu_varlen"
     norm_card = "residual add + LayerNorm in one pass (C++ op)"
-    layers_card = "every BERT-shaped packed layer in one C++ call (the GIL released once a forward)"
+    layers_card = (
+        "every BERT-shaped packed layer in one C++ call, with the embeddings and the pooling (no GIL taken in it)"
+    )
 
     def __init__(self) -> None:
         self._dims: dict[int, bool] = {}
+        self._held: dict[tuple[int, int], tuple[Any, Any, tuple[Any, bool] | None]] = {}  # `_weights`
 
     def supports(self, head_dim: int) -> bool:
         if head_dim not in self._dims:
@@ -98,7 +116,11 @@ class VarlenOps(ForwardOps):
         """Every layer in one call of the C++ op (`encoder_layers`: the same kernels in the same
         order as the layer loop, so the same bits), which releases the GIL once for the whole stack
         instead of at every op; None where a layer is not the plain BERT shape it runs."""
-        params = self._layer_params(x, blocks, linears)
+        if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2:
+            return None
+        if bucket_rows(x.shape[0]) != x.shape[0]:
+            return None  # the loop's linears pad to a row bucket first: the op runs only rows padded already
+        params = _layer_params(blocks, linears, x.shape[1], self.supports)
         if params is None:
             return None
         tensors, eps, attr, algorithm, heads, dim = params
@@ -106,50 +128,116 @@ class VarlenOps(ForwardOps):
             x, packed.starts, packed.lengths, tensors, heads, dim**-0.5, eps, attr, algorithm
         )
 
-    def _layer_params(
-        self, x: torch.Tensor, blocks: Sequence[Any], linears: Sequence[LayerLinears]
-    ) -> tuple[list[torch.Tensor], list[float], str, str, int, int] | None:
-        if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2 or not blocks:
+    def encode(
+        self,
+        encoder: Any,
+        linears: Sequence[LayerLinears],
+        batch: Sequence[Encoded],
+        rows_total: int,
+        pooling: str,
+        normalize: bool,
+    ) -> torch.Tensor | None:
+        """The whole forward in one call of `srun_cpu::encode`: embeddings, `encoder_layers`, pooling.
+        Its arguments are plain integer lists and the weights are held by C++ (`EncoderWeights`, built
+        once per encoder and linears), so the call takes the GIL nowhere: each tensor argument from
+        Python costs a GIL take when the op drops it (measured: a short forward's layers 25 ms alone,
+        57 ms beside a busy Python thread with the weights passed as arguments). None where the
+        encoder is not BERT-shaped (`embedding_tables`), a layer is not the plain packed shape, or
+        ROWS_TOTAL is not a row bucket (the linears' own bits are probed on buckets)."""
+        if pooling not in POOLINGS or bucket_rows(rows_total) != rows_total:
             return None
-        if bucket_rows(x.shape[0]) != x.shape[0]:
-            return None  # the loop's linears pad to a row bucket first: the op runs only rows padded already
-        tensors: list[torch.Tensor] = []
-        eps: list[float] = []
-        ffn = {
-            (lin.ffn_in_act.attr, lin.ffn_in_act.algorithm)
-            for lin in linears
-            if isinstance(lin.ffn_in_act, PackedLinear)
-        }
-        heads = {block.heads for block in blocks}
-        if len(ffn) != 1 or len(heads) != 1 or len(blocks) != len(linears):
+        held = self._weights(encoder, linears)
+        if held is None:
             return None
-        (attr, algorithm), (head_count,) = ffn.pop(), heads
-        dim = x.shape[1] // head_count
-        if not self.supports(dim):
+        weights, typed = held
+        ids = [token for row in batch for token in row.ids]
+        types = [t for row in batch for t in row.type_ids] if typed and any(any(r.type_ids) for r in batch) else []
+        lengths = [len(row.ids) for row in batch]
+        return torch.ops.srun_cpu.encode(weights, ids, lengths, types, rows_total, POOLINGS.index(pooling), normalize)
+
+    def _weights(self, encoder: Any, linears: Sequence[LayerLinears]) -> tuple[Any, bool] | None:
+        """ENCODER's `EncoderWeights` with these LINEARS and whether it reads token types (None where
+        the op cannot run them), built at the first forward and kept: the entry holds both, so their
+        ids stay theirs."""
+        key = (id(encoder), id(linears))
+        entry = self._held.get(key)
+        if entry is None:
+            entry = (encoder, linears, self._build_weights(encoder, linears))
+            self._held[key] = entry
+        return entry[2]
+
+    def _build_weights(self, encoder: Any, linears: Sequence[LayerLinears]) -> tuple[Any, bool] | None:
+        tables_of = getattr(encoder, "embedding_tables", None)
+        if tables_of is None:
             return None
-        for block, lin in zip(blocks, linears):
-            q, o, f_in, f_out = lin.qkv, lin.attn_out, lin.ffn_in_act, lin.ffn_out
-            if not (
-                isinstance(q, PackedLinear)
-                and isinstance(o, PackedLinear)
-                and isinstance(f_in, PackedLinear)
-                and isinstance(f_out, PackedLinear)
-            ):
-                return None
-            if any(p.after is not None or p.bias is None for p in (q, o, f_in, f_out)):
-                return None
-            if any(p.attr != "none" for p in (q, o, f_out)):
-                return None
-            first, second = block.attn_norm, block.ffn_norm
-            if not all(
-                isinstance(n, torch.nn.LayerNorm) and n.weight is not None and n.bias is not None
-                for n in (first, second)
-            ):
-                return None
-            tensors += [q.weight, q.bias, o.weight, o.bias, first.weight, first.bias]
-            tensors += [f_in.weight, f_in.bias, f_out.weight, f_out.bias, second.weight, second.bias]
-            eps += [float(first.eps), float(second.eps)]
-        return tensors, eps, attr, algorithm, head_count, dim
+        tables: EmbeddingTables = tables_of()
+        norm = tables.norm
+        # no token types: one row of zeros, added as + 0.0 (the same bits as no add)
+        types = tables.type if tables.type is not None else tables.word.new_zeros(1, tables.word.shape[1])
+        embeddings = [tables.word, tables.position, types, norm.weight, norm.bias]
+        if not isinstance(norm, torch.nn.LayerNorm) or any(
+            t is None or t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() for t in embeddings
+        ):
+            return None
+        params = _layer_params(encoder.blocks, linears, tables.word.shape[1], self.supports)
+        if params is None:
+            return None
+        tensors, eps, attr, algorithm, heads, dim = params
+        weights = torch.classes.srun_cpu.EncoderWeights(
+            [t.detach() for t in embeddings],
+            float(norm.eps),
+            tables.offset,
+            tensors,
+            heads,
+            dim**-0.5,
+            eps,
+            attr,
+            algorithm,
+        )
+        return weights, tables.type is not None
+
+
+def _layer_params(
+    blocks: Sequence[Any], linears: Sequence[LayerLinears], hidden: int, supports: Callable[[int], bool]
+) -> tuple[list[torch.Tensor], list[float], str, str, int, int] | None:
+    """The 12 tensors a layer `encoder_layers` takes, the norms' eps, the first feed-forward linear's
+    fused activation, the head count and size; None where a layer is not the plain packed BERT shape."""
+    if not blocks:
+        return None
+    tensors: list[torch.Tensor] = []
+    eps: list[float] = []
+    ffn = {
+        (lin.ffn_in_act.attr, lin.ffn_in_act.algorithm) for lin in linears if isinstance(lin.ffn_in_act, PackedLinear)
+    }
+    heads = {block.heads for block in blocks}
+    if len(ffn) != 1 or len(heads) != 1 or len(blocks) != len(linears):
+        return None
+    (attr, algorithm), (head_count,) = ffn.pop(), heads
+    dim = hidden // head_count
+    if not supports(dim):
+        return None
+    for block, lin in zip(blocks, linears):
+        q, o, f_in, f_out = lin.qkv, lin.attn_out, lin.ffn_in_act, lin.ffn_out
+        if not (
+            isinstance(q, PackedLinear)
+            and isinstance(o, PackedLinear)
+            and isinstance(f_in, PackedLinear)
+            and isinstance(f_out, PackedLinear)
+        ):
+            return None
+        if any(p.after is not None or p.bias is None for p in (q, o, f_in, f_out)):
+            return None
+        if any(p.attr != "none" for p in (q, o, f_out)):
+            return None
+        first, second = block.attn_norm, block.ffn_norm
+        if not all(
+            isinstance(n, torch.nn.LayerNorm) and n.weight is not None and n.bias is not None for n in (first, second)
+        ):
+            return None
+        tensors += [q.weight, q.bias, o.weight, o.bias, first.weight, first.bias]
+        tensors += [f_in.weight, f_in.bias, f_out.weight, f_out.bias, second.weight, second.bias]
+        eps += [float(first.eps), float(second.eps)]
+    return tensors, eps, attr, algorithm, head_count, dim
 
 
 def cpu_ops(dtype: torch.dtype, progress: Progress, env: Mapping[str, str] = os.environ) -> tuple[ForwardOps, str]:

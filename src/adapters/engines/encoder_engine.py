@@ -18,6 +18,7 @@ from vllm_srun.adapters.contracts import Determinism
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder
 from vllm_srun.adapters.engines.triton_encoder import GpuEncoderKernels
 from vllm_srun.adapters.models.encoder_arch import eager_linears, hidden_states
+from vllm_srun.adapters.models.pooling import finish
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, LayerLinears, PackedRows
 from vllm_srun.adapters.models.unpadded import classify as unpadded_classify
@@ -97,25 +98,53 @@ class NativeEncoder:
             return self.gpu.for_tokens(tokens)
         return self.linears_for(tokens), self.ops
 
-    def _hidden(self, batch: Sequence[Any]) -> tuple[torch.Tensor, PackedRows]:
-        linears, ops = self.kernels_for(sum(len(row.ids) for row in batch))
+    def _kernels(self, batch: Sequence[Any]) -> tuple[int, list[LayerLinears], ForwardOps]:
+        """BATCH's token count, and the linears and ops a forward of that size runs on (`kernels_for`)."""
+        tokens = sum(len(row.ids) for row in batch)
+        return (tokens, *self.kernels_for(tokens))
+
+    def _hidden(
+        self, batch: Sequence[Any], chosen: tuple[int, list[LayerLinears], ForwardOps]
+    ) -> tuple[torch.Tensor, PackedRows]:
+        _, linears, ops = chosen
         # packed linears run on bucketed row counts: the forward is padded once, not per linear
         pad_to = bucket_rows if self._packed_linears and linears is self._packed_linears else None
         rows = PackedRows.build(batch, self.reference.device, pad_to)
         return hidden_states(self.reference.encoder, rows, linears, ops), rows
 
+    def _whole(
+        self, batch: Sequence[Any], chosen: tuple[int, list[LayerLinears], ForwardOps], pooling: str, normalize: bool
+    ) -> torch.Tensor | None:
+        """The whole forward in one call of the ops (`ForwardOps.encode`: on a CPU, C++ that takes the
+        GIL nowhere) where they have one for this encoder on the packed linears; else None."""
+        tokens, linears, ops = chosen
+        if not self._packed_linears or linears is not self._packed_linears:
+            return None
+        return ops.encode(self.reference.encoder, linears, batch, bucket_rows(tokens), pooling, normalize)
+
     def embed(self, batch: Sequence[Any]) -> np.ndarray:
+        cfg = self.reference.pooling
         with torch.inference_mode():
-            hidden, rows = self._hidden(batch)
-            return self.reference.numpy(unpadded_pooled(hidden, rows, self.reference.pooling))
+            chosen = self._kernels(batch)
+            if len(cfg.modes) == 1 and cfg.modes[0] in ("cls", "mean"):
+                whole = self._whole(batch, chosen, cfg.modes[0], cfg.normalize and not cfg.steps)
+                if whole is not None:
+                    return self.reference.numpy(finish(whole, cfg) if cfg.steps else whole)
+            hidden, rows = self._hidden(batch, chosen)
+            return self.reference.numpy(unpadded_pooled(hidden, rows, cfg))
 
     def classify_logits(self, batch: Sequence[Any]) -> np.ndarray:
         reference = self.reference
         if reference.head is None:
             raise ValueError("this model has no sequence-classification head")
         with torch.inference_mode():
-            hidden, rows = self._hidden(batch)
+            chosen = self._kernels(batch)
             packed = self.packed
+            if packed is not None and packed.classifier is not None:
+                first = self._whole(batch, chosen, "cls", False)  # each row's first token, in the caller's order
+                if first is not None:
+                    return reference.numpy(packed.logits(first[:, None, :]))
+            hidden, rows = self._hidden(batch, chosen)
             if packed is not None and not self.plan.use_fast(rows.tokens):
                 packed = None  # eager serves a forward of this size
             if packed is not None and packed.classifier is not None:

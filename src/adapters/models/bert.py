@@ -34,6 +34,7 @@ from vllm_srun.adapters.models.encoder_parts import (
     read_activation,
     take_linear,
 )
+from vllm_srun.adapters.models.unpadded import EmbeddingTables
 from vllm_srun.adapters.models.weights import Weights, WeightsError
 
 if TYPE_CHECKING:
@@ -151,6 +152,17 @@ class BertEncoder(nn.Module):
         self.config = cfg
         self.embeddings = BertEmbeddings(cfg)
         self.layers = nn.ModuleList(BertLayer(cfg) for _ in range(cfg.num_hidden_layers))
+
+    def embedding_tables(self) -> EmbeddingTables:
+        """The embeddings as `ForwardOps.encode` runs them (the same sums, in `packed_forward`'s order)."""
+        emb = self.embeddings
+        return EmbeddingTables(
+            emb.word_embeddings.weight,
+            emb.position_embeddings.weight,
+            emb.token_type_embeddings.weight,
+            emb.LayerNorm,
+            emb.offset,
+        )
 
     @property
     def blocks(self) -> list[BertLayer]:

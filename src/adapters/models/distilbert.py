@@ -40,6 +40,7 @@ from vllm_srun.adapters.models.encoder_parts import (
     read_model_type,
     take_linear,
 )
+from vllm_srun.adapters.models.unpadded import EmbeddingTables
 from vllm_srun.adapters.models.weights import Weights
 
 if TYPE_CHECKING:
@@ -127,6 +128,8 @@ class DistilBertEmbeddings(nn.Module):
 class DistilBertEncoder(nn.Module):
     """Embeddings + the transformer blocks; `forward` returns the last hidden state [B, T, H]."""
 
+    asks_for_layers = True  # `packed_forward` runs the layers through `ForwardOps.layers` where it can
+
     def __init__(self, cfg: DistilBertConfig) -> None:
         super().__init__()
         self.config = cfg
@@ -137,6 +140,11 @@ class DistilBertEncoder(nn.Module):
     @property
     def blocks(self) -> list[BertLayer]:
         return cast("list[BertLayer]", list(self.layers))
+
+    def embedding_tables(self) -> EmbeddingTables:
+        """The embeddings as `ForwardOps.encode` runs them: word + position, no token types."""
+        emb = self.embeddings
+        return EmbeddingTables(emb.word_embeddings.weight, emb.position_embeddings.weight, None, emb.LayerNorm, 0)
 
     def forward(
         self,
@@ -154,6 +162,9 @@ class DistilBertEncoder(nn.Module):
         """The last hidden state of every real token, [N, H], rows in PACKED's sorted order."""
         emb = self.embeddings
         x = emb.LayerNorm(emb.word_embeddings(packed.ids) + emb.position_embeddings.weight[packed.positions])
+        stacked = ops.layers(x, packed, self.blocks, linears)  # one call where the ops have it
+        if stacked is not None:
+            return stacked
         for layer, lin in zip(self.blocks, linears):
             x = ops.add_norm(lin.attn_out(ops.attention(lin.qkv(x), packed, layer.heads)), x, layer.attn_norm)
             x = ops.add_norm(lin.ffn_out(lin.ffn_in_act(x)), x, layer.ffn_norm)

@@ -116,6 +116,22 @@ class PackedRows:
         return sorted_rows.index_select(0, self.inverse)
 
 
+@dataclass(frozen=True, slots=True)
+class EmbeddingTables:
+    """A BERT-shaped encoder's embeddings, for ops that run a whole forward in one call (`ForwardOps.encode`):
+    (word + position) + token type, then NORM; positions start at row OFFSET of the position table.
+    TYPE None: the architecture has no token types (DistilBERT), and the rows' type ids are ignored."""
+
+    word: torch.Tensor
+    position: torch.Tensor
+    type: torch.Tensor | None
+    norm: torch.nn.LayerNorm
+    offset: int
+
+
+POOLINGS = ("none", "cls", "mean")  # what `ForwardOps.encode` may pool: none (the hidden states), cls, mean
+
+
 class ForwardOps:
     """Attention and the residual + norm steps of the unpadded forward, in eager torch: SDPA per run
     of equal-length rows, then `norm(delta + residual)`. GPU kernels subclass it."""
@@ -146,6 +162,22 @@ class ForwardOps:
     ) -> torch.Tensor | None:
         """Every layer of a BERT-like encoder at once, or None: the caller runs its layer loop (the
         eager ops have no such call)."""
+        return None
+
+    def encode(
+        self,
+        encoder: Any,
+        linears: Sequence[LayerLinears],
+        batch: Sequence[Encoded],
+        rows_total: int,
+        pooling: str,
+        normalize: bool,
+    ) -> torch.Tensor | None:
+        """A whole forward of ENCODER (embeddings, every layer, then POOLING, one of `POOLINGS`) in one
+        call, its token rows padded to ROWS_TOTAL: `none` gives the hidden states [ROWS_TOTAL, H] with
+        the rows back to back in BATCH's order, `cls` / `mean` [B, H] (L2-normalized when NORMALIZE).
+        None where the ops have no such call for this encoder: the caller builds `PackedRows` and
+        runs `packed_forward` (the eager ops never have one)."""
         return None
 
 

@@ -12,6 +12,8 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/layer_norm.h>
+#include <torch/custom_class.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -23,6 +25,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -372,7 +376,155 @@ at::Tensor encoder_layers(const at::Tensor& x_in, const at::Tensor& starts, cons
   return x;
 }
 
+namespace {
+
+// A BERT-shaped encoder's weights, held by C++ for the whole forward (`encode`). Tensors that
+// Python also holds carry a PyObject: every time a C++ reference to one is dropped and leaves only
+// Python's, torch decrefs that PyObject, which takes the GIL. Arguments passed from Python are
+// such references, dropped when the op returns, one GIL take each (72 a MiniLM forward through
+// `encoder_layers`, each waiting up to a switch interval beside a busy event loop). Held here they
+// are taken once, at load: a forward's own references never drop the count to Python's alone.
+struct EncoderWeights : torch::CustomClassHolder {
+  // embeddings: word, position and token-type tables, the LayerNorm's weight and bias
+  at::Tensor word, position, type, norm_weight, norm_bias;
+  double norm_eps;
+  int64_t offset;  // the first position's row (RoBERTa numbers positions from pad_token_id + 1)
+  std::vector<at::Tensor> params;  // 12 a layer, as `encoder_layers` takes them
+  int64_t heads;
+  double scale;
+  std::vector<double> eps;
+  std::string ffn_attr, ffn_algorithm;
+
+  EncoderWeights(std::vector<at::Tensor> embeddings, double norm_eps, int64_t offset, std::vector<at::Tensor> params,
+                 int64_t heads, double scale, std::vector<double> eps, std::string ffn_attr,
+                 std::string ffn_algorithm)
+      : norm_eps(norm_eps), offset(offset), params(std::move(params)), heads(heads), scale(scale),
+        eps(std::move(eps)), ffn_attr(std::move(ffn_attr)), ffn_algorithm(std::move(ffn_algorithm)) {
+    TORCH_CHECK(embeddings.size() == 5, "EncoderWeights: word, position, type, norm weight, norm bias");
+    for (const auto& t : embeddings)
+      TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(), "EncoderWeights: contiguous float32 tables");
+    word = embeddings[0];
+    position = embeddings[1];
+    type = embeddings[2];
+    norm_weight = embeddings[3];
+    norm_bias = embeddings[4];
+    const int64_t h = word.size(1);
+    TORCH_CHECK(position.size(1) == h && type.size(1) == h && norm_weight.numel() == h && norm_bias.numel() == h,
+                "EncoderWeights: tables of different widths");
+    TORCH_CHECK(this->params.size() % 12 == 0 && this->eps.size() == this->params.size() / 6,
+                "EncoderWeights: 12 tensors and two eps a layer");
+  }
+};
+
+enum Pooling : int64_t { kNone = 0, kCls = 1, kMean = 2 };
+
+// OUT = V / max(|V|, 1e-12) over H values (F.normalize's), the sum of squares over 16 lanes in a
+// fixed order.
+void normalize_row(float* v, int64_t h) {
+  int64_t c = 0;
+  float squares = 0.0f;
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  for (; c + 16 <= h; c += 16) {
+    const __m512 x = _mm512_loadu_ps(v + c);
+    acc = _mm512_fmadd_ps(x, x, acc);
+  }
+  squares = _mm512_reduce_add_ps(acc);
+#endif
+  for (; c < h; ++c) squares += v[c] * v[c];
+  const float norm = std::max(std::sqrt(squares), 1e-12f);
+  for (c = 0; c < h; ++c) v[c] /= norm;
+}
+
+}  // namespace
+
+// A whole forward of a BERT-shaped encoder in one call: the rows' token ids (IDS, back to back in
+// the caller's order, LENGTHS tokens each; TYPES their token-type ids, or empty for all 0), padded
+// with id 0 at position 0 to ROWS_TOTAL token rows (the linears' row bucket), embedded ((word +
+// position) + type, then LayerNorm: the eager embedding's bits), every layer (`encoder_layers`),
+// then POOLING: kNone returns the hidden states [ROWS_TOTAL, H]; kCls each row's first token and
+// kMean the mean of its tokens, [B, H] in the caller's order, L2-normalized when NORMALIZE. The
+// arguments are plain integers and the weights are held by C++ (`EncoderWeights`), so nothing in
+// the call takes the GIL: a forward runs its whole length beside a busy event loop.
+at::Tensor encode(const c10::intrusive_ptr<EncoderWeights>& w, c10::List<int64_t> ids, c10::List<int64_t> lengths,
+                  c10::List<int64_t> types, int64_t rows_total, int64_t pooling, bool normalize) {
+  const int64_t rows = static_cast<int64_t>(lengths.size());
+  const int64_t tokens = static_cast<int64_t>(ids.size());
+  TORCH_CHECK(rows > 0, "encode: no rows");
+  TORCH_CHECK(types.empty() || static_cast<int64_t>(types.size()) == tokens, "encode: one type id a token, or none");
+  TORCH_CHECK(rows_total >= tokens, "encode: rows_total below the token count");
+  TORCH_CHECK(pooling == kNone || pooling == kCls || pooling == kMean, "encode: unknown pooling ", pooling);
+  const int64_t h = w->word.size(1);
+  const int64_t vocab = w->word.size(0), type_vocab = w->type.size(0);
+  auto starts = at::empty({rows}, at::kLong);
+  auto sizes = at::empty({rows}, at::kLong);
+  std::vector<int64_t> position(static_cast<size_t>(tokens));
+  int64_t* sp = starts.data_ptr<int64_t>();
+  int64_t* lp = sizes.data_ptr<int64_t>();
+  int64_t token = 0, longest = 0;
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t n = lengths.get(b);
+    TORCH_CHECK(n > 0 && token + n <= tokens, "encode: lengths do not add up to the ids");
+    sp[b] = token;
+    lp[b] = n;
+    for (int64_t j = 0; j < n; ++j) position[static_cast<size_t>(token + j)] = j;
+    token += n;
+    longest = std::max(longest, n);
+  }
+  TORCH_CHECK(token == tokens, "encode: lengths do not add up to the ids");
+  TORCH_CHECK(w->offset + longest <= w->position.size(0), "encode: a row of ", longest, " tokens exceeds the ",
+              w->position.size(0) - w->offset, " positions of this model");
+  auto x = at::empty({rows_total, h}, at::kFloat);
+  float* xp = x.data_ptr<float>();
+  const float* word = w->word.data_ptr<float>();
+  const float* pos = w->position.data_ptr<float>();
+  const float* typ = w->type.data_ptr<float>();
+  for (int64_t i = 0; i < rows_total; ++i) {
+    const int64_t id = i < tokens ? ids.get(i) : 0;
+    const int64_t t = i < tokens && !types.empty() ? types.get(i) : 0;
+    TORCH_CHECK(id >= 0 && id < vocab, "encode: token id ", id, " outside the vocabulary of ", vocab);
+    TORCH_CHECK(t >= 0 && t < type_vocab, "encode: token type ", t, " outside the ", type_vocab, " types");
+    const float* wr = word + id * h;
+    const float* pr = pos + (w->offset + (i < tokens ? position[static_cast<size_t>(i)] : 0)) * h;
+    const float* tr = typ + t * h;
+    float* out = xp + i * h;
+    for (int64_t c = 0; c < h; ++c) out[c] = (wr[c] + pr[c]) + tr[c];
+  }
+  x = at::layer_norm(x, {h}, w->norm_weight, w->norm_bias, w->norm_eps);
+  x = encoder_layers(x, starts, sizes, w->params, w->heads, w->scale, w->eps, w->ffn_attr, w->ffn_algorithm);
+  if (pooling == kNone) return x;
+  auto pooled = at::empty({rows, h}, at::kFloat);
+  const float* hp = x.data_ptr<float>();
+  float* po = pooled.data_ptr<float>();
+  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t stop) {
+    for (int64_t b = begin; b < stop; ++b) {
+      float* out = po + b * h;
+      const float* first = hp + sp[b] * h;
+      if (pooling == kCls) {
+        std::memcpy(out, first, sizeof(float) * static_cast<size_t>(h));
+      } else {
+        std::memcpy(out, first, sizeof(float) * static_cast<size_t>(h));
+        for (int64_t j = 1; j < lp[b]; ++j) {
+          const float* row = first + j * h;
+          for (int64_t c = 0; c < h; ++c) out[c] += row[c];
+        }
+        const float count = static_cast<float>(lp[b]);
+        for (int64_t c = 0; c < h; ++c) out[c] /= count;
+      }
+      if (normalize) normalize_row(out, h);
+    }
+  });
+  return pooled;
+}
+
 TORCH_LIBRARY(srun_cpu, m) {
+  m.class_<EncoderWeights>("EncoderWeights")
+      .def(torch::init<std::vector<at::Tensor>, double, int64_t, std::vector<at::Tensor>, int64_t, double,
+                       std::vector<double>, std::string, std::string>());
+  m.def(
+      "encode(__torch__.torch.classes.srun_cpu.EncoderWeights weights, int[] ids, int[] lengths, int[] types, "
+      "int rows_total, int pooling, bool normalize) -> Tensor",
+      &encode);
   m.def(
       "encoder_layers(Tensor x, Tensor starts, Tensor lengths, Tensor[] params, int heads, float scale, "
       "float[] eps, str ffn_attr, str ffn_algorithm) -> Tensor",
