@@ -118,7 +118,7 @@ class NativeEncoder:
         """The whole forward in one call of the ops (`ForwardOps.encode`: on a CPU, C++ that takes the
         GIL nowhere) where they have one for this encoder on the packed linears; else None."""
         tokens, linears, ops = chosen
-        if not self._packed_linears or linears is not self._packed_linears:
+        if linears is not self._packed_linears:
             return None
         return ops.encode(self.reference.encoder, linears, batch, bucket_rows(tokens), pooling, normalize)
 

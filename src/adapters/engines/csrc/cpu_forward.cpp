@@ -500,10 +500,8 @@ at::Tensor encode(const c10::intrusive_ptr<EncoderWeights>& w, c10::List<int64_t
     for (int64_t b = begin; b < stop; ++b) {
       float* out = po + b * h;
       const float* first = hp + sp[b] * h;
-      if (pooling == kCls) {
-        std::memcpy(out, first, sizeof(float) * static_cast<size_t>(h));
-      } else {
-        std::memcpy(out, first, sizeof(float) * static_cast<size_t>(h));
+      std::memcpy(out, first, sizeof(float) * static_cast<size_t>(h));  // cls: the first token
+      if (pooling == kMean) {
         for (int64_t j = 1; j < lp[b]; ++j) {
           const float* row = first + j * h;
           for (int64_t c = 0; c < h; ++c) out[c] += row[c];
