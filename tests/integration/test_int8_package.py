@@ -163,6 +163,55 @@ def test_the_cpp_row_op_and_torch_ops_give_the_same_bits(minilm_int8: Path) -> N
     assert native.embed(rows).tobytes() == fallback.embed(rows).tobytes()
 
 
+def test_the_whole_forward_in_one_call_gives_the_int8_layer_loops_bits(minilm_int8: Path) -> None:
+    """`srun_cpu::encode` on an int8 package's linears (`int8_layers`): each row's hidden states are
+    the Python layer loop's bits on 1 and 2 threads, the engine serves embeddings through it (the card
+    says so), and int8 linears whose row steps are torch ops keep the loop."""
+    from vllm_srun.adapters.engines.cpu_attention import cpu_ops, load_varlen_attention
+    from vllm_srun.adapters.engines.cpu_int8 import ONE_CALL_CARD
+    from vllm_srun.adapters.models.encoder_arch import hidden_states
+    from vllm_srun.adapters.models.unpadded import PackedRows
+    from vllm_srun.domain.kernels import bucket_rows
+
+    if load_varlen_attention(QUIET) is not None or load_int8_kernels(QUIET) is not None:
+        pytest.skip("no C++ ops here: the int8 forward keeps the layer loop")
+    reference = ReferenceEncoder.from_folder(minilm_int8)
+    ops = lambda: cpu_ops(torch.float32, QUIET)  # noqa: E731
+    engine = int8_encoder(reference, CpuDevice(), QUIET, cpu_ops=ops)
+    assert engine.kernels["layers"] == ONE_CALL_CARD
+    tokenizer = TextTokenizer.from_folder(minilm_int8)
+    texts = [f"entry {i} reads " + "further words " * ((i * 5) % 30) for i in range(12)]
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            for batch in (tokenizer.encode(texts[:1]), tokenizer.encode(texts[:5]), tokenizer.encode(texts)):
+                tokens = sum(len(r.ids) for r in batch)
+                rows = PackedRows.build(batch, reference.device, None)
+                with torch.inference_mode():
+                    want = hidden_states(reference.encoder, rows, engine.int8, engine.ops)  # the layer loop
+                    got = engine.ops.encode(reference.encoder, engine.int8, batch, bucket_rows(tokens), "none", False)
+                assert got is not None and got.shape[0] == bucket_rows(tokens)
+                start = 0
+                for i, row in enumerate(batch):
+                    first = int(rows.starts[rows.inverse[i]])
+                    mine = got[start : start + len(row.ids)]
+                    assert torch.equal(mine, want[first : first + len(row.ids)]), (count, i)
+                    start += len(row.ids)
+    finally:
+        torch.set_num_threads(threads)
+    calls = []
+    encode = engine.ops.encode
+    engine.ops.encode = lambda *args: calls.append(1) or encode(*args)  # type: ignore[method-assign]
+    batch = tokenizer.encode(_short_texts(9))
+    got = engine.embed(batch)
+    assert calls == [1]
+    fallback = int8_encoder(reference, CpuDevice(), QUIET, cpu_ops=ops, env={"VLLM_SRUN_INT8_KERNELS": "0"})
+    assert fallback.ops.encode(reference.encoder, fallback.int8, batch, 256, "mean", True) is None
+    assert fallback.kernels["layers"] != ONE_CALL_CARD
+    assert np.abs(got - fallback.embed(batch)).max() < 1e-6  # the same hidden states, pooled in torch there
+
+
 def test_the_golden_check_holds_when_fp32_kernels_round_differently(
     minilm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,7 +22,9 @@ was measured slower here: 6.0-7.4 ms against 4.3-5.1 ms for the packed linear th
 
 `encoder_layers` runs every layer of a BERT-shaped encoder in one call, and `encode` the whole
 forward (the embeddings, those layers, then cls or mean pooling and the L2 norm) for BERT, RoBERTa /
-XLM-RoBERTa and DistilBERT packages on the packed linears. Its arguments are plain integer lists and
+XLM-RoBERTa and DistilBERT packages on the packed linears, or on an int8 package's linears
+(`int8_layers`: `cpu_int8.Int8Linear`'s steps, the int8 row op's and oneDNN's u8 x s8 GEMM called
+from C++, in the layer loop's order). Its arguments are plain integer lists and
 the weights are held by C++ (`EncoderWeights`, built at the first forward): a tensor passed from
 Python would cost a GIL take when the op drops it, and beside a busy event loop each take waits up
 to a switch interval, so the call takes the GIL nowhere (`bench/forward_beside_loop.py`).
@@ -41,7 +43,7 @@ from typing import Any
 import torch
 
 from vllm_srun.adapters.engines.cpp_ops import CppOp
-from vllm_srun.adapters.engines.cpu_onednn import PackedLinear
+from vllm_srun.adapters.engines.cpu_onednn import FUSED_ACTIVATIONS, PackedLinear
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import (
     EAGER_OPS,
@@ -77,6 +79,7 @@ class VarlenOps(ForwardOps):
     layers_card = (
         "every BERT-shaped packed layer in one C++ call, with the embeddings and the pooling (no GIL taken in it)"
     )
+    runs_int8_whole = True
 
     def __init__(self) -> None:
         self._dims: dict[int, bool] = {}
@@ -179,7 +182,12 @@ class VarlenOps(ForwardOps):
             t is None or t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() for t in embeddings
         ):
             return None
-        params = _layer_params(encoder.blocks, linears, tables.word.shape[1], self.supports)
+        hidden = tables.word.shape[1]
+        kind = "packed"
+        params = _layer_params(encoder.blocks, linears, hidden, self.supports)
+        if params is None:
+            kind = "int8"
+            params = _int8_layer_params(encoder.blocks, linears, hidden, self.supports)
         if params is None:
             return None
         tensors, eps, attr, algorithm, heads, dim = params
@@ -187,6 +195,7 @@ class VarlenOps(ForwardOps):
             [t.detach() for t in embeddings],
             float(norm.eps),
             tables.offset,
+            kind,
             tensors,
             heads,
             dim**-0.5,
@@ -236,6 +245,45 @@ def _layer_params(
             return None
         tensors += [q.weight, q.bias, o.weight, o.bias, first.weight, first.bias]
         tensors += [f_in.weight, f_in.bias, f_out.weight, f_out.bias, second.weight, second.bias]
+        eps += [float(first.eps), float(second.eps)]
+    return tensors, eps, attr, algorithm, head_count, dim
+
+
+def _int8_layer_params(
+    blocks: Sequence[Any], linears: Sequence[LayerLinears], hidden: int, supports: Callable[[int], bool]
+) -> tuple[list[torch.Tensor], list[float], str, str, int, int] | None:
+    """`_layer_params` for an int8 package's linears (`cpu_int8.Int8Linear`, with the C++ row steps):
+    24 tensors a layer for `int8_layers`, the first feed-forward linear's activation named as
+    `_linear_pointwise` names it; None where a layer is not the plain BERT shape."""
+    from vllm_srun.adapters.engines.cpu_int8 import Int8Linear
+
+    heads = {block.heads for block in blocks}
+    acts = {(block.hidden_act, block.glu) for block in blocks}
+    if not blocks or len(blocks) != len(linears) or len(heads) != 1 or len(acts) != 1:
+        return None
+    (head_count,), ((act_name, glu),) = heads, acts
+    if glu or act_name not in FUSED_ACTIVATIONS:
+        return None
+    attr, algorithm = FUSED_ACTIVATIONS[act_name]
+    dim = hidden // head_count
+    if not supports(dim):
+        return None
+    tensors: list[torch.Tensor] = []
+    eps: list[float] = []
+    for block, lin in zip(blocks, linears):
+        parts = [p for p in (lin.qkv, lin.attn_out, lin.ffn_in_act, lin.ffn_out) if isinstance(p, Int8Linear)]
+        if len(parts) != 4 or not all(p.steps.native for p in parts):
+            return None
+        q, o, f_in, f_out = parts
+        if q.act is not None or o.act is not None or f_out.act is not None or f_in.act != block.activate:
+            return None
+        first, second = block.attn_norm, block.ffn_norm
+        if not all(
+            isinstance(n, torch.nn.LayerNorm) and n.weight is not None and n.bias is not None for n in (first, second)
+        ):
+            return None
+        held = [[p.weight, p.scale, p.zeros, p.column_sums, p.bias] for p in parts]
+        tensors += [*held[0], *held[1], first.weight, first.bias, *held[2], *held[3], second.weight, second.bias]
         eps += [float(first.eps), float(second.eps)]
     return tensors, eps, attr, algorithm, head_count, dim
 

@@ -16,7 +16,10 @@ One linear, for X [M, in]:
 3. `y = (acc − zero ⊗ Σ_k W[:, k]) × step + bias` (the zero point's share removed as a rank-1
    update), then the activation for the feed-forward's first linear.
 Steps 1 and 3 are one pass each in a C++ op built once per machine (`int8_kernels.py`), else the
-same arithmetic in torch ops (`quantize_tokens`, `finish_rows`): the same bits either way.
+same arithmetic in torch ops (`quantize_tokens`, `finish_rows`): the same bits either way. With the
+C++ op, BERT-shaped packages (BERT, RoBERTa / XLM-RoBERTa, DistilBERT) run their cls and mean
+embeddings whole in one call of `srun_cpu::encode` (`cpu_attention.py`: the same linears, attention
+and norms in the same order as the layer loop, so the same hidden states, and no GIL taken in it).
 Every row's answer depends on its own tokens only (integer accumulation is exact, the rest is
 element by element), whatever the forward holds; the load-time probe still decides `exact`.
 The GEMM's rows are padded to a bucket (`domain.kernels.bucket_rows`, zero rows of uint8) so
@@ -55,6 +58,10 @@ TINY = 1e-30  # the step of an all-zero row (its codes are all 0: the answer is 
 WARM_UP_TO = 64  # GEMM primitives built at load for forwards of up to this many token rows
 Progress = Callable[[str], None]
 CpuOps = Callable[[], tuple[ForwardOps, str]]  # the forward's attention ops, and what the card says of them
+ONE_CALL_CARD = (
+    "the whole forward of cls and mean embeddings in one C++ call (int8 linears inside; no GIL taken in it); "
+    "a Python loop over the layers otherwise"
+)
 ACTIVATIONS_CARD = "dynamic asymmetric per token (uint8, scale and zero point per row, every call)"
 
 
@@ -228,6 +235,10 @@ class Int8Encoder(NativeEncoder):
     def linears_for(self, tokens: int) -> list[LayerLinears]:
         return self.int8
 
+    @property
+    def one_call_linears(self) -> list[LayerLinears]:
+        return self.int8  # `srun_cpu::encode` runs them where the row steps are the C++ op's
+
     def describe(self) -> dict[str, Any]:
         return {"kernels": dict(self.kernels), "quantization": dict(self.quantization)}
 
@@ -269,6 +280,7 @@ def int8_encoder(
     except ValueError as exc:
         raise EngineRefused(f"int8 package: {exc}") from None
     ops, attention = cpu_ops() if cpu_ops is not None else (EAGER_OPS, "sdpa per run of equal-length rows")
+    one_call = steps.native and ops.runs_int8_whole and hasattr(reference.encoder, "embedding_tables")
     kernels = {
         "linear": "int8 (oneDNN u8 x s8 -> s32 GEMM)",
         "weights": "int8, one scale per output channel",
@@ -276,6 +288,7 @@ def int8_encoder(
         "row_steps": steps.name + (f" ({why})" if why else ""),
         "attention": attention,
         "add_norm": ops.norm_card,
+        "layers": ONE_CALL_CARD if one_call else EAGER_OPS.layers_card,
         "reason": f"{QUANT_METHOD} package: its block linears run int8 at every forward size",
     }
     quantization = {

@@ -84,6 +84,11 @@ class NativeEncoder:
         """The block linears of the oneDNN packed copies ([] without them)."""
         return self._packed_linears
 
+    @property
+    def one_call_linears(self) -> list[LayerLinears]:
+        """The block linears a whole forward may run on in one call of the ops (`_whole`)."""
+        return self._packed_linears
+
     def linears_for(self, tokens: int) -> list[LayerLinears]:
         """The block linears a CPU forward of TOKENS token rows runs on: the packed copies where
         the plan chose them, else eager."""
@@ -118,7 +123,7 @@ class NativeEncoder:
         """The whole forward in one call of the ops (`ForwardOps.encode`: on a CPU, C++ that takes the
         GIL nowhere) where they have one for this encoder on the packed linears; else None."""
         tokens, linears, ops = chosen
-        if linears is not self._packed_linears:
+        if not linears or linears is not self.one_call_linears:
             return None
         return ops.encode(self.reference.encoder, linears, batch, bucket_rows(tokens), pooling, normalize)
 

@@ -139,6 +139,7 @@ class ForwardOps:
     name = "eager"
     norm_card = "torch add, then LayerNorm"  # what the card says of `add_norm`
     layers_card = "a Python loop over the layers"  # what the card says of `layers`
+    runs_int8_whole = False  # whether `encode` runs an int8 package's linears too
 
     def attention(self, qkv: torch.Tensor, packed: PackedRows, heads: int) -> torch.Tensor:
         """[N, 3·H] → [N, H]: each row attends to its own tokens only."""

@@ -12,7 +12,10 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/gelu.h>
 #include <ATen/ops/layer_norm.h>
+#include <ATen/ops/relu.h>
+#include <ATen/ops/silu.h>
 #include <torch/custom_class.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -26,6 +29,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -378,6 +382,82 @@ at::Tensor encoder_layers(const at::Tensor& x_in, const at::Tensor& starts, cons
 
 namespace {
 
+// One int8 linear of an int8 package (engines/cpu_int8.py `Int8Linear`, the same ops in the same
+// order, so the same bits): X's rows quantized per token (`srun_int8::quantize_tokens`, the int8
+// row op, loaded before any int8 weights are built), oneDNN's u8 x s8 GEMM on the prepacked
+// weight with its per-channel scales, the zero point's share removed and the step and bias
+// applied (`srun_int8::finish_rows`), then ACT (ALGORITHM: gelu's approximation) in place on the
+// first TOKENS rows: the Python loop activates exactly those, so the elementwise kernel splits its
+// work the same way and gives the same bits on any thread count (the padding rows past TOKENS are
+// never read back into a real row). P holds the prepacked weight, its scales, zero points (int32
+// zeros), column sums and bias. X's row count is already a row bucket, so the GEMM runs on it as it is.
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor* p, int64_t tokens, c10::string_view act,
+                       c10::string_view algorithm) {
+  static const auto quantize =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("srun_int8::quantize_tokens", "")
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, int64_t)>();
+  static const auto finish =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("srun_int8::finish_rows", "")
+          .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  static const auto gemm = c10::Dispatcher::singleton().findSchemaOrThrow("onednn::qlinear_pointwise", "");
+  auto [codes, step, zero] = quantize.call(x.contiguous(), x.size(0));
+  torch::jit::Stack stack;
+  stack.reserve(13);
+  stack.emplace_back(codes);
+  stack.emplace_back(1.0);
+  stack.emplace_back(int64_t{0});
+  stack.emplace_back(p[0]);
+  stack.emplace_back(p[1]);
+  stack.emplace_back(p[2]);
+  stack.emplace_back(c10::IValue());
+  stack.emplace_back(1.0);
+  stack.emplace_back(int64_t{0});
+  stack.emplace_back(at::kFloat);
+  stack.emplace_back(std::string("none"));
+  stack.emplace_back(c10::List<std::optional<c10::Scalar>>());
+  stack.emplace_back(std::string(""));
+  gemm.callBoxed(&stack);
+  at::Tensor acc = stack[0].toTensor();
+  finish.call(acc, zero, step, p[3], p[4]);
+  if (act == "none") return acc;
+  at::Tensor real = acc.narrow(0, 0, tokens);
+  if (act == "gelu") {
+    at::gelu_(real, algorithm);
+  } else if (act == "relu") {
+    at::relu_(real);
+  } else {
+    TORCH_CHECK(act == "swish", "int8 linear: unknown activation ", std::string(act));
+    at::silu_(real);
+  }
+  return acc;
+}
+
+// Every layer of a BERT-shaped int8 package in one call: `encoder_layers`' order with int8
+// linears (the Python loop over `Int8Linear`s, so the same bits). PARAMS holds 24 tensors a
+// layer: qkv (5, as `int8_linear` takes them), output (5), first norm weight/bias, ffn-in (5),
+// ffn-out (5), second norm weight/bias. TOKENS: the real token rows at the top of X.
+at::Tensor int8_layers(const at::Tensor& x_in, int64_t tokens, const at::Tensor& starts, const at::Tensor& lengths,
+                       const std::vector<at::Tensor>& params, int64_t heads, double scale,
+                       const std::vector<double>& eps, c10::string_view ffn_act, c10::string_view ffn_algorithm) {
+  TORCH_CHECK(params.size() % 24 == 0, "int8_layers: 24 tensors a layer, got ", params.size());
+  const size_t layers = params.size() / 24;
+  TORCH_CHECK(eps.size() == 2 * layers, "int8_layers: two norms' eps a layer");
+  at::Tensor x = x_in;
+  for (size_t i = 0; i < layers; ++i) {
+    const at::Tensor* p = params.data() + 24 * i;
+    at::Tensor qkv = int8_linear(x, p, tokens, "none", "");
+    at::Tensor attended = varlen_attention(qkv, starts, lengths, heads, scale);
+    at::Tensor delta = int8_linear(attended, p + 5, tokens, "none", "");
+    x = add_layer_norm_(delta, x, p[10], p[11], eps[2 * i]);
+    at::Tensor inner = int8_linear(x, p + 12, tokens, ffn_act, ffn_algorithm);
+    at::Tensor out = int8_linear(inner, p + 17, tokens, "none", "");
+    x = add_layer_norm_(out, x, p[22], p[23], eps[2 * i + 1]);
+  }
+  return x;
+}
+
 // A BERT-shaped encoder's weights, held by C++ for the whole forward (`encode`). Tensors that
 // Python also holds carry a PyObject: every time a C++ reference to one is dropped and leaves only
 // Python's, torch decrefs that PyObject, which takes the GIL. Arguments passed from Python are
@@ -389,17 +469,20 @@ struct EncoderWeights : torch::CustomClassHolder {
   at::Tensor word, position, type, norm_weight, norm_bias;
   double norm_eps;
   int64_t offset;  // the first position's row (RoBERTa numbers positions from pad_token_id + 1)
-  std::vector<at::Tensor> params;  // 12 a layer, as `encoder_layers` takes them
+  bool int8;  // the layers' linears: packed FP32 (12 tensors a layer, as `encoder_layers` takes them)
+              // or an int8 package's (24 a layer, as `int8_layers` takes them)
+  std::vector<at::Tensor> params;
   int64_t heads;
   double scale;
   std::vector<double> eps;
   std::string ffn_attr, ffn_algorithm;
 
-  EncoderWeights(std::vector<at::Tensor> embeddings, double norm_eps, int64_t offset, std::vector<at::Tensor> params,
-                 int64_t heads, double scale, std::vector<double> eps, std::string ffn_attr,
-                 std::string ffn_algorithm)
-      : norm_eps(norm_eps), offset(offset), params(std::move(params)), heads(heads), scale(scale),
-        eps(std::move(eps)), ffn_attr(std::move(ffn_attr)), ffn_algorithm(std::move(ffn_algorithm)) {
+  EncoderWeights(std::vector<at::Tensor> embeddings, double norm_eps, int64_t offset, std::string linears,
+                 std::vector<at::Tensor> params, int64_t heads, double scale, std::vector<double> eps,
+                 std::string ffn_attr, std::string ffn_algorithm)
+      : norm_eps(norm_eps), offset(offset), int8(linears == "int8"), params(std::move(params)), heads(heads),
+        scale(scale), eps(std::move(eps)), ffn_attr(std::move(ffn_attr)), ffn_algorithm(std::move(ffn_algorithm)) {
+    TORCH_CHECK(linears == "packed" || linears == "int8", "EncoderWeights: linears are 'packed' or 'int8'");
     TORCH_CHECK(embeddings.size() == 5, "EncoderWeights: word, position, type, norm weight, norm bias");
     for (const auto& t : embeddings)
       TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(), "EncoderWeights: contiguous float32 tables");
@@ -411,8 +494,9 @@ struct EncoderWeights : torch::CustomClassHolder {
     const int64_t h = word.size(1);
     TORCH_CHECK(position.size(1) == h && type.size(1) == h && norm_weight.numel() == h && norm_bias.numel() == h,
                 "EncoderWeights: tables of different widths");
-    TORCH_CHECK(this->params.size() % 12 == 0 && this->eps.size() == this->params.size() / 6,
-                "EncoderWeights: 12 tensors and two eps a layer");
+    const size_t per_layer = int8 ? 24 : 12;
+    TORCH_CHECK(this->params.size() % per_layer == 0 && this->eps.size() == 2 * (this->params.size() / per_layer),
+                "EncoderWeights: ", per_layer, " tensors and two eps a layer");
   }
 };
 
@@ -491,7 +575,10 @@ at::Tensor encode(const c10::intrusive_ptr<EncoderWeights>& w, c10::List<int64_t
     for (int64_t c = 0; c < h; ++c) out[c] = (wr[c] + pr[c]) + tr[c];
   }
   x = at::layer_norm(x, {h}, w->norm_weight, w->norm_bias, w->norm_eps);
-  x = encoder_layers(x, starts, sizes, w->params, w->heads, w->scale, w->eps, w->ffn_attr, w->ffn_algorithm);
+  if (w->int8)
+    x = int8_layers(x, tokens, starts, sizes, w->params, w->heads, w->scale, w->eps, w->ffn_attr, w->ffn_algorithm);
+  else
+    x = encoder_layers(x, starts, sizes, w->params, w->heads, w->scale, w->eps, w->ffn_attr, w->ffn_algorithm);
   if (pooling == kNone) return x;
   auto pooled = at::empty({rows, h}, at::kFloat);
   const float* hp = x.data_ptr<float>();
@@ -517,8 +604,8 @@ at::Tensor encode(const c10::intrusive_ptr<EncoderWeights>& w, c10::List<int64_t
 
 TORCH_LIBRARY(srun_cpu, m) {
   m.class_<EncoderWeights>("EncoderWeights")
-      .def(torch::init<std::vector<at::Tensor>, double, int64_t, std::vector<at::Tensor>, int64_t, double,
-                       std::vector<double>, std::string, std::string>());
+      .def(torch::init<std::vector<at::Tensor>, double, int64_t, std::string, std::vector<at::Tensor>, int64_t,
+                       double, std::vector<double>, std::string, std::string>());
   m.def(
       "encode(__torch__.torch.classes.srun_cpu.EncoderWeights weights, int[] ids, int[] lengths, int[] types, "
       "int rows_total, int pooling, bool normalize) -> Tensor",
