@@ -194,3 +194,39 @@ def test_deterministic_rows_are_bit_identical_alone_and_in_a_batch(packages: dic
             together = [r[field] for r in _post(base, path, {"model": name, "input": TEXTS})[key]]
             alone = [_post(base, path, {"model": name, "input": [t]})[key][0][field] for t in TEXTS]
             assert together == alone, name
+
+
+def test_the_one_call_forward_serves_bert_shaped_architectures_like_transformers(packages: dict[str, Path]) -> None:
+    """RoBERTa, XLM-RoBERTa and DistilBERT on the oneDNN packed linears (`VLLM_SRUN_ONEDNN=force`;
+    tiny models otherwise keep eager where it times faster), so their embeddings and the RoBERTa
+    classifiers' first tokens come from one C++ call (`srun_cpu::encode`: these fixtures have heads
+    of 16; DistilBERT's classifier keeps the packed layer loop): the same answers as
+    sentence-transformers and transformers, tokenizer included."""
+    import torch
+    import transformers
+
+    from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
+
+    if load_varlen_attention(lambda _msg: None) is not None:
+        pytest.skip("no C++ ops on this machine: the layer loop serves these")
+    arches = ["roberta", "xlm-roberta", "distilbert"]
+    names = [f"{a}-{k}" for a in arches for k in ("embed", "classify")]
+    env = {"VLLM_SRUN_ONEDNN": "force"}
+    with running_server(*(str(packages[n]) for n in names), env=env, ready_timeout=600) as base:
+        cards = {m["id"]: m for m in httpx.get(f"{base}/v1/models", timeout=30).json()["data"]}
+        for arch in arches:
+            for name in (f"{arch}-embed", f"{arch}-classify"):
+                kernels = cards[name]["kernels"]
+                assert kernels["linear"] == "onednn_packed" and kernels["layers"] == VarlenOps.layers_card, kernels
+            want = _embeddings_reference(packages[f"{arch}-embed"])
+            body = _post(base, "/v1/embeddings", {"model": f"{arch}-embed", "input": TEXTS})
+            got = np.array([d["embedding"] for d in body["data"]], dtype=np.float32)
+            assert float(np.abs(got - want).max()) <= TOL, (arch, float(np.abs(got - want).max()))
+            folder = packages[f"{arch}-classify"]
+            tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+            model = transformers.AutoModelForSequenceClassification.from_pretrained(str(folder)).eval()
+            with torch.inference_mode():
+                probs = [torch.softmax(model(**tok(t, return_tensors="pt")).logits[0], -1).numpy() for t in TEXTS]
+            body = _post(base, "/v1/classify", {"model": f"{arch}-classify", "input": TEXTS})
+            got = np.array([r["probabilities"] for r in body["results"]])
+            assert float(np.abs(got - np.array(probs)).max()) <= TOL, arch

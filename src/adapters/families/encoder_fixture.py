@@ -364,6 +364,11 @@ def _pooling_files(out: Path, hidden: int, mode: str, positions: int, lowercase:
 
 
 DECODER_RERANK_POSITIONS = 1024
+# BERT-shaped architectures whose CPU forward runs whole in one C++ call (`srun_cpu::encode`) for head
+# sizes of whole 512-bit vectors: their fixtures get 2 heads of 16 (not 4 of 8, which keep the layer
+# loop), so the tests that serve them end to end cover that path
+ONE_CALL_FIXTURES = ("roberta_fixture", "distilbert")
+ONE_CALL_HEADS = 2
 POOLING_FLAGS = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
 
 
@@ -390,6 +395,8 @@ def write_arch_package(
 
     module = importlib.import_module(f"vllm_srun.adapters.models.{ARCH_FIXTURES[arch][0]}")
     decoder = ARCH_FIXTURES[arch][0] == "decoder_encoder"
+    if ARCH_FIXTURES[arch][0] in ONE_CALL_FIXTURES:
+        sizes = {"heads": ONE_CALL_HEADS, **sizes}
     if decoder and kind == "rerank":  # the Qwen3-Reranker template alone is about 210 of these tokens
         positions = max(positions, DECODER_RERANK_POSITIONS)
     vocabulary = [*WORDS, *words]
