@@ -345,3 +345,33 @@ def test_the_engine_serves_embeddings_through_the_one_call_forward(op: VarlenOps
     batch = tokenizer.encode([f"text number {i} " + "word " * i for i in range(7)], 256)
     got, want = ours.embed(batch), theirs.embed(batch)
     assert counting.calls == 1 and got.shape == want.shape and abs(got - want).max() < 1e-6
+
+
+def test_every_other_output_takes_its_hidden_states_from_the_one_call_forward(op: VarlenOps, minilm_packed) -> None:  # type: ignore[no-untyped-def]
+    """Poolings other than cls or mean and heads other than the packed BERT classifier read the hidden
+    states: they come from one `encode` call (pooling none, rows passed in the packed rows' sorted
+    order), laid out as the layer loop lays them and with its bits, real tokens and padding alike."""
+    from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
+    from vllm_srun.adapters.models.encoder_arch import hidden_states
+    from vllm_srun.domain.kernels import KernelPlan
+
+    reference, tokenizer, packed, _ = minilm_packed
+
+    class Counting(VarlenOps):
+        poolings: list[str] = []
+
+        def encode(self, *args):  # type: ignore[no-untyped-def]
+            out = super().encode(*args)
+            if out is not None:
+                self.poolings.append(args[4])
+            return out
+
+    counting = Counting()
+    engine = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=counting)
+    batch = tokenizer.encode([f"row {i} says " + "more words " * ((i * 7) % 20) for i in range(9)], 256)
+    with torch.inference_mode():
+        chosen = engine._kernels(batch)
+        hidden, rows = engine._hidden(batch, chosen)
+        want = hidden_states(reference.encoder, rows, chosen[1], _LayerLoop())
+    assert counting.poolings == ["none"]
+    assert hidden.shape == want.shape and rows.rows_total > rows.tokens and torch.equal(hidden, want)

@@ -17,8 +17,8 @@ One linear, for X [M, in]:
    update), then the activation for the feed-forward's first linear.
 Steps 1 and 3 are one pass each in a C++ op built once per machine (`int8_kernels.py`), else the
 same arithmetic in torch ops (`quantize_tokens`, `finish_rows`): the same bits either way. With the
-C++ op, BERT-shaped packages (BERT, RoBERTa / XLM-RoBERTa, DistilBERT) run their cls and mean
-embeddings whole in one call of `srun_cpu::encode` (`cpu_attention.py`: the same linears, attention
+C++ op, BERT-shaped packages (BERT, RoBERTa / XLM-RoBERTa, DistilBERT) run every forward whole in
+one call of `srun_cpu::encode` (cls and mean pooled in it; other outputs read its hidden states) (`cpu_attention.py`: the same linears, attention
 and norms in the same order as the layer loop, so the same hidden states, and no GIL taken in it).
 Every row's answer depends on its own tokens only (integer accumulation is exact, the rest is
 element by element), whatever the forward holds; the load-time probe still decides `exact`.
@@ -59,8 +59,8 @@ WARM_UP_TO = 64  # GEMM primitives built at load for forwards of up to this many
 Progress = Callable[[str], None]
 CpuOps = Callable[[], tuple[ForwardOps, str]]  # the forward's attention ops, and what the card says of them
 ONE_CALL_CARD = (
-    "the whole forward of cls and mean embeddings in one C++ call (int8 linears inside; no GIL taken in it); "
-    "a Python loop over the layers otherwise"
+    "every BERT-shaped layer on its int8 linears in one C++ call, with the embeddings and the pooling "
+    "(no GIL taken in it)"
 )
 ACTIVATIONS_CARD = "dynamic asymmetric per token (uint8, scale and zero point per row, every call)"
 

@@ -115,6 +115,11 @@ class NativeEncoder:
         # packed linears run on bucketed row counts: the forward is padded once, not per linear
         pad_to = bucket_rows if self._packed_linears and linears is self._packed_linears else None
         rows = PackedRows.build(batch, self.reference.device, pad_to)
+        # the hidden states from one call where the ops have it, the rows passed in ROWS' sorted
+        # order so that they come back laid out as ROWS lays them (the same bits as the layer loop)
+        whole = self._whole([batch[i] for i in rows.order], chosen, "none", False)
+        if whole is not None:
+            return whole[: rows.rows_total], rows
         return hidden_states(self.reference.encoder, rows, linears, ops), rows
 
     def _whole(
