@@ -1,13 +1,14 @@
 """A CPU forward beside a busy event loop: what the GIL costs it, with the layer loop in Python, with
-every layer in one C++ call (`srun_cpu::encoder_layers`) and with the whole forward in one C++ call
-(`srun_cpu::encode`: the embeddings, the layers and the pooling, engines/cpu_attention.py).
+every layer in one C++ call (`srun_cpu::encoder_layers`), with the hidden states from one C++ call
+pooled in torch (how outputs other than cls or mean pooling run) and with the whole forward in one
+C++ call (`srun_cpu::encode`: the embeddings, the layers and the pooling, engines/cpu_attention.py).
 
 A worker's forwards run on device threads of the same process as its event loop. Every torch op
 called from Python releases the GIL and takes it back; while the loop runs Python (parsing and
 answering requests) each take-back waits up to a switch interval (1 ms, `adapters/offload.py`).
 A tensor argument passed from Python costs one GIL take too, when the op drops it as it returns.
 This runs MiniLM's packed forward of `--rows` short texts on one thread, alone and beside a thread
-that only runs Python, for the three paths, and prints the medians and ratios measured side by side.
+that only runs Python, for the four paths, and prints the medians and ratios measured side by side.
 
     python bench/forward_beside_loop.py [--rows 5] [--repeats 30]
 """
@@ -65,9 +66,18 @@ def main() -> int:
     class LayerLoop(LayersInOneCall):
         layers = ForwardOps.layers  # the loop in Python
 
+    class HiddenInOneCall(type(ops)):  # type: ignore[misc]
+        """As for an output other than cls or mean pooling: the hidden states from one call, pooled in torch."""
+
+        def encode(self, encoder, linears, batch, rows_total, pooling, normalize):  # type: ignore[no-untyped-def]
+            if pooling != "none":
+                return None
+            return super().encode(encoder, linears, batch, rows_total, pooling, normalize)
+
     paths = {
         "layer loop": NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=LayerLoop()),
         "layers in one call": NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=LayersInOneCall()),
+        "hidden states in one call": NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=HiddenInOneCall()),
         "whole forward in one call": NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=ops),
     }
     batch = tokenizer.encode(make_texts("short", args.rows, 1), 256, True)
@@ -106,7 +116,7 @@ def main() -> int:
             f"{path:26s} alone {alone:7.1f} ms   beside a busy Python thread {beside:7.1f} ms   ({beside / alone:.2f}x)"
         )
     whole = medians["whole forward in one call", "beside"]
-    for path in list(paths)[:2]:
+    for path in list(paths)[:3]:
         print(f"beside the busy thread, {path} ÷ whole forward in one call: {medians[path, 'beside'] / whole:.2f}")
     return 0
 
