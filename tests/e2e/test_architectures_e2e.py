@@ -96,19 +96,23 @@ def test_embeddings_match_sentence_transformers(server: str, packages: dict[str,
         assert float(np.abs(got - want).max()) <= tol, (name, float(np.abs(got - want).max()))
 
 
-@pytest.mark.parametrize("arch", ENCODERS)
-def test_classify_matches_transformers(server: str, packages: dict[str, Path], arch: str) -> None:
+def _classify_reference(folder: Path) -> np.ndarray:
+    """`AutoModelForSequenceClassification`'s softmax on each text, with its own tokenizer."""
     import torch
     import transformers
 
-    folder = packages[f"{arch}-classify"]
     tok = transformers.AutoTokenizer.from_pretrained(str(folder))
     model = transformers.AutoModelForSequenceClassification.from_pretrained(str(folder)).eval()
     with torch.inference_mode():
-        want = [torch.softmax(model(**tok(t, return_tensors="pt")).logits[0], -1).numpy() for t in TEXTS]
+        return np.array([torch.softmax(model(**tok(t, return_tensors="pt")).logits[0], -1).numpy() for t in TEXTS])
+
+
+@pytest.mark.parametrize("arch", ENCODERS)
+def test_classify_matches_transformers(server: str, packages: dict[str, Path], arch: str) -> None:
+    want = _classify_reference(packages[f"{arch}-classify"])
     body = _post(server, "/v1/classify", {"model": f"{arch}-classify", "input": TEXTS})
     got = np.array([r["probabilities"] for r in body["results"]])
-    assert float(np.abs(got - np.array(want)).max()) <= TOL
+    assert float(np.abs(got - want).max()) <= TOL
 
 
 def _decoder_recipe_scores(folder: Path) -> np.ndarray:
@@ -202,9 +206,6 @@ def test_the_one_call_forward_serves_bert_shaped_architectures_like_transformers
     classifiers' first tokens come from one C++ call (`srun_cpu::encode`: these fixtures have heads
     of 16; DistilBERT's classifier keeps the packed layer loop): the same answers as
     sentence-transformers and transformers, tokenizer included."""
-    import torch
-    import transformers
-
     from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
 
     if load_varlen_attention(lambda _msg: None) is not None:
@@ -222,11 +223,7 @@ def test_the_one_call_forward_serves_bert_shaped_architectures_like_transformers
             body = _post(base, "/v1/embeddings", {"model": f"{arch}-embed", "input": TEXTS})
             got = np.array([d["embedding"] for d in body["data"]], dtype=np.float32)
             assert float(np.abs(got - want).max()) <= TOL, (arch, float(np.abs(got - want).max()))
-            folder = packages[f"{arch}-classify"]
-            tok = transformers.AutoTokenizer.from_pretrained(str(folder))
-            model = transformers.AutoModelForSequenceClassification.from_pretrained(str(folder)).eval()
-            with torch.inference_mode():
-                probs = [torch.softmax(model(**tok(t, return_tensors="pt")).logits[0], -1).numpy() for t in TEXTS]
+            want = _classify_reference(packages[f"{arch}-classify"])
             body = _post(base, "/v1/classify", {"model": f"{arch}-classify", "input": TEXTS})
             got = np.array([r["probabilities"] for r in body["results"]])
-            assert float(np.abs(got - np.array(probs)).max()) <= TOL, arch
+            assert float(np.abs(got - want).max()) <= TOL, arch
