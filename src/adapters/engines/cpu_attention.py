@@ -21,14 +21,14 @@ keep eager. oneDNN's own fusion of the residual into the linear (`_linear_pointw
 was measured slower here: 6.0-7.4 ms against 4.3-5.1 ms for the packed linear then `+`.
 
 `encoder_layers` runs every layer of a BERT-shaped encoder in one call, and `encode` the whole
-forward (the embeddings, those layers, then cls or mean pooling and the L2 norm, or the hidden states
-for every other output: `NativeEncoder._hidden`) for BERT, RoBERTa /
-XLM-RoBERTa and DistilBERT packages on the packed linears, or on an int8 package's linears
-(`int8_layers`: `cpu_int8.Int8Linear`'s steps, the int8 row op's and oneDNN's u8 x s8 GEMM called
-from C++, in the layer loop's order). Its arguments are plain integer lists and
-the weights are held by C++ (`EncoderWeights`, built at the first forward): a tensor passed from
-Python would cost a GIL take when the op drops it, and beside a busy event loop each take waits up
-to a switch interval, so the call takes the GIL nowhere (`bench/forward_beside_loop.py`).
+forward (the embeddings, those layers, then cls or mean pooling and the L2 norm, or the hidden
+states every other output reads: `NativeEncoder._hidden`) for BERT, RoBERTa / XLM-RoBERTa and
+DistilBERT packages on the packed linears, or on an int8 package's linears (`int8_layers`:
+`cpu_int8.Int8Linear`'s steps, the int8 row op and oneDNN's u8 x s8 GEMM called from C++, in the
+layer loop's order). Its arguments are plain integer lists and the weights are held by C++
+(`EncoderWeights`, built at the first forward): a tensor passed from Python would cost a GIL take
+when the op drops it, and beside a busy event loop each take waits up to a switch interval, so the
+call takes the GIL nowhere (`bench/forward_beside_loop.py`).
 
 The ops are compiled once per machine at load into the kernel cache (`engines/cpp_ops.py`). A
 machine without a C++ compiler, a failed build, `VLLM_SRUN_CPU_ATTENTION=0`, a dtype other than

@@ -18,8 +18,9 @@ One linear, for X [M, in]:
 Steps 1 and 3 are one pass each in a C++ op built once per machine (`int8_kernels.py`), else the
 same arithmetic in torch ops (`quantize_tokens`, `finish_rows`): the same bits either way. With the
 C++ op, BERT-shaped packages (BERT, RoBERTa / XLM-RoBERTa, DistilBERT) run every forward whole in
-one call of `srun_cpu::encode` (cls and mean pooled in it; other outputs read its hidden states) (`cpu_attention.py`: the same linears, attention
-and norms in the same order as the layer loop, so the same hidden states, and no GIL taken in it).
+one call of `srun_cpu::encode` (`cpu_attention.py`: the same linears, attention and norms in the
+layer loop's order, so the same hidden states, and no GIL taken in it); cls and mean are pooled in
+the call, the other outputs read its hidden states.
 Every row's answer depends on its own tokens only (integer accumulation is exact, the rest is
 element by element), whatever the forward holds; the load-time probe still decides `exact`.
 The GEMM's rows are padded to a bucket (`domain.kernels.bucket_rows`, zero rows of uint8) so
