@@ -80,7 +80,6 @@ class VarlenOps(ForwardOps):
     layers_card = (
         "every BERT-shaped packed layer in one C++ call, with the embeddings and the pooling (no GIL taken in it)"
     )
-    runs_int8_whole = True
 
     def __init__(self) -> None:
         self._dims: dict[int, bool] = {}
@@ -159,6 +158,9 @@ class VarlenOps(ForwardOps):
         lengths = [len(row.ids) for row in batch]
         return torch.ops.srun_cpu.encode(weights, ids, lengths, types, rows_total, POOLINGS.index(pooling), normalize)
 
+    def runs_whole(self, encoder: Any, linears: Sequence[LayerLinears]) -> bool:
+        return self._weights(encoder, linears) is not None
+
     def _weights(self, encoder: Any, linears: Sequence[LayerLinears]) -> tuple[Any, bool] | None:
         """ENCODER's `EncoderWeights` with these LINEARS and whether it reads token types (None where
         the op cannot run them), built at the first forward and kept: the entry holds both, so their
@@ -207,6 +209,14 @@ class VarlenOps(ForwardOps):
         return weights, tables.type is not None
 
 
+def _layer_norms(block: Any) -> tuple[torch.nn.LayerNorm, torch.nn.LayerNorm] | None:
+    """BLOCK's two norms where both are LayerNorms with a weight and a bias (what the C++ layers run)."""
+    first, second = block.attn_norm, block.ffn_norm
+    if all(isinstance(n, torch.nn.LayerNorm) and n.weight is not None and n.bias is not None for n in (first, second)):
+        return first, second
+    return None
+
+
 def _layer_params(
     blocks: Sequence[Any], linears: Sequence[LayerLinears], hidden: int, supports: Callable[[int], bool]
 ) -> tuple[list[torch.Tensor], list[float], str, str, int, int] | None:
@@ -239,11 +249,10 @@ def _layer_params(
             return None
         if any(p.attr != "none" for p in (q, o, f_out)):
             return None
-        first, second = block.attn_norm, block.ffn_norm
-        if not all(
-            isinstance(n, torch.nn.LayerNorm) and n.weight is not None and n.bias is not None for n in (first, second)
-        ):
+        norms = _layer_norms(block)
+        if norms is None:
             return None
+        first, second = norms
         tensors += [q.weight, q.bias, o.weight, o.bias, first.weight, first.bias]
         tensors += [f_in.weight, f_in.bias, f_out.weight, f_out.bias, second.weight, second.bias]
         eps += [float(first.eps), float(second.eps)]
@@ -278,11 +287,10 @@ def _int8_layer_params(
         q, o, f_in, f_out = parts
         if q.act is not None or o.act is not None or f_out.act is not None or f_in.act != block.activate:
             return None
-        first, second = block.attn_norm, block.ffn_norm
-        if not all(
-            isinstance(n, torch.nn.LayerNorm) and n.weight is not None and n.bias is not None for n in (first, second)
-        ):
+        norms = _layer_norms(block)
+        if norms is None:
             return None
+        first, second = norms
         held = [[p.weight, p.scale, p.zeros, p.column_sums, p.bias] for p in parts]
         tensors += [*held[0], *held[1], first.weight, first.bias, *held[2], *held[3], second.weight, second.bias]
         eps += [float(first.eps), float(second.eps)]

@@ -281,7 +281,7 @@ def int8_encoder(
     except ValueError as exc:
         raise EngineRefused(f"int8 package: {exc}") from None
     ops, attention = cpu_ops() if cpu_ops is not None else (EAGER_OPS, "sdpa per run of equal-length rows")
-    one_call = steps.native and ops.runs_int8_whole and hasattr(reference.encoder, "embedding_tables")
+    one_call = ops.runs_whole(reference.encoder, linears)  # built here, not at the first forward
     kernels = {
         "linear": "int8 (oneDNN u8 x s8 -> s32 GEMM)",
         "weights": "int8, one scale per output channel",

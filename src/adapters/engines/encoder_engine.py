@@ -126,7 +126,7 @@ class NativeEncoder:
         self, batch: Sequence[Any], chosen: tuple[int, list[LayerLinears], ForwardOps], pooling: str, normalize: bool
     ) -> torch.Tensor | None:
         """The whole forward in one call of the ops (`ForwardOps.encode`: on a CPU, C++ that takes the
-        GIL nowhere) where they have one for this encoder on the packed linears; else None."""
+        GIL nowhere) where they have one for this encoder on these linears (`one_call_linears`); else None."""
         tokens, linears, ops = chosen
         if not linears or linears is not self.one_call_linears:
             return None

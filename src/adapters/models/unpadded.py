@@ -139,7 +139,6 @@ class ForwardOps:
     name = "eager"
     norm_card = "torch add, then LayerNorm"  # what the card says of `add_norm`
     layers_card = "a Python loop over the layers"  # what the card says of `layers`
-    runs_int8_whole = False  # whether `encode` runs an int8 package's linears too
 
     def attention(self, qkv: torch.Tensor, packed: PackedRows, heads: int) -> torch.Tensor:
         """[N, 3·H] → [N, H]: each row attends to its own tokens only."""
@@ -164,6 +163,10 @@ class ForwardOps:
         """Every layer of a BERT-like encoder at once, or None: the caller runs its layer loop (the
         eager ops have no such call)."""
         return None
+
+    def runs_whole(self, encoder: Any, linears: Sequence[LayerLinears]) -> bool:
+        """Whether `encode` runs ENCODER's forwards on these LINEARS (the eager ops never do)."""
+        return False
 
     def encode(
         self,
