@@ -38,7 +38,7 @@ def _qkv(packed: PackedRows, heads: int, dim: int, extra: int = 0, seed: int = 0
     return torch.randn(packed.tokens + extra, 3 * heads * dim, generator=gen)
 
 
-@pytest.mark.parametrize(("heads", "dim"), [(12, 32), (2, 8), (4, 16), (3, 64), (1, 128)])
+@pytest.mark.parametrize(("heads", "dim"), [(12, 32), (2, 8), (4, 16), (3, 64), (2, 80), (2, 96), (1, 128)])
 def test_every_row_gets_sdpa_answer(op: VarlenOps, heads: int, dim: int) -> None:
     packed = _rows([100, 64, 33, 17, 16, 7, 7, 2, 1])
     qkv = _qkv(packed, heads, dim)

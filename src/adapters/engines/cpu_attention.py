@@ -8,10 +8,13 @@ flash kernel's set-up, and with a head size of 32 the flash kernel's blocking do
 over the forward's OpenMP team (`at::parallel_for`), each computed the same way whatever else the
 forward holds and whichever thread runs it, so a row's answer depends on its own tokens only
 (batch- and thread-count-invariant by construction; the load-time probe still decides `exact`).
-Measured here (1 thread, MiniLM's 12 heads × 32, against the per-run SDPA on the same rows):
-2.2 vs 3.4 ms on mixed rows (180…20 tokens), 4.0 vs 4.4 ms on 250/240/10, 0.4 vs 3.4 ms on 39
-short rows; `bench/packed_forward.py` times whole forwards before and after. Head sizes that are
-not a whole number of 16 floats keep SDPA (8 was 9× slower on this op).
+Each task scores 16 queries at once (32 while two blocks are left): every key's scores for the
+block fill one vector, so the softmax runs down columns with no horizontal sums, and keys are read
+in place. `bench/varlen_attention.py` (1 thread, MiniLM's 12 heads × 32, rows of the three bench
+shapes): 0.84 / 6.7 / 9.8 ms for short / mixed / long rows against 3.8 / 10.5 / 15.2 ms for the
+per-run SDPA, and 0.54 / 0.88 / 0.81 of the previous kernel's time (one query and 16 keys at a
+time, keys transposed); `bench/packed_forward.py` times whole forwards. Head sizes that are not a
+whole number of 16 floats keep SDPA (8 was 9× slower on this op).
 
 `add_norm` (twice per block) adds the residual into the linear's fresh output and normalises each
 row in the same pass, over 16 lanes in a fixed order (a row's bits are its own, on any thread

@@ -6,9 +6,10 @@
 //
 // Each (row, head) is one task, computed the same way whatever else is in the forward and
 // whichever thread runs it: a row's answer depends on its own tokens only (batch-invariant by
-// construction). For each query: scores against a transposed copy of the row's keys (vectorised
-// across keys), a max-subtracted softmax with a polynomial exp, then the weighted sum of values
-// (vectorised across the head's dimensions).
+// construction). For each block of 16 queries (gathered, scaled and transposed): every key's 16
+// scores in one vector (keys read in place, eight at a time), a max-subtracted softmax down the
+// columns with a polynomial exp, then the weighted sum of values (vectorised across the head's
+// dimensions). Every sum runs in a fixed order.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -24,6 +25,7 @@
 #include <immintrin.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -54,34 +56,16 @@ inline float exp_nonpositive(float x) {
   return p * scale;
 }
 
-constexpr int QB = 4;   // queries scored together
-constexpr int KB = 16;  // keys scored together (one 512-bit vector of scores)
+constexpr int QB = 16;  // queries per block: a key's scores for the block fill one 512-bit vector
+constexpr int KG = 8;   // keys scored together (eight independent FMA chains)
 
 struct Scratch {
-  std::vector<float> queries, keys_t, scores;
+  std::vector<float> queries_t, scores;
 };
 
-// S[a][0..KB) = Q[a] · K[j0 + t] for the QB queries of QB (pre-scaled, [QB][D]) and the KB keys
-// at KT (transposed keys, row stride KEYS); S's rows are KEYS apart.
-template <int D>
-inline void score_block(const float* qb, const float* kt, int64_t keys, float* s) {
-#if defined(__AVX512F__)
-  __m512 acc[QB];
-  for (int a = 0; a < QB; ++a) acc[a] = _mm512_setzero_ps();
-  for (int c = 0; c < D; ++c) {
-    const __m512 k = _mm512_loadu_ps(kt + c * keys);
-    for (int a = 0; a < QB; ++a) acc[a] = _mm512_fmadd_ps(_mm512_set1_ps(qb[a * D + c]), k, acc[a]);
-  }
-  for (int a = 0; a < QB; ++a) _mm512_storeu_ps(s + a * keys, acc[a]);
-#else
-  float acc[QB][KB] = {};
-  for (int c = 0; c < D; ++c)
-    for (int a = 0; a < QB; ++a)
-      for (int t = 0; t < KB; ++t) acc[a][t] += qb[a * D + c] * kt[c * keys + t];
-  for (int a = 0; a < QB; ++a)
-    for (int t = 0; t < KB; ++t) s[a * keys + t] = acc[a][t];
-#endif
-}
+// Scores are kept transposed, St[j][a] = Q[a] · K[j] for the block's QB queries: the softmax over a
+// query's keys is then a column of vertical vector ops (no horizontal sums, no scalar tails), and
+// the keys are read in place (a token's D values are contiguous) instead of being transposed.
 
 #if defined(__AVX512F__)
 inline __m512 exp_nonpositive(__m512 x) {
@@ -99,113 +83,159 @@ inline __m512 exp_nonpositive(__m512 x) {
   const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
 }
-#endif
 
-// S[j] = exp(S[j] - MOST) for the LENGTH scores of S; returns their sum.
-inline float exp_and_sum(float* s, int64_t length, float most) {
-  int64_t j = 0;
-  float total = 0.0f;
-#if defined(__AVX512F__)
-  const __m512 m = _mm512_set1_ps(most);
-  __m512 sum = _mm512_setzero_ps();
-  for (; j + KB <= length; j += KB) {
-    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + j), m));
-    _mm512_storeu_ps(s + j, e);
-    sum = _mm512_add_ps(sum, e);
+// QT[c][a] = SCALE · Q[a][c] for the COUNT queries at Q0 (rows STRIDE apart); zeros past COUNT.
+template <int D>
+inline void load_queries(const float* q0, int64_t stride, int count, float scale, float* qt) {
+  const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(static_cast<int32_t>(stride)));
+  const __mmask16 live = static_cast<__mmask16>((1u << count) - 1u);
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int c = 0; c < D; ++c) {
+    const __m512 q = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, rows, q0 + c, 4);
+    _mm512_storeu_ps(qt + c * QB, _mm512_mul_ps(q, s));
   }
-  total = _mm512_reduce_add_ps(sum);
-#endif
-  for (; j < length; ++j) {
-    s[j] = exp_nonpositive(s[j] - most);
-    total += s[j];
-  }
-  return total;
 }
 
-// OUT[a] = Σ_j S[a][j] · V[j] for the QB queries (S's rows KEYS apart), V's rows STRIDE apart.
+// ST[j] = Σ_c QT[c] · K[j][c] for the LENGTH keys at K0 (rows STRIDE apart), KG keys at a time, for
+// NB blocks of queries at once (block b's QT at QT + b * D * QB, its ST at ST + b * KEYS * QB); the
+// last group repeats the last key (its extra scores land in ST's padding and are never read).
+template <int D, int NB>
+inline void score_keys(const float* qt, const float* k0, int64_t stride, int64_t length, int64_t keys, float* st) {
+  for (int64_t j = 0; j < length; j += KG) {
+    const float* k[KG];
+    for (int t = 0; t < KG; ++t) k[t] = k0 + std::min<int64_t>(j + t, length - 1) * stride;
+    __m512 acc[NB][KG];
+    for (int b = 0; b < NB; ++b)
+      for (int t = 0; t < KG; ++t) acc[b][t] = _mm512_setzero_ps();
+    for (int c = 0; c < D; ++c) {
+      __m512 q[NB];
+      for (int b = 0; b < NB; ++b) q[b] = _mm512_loadu_ps(qt + b * D * QB + c * QB);
+      for (int t = 0; t < KG; ++t) {
+        const __m512 kc = _mm512_set1_ps(k[t][c]);
+        for (int b = 0; b < NB; ++b) acc[b][t] = _mm512_fmadd_ps(q[b], kc, acc[b][t]);
+      }
+    }
+    for (int b = 0; b < NB; ++b)
+      for (int t = 0; t < KG; ++t) _mm512_storeu_ps(st + b * keys * QB + (j + t) * QB, acc[b][t]);
+  }
+}
+
+// ST[j] = exp(ST[j] - max_j ST[j]) column-wise (each lane a query); writes each lane's 1 / Σ_j to INV.
+inline void softmax_columns(float* st, int64_t length, float* inv) {
+  __m512 most = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < length; ++j) most = _mm512_max_ps(most, _mm512_loadu_ps(st + j * QB));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < length; ++j) {
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(st + j * QB), most));
+    _mm512_storeu_ps(st + j * QB, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
+}
+
+// OUT[a] = INV[a] · Σ_j ST[j][a] · V[j] for the COUNT queries (output rows WIDTH apart), QA queries
+// of D / 16 vectors each at a time.
 template <int D>
-inline void weighted_values(const float* s, int64_t keys, int64_t length, const float* v, int64_t stride,
-                            float (&out)[QB][D]) {
-#if defined(__AVX512F__)
-  if constexpr (D % 16 == 0) {
-    constexpr int W = D / 16;
-    __m512 acc[QB][W];
-    for (int a = 0; a < QB; ++a)
+inline void weighted_values(const float* st, const float* inv, int64_t length, const float* v, int64_t stride,
+                            int count, float* out, int64_t width) {
+  constexpr int W = D / 16;
+  constexpr int QA = W == 1 ? 16 : W == 2 ? 8 : W <= 4 ? 4 : W <= 8 ? 2 : 1;
+  for (int a0 = 0; a0 < count; a0 += QA) {
+    __m512 acc[QA][W];
+    for (int a = 0; a < QA; ++a)
       for (int w = 0; w < W; ++w) acc[a][w] = _mm512_setzero_ps();
     for (int64_t j = 0; j < length; ++j) {
       const float* vj = v + j * stride;
       __m512 row[W];
       for (int w = 0; w < W; ++w) row[w] = _mm512_loadu_ps(vj + 16 * w);
-      for (int a = 0; a < QB; ++a) {
-        const __m512 p = _mm512_set1_ps(s[a * keys + j]);
+      for (int a = 0; a < QA; ++a) {
+        const __m512 p = _mm512_set1_ps(st[j * QB + a0 + a]);
         for (int w = 0; w < W; ++w) acc[a][w] = _mm512_fmadd_ps(p, row[w], acc[a][w]);
       }
     }
-    for (int a = 0; a < QB; ++a)
-      for (int w = 0; w < W; ++w) _mm512_storeu_ps(out[a] + 16 * w, acc[a][w]);
-    return;
-  }
-#endif
-  for (int a = 0; a < QB; ++a)
-    for (int c = 0; c < D; ++c) out[a][c] = 0.0f;
-  for (int64_t j = 0; j < length; ++j) {
-    const float* vj = v + j * stride;
-    for (int a = 0; a < QB; ++a) {
-      const float p = s[a * keys + j];
-      for (int c = 0; c < D; ++c) out[a][c] += p * vj[c];
+    for (int a = 0; a < QA && a0 + a < count; ++a) {
+      const __m512 scale = _mm512_set1_ps(inv[a0 + a]);
+      for (int w = 0; w < W; ++w) _mm512_storeu_ps(out + (a0 + a) * width + 16 * w, _mm512_mul_ps(acc[a][w], scale));
     }
   }
 }
-
-inline float row_max(const float* s, int64_t length) {
-  float most = -std::numeric_limits<float>::infinity();
-  int64_t j = 0;
-#if defined(__AVX512F__)
-  __m512 m = _mm512_set1_ps(most);
-  for (; j + KB <= length; j += KB) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
-  most = _mm512_reduce_max_ps(m);
-#endif
-  for (; j < length; ++j) most = s[j] > most ? s[j] : most;
-  return most;
+#else
+template <int D>
+inline void load_queries(const float* q0, int64_t stride, int count, float scale, float* qt) {
+  for (int c = 0; c < D; ++c)
+    for (int a = 0; a < QB; ++a) qt[c * QB + a] = a < count ? q0[a * stride + c] * scale : 0.0f;
 }
+
+template <int D, int NB>
+inline void score_keys(const float* qt, const float* k0, int64_t stride, int64_t length, int64_t keys, float* st) {
+  for (int b = 0; b < NB; ++b)
+    for (int64_t j = 0; j < length; ++j) {
+      const float* k = k0 + j * stride;
+      float acc[QB] = {};
+      for (int c = 0; c < D; ++c)
+        for (int a = 0; a < QB; ++a) acc[a] += qt[b * D * QB + c * QB + a] * k[c];
+      for (int a = 0; a < QB; ++a) st[b * keys * QB + j * QB + a] = acc[a];
+    }
+}
+
+inline void softmax_columns(float* st, int64_t length, float* inv) {
+  for (int a = 0; a < QB; ++a) {
+    float most = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < length; ++j) most = st[j * QB + a] > most ? st[j * QB + a] : most;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < length; ++j) {
+      st[j * QB + a] = exp_nonpositive(st[j * QB + a] - most);
+      sum += st[j * QB + a];
+    }
+    inv[a] = 1.0f / sum;
+  }
+}
+
+template <int D>
+inline void weighted_values(const float* st, const float* inv, int64_t length, const float* v, int64_t stride,
+                            int count, float* out, int64_t width) {
+  for (int a = 0; a < count; ++a) {
+    float acc[D] = {};
+    for (int64_t j = 0; j < length; ++j)
+      for (int c = 0; c < D; ++c) acc[c] += st[j * QB + a] * v[j * stride + c];
+    for (int c = 0; c < D; ++c) out[a * width + c] = acc[c] * inv[a];
+  }
+}
+#endif
 
 template <int D>
 void attend_row_head(const float* qkv, float* out, int64_t start, int64_t length, int64_t head, int64_t heads,
                      float scale, Scratch& scratch) {
   const int64_t stride = 3 * heads * D;  // one token's Q, K and V
   const int64_t width = heads * D;
-  const int64_t keys = (length + KB - 1) / KB * KB;   // keys padded to whole blocks (zero keys)
-  const int64_t queries = (length + QB - 1) / QB * QB;  // queries padded to whole blocks (zero queries)
-  scratch.queries.assign(static_cast<size_t>(queries * D), 0.0f);
-  scratch.keys_t.assign(static_cast<size_t>(D * keys), 0.0f);
-  scratch.scores.resize(static_cast<size_t>(QB * keys));
-  float* qs = scratch.queries.data();
-  float* kt = scratch.keys_t.data();
-  float* s = scratch.scores.data();
-  for (int64_t j = 0; j < length; ++j) {
-    const float* q = qkv + (start + j) * stride + head * D;
-    const float* k = q + width;
-    for (int c = 0; c < D; ++c) {
-      qs[j * D + c] = q[c] * scale;
-      kt[c * keys + j] = k[c];
+  const int64_t keys = (length + KG - 1) / KG * KG;  // the last key group's padding
+  scratch.queries_t.resize(static_cast<size_t>(2 * D * QB));
+  scratch.scores.resize(static_cast<size_t>(2 * keys * QB));
+  float* qt = scratch.queries_t.data();
+  float* st = scratch.scores.data();
+  const float* q = qkv + start * stride + head * D;
+  float inv[QB];
+  // two blocks of queries scored together while a row has more than one left (two query vectors
+  // per key broadcast: fewer loads per multiply-add), then one block
+  for (int64_t i0 = 0; i0 < length; i0 += 2 * QB) {
+    const int blocks = length - i0 > QB ? 2 : 1;
+    for (int b = 0; b < blocks; ++b) {
+      const int count = static_cast<int>(std::min<int64_t>(QB, length - i0 - b * QB));
+      load_queries<D>(q + (i0 + b * QB) * stride, stride, count, scale, qt + b * D * QB);
     }
-  }
-  for (int64_t i0 = 0; i0 < length; i0 += QB) {
-    const float* qb = qs + i0 * D;
-    for (int64_t j0 = 0; j0 < keys; j0 += KB) score_block<D>(qb, kt + j0, keys, s + j0);
-    float inv[QB];
-    for (int a = 0; a < QB; ++a) {
-      float* sa = s + a * keys;
-      float most = -std::numeric_limits<float>::infinity();
-      most = row_max(sa, length);
-      const float total = exp_and_sum(sa, length, most);
-      inv[a] = 1.0f / total;
+    if (blocks == 2) {
+      score_keys<D, 2>(qt, q + width, stride, length, keys, st);
+    } else {
+      score_keys<D, 1>(qt, q + width, stride, length, keys, st);
     }
-    float acc[QB][D];
-    weighted_values<D>(s, keys, length, qkv + start * stride + 2 * width + head * D, stride, acc);
-    for (int a = 0; a < QB && i0 + a < length; ++a) {
-      float* o = out + (start + i0 + a) * width + head * D;
-      for (int c = 0; c < D; ++c) o[c] = acc[a][c] * inv[a];
+    for (int b = 0; b < blocks; ++b) {
+      const int64_t first = i0 + b * QB;
+      const int count = static_cast<int>(std::min<int64_t>(QB, length - first));
+      float* sb = st + b * keys * QB;
+      softmax_columns(sb, length, inv);
+      weighted_values<D>(sb, inv, length, q + 2 * width, stride, count, out + (start + first) * width + head * D,
+                         width);
     }
   }
 }

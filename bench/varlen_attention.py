@@ -1,0 +1,116 @@
+"""The one-call attention op (`srun_cpu::varlen_attention`, engines/cpu_attention.py) against the
+per-run SDPA of the eager ops (`models/unpadded.ForwardOps.attention`), on the same rows.
+
+Rows of the load benchmarks' three shapes (token counts drawn like MiniLM's tokens of
+`_texts.SHAPES`: short 4-28, mixed 4-210, long 200-256), packed the way a merged forward packs
+them, for MiniLM's 12 heads of 32 and for 12 heads of 64 (BERT-base-sized heads), at --threads
+threads. The two run interleaved over --rounds rounds; printed per shape and head size: the best
+time of each, GFLOP/s (the op's 4 x length^2 x hidden multiply-adds, exact work, no padding) and
+SDPA's time ÷ the op's (the median over rounds of the ratio within a round).
+
+`--against FILE` adds the op built from another `cpu_forward.cpp` (another commit's: `git show
+REV:src/adapters/engines/csrc/cpu_forward.cpp > FILE`), loaded beside ours under its own op
+namespace and timed in the same rounds: the op's time ÷ that one's is printed too (old against new
+in one process, on the same rows).
+
+    python bench/varlen_attention.py [--threads 1] [--rounds 7] [--against FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+SHAPES = {"short": (64, 4, 28), "mixed": (16, 4, 210), "long": (8, 200, 256)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--repeats", type=int, default=10, help="calls timed per path and round (the best counts)")
+    ap.add_argument("--against", type=Path, help="another cpu_forward.cpp to time beside ours")
+    args = ap.parse_args()
+
+    import torch
+
+    from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
+    from vllm_srun.adapters.models.tokenization import Encoded
+    from vllm_srun.adapters.models.unpadded import EAGER_OPS, PackedRows
+
+    why = load_varlen_attention(print)
+    if why is not None:
+        raise SystemExit(f"the op is not available here: {why}")
+    paths = {"op": VarlenOps().attention, "sdpa": EAGER_OPS.attention}
+    if args.against is not None:
+        paths["against"] = other_build(args.against)
+    torch.set_num_threads(args.threads)
+    print(f"uptime before: {os.getloadavg()[0]:.2f}; torch {torch.__version__}, {args.threads} thread(s)")
+    rng = random.Random(0)
+
+    def best(fn, *call) -> float:  # type: ignore[no-untyped-def]
+        fn(*call)
+        spent = []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            fn(*call)
+            spent.append(time.perf_counter() - start)
+        return min(spent)
+
+    for heads, dim in ((12, 32), (12, 64)):
+        for shape, (rows, fewest, most) in SHAPES.items():
+            lengths = [rng.randint(fewest, most) for _ in range(rows)]
+            packed = PackedRows.build([Encoded([1] * n, [0] * n, False, n) for n in lengths])
+            qkv = torch.randn(packed.tokens, 3 * heads * dim)
+            worst = (paths["op"](qkv, packed, heads) - EAGER_OPS.attention(qkv, packed, heads)).abs().max().item()
+            times: dict[str, list[float]] = {name: [] for name in paths}
+            ratios: dict[str, list[float]] = {name: [] for name in paths if name != "op"}
+            for r in range(args.rounds):
+                order = list(paths) if r % 2 == 0 else list(paths)[::-1]
+                got = {name: best(paths[name], qkv, packed, heads) for name in order}
+                for name, seconds in got.items():
+                    times[name].append(seconds)
+                    if name != "op":
+                        ratios[name].append(got["op"] / seconds)
+            flops = sum(4 * n * n * heads * dim for n in lengths)
+            figures = ", ".join(
+                f"{name} {min(spent) * 1e3:.2f} ms ({flops / min(spent) / 1e9:.1f} GFLOP/s)"
+                for name, spent in times.items()
+            )
+            shares = ", ".join(f"op ÷ {name} {statistics.median(rs):.2f}" for name, rs in ratios.items())
+            print(
+                f"{heads}x{dim} {shape:5s} ({packed.tokens} tokens, {rows} rows): {figures}; {shares}; "
+                f"largest difference to SDPA {worst:.1e}"
+            )
+    print(f"uptime after: {os.getloadavg()[0]:.2f}")
+
+
+def other_build(source: Path):  # type: ignore[no-untyped-def]
+    """The attention op of SOURCE (a cpu_forward.cpp), under the op namespace `srun_cpu_against`."""
+    import torch
+
+    from vllm_srun.adapters.engines.cpp_ops import CppOp
+    from vllm_srun.adapters.engines.cpu_attention import OP
+
+    renamed = Path(tempfile.mkdtemp(prefix="srun-against-")) / "cpu_forward_against.cpp"
+    renamed.write_text(source.read_text().replace("srun_cpu", "srun_cpu_against"))
+    op = CppOp(str(renamed), "attention op to compare", "UNSET", ("srun_cpu_against", "varlen_attention"))
+    op.flags = OP.flags
+    why = op.load(print)
+    if why is not None:
+        raise SystemExit(f"--against: {why}")
+    call = torch.ops.srun_cpu_against.varlen_attention
+
+    def attention(qkv, packed, heads):  # type: ignore[no-untyped-def]
+        return call(qkv, packed.starts, packed.lengths, heads, (qkv.shape[1] // 3 // heads) ** -0.5)
+
+    return attention
+
+
+if __name__ == "__main__":
+    main()
