@@ -1,18 +1,22 @@
 """Admission at the worker in-process (R-ADM-1): a full model answers 429 `overloaded` with
-Retry-After before any tokenization, a lone request of any size gets in, and a client that asks
-again on the same connection before its Retry-After passed is held until it has."""
+Retry-After before any tokenization, a lone request of any size gets in, a request holds its
+rows' counted tokens once they are made (not its body's bytes), and a client that asks again on
+the same connection before its Retry-After passed is held until it has."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.fakes import FakeClock
+from tests.fakes import FakeClock, FakeDevice
 from tests.integration.serving import serving
 from tests.integration.test_fake_family import fake_container
 from tests.prometheus_text import metric
+from tests.waiting import wait_until
 from vllm_srun.domain.admission import AdmissionLimits
 
 
@@ -81,3 +85,50 @@ def test_the_autoscaling_signal_is_unanswered_tokens_over_the_token_limit(fake_p
         finally:
             served.admission.release(held, served.clock.now(), answered=True)
         assert metric(client.get("/metrics").text, "vllm_srun_queued_work_ratio", model="fake-a") == 0
+
+
+def test_a_queued_request_holds_its_rows_tokens_not_its_body_bytes(fake_packages: list[Path]) -> None:
+    """Eight bodies of over 100 bytes each (over 800 in all, past the limit of 512 at their bounds)
+    all get in while the forwards are held: from its rows on, each holds their counted tokens (42:
+    20 words of two tokens and the two special ones)."""
+    gate = threading.Event()
+    gate.set()  # the load's own forwards run
+
+    def held_forward(tokens: int) -> float:
+        assert gate.wait(30), "the test never let the forward finish"
+        return 0.0
+
+    limits = AdmissionLimits(max_queue=16, max_queued_tokens=512)
+    device = FakeDevice(cost=held_forward)
+    text = " ".join(["cats"] * 20)
+    body = json.dumps({"input": text}).encode()
+    assert len(body) > 100
+    with serving(fake_container(fake_packages[0], device=device, admission=limits)) as (client, rt):
+        served = rt.models["fake-a"]
+        admission = served.admission
+        assert admission is not None
+        gate.clear()
+        codes: list[int] = []
+
+        def post() -> None:
+            answer = client.post("/v1/embeddings", content=body, headers={"content-type": "application/json"})
+            codes.append(answer.status_code)
+
+        threads = [threading.Thread(target=post) for _ in range(8)]
+        try:
+            for n, thread in enumerate(threads, 1):
+                thread.start()
+                wait_until(
+                    lambda n=n: admission.pending_requests == n and admission.pending_tokens < n * len(body),
+                    what=lambda n=n: (
+                        f"request {n} admitted with its rows counted ({admission.pending_requests} requests, {admission.pending_tokens} tokens)"
+                    ),
+                )
+            assert admission.pending_tokens == 8 * 42 and 8 * len(body) > 512
+            assert codes == []  # every one still waits on the held forwards
+        finally:
+            gate.set()
+            for thread in threads:
+                thread.join(timeout=30)
+        assert codes == [200] * 8
+        assert admission.pending_requests == 0 and admission.pending_tokens == 0

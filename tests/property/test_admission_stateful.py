@@ -1,6 +1,7 @@
 """R-ADM-1 admission against a simple model: refusals happen exactly when a limit would be passed
-while something is pending, the counts always equal what the held tickets hold, Retry-After is
-within [1, 60] and follows the measured drain rate."""
+while something is pending, the counts always equal what the held tickets hold (the bound they
+were admitted with, then the tokens of the rows they made, never more than the bound),
+Retry-After is within [1, 60] and follows the measured drain rate."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.limits = AdmissionLimits(queue, tokens)
         self.admission = Admission(self.limits, horizon_s=5.0)
         self.held: list[Ticket] = []
+        self.made: dict[int, int] = {}  # tokens of the rows each held ticket made so far
 
     @rule(requests=st.integers(1, 4), tokens=st.integers(0, 600))
     def admit(self, requests: int, tokens: int) -> None:
@@ -47,6 +49,15 @@ class AdmissionMachine(RuleBasedStateMachine):
         assert fits
         assert ticket.requests == requests and ticket.tokens == tokens
         self.held.append(ticket)
+        self.made[id(ticket)] = 0
+
+    @precondition(lambda self: self.held)
+    @rule(which=st.integers(0, 100), tokens=st.integers(0, 300))
+    def rows_made(self, which: int, tokens: int) -> None:
+        ticket = self.held[which % len(self.held)]
+        self.made[id(ticket)] += tokens
+        self.admission.count_rows(ticket, tokens)
+        assert ticket.tokens == min(ticket.bound, self.made[id(ticket)])
 
     @precondition(lambda self: self.held)
     @rule(which=st.integers(0, 100), answered=st.booleans())
@@ -55,6 +66,9 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.admission.release(ticket, self.clock.now(), answered=answered)
         with pytest.raises(ValueError):
             self.admission.release(ticket, self.clock.now(), answered=answered)
+        pending = self.admission.pending_tokens
+        self.admission.count_rows(ticket, 5)  # a released ticket holds nothing
+        assert self.admission.pending_tokens == pending
 
     @rule(seconds=st.floats(0, 3))
     def wait(self, seconds: float) -> None:
@@ -64,6 +78,7 @@ class AdmissionMachine(RuleBasedStateMachine):
     def counts_are_what_the_tickets_hold(self) -> None:
         assert self.admission.pending_requests == sum(t.requests for t in self.held)
         assert self.admission.pending_tokens == sum(t.tokens for t in self.held)
+        assert all(0 <= t.tokens <= t.bound for t in self.held)
 
     @invariant()
     def the_rate_is_measured_or_absent(self) -> None:
@@ -84,6 +99,31 @@ def test_one_request_larger_than_the_token_limit_gets_in_alone() -> None:
         admission.admit(1, 1, clock.now())
     admission.release(huge, clock.now(), answered=True)
     admission.admit(1, 100, clock.now())
+
+
+def test_requests_hold_their_rows_tokens_once_made_not_their_bodies_bound() -> None:
+    """64 bodies of 1,030 bytes (the bound) whose rows hold 230 tokens each all get in under the
+    default 65,536 once each has made its rows; held at their bounds, the 64th is refused."""
+    clock = FakeClock()
+    at_bounds = Admission(AdmissionLimits(max_queue=128, max_queued_tokens=65_536))
+    for _ in range(63):
+        at_bounds.admit(1, 1_030, clock.now())
+    with pytest.raises(Overloaded, match="--max-queued-tokens 65536"):
+        at_bounds.admit(1, 1_030, clock.now())
+    admission = Admission(AdmissionLimits(max_queue=128, max_queued_tokens=65_536))
+    held = []
+    for _ in range(64):
+        ticket = admission.admit(1, 1_030, clock.now())
+        admission.count_rows(ticket, 230)
+        held.append(ticket)
+    assert admission.pending_tokens == 64 * 230
+    admission.count_rows(held[0], 2_000)  # more rows than the bound covers: held at the bound
+    assert held[0].tokens == 1_030 and admission.pending_tokens == 63 * 230 + 1_030
+    with pytest.raises(ValueError):
+        admission.count_rows(held[1], -1)
+    for ticket in held:
+        admission.release(ticket, clock.now(), answered=True)
+    assert admission.pending_tokens == 0 and admission.held("default") == (0, 0)
 
 
 def test_a_bundle_is_admitted_together_or_not_at_all() -> None:

@@ -41,6 +41,8 @@ from vllm_srun.domain.tenants import DEFAULT_TENANT, Priority
 GOLDEN_CHECK: ContextVar[bool] = ContextVar("srun_golden_check", default=False)
 # the tenant a request was admitted for (`ServedModel.admitted`): its rows are scheduled for it (R-FAIR-1)
 ADMITTED_TENANT: ContextVar[str] = ContextVar("srun_admitted_tenant", default=DEFAULT_TENANT)
+# the ticket it holds: the rows it runs are counted into it (`ServedModel.run`, R-ADM-1)
+ADMITTED_TICKET: ContextVar[Ticket | None] = ContextVar("srun_admitted_ticket", default=None)
 
 Disconnected = Callable[[], Awaitable[object]]
 T = TypeVar("T")
@@ -192,7 +194,8 @@ class ServedModel:
     def admitted(self, requests: int, tokens: int, tenant: str = DEFAULT_TENANT) -> Iterator[Ticket | None]:
         """Hold REQUESTS requests of TOKENS (an upper bound) for TENANT until the block ends, or
         raise `Overloaded` (R-ADM-1, R-FAIR-4). Leaving the block normally counts them as answered
-        work. Rows run inside the block (`run`) are scheduled for TENANT (R-FAIR-1)."""
+        work. Rows run inside the block (`run`) are scheduled for TENANT (R-FAIR-1), and from the
+        first of them on the ticket holds their counted tokens instead of the bound."""
         admission, clock = self.admission, self.clock
         scoped = ADMITTED_TENANT.set(tenant)
         try:
@@ -200,11 +203,13 @@ class ServedModel:
                 yield None
                 return
             ticket = admission.admit(requests, tokens, clock.now(), tenant)
+            held = ADMITTED_TICKET.set(ticket)
             answered = False
             try:
                 yield ticket
                 answered = True
             finally:
+                ADMITTED_TICKET.reset(held)
                 admission.release(ticket, clock.now(), answered=answered)
         finally:
             ADMITTED_TENANT.reset(scoped)
@@ -244,6 +249,9 @@ class ServedModel:
         loop = self.scheduler_loop
         tenant = ADMITTED_TENANT.get() if tenant is None else tenant
         assert loop is not None
+        ticket = ADMITTED_TICKET.get()
+        if ticket is not None and self.admission is not None:  # its real tokens, no longer the body's bound
+            self.admission.count_rows(ticket, sum(spec.tokens for spec in rows))
         traced = timing.forwards if timing is not None else None  # a list while the request is traced
         deadline_s = None
         if deadline_ms is not None:  # counted from the request's arrival: its preparation took part of it
