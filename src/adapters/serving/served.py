@@ -41,8 +41,9 @@ from vllm_srun.domain.tenants import DEFAULT_TENANT, Priority
 GOLDEN_CHECK: ContextVar[bool] = ContextVar("srun_golden_check", default=False)
 # the tenant a request was admitted for (`ServedModel.admitted`): its rows are scheduled for it (R-FAIR-1)
 ADMITTED_TENANT: ContextVar[str] = ContextVar("srun_admitted_tenant", default=DEFAULT_TENANT)
-# the ticket it holds: the rows it runs are counted into it (`ServedModel.run`, R-ADM-1)
-ADMITTED_TICKET: ContextVar[Ticket | None] = ContextVar("srun_admitted_ticket", default=None)
+# the ticket it holds, with the admission that gave it: the rows it runs on that model are counted
+# into it (`ServedModel.run`, R-ADM-1)
+ADMITTED_TICKET: ContextVar[tuple[Admission, Ticket] | None] = ContextVar("srun_admitted_ticket", default=None)
 
 Disconnected = Callable[[], Awaitable[object]]
 T = TypeVar("T")
@@ -203,7 +204,7 @@ class ServedModel:
                 yield None
                 return
             ticket = admission.admit(requests, tokens, clock.now(), tenant)
-            held = ADMITTED_TICKET.set(ticket)
+            held = ADMITTED_TICKET.set((admission, ticket))
             answered = False
             try:
                 yield ticket
@@ -249,9 +250,9 @@ class ServedModel:
         loop = self.scheduler_loop
         tenant = ADMITTED_TENANT.get() if tenant is None else tenant
         assert loop is not None
-        ticket = ADMITTED_TICKET.get()
-        if ticket is not None and self.admission is not None:  # its real tokens, no longer the body's bound
-            self.admission.count_rows(ticket, sum(spec.tokens for spec in rows))
+        admitted = ADMITTED_TICKET.get()
+        if admitted is not None and admitted[0] is self.admission:  # its real tokens, no longer the body's bound
+            admitted[0].count_rows(admitted[1], sum(spec.tokens for spec in rows))
         traced = timing.forwards if timing is not None else None  # a list while the request is traced
         deadline_s = None
         if deadline_ms is not None:  # counted from the request's arrival: its preparation took part of it
