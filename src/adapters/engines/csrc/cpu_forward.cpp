@@ -220,9 +220,10 @@ void attend_row_head(const float* qkv, float* out, int64_t start, int64_t length
   // per key broadcast: fewer loads per multiply-add), then one block
   for (int64_t i0 = 0; i0 < length; i0 += 2 * QB) {
     const int blocks = length - i0 > QB ? 2 : 1;
+    int count[2];  // queries in each block
     for (int b = 0; b < blocks; ++b) {
-      const int count = static_cast<int>(std::min<int64_t>(QB, length - i0 - b * QB));
-      load_queries<D>(q + (i0 + b * QB) * stride, stride, count, scale, qt + b * D * QB);
+      count[b] = static_cast<int>(std::min<int64_t>(QB, length - i0 - b * QB));
+      load_queries<D>(q + (i0 + b * QB) * stride, stride, count[b], scale, qt + b * D * QB);
     }
     if (blocks == 2) {
       score_keys<D, 2>(qt, q + width, stride, length, keys, st);
@@ -231,10 +232,9 @@ void attend_row_head(const float* qkv, float* out, int64_t start, int64_t length
     }
     for (int b = 0; b < blocks; ++b) {
       const int64_t first = i0 + b * QB;
-      const int count = static_cast<int>(std::min<int64_t>(QB, length - first));
       float* sb = st + b * keys * QB;
       softmax_columns(sb, length, inv);
-      weighted_values<D>(sb, inv, length, q + 2 * width, stride, count, out + (start + first) * width + head * D,
+      weighted_values<D>(sb, inv, length, q + 2 * width, stride, count[b], out + (start + first) * width + head * D,
                          width);
     }
   }
