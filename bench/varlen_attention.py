@@ -13,7 +13,11 @@ REV:src/adapters/engines/csrc/cpu_forward.cpp > FILE`), loaded beside ours under
 namespace and timed in the same rounds: the op's time ÷ that one's is printed too (old against new
 in one process, on the same rows).
 
-    python bench/varlen_attention.py [--threads 1] [--rounds 7] [--against FILE]
+`--relative` times MPNet's attention instead: the same rows with a relative position bias (one
+value per distance and head, `unpadded.RelativeBias`), `srun_cpu::varlen_attention_biased` against
+the per-run SDPA given the bias as its mask (the path MPNet took before the op had a bias).
+
+    python bench/varlen_attention.py [--threads 1] [--rounds 7] [--against FILE | --relative]
 """
 
 from __future__ import annotations
@@ -35,13 +39,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--repeats", type=int, default=10, help="calls timed per path and round (the best counts)")
     ap.add_argument("--against", type=Path, help="another cpu_forward.cpp to time beside ours")
+    ap.add_argument("--relative", action="store_true", help="with MPNet's relative position bias")
     args = ap.parse_args()
+    if args.against is not None and args.relative:
+        ap.error("--against times the plain op only")
 
     import torch
 
     from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
     from vllm_srun.adapters.models.tokenization import Encoded
-    from vllm_srun.adapters.models.unpadded import EAGER_OPS, PackedRows
+    from vllm_srun.adapters.models.unpadded import EAGER_OPS, PackedRows, RelativeBias
 
     why = load_varlen_attention(print)
     if why is not None:
@@ -67,12 +74,19 @@ def main() -> None:
             lengths = [rng.randint(fewest, most) for _ in range(rows)]
             packed = PackedRows.build([Encoded([1] * n, [0] * n, False, n) for n in lengths])
             qkv = torch.randn(packed.tokens, 3 * heads * dim)
-            worst = (paths["op"](qkv, packed, heads) - EAGER_OPS.attention(qkv, packed, heads)).abs().max().item()
+            relative = None
+            if args.relative:
+                buckets = torch.randn(32, heads)  # MPNet's 32 buckets, looked up by distance
+                relative = RelativeBias.over(
+                    packed.longest, lambda n, t=buckets: t[n.abs().clamp(max=15) + 16 * (n < 0)]
+                )
+            call = (qkv, packed, heads, relative)
+            worst = (paths["op"](*call) - EAGER_OPS.attention(*call)).abs().max().item()
             times: dict[str, list[float]] = {name: [] for name in paths}
             ratios: dict[str, list[float]] = {name: [] for name in paths if name != "op"}
             for r in range(args.rounds):
                 order = list(paths) if r % 2 == 0 else list(paths)[::-1]
-                got = {name: best(paths[name], qkv, packed, heads) for name in order}
+                got = {name: best(paths[name], *call) for name in order}
                 for name, seconds in got.items():
                     times[name].append(seconds)
                     if name != "op":
@@ -106,7 +120,7 @@ def other_build(source: Path):  # type: ignore[no-untyped-def]
         raise SystemExit(f"--against: {why}")
     call = torch.ops.srun_cpu_against.varlen_attention
 
-    def attention(qkv, packed, heads):  # type: ignore[no-untyped-def]
+    def attention(qkv, packed, heads, _relative=None):  # type: ignore[no-untyped-def]
         return call(qkv, packed.starts, packed.lengths, heads, (qkv.shape[1] // 3 // heads) ** -0.5)
 
     return attention

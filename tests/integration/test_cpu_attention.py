@@ -15,7 +15,7 @@ import torch
 from vllm_srun.adapters.engines import cpp_ops, cpu_attention
 from vllm_srun.adapters.engines.cpu_attention import VarlenOps, cpu_ops, load_varlen_attention
 from vllm_srun.adapters.models.tokenization import Encoded
-from vllm_srun.adapters.models.unpadded import EAGER_OPS, PackedRows
+from vllm_srun.adapters.models.unpadded import EAGER_OPS, PackedRows, RelativeBias
 
 pytestmark = pytest.mark.skipif(
     cpp_ops.compiler(os.environ) is None, reason="no C++ compiler: the op cannot be built here"
@@ -65,6 +65,43 @@ def test_a_rows_bits_do_not_depend_on_the_forward_or_the_thread_count(op: Varlen
         torch.set_num_threads(threads)
     by_itself = op.attention(q_alone, alone, 12)
     assert torch.equal(one, by_itself) and torch.equal(two, by_itself)
+
+
+def _relative(longest: int, heads: int) -> RelativeBias:
+    """A bias of each distance and head, the same whatever LONGEST (as MPNet's bucket lookup is)."""
+    return RelativeBias.over(longest, lambda n: 2 * torch.sin(0.37 * n[:, None] + 1.3 * torch.arange(heads)))
+
+
+@pytest.mark.parametrize(("heads", "dim"), [(12, 32), (4, 16), (3, 64), (2, 96)])
+def test_rows_with_a_relative_position_bias_get_sdpa_answer(op: VarlenOps, heads: int, dim: int) -> None:
+    """MPNet's scores: each (query, key) adds the bias of its distance, on every query block and
+    key group of the op, including a row's last partial ones."""
+    packed = _rows([100, 64, 33, 17, 16, 7, 2, 1])
+    qkv = _qkv(packed, heads, dim)
+    relative = _relative(packed.longest, heads)
+    ours = op.attention(qkv, packed, heads, relative)
+    want = EAGER_OPS.attention(qkv, packed, heads, relative)
+    assert (ours - want).abs().max().item() < 1e-5
+    assert (ours - op.attention(qkv, packed, heads)).abs().max().item() > 1e-3  # the bias changed the answer
+
+
+def test_a_biased_rows_bits_do_not_depend_on_the_forward(op: VarlenOps) -> None:
+    alone, crowd = _rows([37]), _rows([90, 60, 37, 5, 1])
+    q_alone, q_crowd = _qkv(alone, 4, 32, seed=1), _qkv(crowd, 4, 32, seed=2)
+    q_crowd[150 : 150 + 37] = q_alone
+    wide, narrow = _relative(90, 4), _relative(37, 4)
+    in_crowd = op.attention(q_crowd, crowd, 4, wide)[150 : 150 + 37]
+    assert torch.equal(in_crowd, op.attention(q_alone, alone, 4, narrow))
+
+
+def test_a_bias_that_does_not_reach_every_distance_is_refused(op: VarlenOps) -> None:
+    packed = _rows([20, 3])
+    qkv = _qkv(packed, 2, 16)
+    short = _relative(10, 2)  # built for rows of 10 tokens
+    with pytest.raises(RuntimeError, match="does not cover rows of 20 tokens"):
+        op.attention(qkv, packed, 2, short)
+    with pytest.raises(RuntimeError, match=r"\[heads, span\]"):
+        op.attention(qkv, packed, 2, _relative(20, 3))  # three heads' bias for two heads
 
 
 def test_padding_rows_are_zero_and_never_read(op: VarlenOps) -> None:

@@ -5,7 +5,8 @@ Checks: the relative position buckets (every distance up to past max_distance); 
 hidden state of a ragged batch; the unpadded serving forward (eager linears, oneDNN packed copies)
 pooled per row against each row alone through transformers; logits (3 labels, 1 label) on both
 paths; a config as transformers 5.x writes it and one with default fields left out; odd head sizes;
-BF16 close to FP32; the ONNX export under ONNX Runtime; rows past 128 tokens (the log buckets' cap).
+BF16 close to FP32; the ONNX export under ONNX Runtime; rows past 128 tokens (the log buckets' cap);
+the one-call C++ attention with the relative bias, where this machine builds it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tests.integration.encoder_parity import (
     check_padded_hidden,
     hf_model,
     make_rows,
+    serving_engines,
     write_fixture,
 )
 from vllm_srun.adapters.models import mpnet
@@ -150,3 +152,32 @@ def test_unservable_configs_are_refused_in_one_line() -> None:
         mpnet.MPNetConfig.from_dict({"model_type": "mpnet", "relative_attention_num_buckets": 16})
     with pytest.raises(ValueError, match="hidden_act"):
         mpnet.MPNetConfig.from_dict({"model_type": "mpnet", "hidden_act": "mish"})
+
+
+def test_the_one_call_attention_serves_mpnets_relative_bias(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Head sizes the C++ op has (16, 32): its biased attention runs (spied) on the oneDNN path, and
+    every path matches transformers on rows past the buckets' 128-token cap and across the op's
+    16-query blocks and 8-key groups."""
+    from vllm_srun.adapters.engines.cpu_attention import VarlenOps
+
+    biased: list[int] = []
+    plain_attention = VarlenOps.attention
+
+    def spy(self, qkv, packed, heads, relative=None):  # type: ignore[no-untyped-def]
+        if relative is not None and self.supports(qkv.shape[1] // (3 * heads)):
+            biased.append(heads)
+        return plain_attention(self, qkv, packed, heads, relative)
+
+    monkeypatch.setattr(VarlenOps, "attention", spy)
+    rows = _rows(11, (180, 150, 150, 33, 17, 16, 9, 3))
+    for hidden, heads in ((32, 2), (64, 2)):  # head sizes 16 and 32
+        folder = _package(tmp_path / f"h{hidden}", 3, hidden=hidden, heads=heads, intermediate=64, positions=200)
+        encoder, head = mpnet.load_mpnet(folder)
+        engines = serving_engines(encoder, head)
+        if "unpadded-onednn-cpp" not in engines:
+            pytest.skip("no C++ compiler or no oneDNN packed linears here")
+        before = len(biased)
+        hf = hf_model(folder, classify=True)
+        gaps = check_embeddings(encoder, head, hf, rows)
+        check_logits(encoder, head, hf, rows, PAD)
+        assert len(biased) > before and "unpadded-onednn-cpp" in gaps  # the biased op served the C++ path

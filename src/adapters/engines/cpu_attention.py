@@ -14,7 +14,10 @@ in place. `bench/varlen_attention.py` (1 thread, MiniLM's 12 heads × 32, rows o
 shapes): 0.84 / 6.7 / 9.8 ms for short / mixed / long rows against 3.8 / 10.5 / 15.2 ms for the
 per-run SDPA, and 0.54 / 0.88 / 0.81 of the previous kernel's time (one query and 16 keys at a
 time, keys transposed); `bench/packed_forward.py` times whole forwards. Head sizes that are not a
-whole number of 16 floats keep SDPA (8 was 9× slower on this op).
+whole number of 16 floats keep SDPA (8 was 9× slower on this op). `varlen_attention_biased` is the
+same op with a score bias that depends on the distance query − key only (MPNet's relative
+positions, `unpadded.RelativeBias`): for one key its 16 queries' biases are 16 consecutive floats of
+the head's table, one load added to the scores before the softmax.
 
 `add_norm` (twice per block) adds the residual into the linear's fresh output and normalises each
 row in the same pass, over 16 lanes in a fixed order (a row's bits are its own, on any thread
@@ -56,6 +59,7 @@ from vllm_srun.adapters.models.unpadded import (
     ForwardOps,
     LayerLinears,
     PackedRows,
+    RelativeBias,
 )
 from vllm_srun.domain.kernels import bucket_rows
 
@@ -64,7 +68,7 @@ OP = CppOp(
     "cpu_forward.cpp",
     "CPU forward ops (one-call attention, add + LayerNorm)",
     ENV,
-    ("srun_cpu", "varlen_attention"),
+    ("srun_cpu", "varlen_attention_biased"),
     flags=("-fno-trapping-math",),
 )
 Progress = Callable[[str], None]
@@ -93,10 +97,16 @@ class VarlenOps(ForwardOps):
             self._dims[head_dim] = bool(torch.ops.srun_cpu.supports_head_dim(head_dim))
         return self._dims[head_dim]
 
-    def attention(self, qkv: torch.Tensor, packed: PackedRows, heads: int) -> torch.Tensor:
+    def attention(
+        self, qkv: torch.Tensor, packed: PackedRows, heads: int, relative: RelativeBias | None = None
+    ) -> torch.Tensor:
         dim = qkv.shape[1] // (3 * heads)
         if qkv.dtype != torch.float32 or qkv.device.type != "cpu" or not self.supports(dim):
-            return super().attention(qkv, packed, heads)
+            return super().attention(qkv, packed, heads, relative)
+        if relative is not None:
+            return torch.ops.srun_cpu.varlen_attention_biased(
+                qkv.contiguous(), packed.starts, packed.lengths, heads, dim**-0.5, relative.table, relative.centre
+            )
         return torch.ops.srun_cpu.varlen_attention(qkv.contiguous(), packed.starts, packed.lengths, heads, dim**-0.5)
 
     def add_norm(self, delta: torch.Tensor, residual: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:

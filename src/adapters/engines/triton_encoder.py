@@ -19,7 +19,7 @@ from vllm_srun.adapters.models.bert import BertEncoder, BertLayer
 from vllm_srun.adapters.models.encoder_arch import eager_linears
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
-from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, LayerLinears, PackedRows
+from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, LayerLinears, PackedRows, RelativeBias
 
 
 def fused_ffn_in(layer: BertLayer, activation: str, x: torch.Tensor) -> torch.Tensor:
@@ -35,9 +35,11 @@ class TritonEncoderOps(ForwardOps):
         self.fused_attention, self.fused_norm = attention, add_norm
         self.name = "+".join(n for n, on in (("varlen_attention", attention), ("add_layer_norm", add_norm)) if on)
 
-    def attention(self, qkv: torch.Tensor, packed: PackedRows, heads: int) -> torch.Tensor:
-        if not self.fused_attention:
-            return super().attention(qkv, packed, heads)
+    def attention(
+        self, qkv: torch.Tensor, packed: PackedRows, heads: int, relative: RelativeBias | None = None
+    ) -> torch.Tensor:
+        if not self.fused_attention or relative is not None:  # the kernel has no score bias
+            return super().attention(qkv, packed, heads, relative)
         from vllm_srun.adapters.engines import triton_kernels
 
         return triton_kernels.varlen_attention(qkv, packed.bounds, packed.longest, heads)

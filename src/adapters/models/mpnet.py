@@ -7,8 +7,10 @@ MPNet is a BERT-shaped post-norm encoder without token types, with two differenc
 - every layer adds the same relative position bias to its attention scores: T5's bidirectional
   log buckets of the distance key − query (32 buckets, half per direction, exact up to 8, then
   logarithmic up to 128), looked up in `encoder.relative_attention_bias` (an embedding of one
-  value per head). The bias depends only on the row length, so the unpadded forward builds it once
-  per forward for the longest row and each run of equal-length rows reads its top-left corner.
+  value per head). The bias depends only on the distance, so the unpadded forward looks it up once
+  per forward for every distance its longest row can hold (`unpadded.RelativeBias`), and the
+  attention of every row reads it there: the one-call C++ op on a CPU, one SDPA per run of
+  equal-length rows elsewhere.
 The blocks are `bert.BertLayer`s, the bias (padded keys at the lowest score) their attention mask.
 
 Tensors: `embeddings.{word,position}_embeddings`, `embeddings.LayerNorm`,
@@ -47,7 +49,7 @@ from vllm_srun.adapters.models.encoder_parts import (
     read_model_type,
     take_linear,
 )
-from vllm_srun.adapters.models.unpadded import attend_runs
+from vllm_srun.adapters.models.unpadded import RelativeBias
 from vllm_srun.adapters.models.weights import Weights
 
 if TYPE_CHECKING:
@@ -97,20 +99,24 @@ class MPNetConfig(ConfigBase):
         return self.max_position_embeddings - POSITION_OFFSET
 
 
-def relative_buckets(length: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """[L, L] bucket of query i attending to key j: T5's bidirectional buckets of n = i − j. Half of
-    them (16..31) are for n < 0 (keys after the query); a distance m = |n| below 8 is its own bucket,
+def distance_buckets(n: torch.Tensor) -> torch.Tensor:
+    """The bucket of each distance N = query − key: T5's bidirectional buckets. Half of them
+    (16..31) are for n < 0 (keys after the query); a distance m = |n| below 8 is its own bucket,
     a longer one goes to 8 + ⌊log(m / 8) / log(128 / 8) · 8⌋ = 8 + ⌊log2(m² / 64)⌋, capped at 15.
     That is counted here in integers (m² ≥ 64 · 2^j for j = 1..7), so every device gets the same
     buckets; they equal transformers' float32 formula on a CPU at every distance."""
-    pos = torch.arange(length, device=device)
-    n = pos[:, None] - pos[None, :]
     half = BUCKETS // 2
     exact = half // 2
     m = n.abs()
-    thresholds = exact * exact * 2 ** torch.arange(1, half - exact, device=device)  # 64 · 2^j, j = 1..7
+    thresholds = exact * exact * 2 ** torch.arange(1, half - exact, device=n.device)  # 64 · 2^j, j = 1..7
     large = exact + (m[..., None] * m[..., None] >= thresholds).sum(-1)
     return (n < 0).long() * half + torch.where(m < exact, m, large)
+
+
+def relative_buckets(length: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """[L, L] bucket of query i attending to key j (`distance_buckets` of i − j)."""
+    pos = torch.arange(length, device=device)
+    return distance_buckets(pos[:, None] - pos[None, :])
 
 
 class MPNetEmbeddings(nn.Module):
@@ -171,16 +177,10 @@ class MPNetEncoder(nn.Module):
         emb = self.embeddings
         x = emb.word_embeddings(packed.ids) + emb.position_embeddings.weight[POSITION_OFFSET + packed.positions]
         x = emb.LayerNorm(x)
-        table = self.position_bias(packed.longest)  # a run of length L reads the top-left L × L
-
-        def bias(q: torch.Tensor, k: torch.Tensor, length: int) -> torch.Tensor:
-            return table[None, :, :length, :length]
-
-        n = x.shape[0]
+        table = self.relative_attention_bias.weight
+        relative = RelativeBias.over(packed.longest, lambda n: table[distance_buckets(n.to(table.device))])
         for layer, lin in zip(self.blocks, linears):
-            heads = layer.heads
-            q, k, v = lin.qkv(x).view(n, 3, heads, -1).unbind(1)
-            attended = attend_runs(q, k, v, packed, bias=bias)
+            attended = ops.attention(lin.qkv(x), packed, layer.heads, relative)  # every row in one call on a CPU
             x = ops.add_norm(lin.attn_out(attended), x, layer.attn_norm)
             x = ops.add_norm(lin.ffn_out(lin.ffn_in_act(x)), x, layer.ffn_norm)
         return x

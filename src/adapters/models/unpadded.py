@@ -129,6 +129,34 @@ class EmbeddingTables:
     offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class RelativeBias:
+    """A score bias that depends only on the distance query − key (MPNet's relative positions):
+    query i of a row scoring key j of head h adds TABLE[h, CENTRE + i − j]. TABLE [heads, span]
+    reaches past a forward's longest row on both sides, because the one-call CPU op reads it for its
+    padded query blocks (16) and key groups (8) too: `over` builds it that wide."""
+
+    table: torch.Tensor
+    centre: int
+
+    QUERY_BLOCK = 16
+    KEY_GROUP = 8
+
+    @classmethod
+    def over(cls, longest: int, lookup: Callable[[torch.Tensor], torch.Tensor]) -> RelativeBias:
+        """LOOKUP(distances) → [len(distances), heads] for the distances a forward whose longest row
+        has LONGEST tokens can read."""
+        centre = -(-longest // cls.KEY_GROUP) * cls.KEY_GROUP - 1
+        span = centre + -(-longest // cls.QUERY_BLOCK) * cls.QUERY_BLOCK
+        distances = torch.arange(span) - centre
+        return cls(lookup(distances).t().contiguous(), centre)
+
+    def square(self, length: int) -> torch.Tensor:
+        """[1, heads, LENGTH, LENGTH]: the bias a row of LENGTH tokens adds (an SDPA mask)."""
+        pos = torch.arange(length, device=self.table.device)
+        return self.table[:, self.centre + pos[:, None] - pos[None, :]][None]
+
+
 POOLINGS = ("none", "cls", "mean")  # what `ForwardOps.encode` may pool: none (the hidden states), cls, mean
 
 
@@ -140,15 +168,19 @@ class ForwardOps:
     norm_card = "torch add, then LayerNorm"  # what the card says of `add_norm`
     layers_card = "a Python loop over the layers"  # what the card says of `layers`
 
-    def attention(self, qkv: torch.Tensor, packed: PackedRows, heads: int) -> torch.Tensor:
-        """[N, 3·H] → [N, H]: each row attends to its own tokens only."""
+    def attention(
+        self, qkv: torch.Tensor, packed: PackedRows, heads: int, relative: RelativeBias | None = None
+    ) -> torch.Tensor:
+        """[N, 3·H] → [N, H]: each row attends to its own tokens only (its scores biased by
+        RELATIVE where given)."""
         n_rows, h = qkv.shape[0], qkv.shape[1] // 3
         attended = qkv.new_empty(n_rows, h)
         attended[packed.tokens :] = 0  # padding rows (`PackedRows.build`'s PAD_TO)
         for first, end, length, token in packed.runs:
             rows = end - first
             span = qkv[token : token + rows * length].view(rows, length, 3, heads, h // heads).permute(2, 0, 3, 1, 4)
-            a = F.scaled_dot_product_attention(span[0], span[1], span[2])
+            mask = relative.square(length) if relative is not None else None
+            a = F.scaled_dot_product_attention(span[0], span[1], span[2], attn_mask=mask)
             attended[token : token + rows * length] = a.transpose(1, 2).reshape(rows * length, h)
         return attended
 

@@ -100,8 +100,9 @@ inline void load_queries(const float* q0, int64_t stride, int count, float scale
 // ST[j] = Σ_c QT[c] · K[j][c] for the LENGTH keys at K0 (rows STRIDE apart), KG keys at a time, for
 // NB blocks of queries at once (block b's QT at QT + b * D * QB, its ST at ST + b * KEYS * QB); the
 // last group repeats the last key (its extra scores land in ST's padding and are never read).
-template <int D, int NB>
-inline void score_keys(const float* qt, const float* k0, int64_t stride, int64_t length, int64_t keys, float* st) {
+template <int D, int NB, bool REL>
+inline void score_keys(const float* qt, const float* k0, int64_t stride, int64_t length, int64_t keys, float* st,
+                       const float* rel) {
   for (int64_t j = 0; j < length; j += KG) {
     const float* k[KG];
     for (int t = 0; t < KG; ++t) k[t] = k0 + std::min<int64_t>(j + t, length - 1) * stride;
@@ -116,6 +117,9 @@ inline void score_keys(const float* qt, const float* k0, int64_t stride, int64_t
         for (int b = 0; b < NB; ++b) acc[b][t] = _mm512_fmadd_ps(q[b], kc, acc[b][t]);
       }
     }
+    if (REL)  // query a of block b against key j + t: REL[b * QB + a - (j + t)], 16 queries in one load
+      for (int b = 0; b < NB; ++b)
+        for (int t = 0; t < KG; ++t) acc[b][t] = _mm512_add_ps(acc[b][t], _mm512_loadu_ps(rel + b * QB - (j + t)));
     for (int b = 0; b < NB; ++b)
       for (int t = 0; t < KG; ++t) _mm512_storeu_ps(st + b * keys * QB + (j + t) * QB, acc[b][t]);
   }
@@ -167,15 +171,16 @@ inline void load_queries(const float* q0, int64_t stride, int count, float scale
     for (int a = 0; a < QB; ++a) qt[c * QB + a] = a < count ? q0[a * stride + c] * scale : 0.0f;
 }
 
-template <int D, int NB>
-inline void score_keys(const float* qt, const float* k0, int64_t stride, int64_t length, int64_t keys, float* st) {
+template <int D, int NB, bool REL>
+inline void score_keys(const float* qt, const float* k0, int64_t stride, int64_t length, int64_t keys, float* st,
+                       const float* rel) {
   for (int b = 0; b < NB; ++b)
     for (int64_t j = 0; j < length; ++j) {
       const float* k = k0 + j * stride;
       float acc[QB] = {};
       for (int c = 0; c < D; ++c)
         for (int a = 0; a < QB; ++a) acc[a] += qt[b * D * QB + c * QB + a] * k[c];
-      for (int a = 0; a < QB; ++a) st[b * keys * QB + j * QB + a] = acc[a];
+      for (int a = 0; a < QB; ++a) st[b * keys * QB + j * QB + a] = REL ? acc[a] + rel[b * QB + a - j] : acc[a];
     }
 }
 
@@ -204,9 +209,16 @@ inline void weighted_values(const float* st, const float* inv, int64_t length, c
 }
 #endif
 
-template <int D>
+// A score bias that depends on the distance query - key only (MPNet's relative positions): query i
+// against key j of head h adds TABLE[h * STRIDE + CENTRE + i - j]; TABLE null for none.
+struct Relative {
+  const float* table;
+  int64_t stride, centre;
+};
+
+template <int D, bool REL>
 void attend_row_head(const float* qkv, float* out, int64_t start, int64_t length, int64_t head, int64_t heads,
-                     float scale, Scratch& scratch) {
+                     float scale, const Relative& relative, Scratch& scratch) {
   const int64_t stride = 3 * heads * D;  // one token's Q, K and V
   const int64_t width = heads * D;
   const int64_t keys = (length + KG - 1) / KG * KG;  // the last key group's padding
@@ -225,10 +237,11 @@ void attend_row_head(const float* qkv, float* out, int64_t start, int64_t length
       count[b] = static_cast<int>(std::min<int64_t>(QB, length - i0 - b * QB));
       load_queries<D>(q + (i0 + b * QB) * stride, stride, count[b], scale, qt + b * D * QB);
     }
+    const float* rel = REL ? relative.table + head * relative.stride + relative.centre + i0 : nullptr;
     if (blocks == 2) {
-      score_keys<D, 2>(qt, q + width, stride, length, keys, st);
+      score_keys<D, 2, REL>(qt, q + width, stride, length, keys, st, rel);
     } else {
-      score_keys<D, 1>(qt, q + width, stride, length, keys, st);
+      score_keys<D, 1, REL>(qt, q + width, stride, length, keys, st, rel);
     }
     for (int b = 0; b < blocks; ++b) {
       const int64_t first = i0 + b * QB;
@@ -240,30 +253,58 @@ void attend_row_head(const float* qkv, float* out, int64_t start, int64_t length
   }
 }
 
-using Kernel = void (*)(const float*, float*, int64_t, int64_t, int64_t, int64_t, float, Scratch&);
+using Kernel = void (*)(const float*, float*, int64_t, int64_t, int64_t, int64_t, float, const Relative&, Scratch&);
 
 // Head sizes a whole number of 512-bit vectors wide; smaller ones (8: measured 9x slower than
 // SDPA here) keep the per-run SDPA.
+template <bool REL>
 Kernel kernel_for(int64_t dim) {
   switch (dim) {
-    case 16: return attend_row_head<16>;
-    case 32: return attend_row_head<32>;
-    case 64: return attend_row_head<64>;
-    case 80: return attend_row_head<80>;
-    case 96: return attend_row_head<96>;
-    case 128: return attend_row_head<128>;
+    case 16: return attend_row_head<16, REL>;
+    case 32: return attend_row_head<32, REL>;
+    case 64: return attend_row_head<64, REL>;
+    case 80: return attend_row_head<80, REL>;
+    case 96: return attend_row_head<96, REL>;
+    case 128: return attend_row_head<128, REL>;
     default: return nullptr;
   }
 }
 
+at::Tensor attend(const at::Tensor& qkv, const at::Tensor& starts, const at::Tensor& lengths, int64_t heads,
+                  double scale, const Relative& relative);
+
 }  // namespace
 
-bool supports_head_dim(int64_t dim) { return kernel_for(dim) != nullptr; }
+bool supports_head_dim(int64_t dim) { return kernel_for<false>(dim) != nullptr; }
+
+at::Tensor varlen_attention(const at::Tensor& qkv, const at::Tensor& starts, const at::Tensor& lengths,
+                            int64_t heads, double scale) {
+  return attend(qkv, starts, lengths, heads, scale, Relative{nullptr, 0, 0});
+}
+
+// The same with MPNet's relative position bias: BIAS [heads, span] float32, CENTRE where distance 0
+// sits. The kernel reads it for the padded query blocks and key groups too, so CENTRE must be at
+// least the longest row rounded up to a key group, minus 1, and SPAN at least CENTRE plus the
+// longest row rounded up to a query block.
+at::Tensor varlen_attention_biased(const at::Tensor& qkv, const at::Tensor& starts, const at::Tensor& lengths,
+                                   int64_t heads, double scale, const at::Tensor& bias, int64_t centre) {
+  TORCH_CHECK(bias.dim() == 2 && bias.size(0) == heads && bias.scalar_type() == at::kFloat && bias.is_contiguous(),
+              "bias must be a contiguous float32 [heads, span] matrix");
+  const auto l = lengths.contiguous();
+  const int64_t* lp = l.data_ptr<int64_t>();
+  int64_t longest = 0;
+  for (int64_t b = 0; b < l.numel(); ++b) longest = std::max(longest, lp[b]);
+  TORCH_CHECK(centre >= (longest + KG - 1) / KG * KG - 1 && bias.size(1) >= centre + (longest + QB - 1) / QB * QB,
+              "bias of span ", bias.size(1), " centred at ", centre, " does not cover rows of ", longest, " tokens");
+  return attend(qkv, starts, lengths, heads, scale, Relative{bias.data_ptr<float>(), bias.size(1), centre});
+}
+
+namespace {
 
 // qkv [rows_total, 3 * heads * dim] float32 contiguous; starts/lengths int64 [B] (each row's first
 // token and length); returns [rows_total, heads * dim] with every token past the rows zeroed.
-at::Tensor varlen_attention(const at::Tensor& qkv, const at::Tensor& starts, const at::Tensor& lengths,
-                               int64_t heads, double scale) {
+at::Tensor attend(const at::Tensor& qkv, const at::Tensor& starts, const at::Tensor& lengths, int64_t heads,
+                  double scale, const Relative& relative) {
   TORCH_CHECK(qkv.dim() == 2 && qkv.scalar_type() == at::kFloat && qkv.is_contiguous(),
               "qkv must be a contiguous float32 [N, 3 * heads * dim] matrix");
   TORCH_CHECK(starts.scalar_type() == at::kLong && lengths.scalar_type() == at::kLong &&
@@ -272,7 +313,7 @@ at::Tensor varlen_attention(const at::Tensor& qkv, const at::Tensor& starts, con
   const int64_t width = qkv.size(1) / 3;
   TORCH_CHECK(qkv.size(1) == 3 * width && width % heads == 0, "qkv width is not 3 * heads * dim");
   const int64_t dim = width / heads;
-  const Kernel kernel = kernel_for(dim);
+  const Kernel kernel = relative.table != nullptr ? kernel_for<true>(dim) : kernel_for<false>(dim);
   TORCH_CHECK(kernel != nullptr, "no kernel for head dim ", dim);
   auto out = at::empty({qkv.size(0), width}, qkv.options());
   const auto s = starts.contiguous();
@@ -291,13 +332,11 @@ at::Tensor varlen_attention(const at::Tensor& qkv, const at::Tensor& starts, con
     Scratch scratch;
     for (int64_t task = begin; task < stop; ++task) {
       const int64_t b = task / heads;
-      kernel(in, o, sp[b], lp[b], task % heads, heads, sc, scratch);
+      kernel(in, o, sp[b], lp[b], task % heads, heads, sc, relative, scratch);
     }
   });
   return out;
 }
-
-namespace {
 
 // One row of add + LayerNorm: X = D + R written into D, then D = (X - mean) / sqrt(var + eps) * W + B.
 // The sums run over 16 lanes in a fixed order, so a row's bits depend on its own values only.
@@ -646,6 +685,10 @@ TORCH_LIBRARY(srun_cpu, m) {
       &encoder_layers);
   m.def("varlen_attention(Tensor qkv, Tensor starts, Tensor lengths, int heads, float scale) -> Tensor",
         &varlen_attention);
+  m.def(
+      "varlen_attention_biased(Tensor qkv, Tensor starts, Tensor lengths, int heads, float scale, Tensor bias, "
+      "int centre) -> Tensor",
+      &varlen_attention_biased);
   m.def("supports_head_dim(int dim) -> bool", &supports_head_dim);
   m.def("add_layer_norm_(Tensor(a!) delta, Tensor residual, Tensor weight, Tensor bias, float eps) -> Tensor(a!)",
         &add_layer_norm_);
