@@ -57,12 +57,26 @@ class _Metric(Generic[M]):
         self.spec = spec
         self._metric = metric
         self._label_set = frozenset(spec.labels)
+        # children by their label dict's items: every request counts into a few series, and
+        # prometheus_client's `labels()` checks and converts the names and values on each call
+        self._children: dict[tuple[tuple[str, object], ...], M] = {}
 
     @property
     def name(self) -> str:
         return self.spec.name
 
     def _child(self, labels: Labels | None) -> M:
+        if labels:
+            key = tuple(labels.items())
+            child = self._children.get(key)
+            if child is not None:
+                return child
+            child = self._checked_child(labels)
+            self._children[key] = child
+            return child
+        return self._checked_child(labels)
+
+    def _checked_child(self, labels: Labels | None) -> M:
         if not self.spec.labels:
             if labels:
                 raise ValueError(f"{self.name} takes no labels, got {sorted(labels)}")
@@ -88,6 +102,7 @@ class _Metric(Generic[M]):
     def remove(self, labels: Labels) -> None:
         """Drop the series with these labels (e.g. of a replica that was retired); none: no-op."""
         values = [str(labels[name]) for name in self.spec.labels]
+        self._children.clear()  # a later count of these labels makes a new series
         try:
             self._metric.remove(*values)
         except KeyError:

@@ -163,6 +163,24 @@ def test_each_metric_takes_exactly_its_declared_labels() -> None:
     assert samples(metrics.render()) == []
 
 
+def test_a_series_counted_again_and_again_is_one_series_until_removed() -> None:
+    """Children are kept per label dict (the hot path): the order of the keys does not matter, a
+    wrong dict is still refused after good ones, and a removed series starts again from zero."""
+    metrics = RuntimeMetrics()
+    labels = {"model": "m", "surface": "embeddings", "code": "ok"}
+    for _ in range(3):
+        metrics.requests.inc(labels)
+    metrics.requests.inc({"code": "ok", "surface": "embeddings", "model": "m"})
+    assert metrics.requests.get(labels) == 4
+    assert len([s for s in samples(metrics.render()) if s[0] == "vllm_srun_requests_total"]) == 1
+    with pytest.raises(ValueError, match="takes labels"):
+        metrics.requests.inc({"model": "m", "code": "ok"})
+    metrics.requests.remove(labels)
+    assert metrics.requests.get(labels) == 0
+    metrics.requests.inc(labels)
+    assert metrics.requests.get(labels) == 1
+
+
 def test_get_reads_a_series_without_creating_it() -> None:
     metrics = RuntimeMetrics()
     forwards = {"model": "m", "lane": "text", "outcome": "ok"}
