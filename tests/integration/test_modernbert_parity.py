@@ -9,6 +9,7 @@ small/odd head sizes, BF16 and the ONNX export, each against transformers within
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +255,36 @@ def test_small_head_sizes(tmp_path: Path, path: str, hidden: int, heads: int) ->
         assert float((encoder(ids, mask) - want)[mask].abs().max()) < TOL
     means = torch.stack([want[i, : len(r.ids)].mean(0) for i, r in enumerate(rows)]).numpy()
     assert np.abs(engine.embed(rows) - means).max() < TOL
+
+
+def test_sliding_layers_run_the_one_call_attention_with_their_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Head size 16 (the C++ op has it) and rows longer than the window: the sliding layers give the
+    op their window as a bias of the distance (spied), and the rows still match transformers."""
+    from vllm_srun.adapters.engines import cpp_ops
+    from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
+
+    if ONEDNN is not None or cpp_ops.compiler(os.environ) is None or load_varlen_attention(lambda _m: None):
+        pytest.skip("no oneDNN packed path or no C++ op here")
+    windowed: list[int] = []
+    plain_attention = VarlenOps.attention
+
+    def spy(self, qkv, packed, heads, relative=None):  # type: ignore[no-untyped-def]
+        if relative is not None:
+            windowed.append(packed.longest)
+        return plain_attention(self, qkv, packed, heads, relative)
+
+    monkeypatch.setattr(VarlenOps, "attention", spy)
+    folder = _package(tmp_path, _config(2, hidden=32, heads=2, intermediate=40), 2)
+    theirs = _theirs(folder, classifier=True)
+    encoder, head = mb.load_modernbert(folder)
+    reference = ReferenceEncoder(encoder, head, MEAN)
+    engine = NativeEncoder(reference, PackedEncoder(encoder, head), KernelPlan(FORCED_UP_TO), ops=VarlenOps())
+    rows = _rows([40, 21, 17, 11, 11, 5, 1])
+    assert np.abs(engine.classify_logits(rows) - _alone_logits(theirs, rows)).max() < TOL
+    assert np.abs(engine.embed(rows) - _alone_mean(theirs.model, rows)).max() < TOL
+    assert windowed and set(windowed) == {40}  # only the sliding layers, with every row in the call
 
 
 @pytest.mark.parametrize("path", ["eager", "onednn"])

@@ -16,7 +16,7 @@ random package under transformers' names (`vllm-srun fixture`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -41,7 +41,7 @@ from vllm_srun.adapters.models.encoder_parts import (
     read_model_type,
     take_linear,
 )
-from vllm_srun.adapters.models.unpadded import attend_runs
+from vllm_srun.adapters.models.unpadded import RelativeBias
 from vllm_srun.adapters.models.weights import Weights
 
 if TYPE_CHECKING:
@@ -232,14 +232,6 @@ class ModernBertLayer(nn.Module):
         return x + self.ffn_out(self.activate(self.ffn_in(self.mlp_norm(x))))
 
 
-def _window_mask(length: int, window: int, device: torch.device) -> torch.Tensor | None:
-    """[1, 1, L, L] bool (True = attend) of a sliding window over a full row; None when it covers the row."""
-    if length - 1 <= window:
-        return None
-    pos = torch.arange(length, device=device)
-    return ((pos[:, None] - pos[None, :]).abs() <= window)[None, None]
-
-
 class ModernBertEncoder(nn.Module):
     """Embeddings + the blocks + the final norm; `forward` returns the last hidden state [B, T, H]."""
 
@@ -280,22 +272,13 @@ class ModernBertEncoder(nn.Module):
         return self.final_norm(x)
 
     def packed_forward(self, packed: PackedRows, linears: Sequence[LayerLinears], ops: ForwardOps) -> torch.Tensor:
-        """The last hidden state of every real token, [N, H], rows in PACKED's sorted order. Layers
-        whose attention sees each whole row (global ones, local ones when no row is longer than the
-        window) run OPS.attention on the rotated Q, K, V; the others mask their window per run."""
+        """The last hidden state of every real token, [N, H], rows in PACKED's sorted order. Every
+        layer runs OPS.attention on the rotated Q, K, V; a sliding layer whose window does not cover
+        the longest row gives it its window as a bias of the distance (0 within, −inf past it)."""
         x = self.embeddings(packed.ids)
         n, h = x.shape
         ropes: dict[float, tuple[torch.Tensor, torch.Tensor]] = {}
-        masks: dict[tuple[int, int], torch.Tensor | None] = {}
-
-        def windowed(window: int) -> Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor | None]:
-            def bias(q: torch.Tensor, k: torch.Tensor, length: int) -> torch.Tensor | None:
-                if (window, length) not in masks:
-                    masks[window, length] = _window_mask(length, window, q.device)
-                return masks[window, length]
-
-            return bias
-
+        windows: dict[int, RelativeBias] = {}
         for layer, lin in zip(self.blocks, linears):
             if layer.theta not in ropes:
                 cos, sin = rotary(packed.positions, layer.head_dim, layer.theta, x.dtype)
@@ -303,13 +286,26 @@ class ModernBertEncoder(nn.Module):
             cos, sin = ropes[layer.theta]
             qkv = lin.qkv(layer.attn_norm(x)).view(n, 3, layer.heads, layer.head_dim)
             q, k, v = rotate(qkv[:, 0], cos, sin), rotate(qkv[:, 1], cos, sin), qkv[:, 2]
-            if layer.window is None or packed.longest - 1 <= layer.window:
-                attended = ops.attention(torch.stack((q, k, v), dim=1).view(n, 3 * h), packed, layer.heads)
-            else:
-                attended = attend_runs(q, k, v, packed, bias=windowed(layer.window))
+            window = None
+            if layer.window is not None and packed.longest - 1 > layer.window:
+                if layer.window not in windows:
+                    windows[layer.window] = _window_bias(packed.longest, layer.window, layer.heads, x)
+                window = windows[layer.window]
+            attended = ops.attention(torch.stack((q, k, v), dim=1).view(n, 3 * h), packed, layer.heads, window)
             x = x + lin.attn_out(attended)
             x = x + lin.ffn_out(lin.ffn_in_act(layer.mlp_norm(x)))
         return self.final_norm(x)
+
+
+def _window_bias(longest: int, window: int, heads: int, like: torch.Tensor) -> RelativeBias:
+    """A sliding window as a score bias of the distance: 0 up to WINDOW positions away, −inf past
+    it (softmax gives those keys nothing), on LIKE's device and dtype."""
+
+    def lookup(distance: torch.Tensor) -> torch.Tensor:
+        bias = torch.where(distance.abs() <= window, 0.0, float("-inf")).to(like.device, like.dtype)
+        return bias[:, None].expand(-1, heads)
+
+    return RelativeBias.over(longest, lookup)
 
 
 class ModernBertHead(nn.Module):
