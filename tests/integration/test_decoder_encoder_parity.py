@@ -582,3 +582,42 @@ def test_weights_that_do_not_fit_the_config_are_refused(tmp_path: Path) -> None:
     (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
     with pytest.raises(WeightsError, match=re.escape("missing ['model.layers.2.")):
         load_decoder_encoder(folder)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "llama"])
+def test_the_one_call_attention_serves_causal_rows_with_grouped_kv_heads(
+    tmp_path: Path, model_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Head size 16 (the C++ op has it), 4 query heads on 2 K/V heads: every layer's attention is
+    one call with causality as a bias of the distance (spied), and the rows match transformers."""
+    import os
+
+    from vllm_srun.adapters.engines import cpp_ops
+    from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
+
+    if onednn_unsupported("cpu", torch.float32) or cpp_ops.compiler(os.environ) is None:
+        pytest.skip("no oneDNN packed path or no C++ compiler here")
+    assert load_varlen_attention(lambda _m: None) is None
+    calls: list[int] = []
+    plain_attention = VarlenOps.attention
+
+    def spy(self, qkv, packed, heads, relative=None):  # type: ignore[no-untyped-def]
+        if relative is not None:
+            calls.append(heads)
+        return plain_attention(self, qkv, packed, heads, relative)
+
+    monkeypatch.setattr(VarlenOps, "attention", spy)
+    folder = _package(tmp_path, model_type, hidden=64, heads=4, kv_heads=2, intermediate=96)
+    encoder, _ = load_decoder_encoder(folder)
+    reference = ReferenceEncoder(encoder, None, LASTTOKEN)
+    engine = NativeEncoder(reference, PackedEncoder(encoder, None), KernelPlan(FORCED_UP_TO), ops=VarlenOps())
+    texts = [SENTENCES[5], SENTENCES[0], SENTENCES[6], SENTENCES[3], SENTENCES[1] * 3, SENTENCES[2]]
+    rows = _rows(folder, texts)
+    hf = _hf(folder)
+    with torch.no_grad():
+        alone = [hf(input_ids=torch.tensor([list(r.ids)])).last_hidden_state[0, -1] for r in rows]
+    want = torch.nn.functional.normalize(torch.stack(alone), dim=-1).numpy()
+    gap = _gap(engine.embed(rows), want)
+    print(f"{model_type} one-call causal attention vs transformers: {gap:.2e}")
+    assert gap <= TOL
+    assert calls and set(calls) == {4}  # every layer, the 4 query heads

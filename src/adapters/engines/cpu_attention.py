@@ -97,6 +97,9 @@ class VarlenOps(ForwardOps):
             self._dims[head_dim] = bool(torch.ops.srun_cpu.supports_head_dim(head_dim))
         return self._dims[head_dim]
 
+    def runs_biased(self, head_dim: int, dtype: torch.dtype) -> bool:
+        return dtype == torch.float32 and self.supports(head_dim)
+
     def attention(
         self, qkv: torch.Tensor, packed: PackedRows, heads: int, relative: RelativeBias | None = None
     ) -> torch.Tensor:

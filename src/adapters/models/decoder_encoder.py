@@ -9,9 +9,11 @@
   needed; padded positions hold meaningless values that pooling and the heads never read);
 - `packed_forward(packed, linears, ops)` → [N, H]: every token of the forward back to back through
   the linears as one matrix, rotary at `packed.positions` (restarting at 0 per row), causal
-  attention per run of equal-length rows (never across rows). The blocks are pre-norm
-  (`x + delta`, the norm of the sum feeding the next linear), so `ops` (post-norm `add_norm`,
-  non-causal attention) has nothing to do here;
+  attention of each row over its own tokens (never across rows): in one call of `ops.attention`
+  for every row, causality as a bias of the distance (`RelativeBias.causal`, K/V heads repeated for
+  grouped-query attention), where the ops run that in one call (the CPU's C++ op, FP32), else one
+  causal SDPA per run of equal-length rows. The blocks are pre-norm (`x + delta`, the norm of the
+  sum feeding the next linear), so `ops.add_norm` (post-norm) has nothing to do here;
 - `blocks`: one `DecoderBlock` per layer with `qkv` (q_proj, k_proj, v_proj concatenated: sizes differ
   under GQA), `attn_out` (o_proj), `ffn_in` (gate_proj, up_proj concatenated; `glu`, `activate(y) =
   silu(gate) * up`), `ffn_out` (down_proj). The concatenated linears own the weights; the wrapped
@@ -50,7 +52,7 @@ from vllm_srun.adapters.models.encoder_parts import (
     label_fields,
 )
 from vllm_srun.adapters.models.manifest import asks_for_yes_no, read_config, read_manifest
-from vllm_srun.adapters.models.unpadded import attend_runs
+from vllm_srun.adapters.models.unpadded import RelativeBias, attend_runs
 from vllm_srun.adapters.models.weights import WeightsError, load_weights
 
 if TYPE_CHECKING:
@@ -245,14 +247,25 @@ class DecoderEncoder(nn.Module):
 
     def packed_forward(self, packed: PackedRows, linears: Sequence[LayerLinears], ops: ForwardOps) -> torch.Tensor:
         """Final-normed hidden states of every real token, [N, H], rows in PACKED's sorted order."""
-        del ops  # pre-norm blocks and causal attention: see the module doc
         self._check_length(packed.longest)
         cos, sin = self.lm.rotary(packed.positions[None])
         cos, sin = cos[0, 0, :, None], sin[0, 0, :, None]  # [N, 1, d]
         x = self.lm.model.embed_tokens(packed.ids)
+        causal: RelativeBias | None = None
         for block, lin in zip(self.blocks, linears, strict=True):
             q, k, v = block.split_heads(lin.qkv(block.input_norm(x)), cos, sin)
-            x = x + lin.attn_out(attend_runs(q, k, v, packed, causal=True))
+            n, heads, dim = q.shape
+            if ops.runs_biased(dim, q.dtype):  # every row in one call, causal as a bias of the distance
+                if causal is None:
+                    causal = RelativeBias.causal(packed.longest, heads, x)
+                rep = heads // k.shape[1]
+                if rep > 1:  # grouped-query attention: each K/V head serves REP query heads
+                    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+                qkv = torch.cat((q.reshape(n, -1), k.reshape(n, -1), v.reshape(n, -1)), dim=1)
+                attended = ops.attention(qkv, packed, heads, causal)
+            else:
+                attended = attend_runs(q, k, v, packed, causal=True)
+            x = x + lin.attn_out(attended)
             x = x + lin.ffn_out(lin.ffn_in_act(block.post_norm(x)))
         return self.lm.model.norm(x)
 

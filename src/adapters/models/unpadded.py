@@ -151,6 +151,17 @@ class RelativeBias:
         distances = torch.arange(span) - centre
         return cls(lookup(distances).t().contiguous(), centre)
 
+    @classmethod
+    def causal(cls, longest: int, heads: int, like: torch.Tensor) -> RelativeBias:
+        """Each query sees the keys at and before it: 0 for a distance ≥ 0, −inf after (LIKE's
+        device and dtype)."""
+
+        def lookup(distance: torch.Tensor) -> torch.Tensor:
+            bias = torch.where(distance >= 0, 0.0, float("-inf")).to(like.device, like.dtype)
+            return bias[:, None].expand(-1, heads)
+
+        return cls.over(longest, lookup)
+
     def square(self, length: int) -> torch.Tensor:
         """[1, heads, LENGTH, LENGTH]: the bias a row of LENGTH tokens adds (an SDPA mask)."""
         pos = torch.arange(length, device=self.table.device)
@@ -183,6 +194,11 @@ class ForwardOps:
             a = F.scaled_dot_product_attention(span[0], span[1], span[2], attn_mask=mask)
             attended[token : token + rows * length] = a.transpose(1, 2).reshape(rows * length, h)
         return attended
+
+    def runs_biased(self, head_dim: int, dtype: torch.dtype) -> bool:
+        """Whether `attention` with a RelativeBias is one call here for these heads (the eager ops
+        run one SDPA per run with a full [L, L] mask, slower than SDPA's own causal path)."""
+        return False
 
     def add_norm(self, delta: torch.Tensor, residual: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
         """NORM(DELTA + RESIDUAL). DELTA is a fresh result (a linear's output) that the forward never
