@@ -15,9 +15,10 @@ shapes): 0.84 / 6.7 / 9.8 ms for short / mixed / long rows against 3.8 / 10.5 / 
 per-run SDPA, and 0.54 / 0.88 / 0.81 of the previous kernel's time (one query and 16 keys at a
 time, keys transposed); `bench/packed_forward.py` times whole forwards. Head sizes that are not a
 whole number of 16 floats keep SDPA (8 was 9× slower on this op). `varlen_attention_biased` is the
-same op with a score bias that depends on the distance query − key only (MPNet's relative
-positions, `unpadded.RelativeBias`): for one key its 16 queries' biases are 16 consecutive floats of
-the head's table, one load added to the scores before the softmax.
+same op with a score bias that depends on the distance query − key only (`unpadded.RelativeBias`:
+MPNet's relative positions, ModernBERT's sliding windows, a decoder's causal mask): for one key its
+16 queries' biases are 16 consecutive floats of the head's table, one load added to the scores
+before the softmax.
 
 `add_norm` (twice per block) adds the residual into the linear's fresh output and normalises each
 row in the same pass, over 16 lanes in a fixed order (a row's bits are its own, on any thread

@@ -289,23 +289,12 @@ class ModernBertEncoder(nn.Module):
             window = None
             if layer.window is not None and packed.longest - 1 > layer.window:
                 if layer.window not in windows:
-                    windows[layer.window] = _window_bias(packed.longest, layer.window, layer.heads, x)
+                    windows[layer.window] = RelativeBias.window(packed.longest, layer.window, layer.heads, x)
                 window = windows[layer.window]
             attended = ops.attention(torch.stack((q, k, v), dim=1).view(n, 3 * h), packed, layer.heads, window)
             x = x + lin.attn_out(attended)
             x = x + lin.ffn_out(lin.ffn_in_act(layer.mlp_norm(x)))
         return self.final_norm(x)
-
-
-def _window_bias(longest: int, window: int, heads: int, like: torch.Tensor) -> RelativeBias:
-    """A sliding window as a score bias of the distance: 0 up to WINDOW positions away, −inf past
-    it (softmax gives those keys nothing), on LIKE's device and dtype."""
-
-    def lookup(distance: torch.Tensor) -> torch.Tensor:
-        bias = torch.where(distance.abs() <= window, 0.0, float("-inf")).to(like.device, like.dtype)
-        return bias[:, None].expand(-1, heads)
-
-    return RelativeBias.over(longest, lookup)
 
 
 class ModernBertHead(nn.Module):

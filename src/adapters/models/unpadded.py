@@ -131,8 +131,9 @@ class EmbeddingTables:
 
 @dataclass(frozen=True, slots=True)
 class RelativeBias:
-    """A score bias that depends only on the distance query − key (MPNet's relative positions):
-    query i of a row scoring key j of head h adds TABLE[h, CENTRE + i − j]. TABLE [heads, span]
+    """A score bias that depends only on the distance query − key (MPNet's relative positions, a
+    sliding window, a causal mask): query i of a row scoring key j of head h adds
+    TABLE[h, CENTRE + i − j]; −inf takes a key away (each query keeps its own). TABLE [heads, span]
     reaches past a forward's longest row on both sides, because the one-call CPU op reads it for its
     padded query blocks (16) and key groups (8) too: `over` builds it that wide."""
 
@@ -153,11 +154,22 @@ class RelativeBias:
 
     @classmethod
     def causal(cls, longest: int, heads: int, like: torch.Tensor) -> RelativeBias:
-        """Each query sees the keys at and before it: 0 for a distance ≥ 0, −inf after (LIKE's
-        device and dtype)."""
+        """Each query sees the keys at and before it (LIKE's device and dtype)."""
+        return cls._seen(longest, heads, like, lambda distance: distance >= 0)
+
+    @classmethod
+    def window(cls, longest: int, reach: int, heads: int, like: torch.Tensor) -> RelativeBias:
+        """Each query sees the keys at most REACH positions away, on either side."""
+        return cls._seen(longest, heads, like, lambda distance: distance.abs() <= reach)
+
+    @classmethod
+    def _seen(
+        cls, longest: int, heads: int, like: torch.Tensor, seen: Callable[[torch.Tensor], torch.Tensor]
+    ) -> RelativeBias:
+        """0 where SEEN(distance), −inf elsewhere, the same for every head."""
 
         def lookup(distance: torch.Tensor) -> torch.Tensor:
-            bias = torch.where(distance >= 0, 0.0, float("-inf")).to(like.device, like.dtype)
+            bias = torch.where(seen(distance), 0.0, float("-inf")).to(like.device, like.dtype)
             return bias[:, None].expand(-1, heads)
 
         return cls.over(longest, lookup)

@@ -209,8 +209,10 @@ inline void weighted_values(const float* st, const float* inv, int64_t length, c
 }
 #endif
 
-// A score bias that depends on the distance query - key only (MPNet's relative positions): query i
-// against key j of head h adds TABLE[h * STRIDE + CENTRE + i - j]; TABLE null for none.
+// A score bias that depends on the distance query - key only (MPNet's relative positions, a sliding
+// window, a causal mask): query i against key j of head h adds TABLE[h * STRIDE + CENTRE + i - j];
+// TABLE null for none. An entry may be -inf (a key outside the window or after the query): it weighs
+// e^-87, where the exp clamps, next to the query's own key, which must stay finite.
 struct Relative {
   const float* table;
   int64_t stride, centre;
@@ -282,8 +284,8 @@ at::Tensor varlen_attention(const at::Tensor& qkv, const at::Tensor& starts, con
   return attend(qkv, starts, lengths, heads, scale, Relative{nullptr, 0, 0});
 }
 
-// The same with MPNet's relative position bias: BIAS [heads, span] float32, CENTRE where distance 0
-// sits. The kernel reads it for the padded query blocks and key groups too, so CENTRE must be at
+// The same with a bias of the distance (`Relative`): BIAS [heads, span] float32, CENTRE where
+// distance 0 sits. The kernel reads it for the padded query blocks and key groups too, so CENTRE must be at
 // least the longest row rounded up to a key group, minus 1, and SPAN at least CENTRE plus the
 // longest row rounded up to a query block.
 at::Tensor varlen_attention_biased(const at::Tensor& qkv, const at::Tensor& starts, const at::Tensor& lengths,
