@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -55,6 +56,24 @@ def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
         return (yield)
     finally:
         config.option.verbose = level
+
+
+@pytest.fixture(autouse=True)
+def environment_kept() -> Iterator[None]:
+    """Each test leaves os.environ and torch's thread count as it found them. `vllm-srun serve` run
+    in-process (the CLI tests) sets OMP_NUM_THREADS and OMP_WAIT_POLICY, and torch's count, for the
+    worker process it would become; a runtime a later test started in this process then ran at one
+    thread and re-recorded a golden file on another kernel plan than the session's recording."""
+    saved = dict(os.environ)
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+    torch = sys.modules.get("torch")
+    if threads is not None and torch is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session", autouse=True)

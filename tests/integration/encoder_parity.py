@@ -156,7 +156,10 @@ def check_logits(encoder: Any, head: Any, hf: Any, rows: Sequence[Encoded], pad:
     for name, engine in serving_engines(encoder, head).items():
         gaps[name] = max_diff(engine.classify_logits(rows), want)
     print("logits:", {k: f"{v:.1e}" for k, v in gaps.items()})
-    assert all(g <= TOL for g in gaps.values()), gaps
+    # relative to the logits' size past 1 (as the load's numerics gate measures): logits of about 9
+    # differ from transformers' own FP64 answer by 7e-6 in FP32, and our paths by as much (Zen 5)
+    tol = TOL * max(1.0, float(np.abs(want).max()))
+    assert all(g <= tol for g in gaps.values()), (gaps, tol)
     return gaps
 
 

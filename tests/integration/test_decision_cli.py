@@ -3,11 +3,13 @@ decision fixture writer (R-PKG-3)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.stores import session_store
+from tests.stores import session_store, subprocess_env
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.app.cli import main
 from vllm_srun.app.preflight import engine_arg_refusal
@@ -15,10 +17,17 @@ from vllm_srun.domain.engine_args import EngineArgs
 
 
 def refused(capsys, *argv: str) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["serve", *argv])
-    assert exit_info.value.code != 0
-    err = capsys.readouterr().err.strip().splitlines()
+    """`vllm-srun serve ARGV` in its own process (it sets OpenMP's and torch's thread counts for the
+    worker it would become, which must not leak into this test process): refused in one line."""
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_srun.app.cli", "serve", *argv],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+    )
+    assert done.returncode != 0
+    err = done.stderr.strip().splitlines()
     assert len(err) == 1, err  # one line saying what and why
     return err[0]
 
