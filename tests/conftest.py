@@ -60,10 +60,9 @@ def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
 
 @pytest.fixture(autouse=True)
 def environment_kept() -> Iterator[None]:
-    """Each test leaves os.environ and torch's thread count as it found them. `vllm-srun serve` run
-    in-process (the CLI tests) sets OMP_NUM_THREADS and OMP_WAIT_POLICY, and torch's count, for the
-    worker process it would become; a runtime a later test started in this process then ran at one
-    thread and re-recorded a golden file on another kernel plan than the session's recording."""
+    """Each test leaves os.environ and torch's thread count as it found them: `vllm-srun serve`
+    run in-process (`tests/integration/test_models_file.py`) sets OMP_NUM_THREADS, OMP_WAIT_POLICY
+    and torch's count for the worker process it would become, not for the tests after it."""
     saved = dict(os.environ)
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch is not None else None

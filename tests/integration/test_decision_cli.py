@@ -16,7 +16,7 @@ from vllm_srun.app.preflight import engine_arg_refusal
 from vllm_srun.domain.engine_args import EngineArgs
 
 
-def refused(capsys, *argv: str) -> str:
+def refused(*argv: str) -> str:
     """`vllm-srun serve ARGV` in its own process (it sets OpenMP's and torch's thread counts for the
     worker it would become, which must not leak into this test process): refused in one line."""
     done = subprocess.run(
@@ -32,27 +32,27 @@ def refused(capsys, *argv: str) -> str:
     return err[0]
 
 
-def test_max_model_len_is_refused_for_a_non_decision_model(capsys, encoder_fixture, decision_fixture) -> None:
-    line = refused(capsys, str(encoder_fixture("embed")), "--max-model-len", "64")
+def test_max_model_len_is_refused_for_a_non_decision_model(encoder_fixture, decision_fixture) -> None:
+    line = refused(str(encoder_fixture("embed")), "--max-model-len", "64")
     assert "--max-model-len applies to decision models only" in line and "encoder" in line
     # served next to a decision model it is refused all the same: the flag applies to every model
-    line = refused(capsys, str(decision_fixture("llama")), str(encoder_fixture("embed")), "--max-model-len", "64")
+    line = refused(str(decision_fixture("llama")), str(encoder_fixture("embed")), "--max-model-len", "64")
     assert "tiny-embed" in line
 
 
-def test_max_model_len_above_the_package_limit_is_refused(capsys, decision_fixture) -> None:
-    line = refused(capsys, str(decision_fixture("llama")), "--max-model-len", "1025")
+def test_max_model_len_above_the_package_limit_is_refused(decision_fixture) -> None:
+    line = refused(str(decision_fixture("llama")), "--max-model-len", "1025")
     assert "--max-model-len 1025 is above the limit" in line and "1024" in line
 
 
 @pytest.mark.parametrize("flag", ["--enable-shared-context", "--no-enable-shared-context"])
-def test_shared_context_flags_are_refused_for_encoders(capsys, encoder_fixture, flag: str) -> None:
-    line = refused(capsys, str(encoder_fixture("embed")), flag)
+def test_shared_context_flags_are_refused_for_encoders(encoder_fixture, flag: str) -> None:
+    line = refused(str(encoder_fixture("embed")), flag)
     assert flag in line and "decision models only" in line
 
 
-def test_max_model_len_must_be_positive(capsys) -> None:
-    assert "--max-model-len" in refused(capsys, "--max-model-len", "0")
+def test_max_model_len_must_be_positive() -> None:
+    assert "--max-model-len" in refused("--max-model-len", "0")
 
 
 def test_valid_decision_arguments_pass(decision_fixture) -> None:
