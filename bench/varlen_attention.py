@@ -47,6 +47,7 @@ def main() -> None:
     import torch
 
     from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
+    from vllm_srun.adapters.models.mpnet import distance_buckets
     from vllm_srun.adapters.models.tokenization import Encoded
     from vllm_srun.adapters.models.unpadded import EAGER_OPS, PackedRows, RelativeBias
 
@@ -77,9 +78,7 @@ def main() -> None:
             relative = None
             if args.relative:
                 buckets = torch.randn(32, heads)  # MPNet's 32 buckets, looked up by distance
-                relative = RelativeBias.over(
-                    packed.longest, lambda n, t=buckets: t[n.abs().clamp(max=15) + 16 * (n < 0)]
-                )
+                relative = RelativeBias.over(packed.longest, lambda n, t=buckets: t[distance_buckets(n)])
             call = (qkv, packed, heads, relative)
             worst = (paths["op"](*call) - EAGER_OPS.attention(*call)).abs().max().item()
             times: dict[str, list[float]] = {name: [] for name in paths}

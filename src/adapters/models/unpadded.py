@@ -28,7 +28,7 @@ padding rows zero), and pooling and the heads read real tokens only.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -139,6 +139,8 @@ class RelativeBias:
 
     table: torch.Tensor
     centre: int
+    # `square`'s masks by row length: a forward's every layer and run of that length reads the same one
+    _squares: dict[int, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
 
     QUERY_BLOCK = 16
     KEY_GROUP = 8
@@ -175,9 +177,12 @@ class RelativeBias:
         return cls.over(longest, lookup)
 
     def square(self, length: int) -> torch.Tensor:
-        """[1, heads, LENGTH, LENGTH]: the bias a row of LENGTH tokens adds (an SDPA mask)."""
-        pos = torch.arange(length, device=self.table.device)
-        return self.table[:, self.centre + pos[:, None] - pos[None, :]][None]
+        """[1, heads, LENGTH, LENGTH]: the bias a row of LENGTH tokens adds (an SDPA mask), built
+        once per length."""
+        if length not in self._squares:
+            pos = torch.arange(length, device=self.table.device)
+            self._squares[length] = self.table[:, self.centre + pos[:, None] - pos[None, :]][None]
+        return self._squares[length]
 
 
 POOLINGS = ("none", "cls", "mean")  # what `ForwardOps.encode` may pool: none (the hidden states), cls, mean
