@@ -17,7 +17,14 @@ in one process, on the same rows).
 value per distance and head, `unpadded.RelativeBias`), `srun_cpu::varlen_attention_biased` against
 the per-run SDPA given the bias as its mask (the path MPNet took before the op had a bias).
 
-    python bench/varlen_attention.py [--threads 1] [--rounds 7] [--against FILE | --relative]
+`--disentangled` times DeBERTa-v3's attention (its 256 position buckets over 512 positions, both
+position terms): `srun_cpu::varlen_attention_disentangled` with the layer's tables laid out by
+distance against the per-run path it replaces (each run's relative rows multiplied by every query
+and key, the [L, L] terms gathered, then SDPA with them as its mask). Each side's per-forward set-up
+(the op's tables, the runs' index grids) is built before the clock starts: a forward builds it once
+for all its layers (the tables once for many forwards).
+
+    python bench/varlen_attention.py [--threads 1] [--rounds 7] [--against FILE | --relative | --disentangled]
 """
 
 from __future__ import annotations
@@ -40,9 +47,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10, help="calls timed per path and round (the best counts)")
     ap.add_argument("--against", type=Path, help="another cpu_forward.cpp to time beside ours")
     ap.add_argument("--relative", action="store_true", help="with MPNet's relative position bias")
+    ap.add_argument("--disentangled", action="store_true", help="DeBERTa-v3's position terms")
     args = ap.parse_args()
-    if args.against is not None and args.relative:
-        ap.error("--against times the plain op only")
+    if sum((args.against is not None, args.relative, args.disentangled)) > 1:
+        ap.error("--against, --relative and --disentangled are separate runs")
 
     import torch
 
@@ -71,16 +79,20 @@ def main() -> None:
         return min(spent)
 
     for heads, dim in ((12, 32), (12, 64)):
+        if args.disentangled:
+            paths = deberta_paths(heads, dim)
         for shape, (rows, fewest, most) in SHAPES.items():
             lengths = [rng.randint(fewest, most) for _ in range(rows)]
             packed = PackedRows.build([Encoded([1] * n, [0] * n, False, n) for n in lengths])
             qkv = torch.randn(packed.tokens, 3 * heads * dim)
-            relative = None
+            relative: object = None
             if args.relative:
                 buckets = torch.randn(32, heads)  # MPNet's 32 buckets, looked up by distance
                 relative = RelativeBias.over(packed.longest, lambda n, t=buckets: t[distance_buckets(n)])
+            elif args.disentangled:
+                relative = paths["op"].prepare(packed), paths["sdpa"].prepare(packed)  # type: ignore[attr-defined]
             call = (qkv, packed, heads, relative)
-            worst = (paths["op"](*call) - EAGER_OPS.attention(*call)).abs().max().item()
+            worst = (paths["op"](*call) - paths["sdpa"](*call)).abs().max().item()
             times: dict[str, list[float]] = {name: [] for name in paths}
             ratios: dict[str, list[float]] = {name: [] for name in paths if name != "op"}
             for r in range(args.rounds):
@@ -101,6 +113,62 @@ def main() -> None:
                 f"largest difference to SDPA {worst:.1e}"
             )
     print(f"uptime after: {os.getloadavg()[0]:.2f}")
+
+
+class DebertaPath:
+    """One side of `--disentangled`: a DeBERTa-v3-shaped layer's attention, ONE_CALL or per run."""
+
+    def __init__(self, encoder, one_call: bool) -> None:  # type: ignore[no-untyped-def]
+        self.encoder, self.layer, self.one_call = encoder, encoder.blocks[0], one_call
+
+    def prepare(self, packed):  # type: ignore[no-untyped-def]
+        if self.one_call:
+            return self.encoder.distance_tables(packed.longest)[0]
+        return {length: self.encoder.run_index(length, "cpu") for _, _, length, _ in packed.runs}
+
+    def __call__(self, qkv, packed, heads, prepared):  # type: ignore[no-untyped-def]
+        from functools import partial
+
+        from vllm_srun.adapters.engines.cpu_attention import VarlenOps
+        from vllm_srun.adapters.models.unpadded import attend_runs
+
+        layer = self.layer
+        if self.one_call:
+            return VarlenOps().disentangled_attention(qkv, packed, heads, layer.scale, prepared[0])
+        q, k, v = qkv.view(qkv.shape[0], 3, heads, layer.head_dim).unbind(1)
+        return attend_runs(q, k, v, packed, bias=partial(layer.run_bias, prepared[1]), scale=layer.scale)
+
+
+def deberta_paths(heads: int, dim: int) -> dict[str, DebertaPath]:
+    """A one-layer DeBERTa-v3-shaped encoder (random weights, std 1 / sqrt(fan-in)) and its two paths."""
+    import torch
+
+    from vllm_srun.adapters.models.deberta_v2 import DebertaV2Config, DebertaV2Encoder
+
+    hidden = heads * dim
+    cfg = DebertaV2Config(
+        vocab_size=8,
+        hidden_size=hidden,
+        num_hidden_layers=1,
+        num_attention_heads=heads,
+        intermediate_size=8,
+        relative_attention=True,
+        max_relative_positions=512,
+        position_buckets=256,
+        position_biased_input=False,
+        pos_att_type=("p2c", "c2p"),
+        share_att_key=True,
+        norm_rel_ebd=("layer_norm",),
+        embedding_size=hidden,
+        attention_head_size=dim,
+    )
+    encoder = DebertaV2Encoder(cfg).eval()
+    with torch.no_grad():
+        for name, param in encoder.named_parameters():
+            if param.dim() == 2:
+                param.normal_(0.0, 1.0 if "embeddings" in name else param.shape[1] ** -0.5)
+    encoder.prepare_relative()
+    return {"op": DebertaPath(encoder, True), "sdpa": DebertaPath(encoder, False)}
 
 
 def other_build(source: Path):  # type: ignore[no-untyped-def]

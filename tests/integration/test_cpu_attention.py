@@ -15,7 +15,7 @@ import torch
 from vllm_srun.adapters.engines import cpp_ops, cpu_attention
 from vllm_srun.adapters.engines.cpu_attention import VarlenOps, cpu_ops, load_varlen_attention
 from vllm_srun.adapters.models.tokenization import Encoded
-from vllm_srun.adapters.models.unpadded import EAGER_OPS, PackedRows, RelativeBias
+from vllm_srun.adapters.models.unpadded import EAGER_OPS, DisentangledTables, PackedRows, RelativeBias, reach
 
 pytestmark = pytest.mark.skipif(
     cpp_ops.compiler(os.environ) is None, reason="no C++ compiler: the op cannot be built here"
@@ -102,6 +102,75 @@ def test_a_bias_that_does_not_reach_every_distance_is_refused(op: VarlenOps) -> 
         op.attention(qkv, packed, 2, short)
     with pytest.raises(RuntimeError, match=r"\[heads, span\]"):
         op.attention(qkv, packed, 2, _relative(20, 3))  # three heads' bias for two heads
+
+
+def _disentangled(longest: int, heads: int, dim: int) -> DisentangledTables:
+    """Relative keys and queries of each distance (−300 … 300) and head, the same whatever LONGEST."""
+    gen = torch.Generator().manual_seed(5)
+    keys, queries = (torch.randn(heads, dim, 601, generator=gen) for _ in range(2))
+    centre, distances = reach(longest)
+    columns = distances + 300
+    return DisentangledTables(keys[:, :, columns].contiguous(), queries[:, :, columns].contiguous(), centre)
+
+
+def _disentangled_by_hand(qkv: torch.Tensor, packed: PackedRows, heads: int, scale: float, t: DisentangledTables):  # type: ignore[no-untyped-def]
+    """DeBERTa's scores spelled out in FP64, row by row: scale · q_i · (k_j + Kr[i − j]) + k_j · Qr'[i − j]."""
+    dim = qkv.shape[1] // (3 * heads)
+    out = torch.zeros(qkv.shape[0], heads * dim, dtype=torch.float64)
+    for start, n in zip(packed.starts.tolist(), packed.lengths.tolist()):
+        q, k, v = qkv[start : start + n].double().view(n, 3, heads, dim).unbind(1)  # [n, heads, dim]
+        pos = torch.arange(n)
+        columns = t.centre + pos[:, None] - pos[None, :]  # [i, j]
+        kr = t.keys.double()[:, :, columns]  # [heads, dim, i, j]
+        qr = t.queries.double()[:, :, columns]
+        content = torch.einsum("ihc,jhc->hij", q, k)
+        c2p = torch.einsum("ihc,hcij->hij", q, kr)
+        p2c = torch.einsum("jhc,hcij->hij", k, qr)
+        weights = torch.softmax(scale * (content + c2p) + p2c, dim=-1)
+        out[start : start + n] = torch.einsum("hij,jhc->ihc", weights, v).reshape(n, heads * dim)
+    return out
+
+
+@pytest.mark.parametrize(("heads", "dim"), [(12, 32), (4, 16), (3, 64), (2, 96)])
+def test_rows_with_deberta_position_terms_get_the_scores_spelled_out(op: VarlenOps, heads: int, dim: int) -> None:
+    """DeBERTa's c2p and p2c terms, read from tables by distance on every query block and key group
+    of the op, including a row's last partial ones, against the sums written out in FP64."""
+    packed = _rows([100, 64, 33, 17, 16, 7, 2, 1])
+    qkv = _qkv(packed, heads, dim) * 0.5
+    scale = (3 * dim) ** -0.5  # DeBERTa's: both position terms count
+    tables = _disentangled(packed.longest, heads, dim)
+    ours = op.disentangled_attention(qkv, packed, heads, scale, tables)
+    assert ours is not None
+    want = _disentangled_by_hand(qkv, packed, heads, scale, tables)
+    assert (ours.double() - want).abs().max().item() < 1e-5
+    plain = torch.ops.srun_cpu.varlen_attention(qkv, packed.starts, packed.lengths, heads, scale)
+    assert (ours - plain).abs().max().item() > 1e-2  # the terms changed the answer
+    assert EAGER_OPS.disentangled_attention(qkv, packed, heads, scale, tables) is None  # eager: per run
+
+
+def test_a_deberta_rows_bits_do_not_depend_on_the_forward(op: VarlenOps) -> None:
+    alone, crowd = _rows([37]), _rows([90, 60, 37, 5, 1])
+    q_alone, q_crowd = _qkv(alone, 4, 32, seed=1), _qkv(crowd, 4, 32, seed=2)
+    q_crowd[150 : 150 + 37] = q_alone
+    scale = 96**-0.5
+    in_crowd = op.disentangled_attention(q_crowd, crowd, 4, scale, _disentangled(90, 4, 32))
+    by_itself = op.disentangled_attention(q_alone, alone, 4, scale, _disentangled(37, 4, 32))
+    assert in_crowd is not None and by_itself is not None
+    assert torch.equal(in_crowd[150 : 150 + 37], by_itself)
+
+
+def test_deberta_tables_that_do_not_fit_are_refused(op: VarlenOps) -> None:
+    packed = _rows([20, 3])
+    qkv = _qkv(packed, 2, 16)
+    with pytest.raises(RuntimeError, match="do not cover rows of 20 tokens"):
+        op.disentangled_attention(qkv, packed, 2, 0.1, _disentangled(10, 2, 16))  # built for rows of 10
+    wide = _disentangled(20, 2, 16)
+    with pytest.raises(RuntimeError, match=r"\[heads, 16, width\]"):
+        op.disentangled_attention(qkv, packed, 2, 0.1, _disentangled(20, 3, 16))  # three heads' tables
+    with pytest.raises(RuntimeError, match="different widths"):
+        torch.ops.srun_cpu.varlen_attention_disentangled(
+            qkv, packed.starts, packed.lengths, 2, 0.1, wide.keys, wide.queries[:, :, :-1].contiguous(), wide.centre
+        )
 
 
 def test_padding_rows_are_zero_and_never_read(op: VarlenOps) -> None:

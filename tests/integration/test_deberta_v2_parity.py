@@ -23,6 +23,7 @@ import torch
 import transformers
 from safetensors.numpy import save_file
 
+from tests.integration.encoder_parity import serving_engines
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
 from vllm_srun.adapters.models.deberta_v2 import (
@@ -327,3 +328,43 @@ def test_config_defaults_and_missing_tensor(tmp_path: Path) -> None:
     save_file(tensors, str(folder / "model.safetensors"))
     with pytest.raises(WeightsError, match=r"encoder\.layer\.1\.attention\.self\.pos_query_proj\.bias"):
         load_deberta_v2(folder)
+
+
+@pytest.mark.parametrize("style", ["v3", "v2", "conv"])
+def test_the_one_call_attention_serves_the_position_terms(
+    tmp_path: Path, style: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Head sizes the C++ op has (16, 32): its disentangled attention runs (spied, and answering) on
+    the oneDNN path, and every path matches transformers on rows past the buckets and the clamped
+    span, across the op's 16-query blocks and 8-key groups, with one row alone as in a crowd."""
+    from vllm_srun.adapters.engines.cpu_attention import VarlenOps
+
+    served: list[int] = []
+    plain = VarlenOps.disentangled_attention
+
+    def spy(self, qkv, packed, heads, scale, tables):  # type: ignore[no-untyped-def]
+        out = plain(self, qkv, packed, heads, scale, tables)
+        if out is not None:
+            served.append(heads)
+        return out
+
+    monkeypatch.setattr(VarlenOps, "disentangled_attention", spy)
+    lengths = [180, 150, 150, 33, 17, 16, 9, 3, 1]
+    for hidden, heads in ((32, 2), (64, 2)):  # head sizes 16 and 32
+        sizes = {"hidden": hidden, "heads": heads, "intermediate": 64, "positions": 200}
+        folder = _package(tmp_path / f"{style}-{hidden}", style, 3, seed=15, sizes=sizes)
+        encoder, head = load_deberta_v2(folder)
+        engines = serving_engines(encoder, head)
+        if "unpadded-onednn-cpp" not in engines:
+            pytest.skip("no C++ compiler or no oneDNN packed linears here")
+        rows = _rows(lengths, seed=16, types=style == "conv")
+        want_mean, want_logits = _alone(_theirs(folder, head=True), rows)
+        assert want_logits is not None
+        before = len(served)
+        for name, engine in engines.items():
+            assert _gap(engine.embed(rows), want_mean) < TOL, name
+            assert _gap(engine.classify_logits(rows), want_logits) < TOL * max(1.0, np.abs(want_logits).max()), name
+        assert len(served) > before  # the op answered the C++ path
+        cpp = engines["unpadded-onednn-cpp"]
+        crowd = cpp.embed(rows)
+        assert np.array_equal(cpp.embed(rows[3:4]), crowd[3:4])  # a row's bits are its own

@@ -18,7 +18,12 @@ whole number of 16 floats keep SDPA (8 was 9× slower on this op). `varlen_atten
 same op with a score bias that depends on the distance query − key only (`unpadded.RelativeBias`:
 MPNet's relative positions, ModernBERT's sliding windows, a decoder's causal mask): for one key its
 16 queries' biases are 16 consecutive floats of the head's table, one load added to the scores
-before the softmax.
+before the softmax. `varlen_attention_disentangled` adds DeBERTa's two position terms
+(`unpadded.DisentangledTables`): with the layer's relative keys and queries laid out by distance,
+[heads, head_dim, distance], a key's c2p terms for the block are the block's queries times 16
+consecutive floats of each dimension's row, and its p2c terms the key times 16 more, two more
+multiply-adds per dimension beside q · k, where the per-run path multiplied every query and key
+by every relative row and gathered the [L, L] scores it needed.
 
 `add_norm` (twice per block) adds the residual into the linear's fresh output and normalises each
 row in the same pass, over 16 lanes in a fixed order (a row's bits are its own, on any thread
@@ -56,6 +61,7 @@ from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import (
     EAGER_OPS,
     POOLINGS,
+    DisentangledTables,
     EmbeddingTables,
     ForwardOps,
     LayerLinears,
@@ -69,7 +75,7 @@ OP = CppOp(
     "cpu_forward.cpp",
     "CPU forward ops (one-call attention, add + LayerNorm)",
     ENV,
-    ("srun_cpu", "varlen_attention_biased"),
+    ("srun_cpu", "varlen_attention_disentangled"),
     flags=("-fno-trapping-math",),
 )
 Progress = Callable[[str], None]
@@ -112,6 +118,16 @@ class VarlenOps(ForwardOps):
                 qkv.contiguous(), packed.starts, packed.lengths, heads, dim**-0.5, relative.table, relative.centre
             )
         return torch.ops.srun_cpu.varlen_attention(qkv.contiguous(), packed.starts, packed.lengths, heads, dim**-0.5)
+
+    def disentangled_attention(
+        self, qkv: torch.Tensor, packed: PackedRows, heads: int, scale: float, tables: DisentangledTables
+    ) -> torch.Tensor | None:
+        dim = qkv.shape[1] // (3 * heads)
+        if not self.runs_biased(dim, qkv.dtype) or qkv.device.type != "cpu":
+            return None
+        return torch.ops.srun_cpu.varlen_attention_disentangled(
+            qkv.contiguous(), packed.starts, packed.lengths, heads, scale, tables.keys, tables.queries, tables.centre
+        )
 
     def add_norm(self, delta: torch.Tensor, residual: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
         """The residual add and the LayerNorm in one pass, written over DELTA (a linear's fresh output)."""

@@ -366,11 +366,12 @@ def _pooling_files(out: Path, hidden: int, mode: str, positions: int, lowercase:
 DECODER_RERANK_POSITIONS = 1024
 # architectures whose CPU forward runs in the C++ ops for head sizes of whole 512-bit vectors: the
 # BERT-shaped ones whole in one call (`srun_cpu::encode`), MPNet and ModernBERT their attention
-# (`varlen_attention_biased`: relative positions, sliding windows). Their fixtures get 2 heads of 16
+# (`varlen_attention_biased`: relative positions, sliding windows), DeBERTa its attention with both
+# position terms (`varlen_attention_disentangled`). Their fixtures get 2 heads of 16
 # (not 4 of 8, which keep SDPA), so the tests that serve them end to end cover those paths. (The
 # decoders' fixtures keep 4 heads on 2 K/V heads: at 2 heads on 1, a tiny random Qwen2 reranker's
 # int8 package drifts past the int8 test's 5 %.)
-ONE_CALL_FIXTURES = ("roberta_fixture", "distilbert", "mpnet", "modernbert")
+ONE_CALL_FIXTURES = ("roberta_fixture", "distilbert", "mpnet", "modernbert", "deberta_v2_fixture")
 ONE_CALL_HEADS = 2
 POOLING_FLAGS = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
 

@@ -18,9 +18,11 @@ Reads a Hugging Face `DebertaV2Model` / `DebertaV2ForSequenceClassification` fol
 
 Q, K, V are merged into one linear (`qkv`); the position projections Kr / Qr of each block depend
 only on the weights, so `prepare_relative` computes them once at load (buffers, moved with `.to`).
-The padded forward passes the position terms (and the padded-key mask) to SDPA as an additive bias;
-the unpadded one (`packed_forward`) builds them per run of equal-length rows for `attend_runs`,
-reading only the table rows a run's distances reach.
+The padded forward passes the position terms (and the padded-key mask) to SDPA as an additive bias.
+The unpadded one (`packed_forward`) hands Kr / Qr laid out by distance (`distance_tables`, kept
+across forwards) to the one-call CPU op where it runs them (FP32, its head sizes), which adds both
+terms inside its score loop; elsewhere it builds them per run of equal-length rows for
+`attend_runs`, reading only the table rows a run's distances reach.
 
 `load_deberta_v2(folder)` → `(DebertaV2Encoder, DebertaV2ClassificationHead | None)`: the head (pooler
 dense + `pooler_hidden_act` on token 0, then the classifier) is there when the checkpoint has it.
@@ -54,7 +56,7 @@ from vllm_srun.adapters.models.encoder_parts import (
     read_model_type,
     take_linear,
 )
-from vllm_srun.adapters.models.unpadded import attend_runs
+from vllm_srun.adapters.models.unpadded import DisentangledTables, attend_runs, reach
 from vllm_srun.adapters.models.weights import Weights
 
 if TYPE_CHECKING:
@@ -294,6 +296,20 @@ class DebertaV2Layer(PostNormBlock):
         if self.p2c:
             self.pos_query = project(self.pos_query_proj, 0)
 
+    def distance_tables(self, rows: torch.Tensor, centre: int) -> DisentangledTables:
+        """This block's relative keys and queries (the latter times the scale) at table ROWS, one
+        column per distance (`DisentangledTables`); zeros for a term the block does not have."""
+
+        def laid(table: torch.Tensor | None, factor: float) -> torch.Tensor:
+            if table is None:
+                return table_like.new_zeros(self.heads, self.head_dim, len(rows))
+            picked = table[:, rows]
+            return (picked * factor if factor != 1.0 else picked).transpose(1, 2).contiguous()
+
+        table_like = self.pos_key if self.pos_key is not None else self.pos_query
+        assert table_like is not None, "prepare_relative() was not called after loading"
+        return DisentangledTables(laid(self.pos_key, 1.0), laid(self.pos_query, self.scale), centre)
+
     def position_bias(self, q: torch.Tensor, k: torch.Tensor, index: RelativeIndex) -> torch.Tensor:
         """The c2p + p2c score terms [B, heads, L, L] for Q, K [B, heads, L, head_dim], already divided."""
         b, heads, n, _ = q.shape
@@ -378,6 +394,7 @@ class DebertaV2Encoder(nn.Module):
         )
         self.conv = ConvLayer(cfg) if cfg.conv_kernel_size > 0 else None
         self.relative = cfg.uses_relative
+        self._tables: list[DisentangledTables] | None = None  # `distance_tables`, widest so far
 
     @property
     def blocks(self) -> list[DebertaV2Layer]:
@@ -394,6 +411,26 @@ class DebertaV2Encoder(nn.Module):
             rel = self.rel_norm(rel)
         for layer in self.blocks:
             layer.set_relative(rel)
+        self._tables = None
+
+    def distance_tables(self, longest: int) -> list[DisentangledTables]:
+        """Every block's position terms by distance (the one-call CPU op's), reaching rows of LONGEST
+        tokens: built for the next power of two (at least 64, at most the model's rows) and kept until
+        a longer row needs more, so that a forward rarely builds them. Two forwards at once may both
+        build them; each uses its own."""
+        tables = self._tables
+        if tables is None or not tables[0].covers(longest):
+            size = max(longest, min(max(64, 1 << (longest - 1).bit_length()), self.config.max_tokens))
+            centre, distances = reach(size)
+            span = self.config.relative_span
+            # the table row of each distance query − key: both terms read the same one (the
+            # buckets are odd in the distance, so p2c's span − bucket(j − i) is span + bucket(i − j))
+            rows = (relative_positions(distances, self.config) + span).clamp(0, 2 * span - 1)
+            first = self.blocks[0].pos_key if self.blocks[0].pos_key is not None else self.blocks[0].pos_query
+            assert first is not None, "prepare_relative() was not called after loading"
+            tables = [layer.distance_tables(rows.to(first.device), centre) for layer in self.blocks]
+            self._tables = tables
+        return tables
 
     def _index(self, distance: torch.Tensor, c2p_rows: slice, p2c_rows: slice) -> RelativeIndex:
         """Table rows for a [L, L] grid of query-minus-key distances (p2c: key-minus-query, transposed)."""
@@ -446,13 +483,25 @@ class DebertaV2Encoder(nn.Module):
         """The last hidden state of every real token, [N, H], rows in PACKED's sorted order."""
         x = self.embeddings.packed(packed)
         device = x.device
-        indices = {length: self.run_index(length, device) for _, _, length, _ in packed.runs} if self.relative else {}
+        head_dim = self.config.attention_head_size
+        # the position terms in the one-call op where it runs them, else a bias per run of rows
+        tables = self.distance_tables(packed.longest) if self.relative and ops.runs_biased(head_dim, x.dtype) else None
+        indices: dict[int, RelativeIndex] = {}  # the per-run path's, built at its first use
         embedded = x
         for i, (layer, lin) in enumerate(zip(self.blocks, linears)):
             n = x.shape[0]
-            q, k, v = lin.qkv(x).view(n, 3, layer.heads, layer.head_dim).unbind(1)
-            bias = partial(layer.run_bias, indices) if layer.relative else None
-            attended = attend_runs(q, k, v, packed, bias=bias, scale=layer.scale)
+            qkv = lin.qkv(x)
+            attended = None
+            if tables is not None:
+                attended = ops.disentangled_attention(qkv, packed, layer.heads, layer.scale, tables[i])
+            elif not layer.relative:  # plain attention, scaled by 1 / sqrt(head_dim)
+                attended = ops.attention(qkv, packed, layer.heads)
+            if attended is None:
+                if layer.relative and not indices:
+                    indices.update((length, self.run_index(length, device)) for _, _, length, _ in packed.runs)
+                q, k, v = qkv.view(n, 3, layer.heads, layer.head_dim).unbind(1)
+                bias = partial(layer.run_bias, indices) if layer.relative else None
+                attended = attend_runs(q, k, v, packed, bias=bias, scale=layer.scale)
             x = ops.add_norm(lin.attn_out(attended), x, layer.attn_norm)
             x = ops.add_norm(lin.ffn_out(lin.ffn_in_act(x)), x, layer.ffn_norm)
             if i == 0 and self.conv is not None:

@@ -129,6 +129,24 @@ class EmbeddingTables:
     offset: int
 
 
+QUERY_BLOCK = 16  # the one-call CPU op's query block
+KEY_GROUP = 8  # and key group: it reads distance tables for its padding too
+
+
+def reach(longest: int) -> tuple[int, torch.Tensor]:
+    """The column of distance 0 and the distances (query − key, ascending from −centre) that a table
+    read by the one-call CPU op must hold for rows of up to LONGEST tokens."""
+    centre = -(-longest // KEY_GROUP) * KEY_GROUP - 1
+    width = centre + -(-longest // QUERY_BLOCK) * QUERY_BLOCK
+    return centre, torch.arange(width) - centre
+
+
+def covers(width: int, centre: int, longest: int) -> bool:
+    """Whether a table WIDTH wide with distance 0 at CENTRE reaches what `reach(LONGEST)` asks."""
+    need, distances = reach(longest)
+    return centre >= need and width - centre >= len(distances) - need
+
+
 @dataclass(frozen=True, slots=True)
 class RelativeBias:
     """A score bias that depends only on the distance query − key (MPNet's relative positions, a
@@ -142,16 +160,11 @@ class RelativeBias:
     # `square`'s masks by row length: a forward's every layer and run of that length reads the same one
     _squares: dict[int, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
 
-    QUERY_BLOCK = 16
-    KEY_GROUP = 8
-
     @classmethod
     def over(cls, longest: int, lookup: Callable[[torch.Tensor], torch.Tensor]) -> RelativeBias:
         """LOOKUP(distances) → [len(distances), heads] for the distances a forward whose longest row
         has LONGEST tokens can read."""
-        centre = -(-longest // cls.KEY_GROUP) * cls.KEY_GROUP - 1
-        span = centre + -(-longest // cls.QUERY_BLOCK) * cls.QUERY_BLOCK
-        distances = torch.arange(span) - centre
+        centre, distances = reach(longest)
         return cls(lookup(distances).t().contiguous(), centre)
 
     @classmethod
@@ -185,6 +198,22 @@ class RelativeBias:
         return self._squares[length]
 
 
+@dataclass(frozen=True, slots=True)
+class DisentangledTables:
+    """DeBERTa's relative position terms for one layer, laid out by distance: column CENTRE + i − j of
+    KEYS [heads, head_dim, width] holds the relative key query i reads against key j (its c2p term is
+    scale · q_i · that column), and of QUERIES the relative query key j reads against query i,
+    multiplied by the scale already (its p2c term is k_j · that column). A term the model does not
+    use is a table of zeros. `covers(longest)`: whether the tables reach rows of LONGEST tokens."""
+
+    keys: torch.Tensor
+    queries: torch.Tensor
+    centre: int
+
+    def covers(self, longest: int) -> bool:
+        return covers(int(self.keys.shape[2]), self.centre, longest)
+
+
 POOLINGS = ("none", "cls", "mean")  # what `ForwardOps.encode` may pool: none (the hidden states), cls, mean
 
 
@@ -216,6 +245,14 @@ class ForwardOps:
         """Whether `attention` with a RelativeBias is one call here for these heads (the eager ops
         run one SDPA per run with a full [L, L] mask, slower than SDPA's own causal path)."""
         return False
+
+    def disentangled_attention(
+        self, qkv: torch.Tensor, packed: PackedRows, heads: int, scale: float, tables: DisentangledTables
+    ) -> torch.Tensor | None:
+        """[N, 3·H] → [N, H] with DeBERTa's position terms from TABLES (see `DisentangledTables`),
+        q · k scaled by SCALE, in one call; None where the ops have none (the eager ops: the caller
+        runs its per-run bias)."""
+        return None
 
     def add_norm(self, delta: torch.Tensor, residual: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
         """NORM(DELTA + RESIDUAL). DELTA is a fresh result (a linear's output) that the forward never

@@ -9,7 +9,9 @@
 // construction). For each block of 16 queries (gathered, scaled and transposed): every key's 16
 // scores in one vector (keys read in place, eight at a time), a max-subtracted softmax down the
 // columns with a polynomial exp, then the weighted sum of values (vectorised across the head's
-// dimensions). Every sum runs in a fixed order.
+// dimensions). Every sum runs in a fixed order. A score may add a bias of the distance query - key
+// (`varlen_attention_biased`) or DeBERTa's two position terms (`varlen_attention_disentangled`):
+// see `Relative`.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -59,6 +61,10 @@ inline float exp_nonpositive(float x) {
 constexpr int QB = 16;  // queries per block: a key's scores for the block fill one 512-bit vector
 constexpr int KG = 8;   // keys scored together (eight independent FMA chains)
 
+// What a score adds to q · k (`Relative`): nothing, a bias of the distance, or DeBERTa's two
+// disentangled terms (content-to-position and position-to-content).
+enum Mode : int { kPlain = 0, kDistance = 1, kContent = 2 };
+
 struct Scratch {
   std::vector<float> queries_t, scores;
 };
@@ -100,9 +106,12 @@ inline void load_queries(const float* q0, int64_t stride, int count, float scale
 // ST[j] = Σ_c QT[c] · K[j][c] for the LENGTH keys at K0 (rows STRIDE apart), KG keys at a time, for
 // NB blocks of queries at once (block b's QT at QT + b * D * QB, its ST at ST + b * KEYS * QB); the
 // last group repeats the last key (its extra scores land in ST's padding and are never read).
-template <int D, int NB, bool REL>
+// MODE kDistance adds REL[b * QB + a - j] to query a of block b against key j; kContent adds
+// Σ_c QT[c][a] · KR[c * WIDTH + b * QB + a - j] + K[j][c] · QR[c * WIDTH + b * QB + a - j]
+// (`Relative`'s disentangled terms; KR, QR at the block's first query's distance 0).
+template <int D, int NB, int MODE>
 inline void score_keys(const float* qt, const float* k0, int64_t stride, int64_t length, int64_t keys, float* st,
-                       const float* rel) {
+                       const float* rel, const float* kr, const float* qr, int64_t width) {
   for (int64_t j = 0; j < length; j += KG) {
     const float* k[KG];
     for (int t = 0; t < KG; ++t) k[t] = k0 + std::min<int64_t>(j + t, length - 1) * stride;
@@ -114,10 +123,17 @@ inline void score_keys(const float* qt, const float* k0, int64_t stride, int64_t
       for (int b = 0; b < NB; ++b) q[b] = _mm512_loadu_ps(qt + b * D * QB + c * QB);
       for (int t = 0; t < KG; ++t) {
         const __m512 kc = _mm512_set1_ps(k[t][c]);
-        for (int b = 0; b < NB; ++b) acc[b][t] = _mm512_fmadd_ps(q[b], kc, acc[b][t]);
+        for (int b = 0; b < NB; ++b) {
+          acc[b][t] = _mm512_fmadd_ps(q[b], kc, acc[b][t]);
+          if (MODE == kContent) {  // the block's 16 distances to key j + t: 16 consecutive floats of each table
+            const int64_t at = c * width + b * QB - (j + t);
+            acc[b][t] = _mm512_fmadd_ps(q[b], _mm512_loadu_ps(kr + at), acc[b][t]);
+            acc[b][t] = _mm512_fmadd_ps(kc, _mm512_loadu_ps(qr + at), acc[b][t]);
+          }
+        }
       }
     }
-    if (REL)  // query a of block b against key j + t: REL[b * QB + a - (j + t)], 16 queries in one load
+    if (MODE == kDistance)  // query a of block b against key j + t: REL[b * QB + a - (j + t)], 16 queries in one load
       for (int b = 0; b < NB; ++b)
         for (int t = 0; t < KG; ++t) acc[b][t] = _mm512_add_ps(acc[b][t], _mm512_loadu_ps(rel + b * QB - (j + t)));
     for (int b = 0; b < NB; ++b)
@@ -171,16 +187,25 @@ inline void load_queries(const float* q0, int64_t stride, int count, float scale
     for (int a = 0; a < QB; ++a) qt[c * QB + a] = a < count ? q0[a * stride + c] * scale : 0.0f;
 }
 
-template <int D, int NB, bool REL>
+template <int D, int NB, int MODE>
 inline void score_keys(const float* qt, const float* k0, int64_t stride, int64_t length, int64_t keys, float* st,
-                       const float* rel) {
+                       const float* rel, const float* kr, const float* qr, int64_t width) {
   for (int b = 0; b < NB; ++b)
     for (int64_t j = 0; j < length; ++j) {
       const float* k = k0 + j * stride;
       float acc[QB] = {};
       for (int c = 0; c < D; ++c)
-        for (int a = 0; a < QB; ++a) acc[a] += qt[b * D * QB + c * QB + a] * k[c];
-      for (int a = 0; a < QB; ++a) st[b * keys * QB + j * QB + a] = REL ? acc[a] + rel[b * QB + a - j] : acc[a];
+        for (int a = 0; a < QB; ++a) {
+          const float qa = qt[b * D * QB + c * QB + a];
+          acc[a] += qa * k[c];
+          if (MODE == kContent) {
+            const int64_t at = c * width + b * QB + a - j;
+            acc[a] += qa * kr[at];
+            acc[a] += k[c] * qr[at];
+          }
+        }
+      for (int a = 0; a < QB; ++a)
+        st[b * keys * QB + j * QB + a] = MODE == kDistance ? acc[a] + rel[b * QB + a - j] : acc[a];
     }
 }
 
@@ -209,16 +234,24 @@ inline void weighted_values(const float* st, const float* inv, int64_t length, c
 }
 #endif
 
-// A score bias that depends on the distance query - key only (MPNet's relative positions, a sliding
-// window, a causal mask): query i against key j of head h adds TABLE[h * STRIDE + CENTRE + i - j];
-// TABLE null for none. An entry may be -inf (a key outside the window or after the query): it weighs
-// e^-87, where the exp clamps, next to the query's own key, which must stay finite.
+// What a score adds besides q · k:
+// - kDistance, a bias that depends on the distance query - key only (MPNet's relative positions, a
+//   sliding window, a causal mask): query i against key j of head h adds TABLE[h * STRIDE + CENTRE +
+//   i - j]. An entry may be -inf (a key outside the window or after the query): it weighs e^-87,
+//   where the exp clamps, next to the query's own key, which must stay finite.
+// - kContent, DeBERTa's disentangled attention: KEYS and QUERIES are [heads, D, WIDTH], column
+//   CENTRE + i - j of head h holding that distance's relative key (c2p) and relative query (p2c,
+//   already multiplied by the scale); query i against key j adds (scale * q_i) · KEYS[h, :, CENTRE +
+//   i - j] + k_j · QUERIES[h, :, CENTRE + i - j].
 struct Relative {
   const float* table;
   int64_t stride, centre;
+  const float* keys;
+  const float* queries;
+  int64_t width;
 };
 
-template <int D, bool REL>
+template <int D, int MODE>
 void attend_row_head(const float* qkv, float* out, int64_t start, int64_t length, int64_t head, int64_t heads,
                      float scale, const Relative& relative, Scratch& scratch) {
   const int64_t stride = 3 * heads * D;  // one token's Q, K and V
@@ -239,11 +272,14 @@ void attend_row_head(const float* qkv, float* out, int64_t start, int64_t length
       count[b] = static_cast<int>(std::min<int64_t>(QB, length - i0 - b * QB));
       load_queries<D>(q + (i0 + b * QB) * stride, stride, count[b], scale, qt + b * D * QB);
     }
-    const float* rel = REL ? relative.table + head * relative.stride + relative.centre + i0 : nullptr;
+    const float* rel = MODE == kDistance ? relative.table + head * relative.stride + relative.centre + i0 : nullptr;
+    const int64_t at = head * D * relative.width + relative.centre + i0;
+    const float* kr = MODE == kContent ? relative.keys + at : nullptr;
+    const float* qr = MODE == kContent ? relative.queries + at : nullptr;
     if (blocks == 2) {
-      score_keys<D, 2, REL>(qt, q + width, stride, length, keys, st, rel);
+      score_keys<D, 2, MODE>(qt, q + width, stride, length, keys, st, rel, kr, qr, relative.width);
     } else {
-      score_keys<D, 1, REL>(qt, q + width, stride, length, keys, st, rel);
+      score_keys<D, 1, MODE>(qt, q + width, stride, length, keys, st, rel, kr, qr, relative.width);
     }
     for (int b = 0; b < blocks; ++b) {
       const int64_t first = i0 + b * QB;
@@ -259,15 +295,15 @@ using Kernel = void (*)(const float*, float*, int64_t, int64_t, int64_t, int64_t
 
 // Head sizes a whole number of 512-bit vectors wide; smaller ones (8: measured 9x slower than
 // SDPA here) keep the per-run SDPA.
-template <bool REL>
+template <int MODE>
 Kernel kernel_for(int64_t dim) {
   switch (dim) {
-    case 16: return attend_row_head<16, REL>;
-    case 32: return attend_row_head<32, REL>;
-    case 64: return attend_row_head<64, REL>;
-    case 80: return attend_row_head<80, REL>;
-    case 96: return attend_row_head<96, REL>;
-    case 128: return attend_row_head<128, REL>;
+    case 16: return attend_row_head<16, MODE>;
+    case 32: return attend_row_head<32, MODE>;
+    case 64: return attend_row_head<64, MODE>;
+    case 80: return attend_row_head<80, MODE>;
+    case 96: return attend_row_head<96, MODE>;
+    case 128: return attend_row_head<128, MODE>;
     default: return nullptr;
   }
 }
@@ -277,12 +313,31 @@ at::Tensor attend(const at::Tensor& qkv, const at::Tensor& starts, const at::Ten
 
 }  // namespace
 
-bool supports_head_dim(int64_t dim) { return kernel_for<false>(dim) != nullptr; }
+bool supports_head_dim(int64_t dim) { return kernel_for<kPlain>(dim) != nullptr; }
 
 at::Tensor varlen_attention(const at::Tensor& qkv, const at::Tensor& starts, const at::Tensor& lengths,
                             int64_t heads, double scale) {
-  return attend(qkv, starts, lengths, heads, scale, Relative{nullptr, 0, 0});
+  return attend(qkv, starts, lengths, heads, scale, Relative{nullptr, 0, 0, nullptr, nullptr, 0});
 }
+
+namespace {
+
+// The longest of LENGTHS, and whether distances from CENTRE - (its length rounded up to a key
+// group - 1) to CENTRE + (rounded up to a query block - 1) fit a table WIDTH wide: the kernel
+// reads its padded query blocks and key groups too.
+int64_t longest_row(const at::Tensor& lengths) {
+  const auto l = lengths.contiguous();
+  const int64_t* lp = l.data_ptr<int64_t>();
+  int64_t longest = 0;
+  for (int64_t b = 0; b < l.numel(); ++b) longest = std::max(longest, lp[b]);
+  return longest;
+}
+
+bool covers(int64_t width, int64_t centre, int64_t longest) {
+  return centre >= (longest + KG - 1) / KG * KG - 1 && width >= centre + (longest + QB - 1) / QB * QB;
+}
+
+}  // namespace
 
 // The same with a bias of the distance (`Relative`): BIAS [heads, span] float32, CENTRE where
 // distance 0 sits. The kernel reads it for the padded query blocks and key groups too, so CENTRE must be at
@@ -292,13 +347,31 @@ at::Tensor varlen_attention_biased(const at::Tensor& qkv, const at::Tensor& star
                                    int64_t heads, double scale, const at::Tensor& bias, int64_t centre) {
   TORCH_CHECK(bias.dim() == 2 && bias.size(0) == heads && bias.scalar_type() == at::kFloat && bias.is_contiguous(),
               "bias must be a contiguous float32 [heads, span] matrix");
-  const auto l = lengths.contiguous();
-  const int64_t* lp = l.data_ptr<int64_t>();
-  int64_t longest = 0;
-  for (int64_t b = 0; b < l.numel(); ++b) longest = std::max(longest, lp[b]);
-  TORCH_CHECK(centre >= (longest + KG - 1) / KG * KG - 1 && bias.size(1) >= centre + (longest + QB - 1) / QB * QB,
-              "bias of span ", bias.size(1), " centred at ", centre, " does not cover rows of ", longest, " tokens");
-  return attend(qkv, starts, lengths, heads, scale, Relative{bias.data_ptr<float>(), bias.size(1), centre});
+  const int64_t longest = longest_row(lengths);
+  TORCH_CHECK(covers(bias.size(1), centre, longest), "bias of span ", bias.size(1), " centred at ", centre,
+              " does not cover rows of ", longest, " tokens");
+  return attend(qkv, starts, lengths, heads, scale,
+                Relative{bias.data_ptr<float>(), bias.size(1), centre, nullptr, nullptr, 0});
+}
+
+// DeBERTa's disentangled attention (`Relative`'s kContent): KEYS and QUERIES [heads, dim, width]
+// float32, each column a distance's relative key / (scaled) relative query, CENTRE where distance 0
+// sits, with the reach `varlen_attention_biased` asks of its table. SCALE multiplies q · k and
+// the c2p term (DeBERTa's 1 / sqrt(dim * (1 + terms))).
+at::Tensor varlen_attention_disentangled(const at::Tensor& qkv, const at::Tensor& starts, const at::Tensor& lengths,
+                                         int64_t heads, double scale, const at::Tensor& keys,
+                                         const at::Tensor& queries, int64_t centre) {
+  const int64_t dim = qkv.size(1) / (3 * heads);
+  for (const at::Tensor* t : {&keys, &queries})
+    TORCH_CHECK(t->dim() == 3 && t->size(0) == heads && t->size(1) == dim && t->scalar_type() == at::kFloat &&
+                    t->is_contiguous(),
+                "relative keys and queries must be contiguous float32 [heads, ", dim, ", width] tensors");
+  TORCH_CHECK(keys.size(2) == queries.size(2), "relative keys and queries of different widths");
+  const int64_t longest = longest_row(lengths);
+  TORCH_CHECK(covers(keys.size(2), centre, longest), "relative tables of width ", keys.size(2), " centred at ",
+              centre, " do not cover rows of ", longest, " tokens");
+  return attend(qkv, starts, lengths, heads, scale,
+                Relative{nullptr, 0, centre, keys.data_ptr<float>(), queries.data_ptr<float>(), keys.size(2)});
 }
 
 namespace {
@@ -315,7 +388,9 @@ at::Tensor attend(const at::Tensor& qkv, const at::Tensor& starts, const at::Ten
   const int64_t width = qkv.size(1) / 3;
   TORCH_CHECK(qkv.size(1) == 3 * width && width % heads == 0, "qkv width is not 3 * heads * dim");
   const int64_t dim = width / heads;
-  const Kernel kernel = relative.table != nullptr ? kernel_for<true>(dim) : kernel_for<false>(dim);
+  const Kernel kernel = relative.keys != nullptr    ? kernel_for<kContent>(dim)
+                        : relative.table != nullptr ? kernel_for<kDistance>(dim)
+                                                    : kernel_for<kPlain>(dim);
   TORCH_CHECK(kernel != nullptr, "no kernel for head dim ", dim);
   auto out = at::empty({qkv.size(0), width}, qkv.options());
   const auto s = starts.contiguous();
@@ -691,6 +766,10 @@ TORCH_LIBRARY(srun_cpu, m) {
       "varlen_attention_biased(Tensor qkv, Tensor starts, Tensor lengths, int heads, float scale, Tensor bias, "
       "int centre) -> Tensor",
       &varlen_attention_biased);
+  m.def(
+      "varlen_attention_disentangled(Tensor qkv, Tensor starts, Tensor lengths, int heads, float scale, "
+      "Tensor keys, Tensor queries, int centre) -> Tensor",
+      &varlen_attention_disentangled);
   m.def("supports_head_dim(int dim) -> bool", &supports_head_dim);
   m.def("add_layer_norm_(Tensor(a!) delta, Tensor residual, Tensor weight, Tensor bias, float eps) -> Tensor(a!)",
         &add_layer_norm_);
