@@ -154,11 +154,15 @@ def test_unservable_configs_are_refused_in_one_line() -> None:
         mpnet.MPNetConfig.from_dict({"model_type": "mpnet", "hidden_act": "mish"})
 
 
-def test_the_one_call_attention_serves_mpnets_relative_bias(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Head sizes the C++ op has (16, 32): its biased attention runs (spied) on the oneDNN path, and
-    every path matches transformers on rows past the buckets' 128-token cap and across the op's
-    16-query blocks and 8-key groups."""
+def test_the_one_call_forward_serves_mpnets_relative_bias(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Head sizes the C++ op has (16, 32): the whole forward runs in one C++ call (`srun_cpu::encode`,
+    the relative bias a distance table held with the weights) and gives each row the bits of the
+    Python layer loop on the biased attention op (spied); every path matches transformers on rows
+    past the buckets' 128-token cap and across the op's 16-query blocks and 8-key groups."""
     from vllm_srun.adapters.engines.cpu_attention import VarlenOps
+    from vllm_srun.adapters.models.encoder_arch import hidden_states
+    from vllm_srun.adapters.models.unpadded import PackedRows
+    from vllm_srun.domain.kernels import bucket_rows
 
     biased: list[int] = []
     plain_attention = VarlenOps.attention
@@ -176,8 +180,20 @@ def test_the_one_call_attention_serves_mpnets_relative_bias(tmp_path: Path, monk
         engines = serving_engines(encoder, head)
         if "unpadded-onednn-cpp" not in engines:
             pytest.skip("no C++ compiler or no oneDNN packed linears here")
-        before = len(biased)
+        cpp = engines["unpadded-onednn-cpp"]
+        total = bucket_rows(sum(len(r.ids) for r in rows))
+        with torch.inference_mode():
+            whole = cpp.ops.encode(encoder, cpp.packed_linears, rows, total, "none", False)
+            packed = PackedRows.build(rows, pad_to=bucket_rows)
+            before = len(biased)
+            loop = hidden_states(encoder, packed, cpp.packed_linears, cpp.ops)
+        assert whole is not None and len(biased) > before  # both paths ran, the loop on the biased op
+        first = 0
+        for i, row in enumerate(rows):  # the caller's row i sits at sorted position packed.inverse[i]
+            start = int(packed.starts[packed.inverse[i]])
+            assert torch.equal(whole[first : first + len(row.ids)], loop[start : start + len(row.ids)]), i
+            first += len(row.ids)
         hf = hf_model(folder, classify=True)
         gaps = check_embeddings(encoder, head, hf, rows)
         check_logits(encoder, head, hf, rows, PAD)
-        assert len(biased) > before and "unpadded-onednn-cpp" in gaps  # the biased op served the C++ path
+        assert "unpadded-onednn-cpp" in gaps

@@ -34,8 +34,9 @@ was measured slower here: 6.0-7.4 ms against 4.3-5.1 ms for the packed linear th
 
 `encoder_layers` runs every layer of a BERT-shaped encoder in one call, and `encode` the whole
 forward (the embeddings, those layers, then cls or mean pooling and the L2 norm, or the hidden
-states every other output reads: `NativeEncoder._hidden`) for BERT, RoBERTa / XLM-RoBERTa and
-DistilBERT packages on the packed linears, or on an int8 package's linears (`int8_layers`:
+states every other output reads: `NativeEncoder._hidden`) for BERT, RoBERTa / XLM-RoBERTa,
+DistilBERT and MPNet packages (MPNet's relative position bias is a distance table for the model's
+longest row, built once and held with the weights) on the packed linears, or on an int8 package's linears (`int8_layers`:
 `cpu_int8.Int8Linear`'s steps, the int8 row op and oneDNN's u8 x s8 GEMM called from C++, in the
 layer loop's order). Its arguments are plain integer lists and the weights are held by C++
 (`EncoderWeights`, built at the first forward): a tensor passed from Python would cost a GIL take
@@ -227,6 +228,11 @@ class VarlenOps(ForwardOps):
         if params is None:
             return None
         tensors, eps, attr, algorithm, heads, dim = params
+        # every layer's distance bias for the model's longest row (MPNet), held with the weights
+        distance_of = getattr(encoder, "distance_table", None)
+        relative: RelativeBias | None = distance_of() if distance_of is not None else None
+        if relative is not None and (relative.table.dtype != torch.float32 or relative.table.device.type != "cpu"):
+            return None
         weights = torch.classes.srun_cpu.EncoderWeights(
             [t.detach() for t in embeddings],
             float(norm.eps),
@@ -238,6 +244,8 @@ class VarlenOps(ForwardOps):
             eps,
             attr,
             algorithm,
+            relative.table.detach().contiguous() if relative is not None else torch.empty(0),
+            relative.centre if relative is not None else 0,
         )
         return weights, tables.type is not None
 

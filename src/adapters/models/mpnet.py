@@ -49,7 +49,7 @@ from vllm_srun.adapters.models.encoder_parts import (
     read_model_type,
     take_linear,
 )
-from vllm_srun.adapters.models.unpadded import RelativeBias
+from vllm_srun.adapters.models.unpadded import EmbeddingTables, RelativeBias
 from vllm_srun.adapters.models.weights import Weights
 
 if TYPE_CHECKING:
@@ -152,6 +152,21 @@ class MPNetEncoder(nn.Module):
     def blocks(self) -> list[BertLayer]:
         return cast("list[BertLayer]", list(self.layers))
 
+    def embedding_tables(self) -> EmbeddingTables:
+        """The embeddings as `ForwardOps.encode` runs them: word + position (from row
+        POSITION_OFFSET), no token types, then the LayerNorm (`packed_forward`'s sums)."""
+        emb = self.embeddings
+        return EmbeddingTables(
+            emb.word_embeddings.weight, emb.position_embeddings.weight, None, emb.LayerNorm, POSITION_OFFSET
+        )
+
+    def distance_table(self, longest: int | None = None) -> RelativeBias:
+        """What every layer adds to a score, by distance, for rows of up to LONGEST tokens (default:
+        the model's longest, the table `ForwardOps.encode` holds for every forward)."""
+        table = self.relative_attention_bias.weight
+        reach = self.config.max_tokens if longest is None else longest
+        return RelativeBias.over(reach, lambda n: table[distance_buckets(n.to(table.device))])
+
     def position_bias(self, length: int) -> torch.Tensor:
         """[heads, L, L]: what every layer adds to the scores of a row of LENGTH tokens."""
         table = self.relative_attention_bias.weight
@@ -177,8 +192,7 @@ class MPNetEncoder(nn.Module):
         emb = self.embeddings
         x = emb.word_embeddings(packed.ids) + emb.position_embeddings.weight[POSITION_OFFSET + packed.positions]
         x = emb.LayerNorm(x)
-        table = self.relative_attention_bias.weight
-        relative = RelativeBias.over(packed.longest, lambda n: table[distance_buckets(n.to(table.device))])
+        relative = self.distance_table(packed.longest)
         for layer, lin in zip(self.blocks, linears):
             attended = ops.attention(lin.qkv(x), packed, layer.heads, relative)  # every row in one call on a CPU
             x = ops.add_norm(lin.attn_out(attended), x, layer.attn_norm)

@@ -490,11 +490,25 @@ at::Tensor add_layer_norm_(at::Tensor& delta, const at::Tensor& residual, const 
 // GIL once for the whole stack instead of at every op: beside a busy event loop each reacquire
 // waited up to a switch interval (about 240 of them a forward). PARAMS holds 12 tensors a layer:
 // qkv weight/bias, output weight/bias, first norm weight/bias, ffn-in weight/bias, ffn-out
-// weight/bias, second norm weight/bias (weights as `_reorder_linear_weight` packed them).
+// weight/bias, second norm weight/bias (weights as `_reorder_linear_weight` packed them). BIAS:
+// every layer's scores add that distance table (`varlen_attention_biased`, CENTRE its distance 0:
+// MPNet's relative positions), or none when it is undefined or empty.
+namespace {
+
+at::Tensor layer_attention(const at::Tensor& qkv, const at::Tensor& starts, const at::Tensor& lengths, int64_t heads,
+                           double scale, const at::Tensor& bias, int64_t centre) {
+  if (bias.defined() && bias.numel() > 0)
+    return varlen_attention_biased(qkv, starts, lengths, heads, scale, bias, centre);
+  return varlen_attention(qkv, starts, lengths, heads, scale);
+}
+
+}  // namespace
+
 at::Tensor encoder_layers(const at::Tensor& x_in, const at::Tensor& starts, const at::Tensor& lengths,
                           const std::vector<at::Tensor>& params, int64_t heads, double scale,
-                          const std::vector<double>& eps, c10::string_view ffn_attr,
-                          c10::string_view ffn_algorithm) {
+                          const std::vector<double>& eps, c10::string_view ffn_attr, c10::string_view ffn_algorithm,
+                          const std::optional<at::Tensor>& bias, int64_t centre) {
+  const at::Tensor table = bias.value_or(at::Tensor());
   TORCH_CHECK(params.size() % 12 == 0, "encoder_layers: 12 tensors a layer, got ", params.size());
   const size_t layers = params.size() / 12;
   TORCH_CHECK(eps.size() == 2 * layers, "encoder_layers: two norms' eps a layer");
@@ -516,7 +530,7 @@ at::Tensor encoder_layers(const at::Tensor& x_in, const at::Tensor& starts, cons
   for (size_t i = 0; i < layers; ++i) {
     const at::Tensor* p = params.data() + 12 * i;
     at::Tensor qkv = run_linear(x, p[0], p[1], "none", "").contiguous();
-    at::Tensor attended = varlen_attention(qkv, starts, lengths, heads, scale);
+    at::Tensor attended = layer_attention(qkv, starts, lengths, heads, scale, table, centre);
     at::Tensor delta = run_linear(attended, p[2], p[3], "none", "");
     x = add_layer_norm_(delta, x, p[4], p[5], eps[2 * i]);
     at::Tensor inner = run_linear(x, p[6], p[7], ffn_attr, ffn_algorithm);
@@ -583,10 +597,12 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor* p, int64_t tokens,
 // Every layer of a BERT-shaped int8 package in one call: `encoder_layers`' order with int8
 // linears (the Python loop over `Int8Linear`s, so the same bits). PARAMS holds 24 tensors a
 // layer: qkv (5, as `int8_linear` takes them), output (5), first norm weight/bias, ffn-in (5),
-// ffn-out (5), second norm weight/bias. TOKENS: the real token rows at the top of X.
+// ffn-out (5), second norm weight/bias. TOKENS: the real token rows at the top of X. BIAS, CENTRE:
+// as `encoder_layers` takes them.
 at::Tensor int8_layers(const at::Tensor& x_in, int64_t tokens, const at::Tensor& starts, const at::Tensor& lengths,
                        const std::vector<at::Tensor>& params, int64_t heads, double scale,
-                       const std::vector<double>& eps, c10::string_view ffn_act, c10::string_view ffn_algorithm) {
+                       const std::vector<double>& eps, c10::string_view ffn_act, c10::string_view ffn_algorithm,
+                       const at::Tensor& bias, int64_t centre) {
   TORCH_CHECK(params.size() % 24 == 0, "int8_layers: 24 tensors a layer, got ", params.size());
   const size_t layers = params.size() / 24;
   TORCH_CHECK(eps.size() == 2 * layers, "int8_layers: two norms' eps a layer");
@@ -594,7 +610,7 @@ at::Tensor int8_layers(const at::Tensor& x_in, int64_t tokens, const at::Tensor&
   for (size_t i = 0; i < layers; ++i) {
     const at::Tensor* p = params.data() + 24 * i;
     at::Tensor qkv = int8_linear(x, p, tokens, "none", "");
-    at::Tensor attended = varlen_attention(qkv, starts, lengths, heads, scale);
+    at::Tensor attended = layer_attention(qkv, starts, lengths, heads, scale, bias, centre);
     at::Tensor delta = int8_linear(attended, p + 5, tokens, "none", "");
     x = add_layer_norm_(delta, x, p[10], p[11], eps[2 * i]);
     at::Tensor inner = int8_linear(x, p + 12, tokens, ffn_act, ffn_algorithm);
@@ -622,12 +638,19 @@ struct EncoderWeights : torch::CustomClassHolder {
   double scale;
   std::vector<double> eps;
   std::string ffn_attr, ffn_algorithm;
+  // every layer's distance table (MPNet's relative positions for the model's longest row,
+  // `varlen_attention_biased`), CENTRE its distance 0; empty for none
+  at::Tensor bias;
+  int64_t centre;
 
   EncoderWeights(std::vector<at::Tensor> embeddings, double norm_eps, int64_t offset, std::string linears,
                  std::vector<at::Tensor> params, int64_t heads, double scale, std::vector<double> eps,
-                 std::string ffn_attr, std::string ffn_algorithm)
+                 std::string ffn_attr, std::string ffn_algorithm, at::Tensor bias, int64_t centre)
       : norm_eps(norm_eps), offset(offset), int8(linears == "int8"), params(std::move(params)), heads(heads),
-        scale(scale), eps(std::move(eps)), ffn_attr(std::move(ffn_attr)), ffn_algorithm(std::move(ffn_algorithm)) {
+        scale(scale), eps(std::move(eps)), ffn_attr(std::move(ffn_attr)), ffn_algorithm(std::move(ffn_algorithm)),
+        bias(std::move(bias)), centre(centre) {
+    TORCH_CHECK(this->bias.numel() == 0 || (this->bias.dim() == 2 && this->bias.size(0) == heads),
+                "EncoderWeights: the distance table is [heads, span]");
     TORCH_CHECK(linears == "packed" || linears == "int8", "EncoderWeights: linears are 'packed' or 'int8'");
     TORCH_CHECK(embeddings.size() == 5, "EncoderWeights: word, position, type, norm weight, norm bias");
     for (const auto& t : embeddings)
@@ -722,9 +745,11 @@ at::Tensor encode(const c10::intrusive_ptr<EncoderWeights>& w, c10::List<int64_t
   }
   x = at::layer_norm(x, {h}, w->norm_weight, w->norm_bias, w->norm_eps);
   if (w->int8)
-    x = int8_layers(x, tokens, starts, sizes, w->params, w->heads, w->scale, w->eps, w->ffn_attr, w->ffn_algorithm);
+    x = int8_layers(x, tokens, starts, sizes, w->params, w->heads, w->scale, w->eps, w->ffn_attr, w->ffn_algorithm,
+                    w->bias, w->centre);
   else
-    x = encoder_layers(x, starts, sizes, w->params, w->heads, w->scale, w->eps, w->ffn_attr, w->ffn_algorithm);
+    x = encoder_layers(x, starts, sizes, w->params, w->heads, w->scale, w->eps, w->ffn_attr, w->ffn_algorithm,
+                       w->bias, w->centre);
   if (pooling == kNone) return x;
   auto pooled = at::empty({rows, h}, at::kFloat);
   const float* hp = x.data_ptr<float>();
@@ -751,14 +776,14 @@ at::Tensor encode(const c10::intrusive_ptr<EncoderWeights>& w, c10::List<int64_t
 TORCH_LIBRARY(srun_cpu, m) {
   m.class_<EncoderWeights>("EncoderWeights")
       .def(torch::init<std::vector<at::Tensor>, double, int64_t, std::string, std::vector<at::Tensor>, int64_t,
-                       double, std::vector<double>, std::string, std::string>());
+                       double, std::vector<double>, std::string, std::string, at::Tensor, int64_t>());
   m.def(
       "encode(__torch__.torch.classes.srun_cpu.EncoderWeights weights, int[] ids, int[] lengths, int[] types, "
       "int rows_total, int pooling, bool normalize) -> Tensor",
       &encode);
   m.def(
       "encoder_layers(Tensor x, Tensor starts, Tensor lengths, Tensor[] params, int heads, float scale, "
-      "float[] eps, str ffn_attr, str ffn_algorithm) -> Tensor",
+      "float[] eps, str ffn_attr, str ffn_algorithm, Tensor? bias=None, int centre=0) -> Tensor",
       &encoder_layers);
   m.def("varlen_attention(Tensor qkv, Tensor starts, Tensor lengths, int heads, float scale) -> Tensor",
         &varlen_attention);
