@@ -28,6 +28,7 @@ from vllm_srun.domain.threads import (
     budget_threads,
     concurrent_forwards_refusal,
     default_concurrent_forwards,
+    express_forward,
     forward_nice,
     omp_wait_policy,
     standalone_threads,
@@ -157,7 +158,7 @@ def cpu_settings(ns: WorkerSettings, env: Mapping[str, str]) -> tuple[CpuPlan, M
     """How the forwards use the CPUs, and the adaptive mode, or a one-line refusal (R-ARG-2,
     R-CPU): a thread count above the budget, an unknown adaptive mode, `--deterministic` with
     adaptive mode 2, `--concurrent-forwards` that does not divide the threads or comes with
-    adaptive threads, a bad `VLLM_SRUN_FORWARD_NICE`. (An engine that cannot honour
+    adaptive threads, a bad `VLLM_SRUN_FORWARD_NICE` or `VLLM_SRUN_EXPRESS_FORWARD`. (An engine that cannot honour
     `--deterministic` says so itself: `serve`, `EngineRegistry.flag_refusal`.)
     With N concurrent forwards (`--concurrent-forwards`, else `default_concurrent_forwards`)
     each runs on threads ÷ N."""
@@ -170,6 +171,7 @@ def cpu_settings(ns: WorkerSettings, env: Mapping[str, str]) -> tuple[CpuPlan, M
     try:
         adaptive = parse_mode(env.get(ADAPTIVE_ENV))
         nice = forward_nice(env)
+        express_forward(env)  # read again where a model's forwards are set up
     except ValueError as exc:
         refuse(str(exc))
     if ns.deterministic and adaptive is Mode.SERVE:

@@ -15,7 +15,9 @@ until every row of the tenant asking least is in it (R-FAIR-6: a light tenant be
 rides a short forward), so a round is at most one forward per lane and tenants mix in it; the
 rows' answers never depend on the mix. A whole-queue plan still waiting for the device is given
 back to the queue when rows of another tenant (or interactive rows of its batch tenant) arrive,
-so they never wait behind it.
+so they never wait behind it. While every slot is busy and several tenants are backlogged,
+`next_express` hands out the lightest tenant's round to run beside them (R-FAIR-7), one at a time:
+it does not count against the slots.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ class Scheduler:
         # one CPU worker, each on its own share of the cores; 1 elsewhere)
         self.max_in_flight = max_in_flight
         self._in_flight: list[ForwardBatch] = []
+        self._express: ForwardBatch | None = None  # `next_express`'s forward while it runs
         self._next_request = 0
         self._next_seq = 0
 
@@ -150,7 +153,7 @@ class Scheduler:
     @property
     def busy(self) -> bool:
         """Every forward slot is taken: arrivals wait for the next plan."""
-        return len(self._in_flight) >= self.max_in_flight
+        return len(self._in_flight) - (self._express is not None) >= self.max_in_flight
 
     @property
     def in_flight(self) -> int:
@@ -234,6 +237,25 @@ class Scheduler:
                 rows = self._queue.take(self.quantum, self._round(self._lightest()))
             self._plan_kind = kind
             self._plan.extend(self._batches(rows))
+
+    def next_express(self) -> ForwardBatch | None:
+        """While every slot is busy and several tenants are backlogged, the round of the tenant asking
+        least (R-FAIR-6: its queued rows and the turns the others have meanwhile), to run beside the
+        busy slots now rather than after one of them (R-FAIR-7); None otherwise, or while the last
+        one runs. It is in flight like any forward but takes no slot: a slot it did not take frees
+        as before. No window: the busy slots are the wait."""
+        if not self.busy or self._express is not None or self._plan:
+            return None
+        light = self._lightest()
+        if not light:
+            return None
+        batches = self._batches(self._queue.take(self.quantum, self._round(light)))
+        if not batches:
+            return None
+        self._queue.restore(r for b in batches[1:] for r in b.rows)
+        self._express = batches[0]
+        self._in_flight.append(batches[0])
+        return batches[0]
 
     def _cut_in(self, now: float) -> ForwardBatch | None:
         """While a whole-queue plan of one tenant's batch rows runs, that tenant's interactive
@@ -347,6 +369,8 @@ class Scheduler:
         return failed
 
     def _release(self, batch: ForwardBatch) -> None:
+        if batch is self._express:
+            self._express = None
         for i, running in enumerate(self._in_flight):
             if running is batch:
                 del self._in_flight[i]

@@ -183,6 +183,21 @@ def default_concurrent_forwards(threads: int, adaptive: bool) -> int:
     return 2
 
 
+EXPRESS_ENV = "VLLM_SRUN_EXPRESS_FORWARD"
+
+
+def express_forward(env: Mapping[str, str]) -> bool:
+    """Whether a CPU worker with concurrent forwards runs the lightest tenant's round beside its busy
+    slots (R-FAIR-7): `VLLM_SRUN_EXPRESS_FORWARD`, on unless 0/off/false/no. Raises ValueError with a
+    one-line reason for anything else but 1/on/true/yes."""
+    raw = env.get(EXPRESS_ENV, "").strip().lower()
+    if raw in ("", "1", "on", "true", "yes"):
+        return True
+    if raw in ("0", "off", "false", "no"):
+        return False
+    raise ValueError(f"{EXPRESS_ENV} must be 1/on or 0/off, got {env[EXPRESS_ENV]!r}")
+
+
 # the forward threads run this much below the event loop's CPU priority (a nice increment)
 FORWARD_NICE_ENV = "VLLM_SRUN_FORWARD_NICE"
 DEFAULT_FORWARD_NICE = 5

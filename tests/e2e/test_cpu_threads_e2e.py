@@ -67,6 +67,7 @@ def _refusal(flags: list[str], env: dict[str, str] | None = None) -> tuple[int, 
         ),
         (["--concurrent-forwards", "0"], None, "--concurrent-forwards"),
         ([], {"VLLM_SRUN_FORWARD_NICE": "-5"}, "VLLM_SRUN_FORWARD_NICE must be an integer from 0 to 19"),
+        ([], {"VLLM_SRUN_EXPRESS_FORWARD": "sometimes"}, "VLLM_SRUN_EXPRESS_FORWARD must be 1/on or 0/off"),
     ],
 )
 def test_bad_thread_settings_are_refused_in_one_line_before_any_load(
@@ -144,6 +145,8 @@ def test_the_default_uses_the_whole_cpu_budget_as_concurrent_forwards_below_the_
             assert after["forwards"] > before
     else:
         assert lone["threads"] is None and lone["reason"], lone
+    # R-FAIR-7: with concurrent forwards, the lightest tenant's round may run beside busy slots
+    assert threads["express_forward"] is (concurrent > 1 and not os.environ.get("VLLM_SRUN_EXPRESS_FORWARD"))
     if not sys.platform.startswith("linux") or os.environ.get("VLLM_SRUN_FORWARD_NICE"):
         return
     assert threads["forward_nice"] == DEFAULT_FORWARD_NICE

@@ -3,7 +3,8 @@ rows go before its batch rows, a waiting whole-queue plan is given back when ano
 arrives, one tenant is planned exactly as before (the whole queue in one round), and a bad
 `options.priority` is refused naming the field, a request larger than a forward that asked for no
 priority runs as batch (a small one after it is not held up), and a light tenant beside a flood
-rides a forward with the flood's turns meanwhile in it (R-FAIR-6)."""
+rides a forward with the flood's turns meanwhile in it (R-FAIR-6), and while every slot is busy
+that ride runs beside them as an express forward (R-FAIR-7)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,13 @@ from vllm_srun.domain.tenants import Priority, TenantPolicy, TenantTable
 NOW = 100.0
 
 
-def scheduler(max_tokens: int = 256, table: TenantTable | None = None) -> Scheduler:
+def scheduler(max_tokens: int = 256, table: TenantTable | None = None, slots: int = 1) -> Scheduler:
     return Scheduler(
-        [Lane("text", Accounting.PACKED)], Budget(64, max_tokens), window_s=0.0, tenants=table or TenantTable()
+        [Lane("text", Accounting.PACKED)],
+        Budget(64, max_tokens),
+        window_s=0.0,
+        tenants=table or TenantTable(),
+        max_in_flight=slots,
     )
 
 
@@ -156,3 +161,45 @@ def test_a_bad_priority_is_refused_naming_the_field() -> None:
         assert good.options.priority is Priority.BATCH
         with pytest.raises(InvalidRequest, match=r"options\.priority"):
             decode_request(schema.decoder, b'{"input": "hi", "options": {"priority": "urgent"}}', None, 10_000)
+
+
+def test_while_every_slot_is_busy_the_lightest_tenant_rides_an_express_forward() -> None:
+    """R-FAIR-7: two slots busy with a flood's forwards; a light tenant's request gets a forward of its
+    own round at once (its rows and one turn of the flood), one at a time, taking no slot: a slot
+    that frees runs the flood again while it runs, and every row is answered once."""
+    s = scheduler(max_tokens=256, slots=2)
+    flood = [s.submit(specs(16), NOW, tenant="a") for _ in range(60)]
+    busy = [s.next_forward(NOW), s.next_forward(NOW)]
+    assert all(b is not None for b in busy) and s.busy and s.next_forward(NOW) is None
+    assert s.next_express() is None  # one tenant backlogged: nobody to hurry
+    light = s.submit(specs(8), NOW, tenant="b")
+    express = s.next_express()
+    assert express is not None and light in express.request_ids
+    assert sum(16 for r in express.rows if r.tenant == "a") <= s.quantum  # one turn of a
+    late = s.submit(specs(8), NOW, tenant="b")
+    assert s.next_express() is None  # one express forward at a time
+    assert s.in_flight == 3 and s.busy
+    answered = run(s, busy[0])  # a slot frees while the express forward runs
+    refill = s.next_forward(NOW)
+    assert refill is not None and late in refill.request_ids  # b is still the lightest: its round
+    assert s.busy
+    answered += run(s, express)
+    assert light in answered
+    for batch in (busy[1], refill):
+        assert batch is not None
+        answered += run(s, batch)
+    while (batch := s.next_forward(NOW)) is not None:
+        answered += run(s, batch)
+    assert sorted(answered) == sorted([*flood, light, late])
+
+
+def test_no_express_forward_with_a_free_slot() -> None:
+    s = scheduler(max_tokens=256, slots=2)
+    for _ in range(10):
+        s.submit(specs(16), NOW, tenant="a")
+    first = s.next_forward(NOW)
+    assert first is not None and not s.busy  # the other slot is free
+    s.submit(specs(8), NOW, tenant="b")
+    assert s.next_express() is None
+    second = s.next_forward(NOW)
+    assert second is not None and "b" in {r.tenant for r in second.rows}

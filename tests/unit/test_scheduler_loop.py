@@ -187,3 +187,49 @@ def test_one_slot_runs_one_forward_at_a_time_even_with_two_device_threads() -> N
 
     asyncio.run(main())
     assert most[0] == 1
+
+
+def test_the_lightest_tenant_is_answered_on_the_express_thread_while_both_slots_are_held() -> None:
+    """R-FAIR-7: a flood of tenant a holds both slots (its forwards wait on a gate); a request of
+    tenant b is answered meanwhile, by a forward on the express device thread, and once the gate
+    opens every request of a is answered too. Without an express thread b waits for a slot."""
+    gate = threading.Event()
+    threads: dict[str, set[str]] = {"a": set(), "b": set()}
+
+    def run(batch, payloads):  # type: ignore[no-untyped-def]
+        for row in batch.rows:
+            threads[row.tenant].add(threading.current_thread().name)
+        if any(r.tenant == "a" for r in batch.rows) and not any(r.tenant == "b" for r in batch.rows):
+            assert gate.wait(10), "the test never opened the gate"
+        return list(payloads)
+
+    async def main(express: bool) -> tuple[bool, list]:
+        gate.clear()
+        scheduler = Scheduler([Lane("text")], Budget(4, 4096), window_s=0.0, max_in_flight=2)
+        device = DeviceThread("slot", workers=2)
+        fast = DeviceThread("express") if express else None
+        loop = SchedulerLoop(scheduler, run, device, express=fast)
+        loop.start()
+        flood = [asyncio.create_task(loop.submit([RowSpec(5, ("a", i))], tenant="a")) for i in range(12)]
+        for _ in range(10_000):  # until both slots are taken by a's forwards
+            if scheduler.in_flight == 2:
+                break
+            await asyncio.sleep(0.001)
+        light = asyncio.create_task(loop.submit([RowSpec(5, ("b", 0))], tenant="b"))
+        done, _ = await asyncio.wait({light}, timeout=2)
+        answered_while_held = bool(done)
+        gate.set()
+        outs = await asyncio.gather(*flood, light)
+        await loop.stop()
+        device.shutdown()
+        if fast is not None:
+            fast.shutdown()
+        return answered_while_held, [o.outputs for o in outs]
+
+    held, outs = asyncio.run(main(express=True))
+    assert held and outs == [*((("a", i),) for i in range(12)), (("b", 0),)]
+    assert all(name.startswith("express") for name in threads["b"]) and threads["b"]
+    assert all(name.startswith("slot") for name in threads["a"] - threads["b"])
+    threads["b"].clear()
+    held, outs = asyncio.run(main(express=False))
+    assert not held and outs[-1] == (("b", 0),)  # it waited for a slot

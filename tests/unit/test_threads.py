@@ -8,11 +8,13 @@ from hypothesis import strategies as st
 
 from vllm_srun.domain.threads import (
     DEFAULT_FORWARD_NICE,
+    EXPRESS_ENV,
     FORWARD_NICE_ENV,
     InvalidThreadOverride,
     concurrent_forwards_refusal,
     cpu_budget,
     default_concurrent_forwards,
+    express_forward,
     forward_nice,
     omp_wait_policy,
     parse_cgroup_v1_cpu_quota,
@@ -164,6 +166,15 @@ def test_the_default_runs_two_forwards_when_the_threads_split_evenly() -> None:
 )
 def test_the_forward_threads_nice_increment(value: str | None, nice: int) -> None:
     assert forward_nice({} if value is None else {FORWARD_NICE_ENV: value}) == nice
+
+
+@pytest.mark.parametrize(
+    ("value", "on"), [(None, True), ("", True), ("1", True), (" On ", True), ("0", False), ("off", False)]
+)
+def test_the_express_forward_is_on_unless_turned_off(value: str | None, on: bool) -> None:
+    assert express_forward({} if value is None else {EXPRESS_ENV: value}) is on
+    with pytest.raises(ValueError, match=f"^{EXPRESS_ENV} must be 1/on or 0/off, got 'maybe'$"):
+        express_forward({EXPRESS_ENV: "maybe"})
 
 
 @pytest.mark.parametrize("value", ["-1", "20", "high", "5.0"])

@@ -59,6 +59,7 @@ from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget, ForwardBat
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.scheduler import Scheduler
 from vllm_srun.domain.tenants import DEFAULT_TENANTS, TenantTable
+from vllm_srun.domain.threads import express_forward
 from vllm_srun.domain.worker_settings import RuntimeSettings
 
 log = logging.getLogger("vllm_srun.runtime")
@@ -156,6 +157,7 @@ class Runtime:
         self.media = media  # decodes images and videos (R-MEDIA), started when a model reads them
         self.progress = progress
         self.thread_context = thread_context
+        self.express_thread: DeviceThread | None = None  # `_express_thread`
         self.tenants = tenants
         self._open_device = open_device
         self._devices: dict[str, Device] = {device.name: device}
@@ -374,7 +376,17 @@ class Runtime:
             wait_policy=self.settings.wait_policy,
             concurrent_forwards=self.device_thread.workers if cpu else 1,
             forward_nice=self.device_thread.nice if cpu else 0,
+            express_forward=cpu and self.device_thread.workers > 1 and express_forward(os.environ),
         )
+
+    def _express_thread(self) -> DeviceThread:
+        """The device's express thread (R-FAIR-7), made at its first use: one more forward thread,
+        at the event loop's priority, declaring one forward's team like the others."""
+        if self.express_thread is None:
+            context, threads = self.thread_context, self.settings.threads
+            declare = partial(context.declare, threads) if context is not None and threads is not None else None
+            self.express_thread = DeviceThread("srun-express", initializer=declare)
+        return self.express_thread
 
     def _golden_check(self, served: ServedModel) -> bool:
         """R-GOLD-1: the recorded requests, twice, through the serving path. False: failed (final)."""
@@ -452,7 +464,12 @@ class Runtime:
                 self.metrics.batch_fill.observe(sum(r.tokens for r in batch.rows) / batch.tokens, labels)
 
         served.scheduler_loop = SchedulerLoop(
-            scheduler, forwards.runner.run, self.device_thread, clock=self.clock, on_forward=observe
+            scheduler,
+            forwards.runner.run,
+            self.device_thread,
+            clock=self.clock,
+            on_forward=observe,
+            express=self._express_thread() if forwards.express_forward else None,
         )
         served.scheduler_loop.start()
         self.metrics.queue_depth.set_function(lambda: float(scheduler.queued_rows), {"model": served.name})
@@ -464,6 +481,8 @@ class Runtime:
         if self.media is not None:
             await self.media.stop()
         self.device_thread.shutdown()
+        if self.express_thread is not None:
+            self.express_thread.shutdown()
         self.offload.shutdown()
 
     # ---- health ---------------------------------------------------------------------------

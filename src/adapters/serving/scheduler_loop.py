@@ -5,7 +5,9 @@
 as many run at once as the scheduler has slots (`Scheduler.max_in_flight`, the device's
 concurrent forwards), each as its own task, and the driver plans again as soon as one ends. A caller
 that goes away (cancellation, deadline) cancels its request: its rows that have not reached
-the device never will. Every forward has a batch id, unique in the process; a traced request
+the device never will. With an EXPRESS device thread, while every slot is busy the scheduler's
+express forward (`Scheduler.next_express`, R-FAIR-7: the lightest tenant's round) runs there,
+beside them. Every forward has a batch id, unique in the process; a traced request
 (`submit(forwards=[...])`) gets a `ForwardRecord` of each forward its rows ran in.
 """
 
@@ -65,10 +67,12 @@ class SchedulerLoop:
         *,
         clock: Clock | None = None,
         on_forward: ForwardObserver | None = None,
+        express: DeviceThread | None = None,
     ) -> None:
         self.scheduler = scheduler
         self._run_batch = run_batch
         self._device = device
+        self._express = express
         self._clock = clock or MonotonicClock()
         self._on_forward = on_forward
         self._waiters: dict[int, _Waiter] = {}
@@ -126,6 +130,10 @@ class SchedulerLoop:
     async def _drive(self) -> None:
         while True:
             batch = self.scheduler.next_forward(self._clock.now())
+            device = self._device
+            if batch is None and self._express is not None:
+                batch = self.scheduler.next_express()
+                device = self._express
             if batch is None:
                 wake_at = self.scheduler.wake_at()
                 self._wake.clear()
@@ -145,7 +153,7 @@ class SchedulerLoop:
                 # task the device sat idle meanwhile: 84 % busy instead of 99 % under load, measured)
                 await self._run(batch)
                 continue
-            task = asyncio.get_running_loop().create_task(self._run(batch), name="srun-forward")
+            task = asyncio.get_running_loop().create_task(self._run(batch, device), name="srun-forward")
             self._running.add(task)
             task.add_done_callback(self._ended)
 
@@ -153,7 +161,7 @@ class SchedulerLoop:
         self._running.discard(task)
         self._wake.set()  # a slot is free: plan again
 
-    async def _run(self, batch: ForwardBatch) -> None:
+    async def _run(self, batch: ForwardBatch, device: DeviceThread | None = None) -> None:
         start = self._clock.now()
         batch_id, started = next(_BATCH_IDS), time.perf_counter()
         for rid in batch.request_ids:
@@ -162,7 +170,7 @@ class SchedulerLoop:
                 waiter.first_forward = start
         payloads = [row.payload for row in batch.rows]
         try:
-            outputs = await self._device.run(self._run_batch, batch, payloads)
+            outputs = await (device or self._device).run(self._run_batch, batch, payloads)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed forward fails exactly its requests
