@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from vllm_srun.adapters.serving.device_thread import DeviceThread
+from vllm_srun.adapters.serving.device_thread import DeviceThread, calls_running
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
 
@@ -87,3 +87,24 @@ def test_busy_counts_the_calls_running_now_each_counting_itself() -> None:
         assert device.busy() == 0
     finally:
         device.shutdown()
+
+
+def test_calls_running_adds_up_the_devices_there() -> None:
+    """The lone-forward count asks the slots' threads and the express thread together (R-FAIR-7):
+    a forward that starts beside an express forward is not alone."""
+    slots, express = DeviceThread(workers=2), DeviceThread("express")
+    try:
+        assert calls_running(slots, None) == 0
+        both = threading.Barrier(2)
+
+        def seen_together() -> int:
+            both.wait(timeout=10)
+            seen = calls_running(slots, express, None)
+            both.wait(timeout=10)
+            return seen
+
+        futures = [slots.submit(seen_together), express.submit(seen_together)]
+        assert [f.result(timeout=10) for f in futures] == [2, 2]
+    finally:
+        slots.shutdown()
+        express.shutdown()

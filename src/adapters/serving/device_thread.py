@@ -40,6 +40,11 @@ def lower_thread_priority(increment: int) -> None:
         log.warning("could not lower the forward thread's priority", exc_info=True)
 
 
+def calls_running(*devices: DeviceThread | None) -> int:
+    """Calls running now on the threads of DEVICES (None: a device that is not there)."""
+    return sum(device.busy() for device in devices if device is not None)
+
+
 class DeviceThread:
     def __init__(
         self,

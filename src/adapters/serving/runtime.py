@@ -43,7 +43,7 @@ from vllm_srun.adapters.contracts import (
 )
 from vllm_srun.adapters.offload import Offload
 from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL
-from vllm_srun.adapters.serving.device_thread import DeviceThread
+from vllm_srun.adapters.serving.device_thread import DeviceThread, calls_running
 from vllm_srun.adapters.serving.forward_threads import ForwardRunner, lone_forward_threads
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
@@ -366,7 +366,7 @@ class Runtime:
             on_shadow=on_shadow,
             why_not_adaptive=why,
             lone=lone,
-            busy=self.device_thread.busy,
+            busy=self._forwards_running,
             why_not_lone=why_not_lone,
         )
         cpu = device.kind == "cpu"
@@ -378,6 +378,11 @@ class Runtime:
             forward_nice=self.device_thread.nice if cpu else 0,
             express_forward=cpu and self.device_thread.workers > 1 and express_forward(os.environ),
         )
+
+    def _forwards_running(self) -> int:
+        """Calls running on the device's threads, the express thread's included: a forward that
+        starts beside an express forward is not alone (`ForwardRunner`'s lone count)."""
+        return calls_running(self.device_thread, self.express_thread)
 
     def _express_thread(self) -> DeviceThread:
         """The device's express thread (R-FAIR-7), made at its first use: one more forward thread,
