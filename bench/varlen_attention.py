@@ -143,7 +143,8 @@ def deberta_paths(heads: int, dim: int) -> dict[str, DebertaPath]:
     """A one-layer DeBERTa-v3-shaped encoder (random weights, std 1 / sqrt(fan-in)) and its two paths."""
     import torch
 
-    from vllm_srun.adapters.models.deberta_v2 import DebertaV2Config, DebertaV2Encoder
+    from vllm_srun.adapters.models.deberta_v2 import DebertaV2Encoder
+    from vllm_srun.adapters.models.deberta_v2_config import DebertaV2Config
 
     hidden = heads * dim
     cfg = DebertaV2Config(

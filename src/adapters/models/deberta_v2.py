@@ -24,6 +24,7 @@ across forwards) to the one-call CPU op where it runs them (FP32, its head sizes
 terms inside its score loop; elsewhere it builds them per run of equal-length rows for
 `attend_runs`, reading only the table rows a run's distances reach.
 
+`deberta_v2_config.py` reads config.json and maps each distance to its relative-embedding row.
 `load_deberta_v2(folder)` → `(DebertaV2Encoder, DebertaV2ClassificationHead | None)`: the head (pooler
 dense + `pooler_hidden_act` on token 0, then the classifier) is there when the checkpoint has it.
 `deberta_v2_fixture.py` writes tiny random packages under transformers' names.
@@ -32,28 +33,26 @@ dense + `pooler_hidden_act` on token 0, then the classifier) is there when the c
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vllm_srun.adapters.models.deberta_v2_config import (
+    EXTRA_ACTIVATIONS,
+    DebertaV2Config,
+    relative_positions,
+)
 from vllm_srun.adapters.models.encoder_parts import (
-    ACTIVATIONS,
     BERT_BLOCK_NAMES,
-    SIZE_FIELDS,
-    ConfigBase,
     PostNormBlock,
-    check_heads,
-    config_labels,
     load_parts,
     post_norm_block_state,
-    read_activation,
-    read_model_type,
     take_linear,
 )
 from vllm_srun.adapters.models.unpadded import DisentangledTables, attend_runs, reach
@@ -61,147 +60,6 @@ from vllm_srun.adapters.models.weights import Weights
 
 if TYPE_CHECKING:
     from vllm_srun.adapters.models.unpadded import ForwardOps, LayerLinears, PackedRows
-
-MODEL_TYPE = "deberta-v2"
-# the pooler's and the ConvLayer's activation may also be tanh (the ConvLayer's default)
-EXTRA_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {**ACTIVATIONS, "tanh": torch.tanh}
-POS_ATT_TYPES = ("c2p", "p2c")
-REL_NORMS = ("none", "layer_norm")
-
-
-def _value(raw: dict[str, Any], key: str, default: Any) -> Any:
-    """RAW[KEY], or DEFAULT when the field is missing or null (a version that does not write it)."""
-    value = raw.get(key)
-    return default if value is None else value
-
-
-def _names(raw: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> tuple[str, ...]:
-    """A list field that old configs write as one "a|b" string (`pos_att_type`, `norm_rel_ebd`)."""
-    value = _value(raw, key, default)
-    items = value.split("|") if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)):
-        raise ValueError(f"{key} {value!r} is neither a list nor a '|'-separated string")
-    names = tuple(dict.fromkeys(str(x).strip().lower() for x in items if str(x).strip()))
-    bad = [n for n in names if n not in allowed]
-    if bad:
-        raise ValueError(f"{key} {bad} is not supported (only {list(allowed)})")
-    return names
-
-
-@dataclass(frozen=True)
-class DebertaV2Config(ConfigBase):
-    vocab_size: int = 128100
-    hidden_size: int = 1536
-    num_hidden_layers: int = 24
-    num_attention_heads: int = 24
-    intermediate_size: int = 6144
-    hidden_act: str = "gelu"
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 0
-    layer_norm_eps: float = 1e-7
-    relative_attention: bool = False
-    max_relative_positions: int = -1
-    position_buckets: int = -1
-    position_biased_input: bool = True
-    pos_att_type: tuple[str, ...] = ()
-    share_att_key: bool = False
-    norm_rel_ebd: tuple[str, ...] = ("none",)
-    embedding_size: int = 1536
-    attention_head_size: int = 64
-    pooler_hidden_act: str = "gelu"
-    conv_kernel_size: int = 0
-    conv_groups: int = 1
-    conv_act: str = "tanh"
-    pad_token_id: int = 0
-    model_type: str = MODEL_TYPE
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> DebertaV2Config:
-        """A config.json as transformers 4.x or 5.x writes it (fields a version drops take their default)."""
-        model_type = read_model_type(raw, MODEL_TYPE)
-        ints = {
-            k: int(_value(raw, k, getattr(cls, k)))
-            for k in (
-                *SIZE_FIELDS,
-                "type_vocab_size",
-                "max_relative_positions",
-                "position_buckets",
-                "conv_kernel_size",
-                "conv_groups",
-                "pad_token_id",
-            )
-        }
-        hidden, heads = ints["hidden_size"], ints["num_attention_heads"]
-        check_heads(hidden, heads)
-        pooler_size = int(_value(raw, "pooler_hidden_size", hidden))
-        if pooler_size != hidden:
-            raise ValueError(f"pooler_hidden_size {pooler_size} differs from hidden_size {hidden} (not supported)")
-        kernel = ints["conv_kernel_size"]
-        if kernel > 0 and kernel % 2 == 0:
-            raise ValueError(f"conv_kernel_size {kernel} is even (only odd kernels keep the row length)")
-        if kernel > 0 and (ints["conv_groups"] < 1 or hidden % ints["conv_groups"]):
-            raise ValueError(f"conv_groups {ints['conv_groups']} does not divide hidden_size {hidden}")
-        num_labels, id2label = config_labels(raw)
-        problem = raw.get("problem_type")
-        return cls(
-            **ints,
-            hidden_act=read_activation(raw, "hidden_act"),
-            layer_norm_eps=float(_value(raw, "layer_norm_eps", cls.layer_norm_eps)),
-            relative_attention=bool(_value(raw, "relative_attention", False)),
-            position_biased_input=bool(_value(raw, "position_biased_input", True)),
-            pos_att_type=_names(raw, "pos_att_type", POS_ATT_TYPES, ""),
-            share_att_key=bool(_value(raw, "share_att_key", False)),
-            norm_rel_ebd=_names(raw, "norm_rel_ebd", REL_NORMS, "none"),
-            embedding_size=int(_value(raw, "embedding_size", hidden)),
-            attention_head_size=int(_value(raw, "attention_head_size", hidden // heads)),
-            pooler_hidden_act=read_activation(raw, "pooler_hidden_act", "gelu", EXTRA_ACTIVATIONS),
-            conv_act=read_activation(raw, "conv_act", "tanh", EXTRA_ACTIVATIONS),
-            num_labels=num_labels,
-            id2label=id2label,
-            problem_type=str(problem) if problem is not None else None,
-            model_type=model_type,
-        )
-
-    @property
-    def relative_max(self) -> int:
-        """The farthest relative position (`max_relative_positions`, -1 → `max_position_embeddings`)."""
-        return self.max_relative_positions if self.max_relative_positions >= 1 else self.max_position_embeddings
-
-    @property
-    def relative_span(self) -> int:
-        """Half the relative-embedding table: `position_buckets` when set, else `relative_max`."""
-        return self.position_buckets if self.position_buckets > 0 else self.relative_max
-
-    @property
-    def uses_relative(self) -> bool:
-        """Whether attention has position terms at all."""
-        return self.relative_attention and bool(self.pos_att_type)
-
-    @property
-    def max_tokens(self) -> int:
-        """The longest row (special tokens included) the model was built for."""
-        return self.max_position_embeddings
-
-
-def log_bucket(relative: torch.Tensor, buckets: int, max_position: int) -> torch.Tensor:
-    """DeBERTa's bucketed relative positions: |δ| ≤ buckets/2 kept, longer distances compressed on a log
-    scale so that max_position − 1 lands on bucket `buckets` − 1 (with δ's sign). Computed in float32 as
-    the reference does, so bucket edges agree to the bit."""
-    mid = buckets // 2
-    sign = torch.sign(relative)
-    inside = (relative < mid) & (relative > -mid)
-    # inside the window the log below is not used; mid − 1 keeps it finite there
-    magnitude = torch.where(inside, torch.full_like(relative, mid - 1), relative.abs())
-    ratio = torch.log(magnitude / mid) / torch.log(torch.tensor((max_position - 1) / mid))
-    far = torch.ceil(ratio * (mid - 1)) + mid
-    return torch.where(magnitude <= mid, relative.to(far.dtype), far * sign).to(torch.long)
-
-
-def relative_positions(distance: torch.Tensor, cfg: DebertaV2Config) -> torch.Tensor:
-    """Query-minus-key distances (long) → relative position ids (bucketed when `position_buckets` > 0)."""
-    if cfg.position_buckets > 0:
-        return log_bucket(distance, cfg.position_buckets, cfg.relative_max)
-    return distance
 
 
 @dataclass(frozen=True)
@@ -300,14 +158,14 @@ class DebertaV2Layer(PostNormBlock):
         """This block's relative keys and queries (the latter times the scale) at table ROWS, one
         column per distance (`DisentangledTables`); zeros for a term the block does not have."""
 
+        table_like = self.pos_key if self.pos_key is not None else self.pos_query
+        assert table_like is not None, "prepare_relative() was not called after loading"
+
         def laid(table: torch.Tensor | None, factor: float) -> torch.Tensor:
             if table is None:
                 return table_like.new_zeros(self.heads, self.head_dim, len(rows))
-            picked = table[:, rows]
-            return (picked * factor if factor != 1.0 else picked).transpose(1, 2).contiguous()
+            return (table[:, rows] * factor).transpose(1, 2).contiguous()
 
-        table_like = self.pos_key if self.pos_key is not None else self.pos_query
-        assert table_like is not None, "prepare_relative() was not called after loading"
         return DisentangledTables(laid(self.pos_key, 1.0), laid(self.pos_query, self.scale), centre)
 
     def position_bias(self, q: torch.Tensor, k: torch.Tensor, index: RelativeIndex) -> torch.Tensor:
@@ -426,9 +284,9 @@ class DebertaV2Encoder(nn.Module):
             # the table row of each distance query − key: both terms read the same one (the
             # buckets are odd in the distance, so p2c's span − bucket(j − i) is span + bucket(i − j))
             rows = (relative_positions(distances, self.config) + span).clamp(0, 2 * span - 1)
-            first = self.blocks[0].pos_key if self.blocks[0].pos_key is not None else self.blocks[0].pos_query
-            assert first is not None, "prepare_relative() was not called after loading"
-            tables = [layer.distance_tables(rows.to(first.device), centre) for layer in self.blocks]
+            assert self.rel_embeddings is not None  # relative attention has its table
+            rows = rows.to(self.rel_embeddings.weight.device)
+            tables = [layer.distance_tables(rows, centre) for layer in self.blocks]
             self._tables = tables
         return tables
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.models.deberta_v2 import MODEL_TYPE, DebertaV2Config
+from vllm_srun.adapters.models.deberta_v2_config import MODEL_TYPE, DebertaV2Config
 from vllm_srun.adapters.models.encoder_parts import FixtureSizes, FixtureTensors, label_fields
 
 STYLES = ("v3", "v2")

@@ -504,11 +504,10 @@ at::Tensor layer_attention(const at::Tensor& qkv, const at::Tensor& starts, cons
 
 }  // namespace
 
-at::Tensor encoder_layers(const at::Tensor& x_in, const at::Tensor& starts, const at::Tensor& lengths,
-                          const std::vector<at::Tensor>& params, int64_t heads, double scale,
-                          const std::vector<double>& eps, c10::string_view ffn_attr, c10::string_view ffn_algorithm,
-                          const std::optional<at::Tensor>& bias, int64_t centre) {
-  const at::Tensor table = bias.value_or(at::Tensor());
+at::Tensor packed_layers(const at::Tensor& x_in, const at::Tensor& starts, const at::Tensor& lengths,
+                         const std::vector<at::Tensor>& params, int64_t heads, double scale,
+                         const std::vector<double>& eps, c10::string_view ffn_attr, c10::string_view ffn_algorithm,
+                         const at::Tensor& bias, int64_t centre) {
   TORCH_CHECK(params.size() % 12 == 0, "encoder_layers: 12 tensors a layer, got ", params.size());
   const size_t layers = params.size() / 12;
   TORCH_CHECK(eps.size() == 2 * layers, "encoder_layers: two norms' eps a layer");
@@ -530,7 +529,7 @@ at::Tensor encoder_layers(const at::Tensor& x_in, const at::Tensor& starts, cons
   for (size_t i = 0; i < layers; ++i) {
     const at::Tensor* p = params.data() + 12 * i;
     at::Tensor qkv = run_linear(x, p[0], p[1], "none", "").contiguous();
-    at::Tensor attended = layer_attention(qkv, starts, lengths, heads, scale, table, centre);
+    at::Tensor attended = layer_attention(qkv, starts, lengths, heads, scale, bias, centre);
     at::Tensor delta = run_linear(attended, p[2], p[3], "none", "");
     x = add_layer_norm_(delta, x, p[4], p[5], eps[2 * i]);
     at::Tensor inner = run_linear(x, p[6], p[7], ffn_attr, ffn_algorithm);
@@ -538,6 +537,13 @@ at::Tensor encoder_layers(const at::Tensor& x_in, const at::Tensor& starts, cons
     x = add_layer_norm_(out, x, p[10], p[11], eps[2 * i + 1]);
   }
   return x;
+}
+
+// `packed_layers` with no distance table, as an op (the layer loop's one call, `VarlenOps.layers`).
+at::Tensor encoder_layers(const at::Tensor& x, const at::Tensor& starts, const at::Tensor& lengths,
+                          const std::vector<at::Tensor>& params, int64_t heads, double scale,
+                          const std::vector<double>& eps, c10::string_view ffn_attr, c10::string_view ffn_algorithm) {
+  return packed_layers(x, starts, lengths, params, heads, scale, eps, ffn_attr, ffn_algorithm, at::Tensor(), 0);
 }
 
 namespace {
@@ -598,7 +604,7 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor* p, int64_t tokens,
 // linears (the Python loop over `Int8Linear`s, so the same bits). PARAMS holds 24 tensors a
 // layer: qkv (5, as `int8_linear` takes them), output (5), first norm weight/bias, ffn-in (5),
 // ffn-out (5), second norm weight/bias. TOKENS: the real token rows at the top of X. BIAS, CENTRE:
-// as `encoder_layers` takes them.
+// as `packed_layers` takes them.
 at::Tensor int8_layers(const at::Tensor& x_in, int64_t tokens, const at::Tensor& starts, const at::Tensor& lengths,
                        const std::vector<at::Tensor>& params, int64_t heads, double scale,
                        const std::vector<double>& eps, c10::string_view ffn_act, c10::string_view ffn_algorithm,
@@ -748,8 +754,8 @@ at::Tensor encode(const c10::intrusive_ptr<EncoderWeights>& w, c10::List<int64_t
     x = int8_layers(x, tokens, starts, sizes, w->params, w->heads, w->scale, w->eps, w->ffn_attr, w->ffn_algorithm,
                     w->bias, w->centre);
   else
-    x = encoder_layers(x, starts, sizes, w->params, w->heads, w->scale, w->eps, w->ffn_attr, w->ffn_algorithm,
-                       w->bias, w->centre);
+    x = packed_layers(x, starts, sizes, w->params, w->heads, w->scale, w->eps, w->ffn_attr, w->ffn_algorithm,
+                      w->bias, w->centre);
   if (pooling == kNone) return x;
   auto pooled = at::empty({rows, h}, at::kFloat);
   const float* hp = x.data_ptr<float>();
@@ -783,7 +789,7 @@ TORCH_LIBRARY(srun_cpu, m) {
       &encode);
   m.def(
       "encoder_layers(Tensor x, Tensor starts, Tensor lengths, Tensor[] params, int heads, float scale, "
-      "float[] eps, str ffn_attr, str ffn_algorithm, Tensor? bias=None, int centre=0) -> Tensor",
+      "float[] eps, str ffn_attr, str ffn_algorithm) -> Tensor",
       &encoder_layers);
   m.def("varlen_attention(Tensor qkv, Tensor starts, Tensor lengths, int heads, float scale) -> Tensor",
         &varlen_attention);
