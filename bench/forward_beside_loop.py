@@ -9,8 +9,11 @@ answering requests) each take-back waits up to a switch interval (1 ms, `adapter
 A tensor argument passed from Python costs one GIL take too, when the op drops it as it returns.
 This runs MiniLM's packed forward of `--rows` short texts on one thread, alone and beside a thread
 that only runs Python, for the four paths, and prints the medians and ratios measured side by side.
+`--arch qwen3` (or `modernbert`, any `bench/architectures.py` architecture whose encoder names a
+C++ stack, engines/cpu_stacks.py) does the same for a MiniLM-sized random package of that
+architecture, with two paths: its layer loop in Python, and every layer in one C++ call.
 
-    python bench/forward_beside_loop.py [--rows 5] [--repeats 30]
+    python bench/forward_beside_loop.py [--rows 5] [--repeats 30] [--arch qwen3]
 """
 
 from __future__ import annotations
@@ -36,11 +39,98 @@ def busy(stop: threading.Event) -> None:
             count += i
 
 
+def timed_paths(paths: dict, batch: list, repeats: int) -> dict[tuple[str, str], float]:  # type: ignore[type-arg]
+    """Median ms of each path's `embed(BATCH)` on one thread, alone and beside a busy Python thread."""
+    import torch
+
+    medians: dict[tuple[str, str], float] = {}
+
+    def timed(path: str, case: str) -> threading.Thread:
+        def run() -> None:
+            torch.set_num_threads(1)
+            for _ in range(5):
+                paths[path].embed(batch)
+            spent = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                paths[path].embed(batch)
+                spent.append(time.perf_counter() - start)
+            medians[path, case] = statistics.median(spent) * 1000
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    for path in paths:
+        timed(path, "alone").join()
+        stop = threading.Event()
+        forward = timed(path, "beside")
+        spinner = threading.Thread(target=busy, args=(stop,))
+        spinner.start()
+        forward.join()
+        stop.set()
+        spinner.join()
+    return medians
+
+
+def stacked(arch: str, rows: int, repeats: int) -> int:
+    """ARCH's layer loop in Python against its C++ stack, alone and beside the busy thread."""
+    import tempfile
+
+    import torch
+    from architectures import write_package
+
+    from vllm_srun.adapters.engines.cpu_attention import VarlenOps, cpu_ops
+    from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder
+    from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
+    from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
+    from vllm_srun.adapters.models.tokenization import TextTokenizer
+    from vllm_srun.domain.kernels import KernelPlan
+
+    sys.setswitchinterval(0.001)  # the worker's (adapters/offload.py)
+    torch.set_num_threads(1)
+    ops, attention = cpu_ops(torch.float32, print)
+    if not isinstance(ops, VarlenOps):
+        print(f"no C++ ops here ({attention})")
+        return 1
+
+    class LayerLoop(VarlenOps):
+        def stack(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
+            return None
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = write_package(Path(tmp) / arch, arch)
+        reference, tokenizer = ReferenceEncoder.from_folder(folder), TextTokenizer.from_folder(folder)
+    packed = PackedEncoder(reference.encoder, reference.head)
+    packed.warm(512)
+    if not ops.runs_stack(reference.encoder, packed.layer_linears):
+        print(f"{arch}: no C++ stack runs this package")
+        return 1
+    paths = {
+        "layer loop": NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=LayerLoop()),
+        "layers in one call": NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=ops),
+    }
+    batch = tokenizer.encode(make_texts("short", rows, 1), 256, True)
+    medians = timed_paths(paths, batch, repeats)
+    print(f"# {arch} (MiniLM-sized random package), {rows} short texts a forward, 1 thread, switch interval 1 ms")
+    for path in paths:
+        alone, beside = medians[path, "alone"], medians[path, "beside"]
+        print(
+            f"{path:20s} alone {alone:7.1f} ms   beside a busy Python thread {beside:7.1f} ms   ({beside / alone:.2f}x)"
+        )
+    loop, one = medians["layer loop", "beside"], medians["layers in one call", "beside"]
+    print(f"beside the busy thread, layer loop ÷ layers in one call: {loop / one:.2f}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=5, help="short texts per forward (default: %(default)d)")
     ap.add_argument("--repeats", type=int, default=30, help="forwards timed per case (default: %(default)d)")
+    ap.add_argument("--arch", default="", help="a random package of this architecture instead of MiniLM")
     args = ap.parse_args()
+    if args.arch:
+        return stacked(args.arch, args.rows, args.repeats)
 
     import torch
 
@@ -81,34 +171,7 @@ def main() -> int:
         "whole forward in one call": NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=ops),
     }
     batch = tokenizer.encode(make_texts("short", args.rows, 1), 256, True)
-    medians: dict[tuple[str, str], float] = {}
-
-    def timed(path: str, case: str) -> threading.Thread:
-        def run() -> None:
-            torch.set_num_threads(1)
-            for _ in range(5):
-                paths[path].embed(batch)
-            spent = []
-            for _ in range(args.repeats):
-                start = time.perf_counter()
-                paths[path].embed(batch)
-                spent.append(time.perf_counter() - start)
-            medians[path, case] = statistics.median(spent) * 1000
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        return thread
-
-    for path in paths:
-        timed(path, "alone").join()
-        stop = threading.Event()
-
-        forward = timed(path, "beside")
-        spinner = threading.Thread(target=busy, args=(stop,))
-        spinner.start()
-        forward.join()
-        stop.set()
-        spinner.join()
+    medians = timed_paths(paths, batch, args.repeats)
     print(f"# MiniLM, {args.rows} short texts a forward, 1 thread, switch interval 1 ms; attention: {attention}")
     for path in paths:
         alone, beside = medians[path, "alone"], medians[path, "beside"]

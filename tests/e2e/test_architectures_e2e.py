@@ -227,3 +227,40 @@ def test_the_one_call_forward_serves_bert_shaped_architectures_like_transformers
             body = _post(base, "/v1/classify", {"model": f"{arch}-classify", "input": TEXTS})
             got = np.array([r["probabilities"] for r in body["results"]])
             assert float(np.abs(got - want).max()) <= TOL, arch
+
+
+def test_the_one_call_stacks_serve_modernbert_deberta_and_decoders_like_transformers(
+    packages: dict[str, Path], tmp_path: Path
+) -> None:
+    """ModernBERT and DeBERTa (the fixtures' 2 heads of 16) and a Qwen3 embedder with 4 heads of 16
+    on 2 K/V heads, on the oneDNN packed linears (`VLLM_SRUN_ONEDNN=force`), so every layer of their
+    forwards runs in one C++ call (`srun_cpu::modernbert_layers`, `deberta_layers`,
+    `decoder_layers`; the card says so): the same answers as sentence-transformers and
+    transformers, tokenizer included."""
+    from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
+    from vllm_srun.adapters.families.encoder_fixture import write_arch_package
+
+    if load_varlen_attention(lambda _msg: None) is not None:
+        pytest.skip("no C++ ops on this machine: the layer loop serves these")
+    qwen3 = tmp_path / "qwen3-embed-16"
+    qwen3.mkdir()
+    write_arch_package(qwen3, "qwen3", "embed", 5, hidden=64, heads=4, kv_heads=2, intermediate=96)
+    served = {n: packages[n] for n in ("modernbert-embed", "modernbert-classify", "deberta-v2-embed")}
+    served["deberta-v2-classify"] = packages["deberta-v2-classify"]
+    served["qwen3-embed-16"] = qwen3
+    env = {"VLLM_SRUN_ONEDNN": "force"}
+    with running_server(*(str(p) for p in served.values()), env=env, ready_timeout=600) as base:
+        cards = {m["id"]: m for m in httpx.get(f"{base}/v1/models", timeout=30).json()["data"]}
+        for name in served:
+            kernels = cards[name]["kernels"]
+            assert kernels["linear"] == "onednn_packed" and kernels["layers"] == VarlenOps.stack_card, (name, kernels)
+        for name, tol in (("modernbert-embed", TOL), ("deberta-v2-embed", TOL), ("qwen3-embed-16", DECODER_TOL)):
+            want = _embeddings_reference(served[name])
+            body = _post(base, "/v1/embeddings", {"model": name, "input": TEXTS})
+            got = np.array([d["embedding"] for d in body["data"]], dtype=np.float32)
+            assert float(np.abs(got - want).max()) <= tol, (name, float(np.abs(got - want).max()))
+        for name in ("modernbert-classify", "deberta-v2-classify"):
+            want = _classify_reference(packages[name])
+            body = _post(base, "/v1/classify", {"model": name, "input": TEXTS})
+            got = np.array([r["probabilities"] for r in body["results"]])
+            assert float(np.abs(got - want).max()) <= TOL, name

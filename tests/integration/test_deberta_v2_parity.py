@@ -329,13 +329,16 @@ def test_config_defaults_and_missing_tensor(tmp_path: Path) -> None:
 def test_the_one_call_attention_serves_the_position_terms(
     tmp_path: Path, style: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Head sizes the C++ op has (16, 32): its disentangled attention runs (spied, and answering) on
-    the oneDNN path, and every path matches transformers on rows past the buckets and the clamped
-    span, across the op's 16-query blocks and 8-key groups, with one row alone as in a crowd."""
+    """Head sizes the C++ op has (16, 32): on the oneDNN path every layer runs in one call of
+    `srun_cpu::deberta_layers` (v3, v2: spied, with the layer loop's bits), or the loop runs the
+    op's disentangled attention (conv: the convolution after the first layer keeps the loop), and
+    every path matches transformers on rows past the buckets and the clamped span, across the op's
+    16-query blocks and 8-key groups, with one row alone as in a crowd."""
     from vllm_srun.adapters.engines.cpu_attention import VarlenOps
 
     served: list[int] = []
-    plain = VarlenOps.disentangled_attention
+    stacked: list[bool] = []
+    plain, plain_stack = VarlenOps.disentangled_attention, VarlenOps.stack
 
     def spy(self, qkv, packed, heads, scale, tables):  # type: ignore[no-untyped-def]
         out = plain(self, qkv, packed, heads, scale, tables)
@@ -343,7 +346,17 @@ def test_the_one_call_attention_serves_the_position_terms(
             served.append(heads)
         return out
 
+    def spy_stack(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
+        out = plain_stack(self, encoder, linears, x, packed, inputs)
+        stacked.append(out is not None)
+        return out
+
+    class LayerLoop(VarlenOps):
+        def stack(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
+            return None
+
     monkeypatch.setattr(VarlenOps, "disentangled_attention", spy)
+    monkeypatch.setattr(VarlenOps, "stack", spy_stack)
     lengths = [180, 150, 150, 33, 17, 16, 9, 3, 1]
     for hidden, heads in ((32, 2), (64, 2)):  # head sizes 16 and 32
         sizes = {"hidden": hidden, "heads": heads, "intermediate": 64, "positions": 200}
@@ -355,11 +368,19 @@ def test_the_one_call_attention_serves_the_position_terms(
         rows = _rows(lengths, seed=16, types=style == "conv")
         want_mean, want_logits = _alone(_theirs(folder, head=True), rows)
         assert want_logits is not None
-        before = len(served)
+        served.clear()
+        stacked.clear()
         for name, engine in engines.items():
             assert _gap(engine.embed(rows), want_mean) < TOL, name
             assert _gap(engine.classify_logits(rows), want_logits) < TOL * max(1.0, np.abs(want_logits).max()), name
-        assert len(served) > before  # the op answered the C++ path
         cpp = engines["unpadded-onednn-cpp"]
         crowd = cpp.embed(rows)
-        assert np.array_equal(cpp.embed(rows[3:4]), crowd[3:4])  # a row's bits are its own
+        if style == "conv":
+            assert served and not any(stacked)  # the loop, on the op's attention
+        else:
+            assert stacked == [True] * 3 and not served  # one call a forward; no layer ran in Python
+            assert cpp.packed is not None
+            loop = NativeEncoder(cpp.reference, cpp.packed, KernelPlan(FORCED_UP_TO), ops=LayerLoop())
+            assert np.array_equal(loop.embed(rows), crowd)
+            assert served  # the loop's attention is the same op
+    assert np.array_equal(cpp.embed(rows[3:4]), crowd[3:4])  # a row's bits are its own

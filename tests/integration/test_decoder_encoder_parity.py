@@ -584,12 +584,14 @@ def test_weights_that_do_not_fit_the_config_are_refused(tmp_path: Path) -> None:
         load_decoder_encoder(folder)
 
 
-@pytest.mark.parametrize("model_type", ["qwen3", "llama"])
-def test_the_one_call_attention_serves_causal_rows_with_grouped_kv_heads(
+@pytest.mark.parametrize("model_type", ["qwen3", "qwen2", "llama"])
+def test_the_one_call_layers_serve_causal_rows_with_grouped_kv_heads(
     tmp_path: Path, model_type: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Head size 16 (the C++ op has it), 4 query heads on 2 K/V heads: every layer's attention is
-    one call with causality as a bias of the distance (spied), and the rows match transformers."""
+    """Head size 16 (the C++ op has it), 4 query heads on 2 K/V heads: every layer and the final
+    norm run in one call of `srun_cpu::decoder_layers` (spied), whose rows carry the Python layer
+    loop's bits (the loop itself on the one-call attention, causality as a bias of the distance)
+    and match transformers. Qwen2's qkv biases, Qwen3's per-head norms and Llama's neither."""
     import os
 
     from vllm_srun.adapters.engines import cpp_ops
@@ -598,26 +600,45 @@ def test_the_one_call_attention_serves_causal_rows_with_grouped_kv_heads(
     if onednn_unsupported("cpu", torch.float32) or cpp_ops.compiler(os.environ) is None:
         pytest.skip("no oneDNN packed path or no C++ compiler here")
     assert load_varlen_attention(lambda _m: None) is None
-    calls: list[int] = []
-    plain_attention = VarlenOps.attention
+    stacks: list[int] = []
+    attentions: list[int] = []
+    plain_stack, plain_attention = VarlenOps.stack, VarlenOps.attention
 
-    def spy(self, qkv, packed, heads, relative=None):  # type: ignore[no-untyped-def]
+    def spy_stack(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
+        out = plain_stack(self, encoder, linears, x, packed, inputs)
+        stacks.append(out is not None)
+        return out
+
+    def spy_attention(self, qkv, packed, heads, relative=None):  # type: ignore[no-untyped-def]
         if relative is not None:
-            calls.append(heads)
+            attentions.append(heads)
         return plain_attention(self, qkv, packed, heads, relative)
 
-    monkeypatch.setattr(VarlenOps, "attention", spy)
+    class LayerLoop(VarlenOps):
+        def stack(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
+            return None
+
+    monkeypatch.setattr(VarlenOps, "stack", spy_stack)
+    monkeypatch.setattr(VarlenOps, "attention", spy_attention)
     folder = _package(tmp_path, model_type, hidden=64, heads=4, kv_heads=2, intermediate=96)
     encoder, _ = load_decoder_encoder(folder)
     reference = ReferenceEncoder(encoder, None, LASTTOKEN)
-    engine = NativeEncoder(reference, PackedEncoder(encoder, None), KernelPlan(FORCED_UP_TO), ops=VarlenOps())
+    packed = PackedEncoder(encoder, None)
+    engine = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=VarlenOps())
+    loop = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=LayerLoop())
     texts = [SENTENCES[5], SENTENCES[0], SENTENCES[6], SENTENCES[3], SENTENCES[1] * 3, SENTENCES[2]]
     rows = _rows(folder, texts)
     hf = _hf(folder)
     with torch.no_grad():
         alone = [hf(input_ids=torch.tensor([list(r.ids)])).last_hidden_state[0, -1] for r in rows]
     want = torch.nn.functional.normalize(torch.stack(alone), dim=-1).numpy()
-    gap = _gap(engine.embed(rows), want)
-    print(f"{model_type} one-call causal attention vs transformers: {gap:.2e}")
+    got = engine.embed(rows)
+    assert stacks == [True] and not attentions  # one call for the stack; no layer ran in Python
+    looped = loop.embed(rows)
+    assert attentions and set(attentions) == {4}  # the loop: every layer's attention in one call, 4 heads
+    assert np.array_equal(got, looped)
+    alone_rows = np.concatenate([engine.embed([r]) for r in rows])
+    assert np.array_equal(alone_rows, got)  # a row's bits are its own, in any forward
+    gap = _gap(got, want)
+    print(f"{model_type} one-call layers vs transformers: {gap:.2e}")
     assert gap <= TOL
-    assert calls and set(calls) == {4}  # every layer, the 4 query heads

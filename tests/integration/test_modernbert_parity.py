@@ -257,34 +257,63 @@ def test_small_head_sizes(tmp_path: Path, path: str, hidden: int, heads: int) ->
     assert np.abs(engine.embed(rows) - means).max() < TOL
 
 
-def test_sliding_layers_run_the_one_call_attention_with_their_window(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("act", ["gelu", "silu"])
+@pytest.mark.parametrize("biases", [False, True])
+def test_every_layer_runs_in_one_call_with_the_sliding_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, act: str, biases: bool
 ) -> None:
-    """Head size 16 (the C++ op has it) and rows longer than the window: the sliding layers give the
-    op their window as a bias of the distance (spied), and the rows still match transformers."""
+    """Head size 16 (the C++ op has it): every layer and the final norm run in one call of
+    `srun_cpu::modernbert_layers` (spied), whose rows carry the Python layer loop's bits, with rows
+    longer than the window (the sliding layers' window as a bias of the distance; the loop, spied,
+    gives it to its sliding layers only) and rows within it, and match transformers. BIASES: the
+    norms' and the linears' biases (ModernBERT's own have none)."""
     from vllm_srun.adapters.engines import cpp_ops
     from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
 
     if ONEDNN is not None or cpp_ops.compiler(os.environ) is None or load_varlen_attention(lambda _m: None):
         pytest.skip("no oneDNN packed path or no C++ op here")
     windowed: list[int] = []
-    plain_attention = VarlenOps.attention
+    stacks: list[bool] = []
+    plain_attention, plain_stack = VarlenOps.attention, VarlenOps.stack
 
-    def spy(self, qkv, packed, heads, relative=None):  # type: ignore[no-untyped-def]
+    def spy_attention(self, qkv, packed, heads, relative=None):  # type: ignore[no-untyped-def]
         if relative is not None:
             windowed.append(packed.longest)
         return plain_attention(self, qkv, packed, heads, relative)
 
-    monkeypatch.setattr(VarlenOps, "attention", spy)
-    folder = _package(tmp_path, _config(2, hidden=32, heads=2, intermediate=40), 2)
+    def spy_stack(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
+        out = plain_stack(self, encoder, linears, x, packed, inputs)
+        stacks.append(out is not None)
+        return out
+
+    class LayerLoop(VarlenOps):
+        def stack(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
+            return None
+
+    monkeypatch.setattr(VarlenOps, "attention", spy_attention)
+    monkeypatch.setattr(VarlenOps, "stack", spy_stack)
+    config = _config(2, hidden=32, heads=2, intermediate=40) | {"hidden_activation": act}
+    config |= {"norm_bias": biases, "attention_bias": biases, "mlp_bias": biases}
+    folder = _package(tmp_path, config, 2)
     theirs = _theirs(folder, classifier=True)
     encoder, head = mb.load_modernbert(folder)
     reference = ReferenceEncoder(encoder, head, MEAN)
-    engine = NativeEncoder(reference, PackedEncoder(encoder, head), KernelPlan(FORCED_UP_TO), ops=VarlenOps())
-    rows = _rows([40, 21, 17, 11, 11, 5, 1])
-    assert np.abs(engine.classify_logits(rows) - _alone_logits(theirs, rows)).max() < TOL
-    assert np.abs(engine.embed(rows) - _alone_mean(theirs.model, rows)).max() < TOL
-    assert windowed and set(windowed) == {40}  # only the sliding layers, with every row in the call
+    packed = PackedEncoder(encoder, head)
+    engine = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=VarlenOps())
+    loop = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=LayerLoop())
+    for lengths in ([40, 21, 17, 11, 11, 5, 1], SHORT):
+        rows = _rows(lengths)
+        stacks.clear()
+        assert np.abs(engine.classify_logits(rows) - _alone_logits(theirs, rows)).max() < TOL
+        got = engine.embed(rows)
+        assert stacks == [True, True] and not windowed  # one call a forward; no layer ran in Python
+        assert np.abs(got - _alone_mean(theirs.model, rows)).max() < TOL
+        assert np.array_equal(got, loop.embed(rows))
+        assert np.array_equal(np.concatenate([engine.embed([r]) for r in rows]), got)  # a row's own bits
+        if max(lengths) > WINDOW // 2 + 1:
+            assert set(windowed) == {max(lengths)}  # the loop: only the sliding layers, every row in the call
+            windowed.clear()
+        assert not windowed
 
 
 @pytest.mark.parametrize("path", ["eager", "onednn"])

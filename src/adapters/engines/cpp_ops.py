@@ -55,12 +55,22 @@ def _off(env: Mapping[str, str], name: str) -> bool:
 
 
 class CppOp:
-    """One op: SOURCE in `csrc/`, FLAGS beyond the base ones, SWITCH (an environment variable whose
-    `0` turns it off), WHAT it is called in messages, and PROBE, an op name whose lookup in
-    `torch.ops` tells whether this process has it already."""
+    """One op library: SOURCE in `csrc/` (and ALSO, more sources compiled into the same library;
+    the headers they include are in `csrc/` too), FLAGS beyond the base ones, SWITCH (an
+    environment variable whose `0` turns it off), WHAT it is called in messages, and PROBE, an op
+    name whose lookup in `torch.ops` tells whether this process has it already."""
 
-    def __init__(self, source: str, what: str, switch: str, probe: tuple[str, str], flags: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        source: str,
+        what: str,
+        switch: str,
+        probe: tuple[str, str],
+        flags: Sequence[str] = (),
+        also: Sequence[str] = (),
+    ) -> None:
         self.source = CSRC / source
+        self.sources = (self.source, *(CSRC / name for name in also))
         self.what = what
         self.switch = switch
         self.probe = probe
@@ -71,7 +81,9 @@ class CppOp:
     def library_path(self, cache: Path) -> Path:
         """Where the op for this source, torch and CPU is (or will be) built."""
         key = hashlib.sha256()
-        parts = (self.source.read_bytes(), torch.__version__, " ".join(self.flags), _cpu_flags())
+        files = (*self.sources, *sorted(CSRC.glob("*.h")))
+        parts: list[bytes | str] = [f.read_bytes() for f in files]
+        parts += [torch.__version__, " ".join(self.flags), _cpu_flags()]
         for part in parts:
             key.update(part if isinstance(part, bytes) else part.encode())
         return cache / f"{self.source.stem}-{key.hexdigest()[:16]}.so"
@@ -95,7 +107,8 @@ class CppOp:
         fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".so.tmp")
         os.close(fd)
         try:
-            argv = [cxx, *self.flags, abi, *includes, str(self.source), "-o", tmp, *libs, "-lc10", "-ltorch_cpu"]
+            sources = [str(f) for f in self.sources]
+            argv = [cxx, *self.flags, abi, *includes, *sources, "-o", tmp, *libs, "-lc10", "-ltorch_cpu"]
             done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
             if done.returncode != 0:
                 lines = [line for line in done.stderr.splitlines() if "error" in line] or done.stderr.splitlines()

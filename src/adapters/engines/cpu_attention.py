@@ -41,7 +41,9 @@ longest row, built once and held with the weights) on the packed linears, or on 
 layer loop's order). Its arguments are plain integer lists and the weights are held by C++
 (`EncoderWeights`, built at the first forward): a tensor passed from Python would cost a GIL take
 when the op drops it, and beside a busy event loop each take waits up to a switch interval, so the
-call takes the GIL nowhere (`bench/forward_beside_loop.py`).
+call takes the GIL nowhere (`bench/forward_beside_loop.py`). Decoder backbones, ModernBERT and
+DeBERTa run every layer in one call of their own stacks (`stack`, engines/cpu_stacks.py,
+`csrc/cpu_stacks.cpp`, built into the same library).
 
 The ops are compiled once per machine at load into the kernel cache (`engines/cpp_ops.py`). A
 machine without a C++ compiler, a failed build, `VLLM_SRUN_CPU_ATTENTION=0`, a dtype other than
@@ -57,7 +59,7 @@ from typing import Any
 import torch
 
 from vllm_srun.adapters.engines.cpp_ops import CppOp
-from vllm_srun.adapters.engines.cpu_onednn import FUSED_ACTIVATIONS, PackedLinear
+from vllm_srun.adapters.engines.cpu_layer_params import int8_layer_params, layer_params
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import (
     EAGER_OPS,
@@ -76,8 +78,9 @@ OP = CppOp(
     "cpu_forward.cpp",
     "CPU forward ops (one-call attention, add + LayerNorm)",
     ENV,
-    ("srun_cpu", "varlen_attention_disentangled"),
+    ("srun_cpu", "decoder_layers"),
     flags=("-fno-trapping-math",),
+    also=("cpu_stacks.cpp",),
 )
 Progress = Callable[[str], None]
 
@@ -95,10 +98,12 @@ class VarlenOps(ForwardOps):
     layers_card = (
         "every BERT-shaped packed layer in one C++ call, with the embeddings and the pooling (no GIL taken in it)"
     )
+    stack_card = "every packed layer and the final norm in one C++ call (no GIL taken in it)"
 
     def __init__(self) -> None:
         self._dims: dict[int, bool] = {}
         self._held: dict[tuple[int, int], tuple[Any, Any, tuple[Any, bool] | None]] = {}  # `_weights`
+        self._stacks: dict[tuple[int, int], tuple[Any, Any, Any | None]] = {}  # `stack`
 
     def supports(self, head_dim: int) -> bool:
         if head_dim not in self._dims:
@@ -157,7 +162,7 @@ class VarlenOps(ForwardOps):
             return None
         if bucket_rows(x.shape[0]) != x.shape[0]:
             return None  # the loop's linears pad to a row bucket first: the op runs only rows padded already
-        params = _layer_params(blocks, linears, x.shape[1], self.supports)
+        params = layer_params(blocks, linears, x.shape[1], self.supports)
         if params is None:
             return None
         tensors, eps, attr, algorithm, heads, dim = params
@@ -195,6 +200,43 @@ class VarlenOps(ForwardOps):
     def runs_whole(self, encoder: Any, linears: Sequence[LayerLinears]) -> bool:
         return self._weights(encoder, linears) is not None
 
+    def stack(
+        self,
+        encoder: Any,
+        linears: Sequence[LayerLinears],
+        x: torch.Tensor,
+        packed: PackedRows,
+        inputs: tuple[Any, ...],
+    ) -> torch.Tensor | None:
+        """Every layer of ENCODER and its final norm in one call of its C++ stack (engines/cpu_stacks.py:
+        the layer loop's ops in its order, so the same bits; the weights held by C++, built at the
+        first forward); None where ENCODER names no stack, the stack does not run it, or X is not a
+        whole row bucket of FP32 rows on the CPU (the packed linears run on buckets)."""
+        if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2:
+            return None
+        if bucket_rows(x.shape[0]) != x.shape[0]:
+            return None
+        held = self._stack(encoder, linears)
+        return held[0].run(held[1], x, packed, inputs) if held is not None else None
+
+    def runs_stack(self, encoder: Any, linears: Sequence[LayerLinears]) -> bool:
+        return self._stack(encoder, linears) is not None
+
+    def _stack(self, encoder: Any, linears: Sequence[LayerLinears]) -> tuple[Any, Any] | None:
+        """ENCODER's stack and its weights on these LINEARS, built at the first call and kept (None
+        where it names none or the stack does not run it)."""
+        from vllm_srun.adapters.engines.cpu_stacks import STACKS
+
+        stack = STACKS.get(getattr(encoder, "one_call_stack", ""))
+        if stack is None:
+            return None
+        key = (id(encoder), id(linears))
+        entry = self._stacks.get(key)
+        if entry is None:
+            entry = (encoder, linears, stack.build(encoder, linears, self.supports))
+            self._stacks[key] = entry  # the entry holds both, so their ids stay theirs
+        return (stack, entry[2]) if entry[2] is not None else None
+
     def _weights(self, encoder: Any, linears: Sequence[LayerLinears]) -> tuple[Any, bool] | None:
         """ENCODER's `EncoderWeights` with these LINEARS and whether it reads token types (None where
         the op cannot run them), built at the first forward and kept: the entry holds both, so their
@@ -221,10 +263,10 @@ class VarlenOps(ForwardOps):
             return None
         hidden = tables.word.shape[1]
         kind = "packed"
-        params = _layer_params(encoder.blocks, linears, hidden, self.supports)
+        params = layer_params(encoder.blocks, linears, hidden, self.supports)
         if params is None:
             kind = "int8"
-            params = _int8_layer_params(encoder.blocks, linears, hidden, self.supports)
+            params = int8_layer_params(encoder.blocks, linears, hidden, self.supports)
         if params is None:
             return None
         tensors, eps, attr, algorithm, heads, dim = params
@@ -248,94 +290,6 @@ class VarlenOps(ForwardOps):
             relative.centre if relative is not None else 0,
         )
         return weights, tables.type is not None
-
-
-def _layer_norms(block: Any) -> tuple[torch.nn.LayerNorm, torch.nn.LayerNorm] | None:
-    """BLOCK's two norms where both are LayerNorms with a weight and a bias (what the C++ layers run)."""
-    first, second = block.attn_norm, block.ffn_norm
-    if all(isinstance(n, torch.nn.LayerNorm) and n.weight is not None and n.bias is not None for n in (first, second)):
-        return first, second
-    return None
-
-
-def _layer_params(
-    blocks: Sequence[Any], linears: Sequence[LayerLinears], hidden: int, supports: Callable[[int], bool]
-) -> tuple[list[torch.Tensor], list[float], str, str, int, int] | None:
-    """The 12 tensors a layer `encoder_layers` takes, the norms' eps, the first feed-forward linear's
-    fused activation, the head count and size; None where a layer is not the plain packed BERT shape."""
-    if not blocks:
-        return None
-    tensors: list[torch.Tensor] = []
-    eps: list[float] = []
-    ffn = {
-        (lin.ffn_in_act.attr, lin.ffn_in_act.algorithm) for lin in linears if isinstance(lin.ffn_in_act, PackedLinear)
-    }
-    heads = {block.heads for block in blocks}
-    if len(ffn) != 1 or len(heads) != 1 or len(blocks) != len(linears):
-        return None
-    (attr, algorithm), (head_count,) = ffn.pop(), heads
-    dim = hidden // head_count
-    if not supports(dim):
-        return None
-    for block, lin in zip(blocks, linears):
-        q, o, f_in, f_out = lin.qkv, lin.attn_out, lin.ffn_in_act, lin.ffn_out
-        if not (
-            isinstance(q, PackedLinear)
-            and isinstance(o, PackedLinear)
-            and isinstance(f_in, PackedLinear)
-            and isinstance(f_out, PackedLinear)
-        ):
-            return None
-        if any(p.after is not None or p.bias is None for p in (q, o, f_in, f_out)):
-            return None
-        if any(p.attr != "none" for p in (q, o, f_out)):
-            return None
-        norms = _layer_norms(block)
-        if norms is None:
-            return None
-        first, second = norms
-        tensors += [q.weight, q.bias, o.weight, o.bias, first.weight, first.bias]
-        tensors += [f_in.weight, f_in.bias, f_out.weight, f_out.bias, second.weight, second.bias]
-        eps += [float(first.eps), float(second.eps)]
-    return tensors, eps, attr, algorithm, head_count, dim
-
-
-def _int8_layer_params(
-    blocks: Sequence[Any], linears: Sequence[LayerLinears], hidden: int, supports: Callable[[int], bool]
-) -> tuple[list[torch.Tensor], list[float], str, str, int, int] | None:
-    """`_layer_params` for an int8 package's linears (`cpu_int8.Int8Linear`, with the C++ row steps):
-    24 tensors a layer for `int8_layers`, the first feed-forward linear's activation named as
-    `_linear_pointwise` names it; None where a layer is not the plain BERT shape."""
-    from vllm_srun.adapters.engines.cpu_int8 import Int8Linear
-
-    heads = {block.heads for block in blocks}
-    acts = {(block.hidden_act, block.glu) for block in blocks}
-    if not blocks or len(blocks) != len(linears) or len(heads) != 1 or len(acts) != 1:
-        return None
-    (head_count,), ((act_name, glu),) = heads, acts
-    if glu or act_name not in FUSED_ACTIVATIONS:
-        return None
-    attr, algorithm = FUSED_ACTIVATIONS[act_name]
-    dim = hidden // head_count
-    if not supports(dim):
-        return None
-    tensors: list[torch.Tensor] = []
-    eps: list[float] = []
-    for block, lin in zip(blocks, linears):
-        parts = [p for p in (lin.qkv, lin.attn_out, lin.ffn_in_act, lin.ffn_out) if isinstance(p, Int8Linear)]
-        if len(parts) != 4 or not all(p.steps.native for p in parts):
-            return None
-        q, o, f_in, f_out = parts
-        if q.act is not None or o.act is not None or f_out.act is not None or f_in.act != block.activate:
-            return None
-        norms = _layer_norms(block)
-        if norms is None:
-            return None
-        first, second = norms
-        held = [[p.weight, p.scale, p.zeros, p.column_sums, p.bias] for p in parts]
-        tensors += [*held[0], *held[1], first.weight, first.bias, *held[2], *held[3], second.weight, second.bias]
-        eps += [float(first.eps), float(second.eps)]
-    return tensors, eps, attr, algorithm, head_count, dim
 
 
 def cpu_ops(dtype: torch.dtype, progress: Progress, env: Mapping[str, str] = os.environ) -> tuple[ForwardOps, str]:

@@ -33,6 +33,7 @@ from torch import nn
 
 from vllm_srun.adapters.models.bert import SequenceClassificationHead
 from vllm_srun.adapters.models.encoder_arch import EncoderBlock, EncoderHead, EncoderModule
+from vllm_srun.adapters.models.unpadded import LayerLinears
 from vllm_srun.domain.kernels import bucket_rows
 
 # the batch-size hint the weights are reordered for; any value >= 2 gave the same blocked kernel
@@ -140,6 +141,9 @@ class PackedEncoder:
         self.encoder = encoder
         self.dtype = next(encoder.parameters()).dtype
         self.layers = [PackedLayer(layer) for layer in encoder.blocks]
+        # the block linears as the forwards take them: one list, so ops that keep per-linears state
+        # (`cpu_attention.VarlenOps`) find it again on every forward
+        self.layer_linears = [LayerLinears(x.qkv, x.attn_out, x.ffn_in, x.ffn_out) for x in self.layers]
         # BERT's head (dense + tanh on the first token, then the classifier) is packed too; other
         # architectures' heads run eagerly on their few rows
         bert_head = head if isinstance(head, SequenceClassificationHead) else None

@@ -52,11 +52,7 @@ class NativeEncoder:
         self.plan = plan if packed is not None else KernelPlan()
         self.kernels = kernels or {"linear": "eager", "reason": "reference kernels"}
         self._eager_linears = eager_linears(reference.encoder)
-        self._packed_linears = (
-            [LayerLinears(x.qkv, x.attn_out, x.ffn_in, x.ffn_out) for x in self.packed.layers]
-            if self.packed is not None
-            else []
-        )
+        self._packed_linears = self.packed.layer_linears if self.packed is not None else []
 
     @property
     def kernel_switch_tokens(self) -> int | None:

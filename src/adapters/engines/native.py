@@ -67,6 +67,17 @@ def _probe_batch(reference: ReferenceEncoder) -> tuple[torch.Tensor, torch.Tenso
     return ids, mask, lengths
 
 
+def layers_card(encoder: Any, packed: PackedEncoder, ops: ForwardOps) -> str:
+    """What the card says of how a forward on the packed copies runs ENCODER's layers: BERT-shaped
+    ones through `ForwardOps.layers`, a named stack (`one_call_stack`) through `ForwardOps.stack`
+    where the ops run it for these linears, else the Python loop."""
+    if getattr(encoder, "asks_for_layers", False):
+        return ops.layers_card
+    if getattr(encoder, "one_call_stack", None) and ops.runs_stack(encoder, packed.layer_linears):
+        return ops.stack_card
+    return EAGER_OPS.layers_card
+
+
 def numerics_gap(reference: ReferenceEncoder, packed: PackedEncoder, ops: ForwardOps = EAGER_OPS) -> float:
     """Largest |packed − eager| over the answers of a probe batch, relative to their size: the
     serving forward on the packed copies (`NativeEncoder` with every forward on them, attention
@@ -167,7 +178,7 @@ def native_encoder(
     kernels: dict[str, Any] = {
         "attention": attention,
         "add_norm": ops.norm_card,
-        "layers": ops.layers_card if getattr(reference.encoder, "asks_for_layers", False) else EAGER_OPS.layers_card,
+        "layers": layers_card(reference.encoder, packed, ops),
         "linear": "onednn_packed",
         "dtype": str(dtype).removeprefix("torch."),
         "fused_activation": packed.fused_activation,

@@ -236,6 +236,8 @@ class ConvLayer(nn.Module):
 class DebertaV2Encoder(nn.Module):
     """Embeddings + the blocks (+ the relative embeddings); `forward` returns the last hidden state [B, T, H]."""
 
+    one_call_stack = "deberta"  # `ForwardOps.stack` (engines/cpu_stacks.py) runs every layer at once
+
     def __init__(self, cfg: DebertaV2Config) -> None:
         super().__init__()
         self.config = cfg
@@ -344,6 +346,10 @@ class DebertaV2Encoder(nn.Module):
         head_dim = self.config.attention_head_size
         # the position terms in the one-call op where it runs them, else a bias per run of rows
         tables = self.distance_tables(packed.longest) if self.relative and ops.runs_biased(head_dim, x.dtype) else None
+        if tables is not None:  # every layer in one call where the ops have it
+            stacked = ops.stack(self, linears, x, packed, (tables,))
+            if stacked is not None:
+                return stacked
         indices: dict[int, RelativeIndex] = {}  # the per-run path's, built at its first use
         embedded = x
         for i, (layer, lin) in enumerate(zip(self.blocks, linears)):

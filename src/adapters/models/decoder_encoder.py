@@ -208,6 +208,7 @@ class DecoderEncoder(nn.Module):
     """A `DecoderLM` as an encoder (module doc): final-normed hidden states of every token."""
 
     default_pooling = "lasttoken"
+    one_call_stack = "decoder"  # `ForwardOps.stack` (engines/cpu_stacks.py) runs every layer at once
 
     def __init__(self, config: DecoderEncoderConfig, lm: DecoderLM) -> None:
         super().__init__()
@@ -251,6 +252,9 @@ class DecoderEncoder(nn.Module):
         cos, sin = self.lm.rotary(packed.positions[None])
         cos, sin = cos[0, 0, :, None], sin[0, 0, :, None]  # [N, 1, d]
         x = self.lm.model.embed_tokens(packed.ids)
+        stacked = ops.stack(self, linears, x, packed, (cos, sin))  # one call where the ops have it
+        if stacked is not None:
+            return stacked
         causal: RelativeBias | None = None
         for block, lin in zip(self.blocks, linears, strict=True):
             q, k, v = block.split_heads(lin.qkv(block.input_norm(x)), cos, sin)

@@ -235,6 +235,8 @@ class ModernBertLayer(nn.Module):
 class ModernBertEncoder(nn.Module):
     """Embeddings + the blocks + the final norm; `forward` returns the last hidden state [B, T, H]."""
 
+    one_call_stack = "modernbert"  # `ForwardOps.stack` (engines/cpu_stacks.py) runs every layer at once
+
     def __init__(self, cfg: ModernBertConfig) -> None:
         super().__init__()
         self.config = cfg
@@ -279,18 +281,26 @@ class ModernBertEncoder(nn.Module):
         n, h = x.shape
         ropes: dict[float, tuple[torch.Tensor, torch.Tensor]] = {}
         windows: dict[int, RelativeBias] = {}
+
+        def rope(theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+            if theta not in ropes:
+                cos, sin = rotary(packed.positions, self.config.head_dim, theta, x.dtype)
+                ropes[theta] = cos[:, None, :], sin[:, None, :]
+            return ropes[theta]
+
+        cfg, reach = self.config, self.config.local_attention // 2
+        if packed.longest - 1 > reach:
+            windows[reach] = RelativeBias.window(packed.longest, reach, cfg.num_attention_heads, x)
+        # every layer in one call where the ops have it: the global and local rotary tables, the window
+        inputs = (*rope(cfg.global_rope_theta), *rope(cfg.local_rope_theta), windows.get(reach))
+        stacked = ops.stack(self, linears, x, packed, inputs)
+        if stacked is not None:
+            return stacked
         for layer, lin in zip(self.blocks, linears):
-            if layer.theta not in ropes:
-                cos, sin = rotary(packed.positions, layer.head_dim, layer.theta, x.dtype)
-                ropes[layer.theta] = cos[:, None, :], sin[:, None, :]
-            cos, sin = ropes[layer.theta]
+            cos, sin = rope(layer.theta)
             qkv = lin.qkv(layer.attn_norm(x)).view(n, 3, layer.heads, layer.head_dim)
             q, k, v = rotate(qkv[:, 0], cos, sin), rotate(qkv[:, 1], cos, sin), qkv[:, 2]
-            window = None
-            if layer.window is not None and packed.longest - 1 > layer.window:
-                if layer.window not in windows:
-                    windows[layer.window] = RelativeBias.window(packed.longest, layer.window, layer.heads, x)
-                window = windows[layer.window]
+            window = windows.get(layer.window) if layer.window is not None else None
             attended = ops.attention(torch.stack((q, k, v), dim=1).view(n, 3 * h), packed, layer.heads, window)
             x = x + lin.attn_out(attended)
             x = x + lin.ffn_out(lin.ffn_in_act(layer.mlp_norm(x)))

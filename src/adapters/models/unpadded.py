@@ -224,6 +224,7 @@ class ForwardOps:
     name = "eager"
     norm_card = "torch add, then LayerNorm"  # what the card says of `add_norm`
     layers_card = "a Python loop over the layers"  # what the card says of `layers`
+    stack_card = layers_card  # what the card says of `stack`
 
     def attention(
         self, qkv: torch.Tensor, packed: PackedRows, heads: int, relative: RelativeBias | None = None
@@ -264,6 +265,24 @@ class ForwardOps:
     ) -> torch.Tensor | None:
         """Every layer of a BERT-like encoder at once, or None: the caller runs its layer loop (the
         eager ops have no such call)."""
+        return None
+
+    def runs_stack(self, encoder: Any, linears: Sequence[LayerLinears]) -> bool:
+        """Whether `stack` runs ENCODER's layers on these LINEARS (the eager ops never do)."""
+        return False
+
+    def stack(
+        self,
+        encoder: Any,
+        linears: Sequence[LayerLinears],
+        x: torch.Tensor,
+        packed: PackedRows,
+        inputs: tuple[Any, ...],
+    ) -> torch.Tensor | None:
+        """Every layer of ENCODER and its final norm at once, from the embedded tokens X, where ENCODER
+        names a stack (`one_call_stack`: `decoder`, `modernbert`) the ops have: INPUTS are what its
+        layer loop computes first (its rotary tables and masks: the encoder's `packed_forward` says
+        which). None: the caller runs its layer loop (the eager ops have no such call)."""
         return None
 
     def runs_whole(self, encoder: Any, linears: Sequence[LayerLinears]) -> bool:

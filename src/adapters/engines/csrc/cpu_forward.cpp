@@ -23,6 +23,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include "cpu_forward.h"
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -483,6 +485,24 @@ at::Tensor add_layer_norm_(at::Tensor& delta, const at::Tensor& residual, const 
   return delta;
 }
 
+at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, c10::string_view attr,
+                         c10::string_view algorithm) {
+  static const auto linear = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  torch::jit::Stack stack;
+  stack.reserve(6);
+  stack.emplace_back(x);
+  stack.emplace_back(w);
+  if (b.defined() && b.numel() > 0)
+    stack.emplace_back(b);
+  else
+    stack.emplace_back(c10::IValue());  // no bias
+  stack.emplace_back(std::string(attr));
+  stack.emplace_back(c10::List<std::optional<c10::Scalar>>());
+  stack.emplace_back(std::string(algorithm));
+  linear.callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
 // Every layer of a BERT-like encoder in one call: per layer the packed qkv linear, the one-call
 // attention, the output linear, residual add + LayerNorm, the feed-forward linears (the first with
 // its fused activation) and add + LayerNorm again -- the same kernels, in the same order, as the
@@ -511,20 +531,7 @@ at::Tensor packed_layers(const at::Tensor& x_in, const at::Tensor& starts, const
   TORCH_CHECK(params.size() % 12 == 0, "encoder_layers: 12 tensors a layer, got ", params.size());
   const size_t layers = params.size() / 12;
   TORCH_CHECK(eps.size() == 2 * layers, "encoder_layers: two norms' eps a layer");
-  static const auto linear = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
-  auto run_linear = [&](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, c10::string_view attr,
-                        c10::string_view algorithm) {
-    torch::jit::Stack stack;
-    stack.reserve(6);
-    stack.emplace_back(x);
-    stack.emplace_back(w);
-    stack.emplace_back(b);
-    stack.emplace_back(std::string(attr));
-    stack.emplace_back(c10::List<std::optional<c10::Scalar>>());
-    stack.emplace_back(std::string(algorithm));
-    linear.callBoxed(&stack);
-    return stack[0].toTensor();
-  };
+  const auto& run_linear = packed_linear;
   at::Tensor x = x_in;
   for (size_t i = 0; i < layers; ++i) {
     const at::Tensor* p = params.data() + 12 * i;
