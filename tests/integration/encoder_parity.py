@@ -228,3 +228,25 @@ def check_onnx(encoder: Any, head: Any, rows: Sequence[Encoded], pad: int, path:
     print("onnx:", {k: f"{v:.1e}" for k, v in gaps.items()})
     assert all(g <= ONNX_TOL for g in gaps.values()), gaps
     return gaps
+
+
+class LayerLoop(VarlenOps):
+    """The C++ ops with every layer stack declined: the Python layer loop, on the same one-call
+    attention (what a stack's rows must equal bit for bit)."""
+
+    def stack(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
+        return None
+
+
+def spy_stacks(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each `VarlenOps.stack` call from now on ran its stack (True) or declined (False)."""
+    calls: list[bool] = []
+    plain = VarlenOps.stack
+
+    def spy(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
+        out = plain(self, encoder, linears, x, packed, inputs)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(VarlenOps, "stack", spy)
+    return calls

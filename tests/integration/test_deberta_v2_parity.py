@@ -23,7 +23,7 @@ import torch
 import transformers
 from safetensors.numpy import save_file
 
-from tests.integration.encoder_parity import serving_engines
+from tests.integration.encoder_parity import LayerLoop, serving_engines, spy_stacks
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
 from vllm_srun.adapters.models.deberta_v2 import DebertaV2ClassificationHead, DebertaV2Encoder, load_deberta_v2
@@ -337,8 +337,7 @@ def test_the_one_call_attention_serves_the_position_terms(
     from vllm_srun.adapters.engines.cpu_attention import VarlenOps
 
     served: list[int] = []
-    stacked: list[bool] = []
-    plain, plain_stack = VarlenOps.disentangled_attention, VarlenOps.stack
+    plain = VarlenOps.disentangled_attention
 
     def spy(self, qkv, packed, heads, scale, tables):  # type: ignore[no-untyped-def]
         out = plain(self, qkv, packed, heads, scale, tables)
@@ -346,17 +345,8 @@ def test_the_one_call_attention_serves_the_position_terms(
             served.append(heads)
         return out
 
-    def spy_stack(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
-        out = plain_stack(self, encoder, linears, x, packed, inputs)
-        stacked.append(out is not None)
-        return out
-
-    class LayerLoop(VarlenOps):
-        def stack(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
-            return None
-
     monkeypatch.setattr(VarlenOps, "disentangled_attention", spy)
-    monkeypatch.setattr(VarlenOps, "stack", spy_stack)
+    stacked = spy_stacks(monkeypatch)
     lengths = [180, 150, 150, 33, 17, 16, 9, 3, 1]
     for hidden, heads in ((32, 2), (64, 2)):  # head sizes 16 and 32
         sizes = {"hidden": hidden, "heads": heads, "intermediate": 64, "positions": 200}

@@ -594,32 +594,23 @@ def test_the_one_call_layers_serve_causal_rows_with_grouped_kv_heads(
     and match transformers. Qwen2's qkv biases, Qwen3's per-head norms and Llama's neither."""
     import os
 
+    from tests.integration.encoder_parity import LayerLoop, spy_stacks
     from vllm_srun.adapters.engines import cpp_ops
     from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
 
     if onednn_unsupported("cpu", torch.float32) or cpp_ops.compiler(os.environ) is None:
         pytest.skip("no oneDNN packed path or no C++ compiler here")
     assert load_varlen_attention(lambda _m: None) is None
-    stacks: list[int] = []
     attentions: list[int] = []
-    plain_stack, plain_attention = VarlenOps.stack, VarlenOps.attention
-
-    def spy_stack(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
-        out = plain_stack(self, encoder, linears, x, packed, inputs)
-        stacks.append(out is not None)
-        return out
+    plain_attention = VarlenOps.attention
 
     def spy_attention(self, qkv, packed, heads, relative=None):  # type: ignore[no-untyped-def]
         if relative is not None:
             attentions.append(heads)
         return plain_attention(self, qkv, packed, heads, relative)
 
-    class LayerLoop(VarlenOps):
-        def stack(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
-            return None
-
-    monkeypatch.setattr(VarlenOps, "stack", spy_stack)
     monkeypatch.setattr(VarlenOps, "attention", spy_attention)
+    stacks = spy_stacks(monkeypatch)
     folder = _package(tmp_path, model_type, hidden=64, heads=4, kv_heads=2, intermediate=96)
     encoder, _ = load_decoder_encoder(folder)
     reference = ReferenceEncoder(encoder, None, LASTTOKEN)

@@ -19,6 +19,7 @@ import torch
 import transformers
 from safetensors.numpy import save_file
 
+from tests.integration.encoder_parity import LayerLoop, spy_stacks
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
 from vllm_srun.adapters.models import modernbert as mb
@@ -273,25 +274,15 @@ def test_every_layer_runs_in_one_call_with_the_sliding_window(
     if ONEDNN is not None or cpp_ops.compiler(os.environ) is None or load_varlen_attention(lambda _m: None):
         pytest.skip("no oneDNN packed path or no C++ op here")
     windowed: list[int] = []
-    stacks: list[bool] = []
-    plain_attention, plain_stack = VarlenOps.attention, VarlenOps.stack
+    plain_attention = VarlenOps.attention
 
     def spy_attention(self, qkv, packed, heads, relative=None):  # type: ignore[no-untyped-def]
         if relative is not None:
             windowed.append(packed.longest)
         return plain_attention(self, qkv, packed, heads, relative)
 
-    def spy_stack(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
-        out = plain_stack(self, encoder, linears, x, packed, inputs)
-        stacks.append(out is not None)
-        return out
-
-    class LayerLoop(VarlenOps):
-        def stack(self, encoder, linears, x, packed, inputs):  # type: ignore[no-untyped-def]
-            return None
-
     monkeypatch.setattr(VarlenOps, "attention", spy_attention)
-    monkeypatch.setattr(VarlenOps, "stack", spy_stack)
+    stacks = spy_stacks(monkeypatch)
     config = _config(2, hidden=32, heads=2, intermediate=40) | {"hidden_activation": act}
     config |= {"norm_bias": biases, "attention_bias": biases, "mlp_bias": biases}
     folder = _package(tmp_path, config, 2)

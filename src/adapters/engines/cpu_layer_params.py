@@ -15,6 +15,20 @@ from vllm_srun.adapters.engines.cpu_onednn import FUSED_ACTIVATIONS, PackedLinea
 from vllm_srun.adapters.models.unpadded import LayerLinears
 
 
+def packed_linears(lin: LayerLinears) -> tuple[PackedLinear, PackedLinear, PackedLinear, PackedLinear] | None:
+    """LIN's qkv, output, first and second feed-forward linears where all four are the oneDNN packed
+    copies (`cpu_onednn.PackedLinear`), else None."""
+    q, o, f_in, f_out = lin.qkv, lin.attn_out, lin.ffn_in_act, lin.ffn_out
+    if (
+        isinstance(q, PackedLinear)
+        and isinstance(o, PackedLinear)
+        and isinstance(f_in, PackedLinear)
+        and isinstance(f_out, PackedLinear)
+    ):
+        return q, o, f_in, f_out
+    return None
+
+
 def _layer_norms(block: Any) -> tuple[torch.nn.LayerNorm, torch.nn.LayerNorm] | None:
     """BLOCK's two norms where both are LayerNorms with a weight and a bias (what the C++ layers run)."""
     first, second = block.attn_norm, block.ffn_norm
@@ -43,14 +57,10 @@ def layer_params(
     if not supports(dim):
         return None
     for block, lin in zip(blocks, linears):
-        q, o, f_in, f_out = lin.qkv, lin.attn_out, lin.ffn_in_act, lin.ffn_out
-        if not (
-            isinstance(q, PackedLinear)
-            and isinstance(o, PackedLinear)
-            and isinstance(f_in, PackedLinear)
-            and isinstance(f_out, PackedLinear)
-        ):
+        four = packed_linears(lin)
+        if four is None:
             return None
+        q, o, f_in, f_out = four
         if any(p.after is not None or p.bias is None for p in (q, o, f_in, f_out)):
             return None
         if any(p.attr != "none" for p in (q, o, f_out)):

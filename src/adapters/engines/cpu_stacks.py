@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from vllm_srun.adapters.engines.cpu_layer_params import layer_params
+from vllm_srun.adapters.engines.cpu_layer_params import layer_params, packed_linears
 from vllm_srun.adapters.engines.cpu_onednn import PackedLinear
 from vllm_srun.adapters.models.decoder import RMSNorm
 from vllm_srun.adapters.models.unpadded import DisentangledTables, LayerLinears, PackedRows, RelativeBias
@@ -59,14 +59,10 @@ def _bias(linear: PackedLinear) -> torch.Tensor:
 def _linears(block: Any, lin: LayerLinears) -> list[torch.Tensor] | None:
     """qkv, output, gate/up and down linears' packed weights and biases (8 tensors, the order the
     C++ stacks read them in) where they are what the stacks run, else None."""
-    q, o, inner, out = lin.qkv, lin.attn_out, lin.ffn_in_act, lin.ffn_out
-    if not (
-        isinstance(q, PackedLinear)
-        and isinstance(o, PackedLinear)
-        and isinstance(inner, PackedLinear)
-        and isinstance(out, PackedLinear)
-    ):
+    four = packed_linears(lin)
+    if four is None:
         return None
+    q, o, inner, out = four
     if not (_plain(q) and _plain(o) and _plain(out) and _gated(inner, block) and _fp32(inner.bias)):
         return None
     if any(p.weight.dtype != torch.float32 for p in (q, o, inner, out)):
