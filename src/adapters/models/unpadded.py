@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -85,30 +86,31 @@ class PackedRows:
                 runs.append((start, i, lengths[start], token))
                 token += (i - start) * lengths[start]
                 start = i
-        ids = torch.tensor([t for r in rows for t in r.ids])
-        positions = (
-            torch.cat([torch.arange(n) for n in lengths])
-            if len(runs) > 1
-            else torch.arange(lengths[0]).repeat(len(rows))
-        )
-        types = None
-        if any(any(r.type_ids) for r in rows):
-            types = torch.tensor([t for r in rows for t in r.type_ids])
+        # every index built in numpy and handed to torch without a copy: a torch op here would give
+        # up the GIL and wait for it again, up to a switch interval beside a busy event loop
         n_tokens = token
-        padding = (pad_to(n_tokens) if pad_to is not None else n_tokens) - n_tokens
-        if padding > 0:
-            ids, positions = F.pad(ids, (0, padding)), F.pad(positions, (0, padding))
-            types = F.pad(types, (0, padding)) if types is not None else None
-        bounds = torch.tensor([0, *lengths], dtype=torch.int32).cumsum(0, dtype=torch.int32)
-        inverse = torch.empty(len(order), dtype=torch.long)
-        inverse[torch.tensor(order)] = torch.arange(len(order))
+        total = pad_to(n_tokens) if pad_to is not None else n_tokens
+        ids_np = np.zeros(total, dtype=np.int64)
+        ids_np[:n_tokens] = [t for r in rows for t in r.ids]
+        positions_np = np.zeros(total, dtype=np.int64)
+        positions_np[:n_tokens] = np.concatenate([np.arange(n, dtype=np.int64) for n in lengths])
+        types_np = None
+        if any(any(r.type_ids) for r in rows):
+            types_np = np.zeros(total, dtype=np.int64)
+            types_np[:n_tokens] = [t for r in rows for t in r.type_ids]
+        bounds_np = np.zeros(len(rows) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=bounds_np[1:])
+        inverse_np = np.empty(len(order), dtype=np.int64)
+        inverse_np[order] = np.arange(len(order), dtype=np.int64)
+        ids, positions, bounds, inverse = (torch.from_numpy(a) for a in (ids_np, positions_np, bounds_np, inverse_np))
+        types = torch.from_numpy(types_np) if types_np is not None else None
+        starts = torch.from_numpy(bounds_np[:-1].astype(np.int64))
+        sizes = torch.from_numpy(np.asarray(lengths, dtype=np.int64))
         if torch.device(device).type != "cpu":  # built on the host, moved once
-            ids, positions, bounds, inverse = (
-                t.to(device, non_blocking=True) for t in (ids, positions, bounds, inverse)
+            ids, positions, bounds, inverse, starts, sizes = (
+                t.to(device, non_blocking=True) for t in (ids, positions, bounds, inverse, starts, sizes)
             )
             types = types.to(device, non_blocking=True) if types is not None else None
-        starts = bounds[:-1].long()
-        sizes = torch.tensor(lengths, device=starts.device)
         return cls(order, runs, ids, positions, types, starts, sizes, bounds, inverse, lengths[0], n_tokens)
 
     def unsort(self, sorted_rows: torch.Tensor) -> torch.Tensor:
