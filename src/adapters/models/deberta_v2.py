@@ -21,8 +21,10 @@ only on the weights, so `prepare_relative` computes them once at load (buffers, 
 The padded forward passes the position terms (and the padded-key mask) to SDPA as an additive bias.
 The unpadded one (`packed_forward`) hands Kr / Qr laid out by distance (`distance_tables`, kept
 across forwards) to the one-call CPU op where it runs them (FP32, its head sizes), which adds both
-terms inside its score loop; elsewhere it builds them per run of equal-length rows for
-`attend_runs`, reading only the table rows a run's distances reach.
+terms inside its score loop, and where the ops have a layer stack for it (`ForwardOps.stack`,
+`one_call_stack = "deberta"`: no convolution, the packed linears) every layer runs in one C++ call
+with those tables; elsewhere it builds them per run of equal-length rows for `attend_runs`, reading
+only the table rows a run's distances reach.
 
 `deberta_v2_config.py` reads config.json and maps each distance to its relative-embedding row.
 `load_deberta_v2(folder)` → `(DebertaV2Encoder, DebertaV2ClassificationHead | None)`: the head (pooler

@@ -12,7 +12,9 @@
   attention of each row over its own tokens (never across rows): in one call of `ops.attention`
   for every row, causality as a bias of the distance (`RelativeBias.causal`, K/V heads repeated for
   grouped-query attention), where the ops run that in one call (the CPU's C++ op, FP32), else one
-  causal SDPA per run of equal-length rows. The blocks are pre-norm (`x + delta`, the norm of the
+  causal SDPA per run of equal-length rows; where the ops have a layer stack for it
+  (`ForwardOps.stack`, `one_call_stack = "decoder"`: the CPU's packed linears, FP32) every layer and
+  the final norm run in one C++ call instead. The blocks are pre-norm (`x + delta`, the norm of the
   sum feeding the next linear), so `ops.add_norm` (post-norm) has nothing to do here;
 - `blocks`: one `DecoderBlock` per layer with `qkv` (q_proj, k_proj, v_proj concatenated: sizes differ
   under GQA), `attn_out` (o_proj), `ffn_in` (gate_proj, up_proj concatenated; `glu`, `activate(y) =

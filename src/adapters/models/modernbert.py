@@ -8,6 +8,11 @@ final LayerNorm. `layer_types` (transformers 5.x) or `global_attn_every_n_layers
 global when i % n == 0) says which layer is which; the thetas come from `rope_parameters` (5.x) or
 `global_rope_theta` / `local_rope_theta` (4.x).
 
+The unpadded forward (`packed_forward`) hands its rotary tables and its window (a bias of the
+distance, where the longest row passes it) to the ops' layer stack (`ForwardOps.stack`,
+`one_call_stack = "modernbert"`: every layer in one C++ call on the CPU's packed linears), else
+runs its layer loop with the one-call attention.
+
 `load_modernbert(folder, dtype)` → `(ModernBertEncoder, ModernBertHead | None)`: the head
 (`ModernBertForSequenceClassification`: cls or mean pooling → dense → act → norm → classifier) is
 there when the checkpoint has `classifier.weight`. `fixture_config` / `fixture_weights` write a tiny
