@@ -5,11 +5,11 @@
 // 20-30 of them (`bench/forward_beside_loop.py --arch qwen3`).
 //
 // `decoder_layers`: a decoder backbone served as an encoder (Qwen3 / Qwen2 / Llama embedders and
-// rerankers, `DecoderEncoder.packed_forward`). Per layer: RMSNorm, the packed qkv linear, q / k / v split into heads, q and k normed per head
-// (Qwen3) and turned by the rotary tables, K / V repeated for grouped-query attention, the
-// one-call attention with the causal mask as a bias of the distance (`varlen_attention_biased`),
-// the output linear and the residual add; RMSNorm, the packed gate/up linear, silu(gate) * up, the
-// down linear and the residual add.
+// rerankers, `DecoderEncoder.packed_forward`). Per layer: RMSNorm, the packed qkv linear, q / k / v
+// split into heads, q and k normed per head (Qwen3) and turned by the rotary tables, K / V
+// repeated for grouped-query attention, the one-call attention with the causal mask as a bias of
+// the distance (`varlen_attention_biased`), the output linear and the residual add; RMSNorm, the
+// packed gate/up linear, silu(gate) * up, the down linear and the residual add.
 //
 // `modernbert_layers`: ModernBERT (`ModernBertEncoder.packed_forward`). Per layer: LayerNorm (none
 // on the first layer), the packed qkv linear, q and k turned by the global or the local rotary
@@ -52,7 +52,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return weight.mul(normed);
 }
 
-// `decoder.apply_rotary`: x * cos + (the halves of x swapped, the second negated) * sin.
+// `decoder.apply_rotary` and `modernbert.rotate` on float32: x * cos + (the halves of x swapped,
+// the second negated) * sin.
 at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   const int64_t half = x.size(-1) / 2;
   at::Tensor turned = at::cat({x.slice(-1, half).neg(), x.slice(-1, 0, half)}, -1);
@@ -80,7 +81,8 @@ struct DecoderWeights : torch::CustomClassHolder {
         intermediate(intermediate), final_norm(std::move(final_norm)), final_eps(final_eps) {
     TORCH_CHECK(!this->params.empty() && this->params.size() % kPerLayer == 0,
                 "DecoderWeights: 12 tensors a layer, got ", this->params.size());
-    TORCH_CHECK(this->eps.size() == kEpsPerLayer * (this->params.size() / kPerLayer), "DecoderWeights: four eps a layer");
+    TORCH_CHECK(this->eps.size() == kEpsPerLayer * (this->params.size() / kPerLayer),
+                "DecoderWeights: four eps a layer");
     TORCH_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0, "DecoderWeights: kv_heads must divide heads");
     TORCH_CHECK(head_dim > 0 && head_dim % 2 == 0, "DecoderWeights: the rotary tables need an even head size");
     TORCH_CHECK(this->final_norm.dim() == 1 && this->final_norm.scalar_type() == at::kFloat,
@@ -136,13 +138,6 @@ at::Tensor decoder_layers(const c10::intrusive_ptr<DecoderWeights>& w, const at:
 }
 
 namespace {
-
-// `modernbert.rotate` on float32: x * cos + (the halves swapped, the second negated) * sin.
-at::Tensor rotate_modernbert(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  at::Tensor turned = at::cat({x.slice(-1, half).neg(), x.slice(-1, 0, half)}, -1);
-  return x.mul(cos).add(turned.mul(sin));
-}
 
 // An `encoder_parts.ACTIVATIONS` entry by name (`ModernBertWeights` checks it).
 at::Tensor activate(const at::Tensor& x, const std::string& act) {
@@ -215,8 +210,8 @@ at::Tensor modernbert_layers(const c10::intrusive_ptr<ModernBertWeights>& w, con
     const at::Tensor& sin = global ? global_sin : local_sin;
     at::Tensor normed = given(p[0]) ? layer_norm(x, p[0], p[1], eps[0]) : x;
     at::Tensor qkv = packed_linear(normed, p[2], p[3], "none", "").view({n, 3, w->heads, d});
-    at::Tensor q = rotate_modernbert(qkv.select(1, 0), cos, sin);
-    at::Tensor k = rotate_modernbert(qkv.select(1, 1), cos, sin);
+    at::Tensor q = rotate(qkv.select(1, 0), cos, sin);
+    at::Tensor k = rotate(qkv.select(1, 1), cos, sin);
     at::Tensor rows = at::stack({q, k, qkv.select(1, 2)}, 1).view({n, 3 * h}).contiguous();
     at::Tensor attended = !global && given(window)
                               ? varlen_attention_biased(rows, starts, lengths, w->heads, scale, window, centre)
