@@ -33,10 +33,9 @@ from vllm_srun.adapters.models.decoder_encoder import (
     DecoderEncoderConfig,
     ScoreHead,
     YesNoHead,
-    fixture_config,
-    fixture_weights,
     load_decoder_encoder,
 )
+from vllm_srun.adapters.models.decoder_encoder_fixture import fixture_config, fixture_weights
 from vllm_srun.adapters.models.encoders import load_encoder
 from vllm_srun.adapters.models.manifest import write_manifest
 from vllm_srun.adapters.models.pooling import PoolingConfig

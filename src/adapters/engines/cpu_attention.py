@@ -102,8 +102,9 @@ class VarlenOps(ForwardOps):
 
     def __init__(self) -> None:
         self._dims: dict[int, bool] = {}
-        self._held: dict[tuple[int, int], tuple[Any, Any, tuple[Any, bool] | None]] = {}  # `_weights`
-        self._stacks: dict[tuple[int, int], tuple[Any, Any, Any | None]] = {}  # `stack`
+        # `_kept` entries: (encoder, linears, what was built for them)
+        self._held: dict[tuple[int, int], tuple[Any, Any, Any]] = {}  # `_weights`
+        self._stacks: dict[tuple[int, int], tuple[Any, Any, Any]] = {}  # `stack`
 
     def supports(self, head_dim: int) -> bool:
         if head_dim not in self._dims:
@@ -230,23 +231,13 @@ class VarlenOps(ForwardOps):
         stack = STACKS.get(getattr(encoder, "one_call_stack", ""))
         if stack is None:
             return None
-        key = (id(encoder), id(linears))
-        entry = self._stacks.get(key)
-        if entry is None:
-            entry = (encoder, linears, stack.build(encoder, linears, self.supports))
-            self._stacks[key] = entry  # the entry holds both, so their ids stay theirs
-        return (stack, entry[2]) if entry[2] is not None else None
+        held = _kept(self._stacks, encoder, linears, lambda: stack.build(encoder, linears, self.supports))
+        return (stack, held) if held is not None else None
 
     def _weights(self, encoder: Any, linears: Sequence[LayerLinears]) -> tuple[Any, bool] | None:
         """ENCODER's `EncoderWeights` with these LINEARS and whether it reads token types (None where
-        the op cannot run them), built at the first forward and kept: the entry holds both, so their
-        ids stay theirs."""
-        key = (id(encoder), id(linears))
-        entry = self._held.get(key)
-        if entry is None:
-            entry = (encoder, linears, self._build_weights(encoder, linears))
-            self._held[key] = entry
-        return entry[2]
+        the op cannot run them), built at the first forward and kept."""
+        return _kept(self._held, encoder, linears, lambda: self._build_weights(encoder, linears))
 
     def _build_weights(self, encoder: Any, linears: Sequence[LayerLinears]) -> tuple[Any, bool] | None:
         tables_of = getattr(encoder, "embedding_tables", None)
@@ -290,6 +281,19 @@ class VarlenOps(ForwardOps):
             relative.centre if relative is not None else 0,
         )
         return weights, tables.type is not None
+
+
+def _kept(
+    cache: dict[tuple[int, int], tuple[Any, Any, Any]], encoder: Any, linears: Any, build: Callable[[], Any]
+) -> Any:
+    """What BUILD makes for ENCODER and LINEARS, made at the first call and kept in CACHE (None
+    included). The entry holds both, so their ids stay theirs while it is there."""
+    key = (id(encoder), id(linears))
+    entry = cache.get(key)
+    if entry is None:
+        entry = (encoder, linears, build())
+        cache[key] = entry
+    return entry[2]
 
 
 def cpu_ops(dtype: torch.dtype, progress: Progress, env: Mapping[str, str] = os.environ) -> tuple[ForwardOps, str]:

@@ -49,11 +49,16 @@ def _plain(linear: Any) -> bool:
 
 def _gated(linear: Any, block: Any) -> bool:
     """The gated unit's input linear: packed, with the block's own `activate` after it."""
-    return isinstance(linear, PackedLinear) and linear.attr == "none" and linear.after == block.activate
+    return (
+        isinstance(linear, PackedLinear)
+        and linear.attr == "none"
+        and linear.after == block.activate
+        and _fp32(linear.bias)
+    )
 
 
-def _bias(linear: PackedLinear) -> torch.Tensor:
-    return linear.bias if linear.bias is not None else NO_TENSOR
+def _or_none(t: torch.Tensor | None) -> torch.Tensor:
+    return t if t is not None else NO_TENSOR
 
 
 def _linears(block: Any, lin: LayerLinears) -> list[torch.Tensor] | None:
@@ -63,11 +68,20 @@ def _linears(block: Any, lin: LayerLinears) -> list[torch.Tensor] | None:
     if four is None:
         return None
     q, o, inner, out = four
-    if not (_plain(q) and _plain(o) and _plain(out) and _gated(inner, block) and _fp32(inner.bias)):
+    if not (_plain(q) and _plain(o) and _plain(out) and _gated(inner, block)):
         return None
     if any(p.weight.dtype != torch.float32 for p in (q, o, inner, out)):
         return None
-    return [q.weight, _bias(q), o.weight, _bias(o), inner.weight, _bias(inner), out.weight, _bias(out)]
+    return [
+        q.weight,
+        _or_none(q.bias),
+        o.weight,
+        _or_none(o.bias),
+        inner.weight,
+        _or_none(inner.bias),
+        out.weight,
+        _or_none(out.bias),
+    ]
 
 
 class DecoderStack:
@@ -97,11 +111,13 @@ class DecoderStack:
             norms = (block.input_norm, block.post_norm, *((block.q_norm, block.k_norm) if per_head else ()))
             if packed is None or block.hidden_act != "silu" or not all(self._norm(n) for n in norms):
                 return None
-            heads_norms = [block.q_norm.weight, block.k_norm.weight] if per_head else [NO_TENSOR, NO_TENSOR]
-            tensors += [block.input_norm.weight, *packed[:2], *heads_norms, *packed[2:4]]
-            tensors += [block.post_norm.weight, *packed[4:]]
-            eps += [block.input_norm.eps, *(n.eps for n in norms[2:]), *([0.0, 0.0] if not per_head else [])]
-            eps += [block.post_norm.eps]
+            if per_head:
+                head_norms, head_eps = [block.q_norm.weight, block.k_norm.weight], [block.q_norm.eps, block.k_norm.eps]
+            else:
+                head_norms, head_eps = [NO_TENSOR, NO_TENSOR], [0.0, 0.0]
+            tensors += [block.input_norm.weight, *packed[:2], *head_norms, *packed[2:4], block.post_norm.weight]
+            tensors += packed[4:]
+            eps += [block.input_norm.eps, *head_eps, block.post_norm.eps]
         weights = torch.classes.srun_cpu.DecoderWeights(
             [t.detach() for t in tensors],
             [float(e) for e in eps],
@@ -182,10 +198,6 @@ class ModernBertStack:
         return torch.ops.srun_cpu.modernbert_layers(
             weights, x, packed.starts, packed.lengths, global_cos, global_sin, local_cos, local_sin, table, centre
         )
-
-
-def _or_none(t: torch.Tensor | None) -> torch.Tensor:
-    return t if t is not None else NO_TENSOR
 
 
 class DebertaLayers:

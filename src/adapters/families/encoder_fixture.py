@@ -38,9 +38,9 @@ ARCH_FIXTURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "mpnet": ("mpnet", ("embed", "classify", "rerank")),
     "deberta-v2": ("deberta_v2_fixture", ("embed", "classify", "rerank")),
     "modernbert": ("modernbert", ("embed", "classify", "rerank")),
-    "qwen3": ("decoder_encoder", ("embed", "rerank")),
-    "qwen2": ("decoder_encoder", ("embed", "rerank")),
-    "llama": ("decoder_encoder", ("embed", "rerank")),
+    "qwen3": ("decoder_encoder_fixture", ("embed", "rerank")),
+    "qwen2": ("decoder_encoder_fixture", ("embed", "rerank")),
+    "llama": ("decoder_encoder_fixture", ("embed", "rerank")),
 }
 ARCH_VARIANTS = tuple(f"{arch}-{kind}" for arch, (_, kinds) in ARCH_FIXTURES.items() for kind in kinds)
 VARIANTS = BERT_VARIANTS + ARCH_VARIANTS
@@ -398,7 +398,7 @@ def write_arch_package(
     from vllm_srun.adapters.models.fixture_tokenizers import write_fixture_tokenizer
 
     module = importlib.import_module(f"vllm_srun.adapters.models.{ARCH_FIXTURES[arch][0]}")
-    decoder = ARCH_FIXTURES[arch][0] == "decoder_encoder"
+    decoder = ARCH_FIXTURES[arch][0] == "decoder_encoder_fixture"
     if ARCH_FIXTURES[arch][0] in ONE_CALL_FIXTURES:
         sizes = {"heads": ONE_CALL_HEADS, **sizes}
     if decoder and kind == "rerank":  # the Qwen3-Reranker template alone is about 210 of these tokens
@@ -408,7 +408,7 @@ def write_arch_package(
         out, arch, vocabulary, model_max_length=positions, add_eos=decoder and kind == "embed"
     )
     labels = {"classify": LABELS["classify"], "rerank": None if decoder else ["LABEL_0"]}.get(kind)
-    extra = {"model_type": arch} if ARCH_FIXTURES[arch][0] in ("roberta_fixture", "decoder_encoder") else {}
+    extra = {"model_type": arch} if ARCH_FIXTURES[arch][0] in ("roberta_fixture", "decoder_encoder_fixture") else {}
     config = module.fixture_config(
         info.vocab_size, info.pad_token_id, len(labels) if labels else None, positions=positions, **sizes, **extra
     )

@@ -285,7 +285,6 @@ class ModernBertEncoder(nn.Module):
         x = self.embeddings(packed.ids)
         n, h = x.shape
         ropes: dict[float, tuple[torch.Tensor, torch.Tensor]] = {}
-        windows: dict[int, RelativeBias] = {}
 
         def rope(theta: float) -> tuple[torch.Tensor, torch.Tensor]:
             if theta not in ropes:
@@ -293,11 +292,15 @@ class ModernBertEncoder(nn.Module):
                 ropes[theta] = cos[:, None, :], sin[:, None, :]
             return ropes[theta]
 
+        # the sliding layers' window (every one has the same), where the longest row passes it
         cfg, reach = self.config, self.config.local_attention // 2
-        if packed.longest - 1 > reach:
-            windows[reach] = RelativeBias.window(packed.longest, reach, cfg.num_attention_heads, x)
+        window = (
+            RelativeBias.window(packed.longest, reach, cfg.num_attention_heads, x)
+            if packed.longest - 1 > reach
+            else None
+        )
         # every layer in one call where the ops have it: the global and local rotary tables, the window
-        inputs = (*rope(cfg.global_rope_theta), *rope(cfg.local_rope_theta), windows.get(reach))
+        inputs = (*rope(cfg.global_rope_theta), *rope(cfg.local_rope_theta), window)
         stacked = ops.stack(self, linears, x, packed, inputs)
         if stacked is not None:
             return stacked
@@ -305,8 +308,8 @@ class ModernBertEncoder(nn.Module):
             cos, sin = rope(layer.theta)
             qkv = lin.qkv(layer.attn_norm(x)).view(n, 3, layer.heads, layer.head_dim)
             q, k, v = rotate(qkv[:, 0], cos, sin), rotate(qkv[:, 1], cos, sin), qkv[:, 2]
-            window = windows.get(layer.window) if layer.window is not None else None
-            attended = ops.attention(torch.stack((q, k, v), dim=1).view(n, 3 * h), packed, layer.heads, window)
+            sliding = window if layer.window is not None else None
+            attended = ops.attention(torch.stack((q, k, v), dim=1).view(n, 3 * h), packed, layer.heads, sliding)
             x = x + lin.attn_out(attended)
             x = x + lin.ffn_out(lin.ffn_in_act(layer.mlp_norm(x)))
         return self.final_norm(x)
