@@ -13,7 +13,9 @@ A's rate alone and beside B, B's p50/p99 alone (quiet) and beside A, and the rat
 targets (B p99 ÷ quiet ≤ 2, A beside ÷ alone ≥ 0.9), for each floor given. The model has no event
 loop: on a real worker the HTTP work shares the CPUs with the forwards, so A's rates (and how much
 the floor costs A) are bench/tenants.py's to measure; B's latencies here are what the scheduling
-rules leave B once the machine's noise is taken away.
+rules leave B once the machine's noise is taken away. The express forward (R-FAIR-7) is not
+modelled: it is a third forward sharing two CPUs, which this model (no CPU sharing) would make
+free; bench/tenants.py measures it.
 
     python bench/tenants_sim.py [--seconds 120] [--floor 16,32] [--b-share 0.1]
 """

@@ -50,6 +50,7 @@ from vllm_srun.adapters.tracing.setup import tracer_from_env
 from vllm_srun.domain import bounds
 from vllm_srun.domain.adaptive_threads import Mode
 from vllm_srun.domain.connections import ConnectionLimits
+from vllm_srun.domain.read_pacing import floor_for
 from vllm_srun.domain.tenants import DEFAULT_TENANTS
 from vllm_srun.domain.threads import CpuPlan, preparation_threads
 from vllm_srun.domain.worker_settings import ModelSpec, RuntimeSettings
@@ -146,7 +147,7 @@ class WorkerContainer(containers.DeclarativeContainer):
     )
     # one guard for every listener; requests read in turn by the tenants' weights (R-FAIR-5)
     connection_guard = providers.Singleton(
-        watched_guard, config.connection_limits, metrics, offload.provided.release_memory, tenants
+        watched_guard, config.connection_limits, metrics, offload.provided.release_memory, tenants, config.read_floor
     )
 
 
@@ -189,6 +190,7 @@ def bootstrap_worker(
             "media_workers_source": source,
             "max_bundle_tasks": settings.max_bundle_tasks,
             "connection_limits": settings.connections,
+            "read_floor": read_floor(runtime),
         }
     )
     _override(container, adapters)
@@ -216,6 +218,13 @@ def runtime_settings(
         admission=settings.admission(),
         max_request_tokens=_or(settings.max_request_tokens, bounds.MAX_REQUEST_TOKENS.default),
     )
+
+
+def read_floor(runtime: RuntimeSettings) -> int:
+    """The requests a tenant may always hold in progress (R-FAIR-5), under the smallest queue
+    limit of the models served (a model's own `max_queue`, else the worker's)."""
+    limits = [(spec.admission or runtime.admission).max_queue for spec in runtime.models]
+    return floor_for(min(limits, default=runtime.admission.max_queue))
 
 
 def _override(container: containers.Container, adapters: dict[str, Any]) -> None:

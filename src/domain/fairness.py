@@ -9,6 +9,11 @@ caller's `room` says the next one would not fit the round being planned; the nex
 from the same place in the same turn. So over any stretch in which tenants stay backlogged, each
 gets counted tokens in proportion to its weight, within one quantum and one row of it.
 
+`take_ahead` (the express forward, R-FAIR-7) lets named tenants have their next turn early: at
+most as many turns as a tenant's next row needs, and only while it has none early already; its
+next places in the ring then give it nothing. The order changes, not the shares: a tenant is at
+most one row's turns ahead of the ring, and the bounds below count the turns it had early.
+
 Within a tenant, `interactive` rows go before `batch` rows, each kind in arrival order; a batch
 row orders by arrival among the interactive ones once its tenant has taken `AGING_QUANTA`
 quanta (× its weight) of counted tokens since it was queued (so does a row given back from a
@@ -64,6 +69,7 @@ class _Tenant:
     deficit: float = 0.0
     tokens: int = 0  # counted tokens queued
     taken: int = 0  # counted tokens taken since it last became backlogged
+    ahead: int = 0  # turns it had early (`take_ahead`), which its next places in the ring give nothing
 
     def __len__(self) -> int:
         return len(self.interactive) + len(self.batch)
@@ -116,6 +122,11 @@ class FairQueue:
         """Turns of the round robin the tenant has had (it never goes down while remembered)."""
         found = self._tenants.get(tenant)
         return found.turns if found is not None else self._turns.get(tenant, 0)
+
+    def ahead(self, tenant: str) -> int:
+        """Turns the tenant had early (`take_ahead`) that its places in the ring have not met yet."""
+        found = self._tenants.get(tenant)
+        return found.ahead if found is not None else 0
 
     def single_kind(self) -> tuple[str, Priority] | None:
         """The (tenant, priority) every queued row shares; None when they differ or none is queued."""
@@ -198,8 +209,11 @@ class FairQueue:
                 if idle_turns >= len(self._ring):
                     self._skip_idle_rings(quantum)
                     idle_turns = 0
-                tenant.deficit += share
-                tenant.turns += 1
+                if tenant.ahead:  # it had this turn early
+                    tenant.ahead -= 1
+                else:
+                    tenant.deficit += share
+                    tenant.turns += 1
                 self._in_turn = True
                 idle_turns += 1
             kind = tenant.next_kind(share)
@@ -222,22 +236,66 @@ class FairQueue:
                 self._leave(name)
         return taken
 
+    def take_ahead(self, names: frozenset[str], quantum: float, room: Callable[[Row], bool]) -> list[Row]:
+        """The rows of NAMES before their places in the ring come (R-FAIR-7: the tenants asking
+        least, on the express forward): each of them that is not ahead already has its next turn
+        now (as many turns as its next row needs) and gives rows, in its own order, while they are
+        within its deficit and ROOM takes them; its next places in the ring give it nothing (it had
+        those turns). The others keep their places and credit. So the order changes, not the
+        shares: a tenant is at most one row's turns ahead of the ring, and `take`'s bounds hold."""
+        if quantum <= 0:
+            raise ValueError("the quantum must be > 0")
+        taken: list[Row] = []
+        for name in [n for n in self._ring if n in names]:
+            tenant = self._tenants[name]
+            if tenant.ahead:
+                continue
+            share = quantum * self._weight(name)
+            kind = tenant.next_kind(share)
+            assert kind is not None  # a tenant in the ring has rows
+            turns = max(1, math.ceil((row_cost(kind[0].row) - tenant.deficit) / share))
+            tenant.deficit += turns * share
+            tenant.turns += turns
+            tenant.ahead = turns
+            full = False
+            while (kind := tenant.next_kind(share)) is not None:
+                row = kind[0].row
+                cost = row_cost(row)
+                if cost > tenant.deficit:
+                    break
+                if not room(row):
+                    full = True
+                    break
+                kind.popleft()
+                tenant.deficit -= cost
+                tenant.taken += cost
+                self._count(tenant, row, -1)
+                taken.append(row)
+            if not tenant:
+                self._leave(name)
+            if full:
+                break
+        return taken
+
     # ---- internals -------------------------------------------------------------------------
     def _skip_idle_rings(self, quantum: float) -> None:
         """A whole ring of turns gave nothing (every next row costs more than its deficit): give
-        every tenant the turns that change nothing at once, up to the first that gives a row."""
+        every tenant the turns that change nothing at once, up to the first that gives a row (a
+        tenant's turns had early count among them: they give nothing)."""
         need = []
         for name in self._ring:
             tenant = self._tenants[name]
             share = quantum * self._weight(name)
             kind = tenant.next_kind(share)
             assert kind is not None
-            need.append(math.ceil((row_cost(kind[0].row) - tenant.deficit) / share))
+            need.append(tenant.ahead + math.ceil((row_cost(kind[0].row) - tenant.deficit) / share))
         skip = max(0, min(need) - 1)
         for name in self._ring:
             tenant = self._tenants[name]
-            tenant.deficit += skip * quantum * self._weight(name)
-            tenant.turns += skip
+            early = min(skip, tenant.ahead)
+            tenant.ahead -= early
+            tenant.deficit += (skip - early) * quantum * self._weight(name)
+            tenant.turns += skip - early
 
     def _tenant(self, name: str) -> _Tenant:
         tenant = self._tenants.get(name)

@@ -30,8 +30,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 ACTIVE_S = 1.0  # a tenant that started a request this recently still counts as active
-FLOOR = 32  # requests a tenant may always hold in progress (a full forward of short requests and the next)
+# requests a tenant may always hold in progress (enough to keep two slots' forwards full of short
+# requests), at most three quarters of the model's queue limit (`floor_for`)
+FLOOR = 48
 MAX_REMEMBERED = 4096  # idle tenants remembered; the oldest are forgotten first
+
+
+def floor_for(max_queue: int) -> int:
+    """The floor under a model's queue limit (`--max-queue`): FLOOR, or three quarters of the
+    limit when that is less. A flood paced at the floor and a light tenant then stay within the
+    limit; past it the flood would be refused down to its weight's share (R-FAIR-4), and each
+    refused client asking again at once costs the loop more than its request would."""
+    return max(1, min(FLOOR, max_queue * 3 // 4))
 
 
 @dataclass

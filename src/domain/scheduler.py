@@ -15,9 +15,9 @@ until every row of the tenant asking least is in it (R-FAIR-6: a light tenant be
 rides a short forward), so a round is at most one forward per lane and tenants mix in it; the
 rows' answers never depend on the mix. A whole-queue plan still waiting for the device is given
 back to the queue when rows of another tenant (or interactive rows of its batch tenant) arrive,
-so they never wait behind it. While every slot is busy and several tenants are backlogged,
-`next_express` hands out the lightest tenant's round to run beside them (R-FAIR-7), one at a time:
-it does not count against the slots.
+so they never wait behind it. While every slot is busy, `next_express` hands out the rows of the
+tenant asking least (its next turn, had early) to run beside them when another tenant asks more
+(R-FAIR-7), one at a time: it does not count against the slots.
 """
 
 from __future__ import annotations
@@ -196,6 +196,10 @@ class Scheduler:
         """Turns of the round robin the tenant has had since it last became backlogged."""
         return self._queue.turns(tenant)
 
+    def turns_ahead(self, tenant: str) -> int:
+        """Turns the tenant had early on an express forward that the ring has not met yet (R-FAIR-7)."""
+        return self._queue.ahead(tenant)
+
     def window_state(self, now: float) -> WindowState:
         return self.window.state(
             now=now, oldest_arrival=self._oldest_arrival(), busy=self.busy, full=bool(self._queue) and self._full()
@@ -239,17 +243,19 @@ class Scheduler:
             self._plan.extend(self._batches(rows))
 
     def next_express(self) -> ForwardBatch | None:
-        """While every slot is busy and several tenants are backlogged, the round of the tenant asking
-        least (R-FAIR-6: its queued rows and the turns the others have meanwhile), to run beside the
-        busy slots now rather than after one of them (R-FAIR-7); None otherwise, or while the last
-        one runs. It is in flight like any forward but takes no slot: a slot it did not take frees
-        as before. No window: the busy slots are the wait."""
+        """While every slot is busy, the rows of the tenant asking least when another tenant holding
+        work asks more (`_lightest_holding`: queued and running tokens count), to run beside the
+        busy slots now rather than after one of them (R-FAIR-7): its next turn, had early
+        (`FairQueue.take_ahead`: the others keep their places and credit). None otherwise, when
+        it had that turn early already (its rows wait for its place in the ring), or while the
+        last one runs. It is in flight like any forward but takes no slot: a slot it did not take
+        frees as before. No window: the busy slots are the wait."""
         if not self.busy or self._express is not None or self._plan:
             return None
-        light = self._lightest()
+        light = self._lightest_holding()
         if not light:
             return None
-        batches = self._batches(self._queue.take(self.quantum, self._round(light)))
+        batches = self._batches(self._queue.take_ahead(light, self.quantum, self._round()))
         if not batches:
             return None
         self._queue.restore(r for b in batches[1:] for r in b.rows)
@@ -298,6 +304,22 @@ class Scheduler:
         asks = {name: self._queue.tokens_of(name) / self.tenants.weight(name) for name in names}
         least = min(asks.values())
         return frozenset(name for name, ask in asks.items() if ask == least)
+
+    def _lightest_holding(self) -> frozenset[str]:
+        """The tenants with rows queued that ask least for their weight, counting what they have
+        running too (counted tokens queued and running ÷ weight; ties: all of them), when another
+        tenant holding work asks more; nobody otherwise (one tenant, or equal floods). Running rows
+        count: a flood whose queued rows the busy slots have just taken is still the flood."""
+        queued = self._queue.tenants()
+        asks = {name: float(self._queue.tokens_of(name)) for name in queued}
+        for batch in self._in_flight:
+            for row in batch.rows:
+                asks[row.tenant] = asks.get(row.tenant, 0.0) + round_up(row.tokens)
+        weighed = {name: ask / self.tenants.weight(name) for name, ask in asks.items()}
+        least = min((weighed[name] for name in queued), default=None)
+        if least is None or max(weighed.values()) <= least:
+            return frozenset()
+        return frozenset(name for name in queued if weighed[name] == least)
 
     def _round(self, light: frozenset[str] = frozenset()) -> Callable[[Row], bool]:
         """A fair round's room: at most one forward per lane (the first row of a lane always fits;

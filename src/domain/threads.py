@@ -187,8 +187,8 @@ EXPRESS_ENV = "VLLM_SRUN_EXPRESS_FORWARD"
 
 
 def express_forward(env: Mapping[str, str]) -> bool:
-    """Whether a CPU worker with concurrent forwards runs the lightest tenant's round beside its busy
-    slots (R-FAIR-7): `VLLM_SRUN_EXPRESS_FORWARD`, on unless 0/off/false/no. Raises ValueError with a
+    """Whether a CPU worker with concurrent forwards runs the lightest tenant's next turn beside its
+    busy slots (R-FAIR-7): `VLLM_SRUN_EXPRESS_FORWARD`, on unless 0/off/false/no. Raises ValueError with a
     one-line reason for anything else but 1/on/true/yes."""
     raw = env.get(EXPRESS_ENV, "").strip().lower()
     if raw in ("", "1", "on", "true", "yes"):

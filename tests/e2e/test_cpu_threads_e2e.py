@@ -145,7 +145,7 @@ def test_the_default_uses_the_whole_cpu_budget_as_concurrent_forwards_below_the_
             assert after["forwards"] > before
     else:
         assert lone["threads"] is None and lone["reason"], lone
-    # R-FAIR-7: with concurrent forwards, the lightest tenant's round may run beside busy slots
+    # R-FAIR-7: with concurrent forwards, the lightest tenant's next turn may run beside busy slots
     assert threads["express_forward"] is (concurrent > 1 and not os.environ.get("VLLM_SRUN_EXPRESS_FORWARD"))
     if not sys.platform.startswith("linux") or os.environ.get("VLLM_SRUN_FORWARD_NICE"):
         return

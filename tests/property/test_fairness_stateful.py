@@ -1,7 +1,8 @@
 """R-FAIR-2/3: the weighted deficit round robin of `domain/fairness.py` against a simple model.
 
 Rules queue requests of several tenants (weights, priorities, any lengths), cancel them, and take
-rounds of any size (the caller's `room` says how many rows the round holds). Checked at every
+rounds of any size (the caller's `room` says how many rows the round holds), in the ring's order
+or some tenants' turns early (`take_ahead`). Checked at every
 row taken:
 - it is its tenant's next row: interactive rows in arrival order first, then batch rows in
   arrival order, except that a batch row orders by arrival among the interactive ones once its
@@ -11,7 +12,10 @@ row taken:
 - no row waits more than `turn_bound` turns of its tenant (the bound the module states:
   ⌈(A + L) / (quantum × weight)⌉ + 1, a batch row AGING_QUANTA + ⌈(A + 2L) / (quantum × weight)⌉
   + 1, A the counted tokens of its tenant queued up to it when it arrived, L the tenant's
-  longest row).
+  longest row);
+- `take_ahead` (R-FAIR-7) gives rows of the named tenants only, in the same per-tenant order and
+  under the same bounds, never a second turn early to a tenant ahead already, and no tenant is
+  more than its longest row's turns ahead of the ring.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ class FairQueueMachine(RuleBasedStateMachine):
         self.joined_at: dict[str, int] = {}  # tenant → its turns when it last became backlogged
         self.served_since_join = dict.fromkeys(TENANTS, 0)
         self.taken = 0
+        self.together: frozenset[str] = frozenset()  # the tenants backlogged since `reference`
+        self.reference: dict[str, int] = {}  # their turns when they became those
 
     @rule(
         tenant=st.sampled_from(TENANTS),
@@ -100,6 +106,27 @@ class FairQueueMachine(RuleBasedStateMachine):
         assert 1 <= len(taken) <= rows
         self.taken += len(taken)
 
+    @precondition(lambda self: any(self.model.values()))
+    @rule(data=st.data(), rows=st.integers(1, 25))
+    def take_ahead(self, data: st.DataObject, rows: int) -> None:
+        """The express forward's take (R-FAIR-7): some backlogged tenants have their next turn early."""
+        backlogged = sorted(t for t, queued in self.model.items() if queued)
+        names = frozenset(data.draw(st.lists(st.sampled_from(backlogged), min_size=1, unique=True)))
+        was_ahead = {t for t in names if self.queue.ahead(t)}
+        room_left = [rows]
+
+        def room(row: Row) -> bool:
+            assert row.tenant in names, f"{row.tenant} gave a row to another tenant's turn early"
+            if room_left[0] == 0:
+                return False
+            room_left[0] -= 1
+            self._check_taken(row)
+            return True
+
+        taken = self.queue.take_ahead(names, self.quantum, room)
+        assert not {r.tenant for r in taken} & was_ahead, "a tenant had a second turn early"
+        self.taken += len(taken)
+
     def _expected_next(self, tenant: str) -> Queued:
         queued = self.model[tenant]
         interactive = [q for q in queued if q.row.priority is Priority.INTERACTIVE]
@@ -125,6 +152,28 @@ class FairQueueMachine(RuleBasedStateMachine):
         self.served_since_join[tenant] += row_cost(row)
         quanta = (turns - self.joined_at[tenant]) * self.quantum * weight
         assert self.served_since_join[tenant] <= quanta + 1e-6, "a tenant took more than its turns gave it"
+
+    @invariant()
+    def no_tenant_is_more_than_a_row_ahead(self) -> None:
+        for tenant, queued in self.model.items():
+            share = self.quantum * self.table.weight(tenant)
+            assert self.queue.ahead(tenant) <= max(1, -(-self.longest[tenant] // share)), (
+                f"{tenant} is {self.queue.ahead(tenant)} turns ahead of the ring"
+            )
+            if not queued:
+                assert self.queue.ahead(tenant) == 0, "a tenant with nothing queued keeps turns it had early"
+
+    @invariant()
+    def backlogged_tenants_have_as_many_turns(self) -> None:
+        """While the same tenants stay backlogged, their turns grow together: between two turns of
+        a tenant every other one has one, give or take the turns it had early."""
+        now = self.queue.tenants()
+        if now != self.together:
+            self.together, self.reference = now, {t: self.queue.turns(t) for t in now}
+            return
+        had = {t: self.queue.turns(t) - self.reference[t] for t in now}
+        early = max((max(1, -(-self.longest[t] // (self.quantum * self.table.weight(t)))) for t in now), default=0)
+        assert max(had.values(), default=0) - min(had.values(), default=0) <= 1 + early, f"turns since: {had}"
 
     @invariant()
     def counts_match(self) -> None:

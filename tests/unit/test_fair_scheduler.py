@@ -8,14 +8,17 @@ that ride runs beside them as an express forward (R-FAIR-7)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from vllm_srun.adapters.http.request_body import decode_request
 from vllm_srun.adapters.schemas.routes import SURFACE_SCHEMAS
 from vllm_srun.domain.errors import InvalidRequest
+from vllm_srun.domain.fairness import FairQueue
 from vllm_srun.domain.lanes import Accounting, Lane
 from vllm_srun.domain.planning import Budget, ForwardBatch
-from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.rows import Row, RowSpec
 from vllm_srun.domain.scheduler import Scheduler
 from vllm_srun.domain.tenants import Priority, TenantPolicy, TenantTable
 
@@ -164,9 +167,9 @@ def test_a_bad_priority_is_refused_naming_the_field() -> None:
 
 
 def test_while_every_slot_is_busy_the_lightest_tenant_rides_an_express_forward() -> None:
-    """R-FAIR-7: two slots busy with a flood's forwards; a light tenant's request gets a forward of its
-    own round at once (its rows and one turn of the flood), one at a time, taking no slot: a slot
-    that frees runs the flood again while it runs, and every row is answered once."""
+    """R-FAIR-7: two slots busy with a flood's forwards; a light tenant's request gets a forward at
+    once, of its rows alone (its next turn, had early), one at a time, taking no slot: a slot that
+    frees runs the flood again while it runs, and every row is answered once."""
     s = scheduler(max_tokens=256, slots=2)
     flood = [s.submit(specs(16), NOW, tenant="a") for _ in range(60)]
     busy = [s.next_forward(NOW), s.next_forward(NOW)]
@@ -175,7 +178,7 @@ def test_while_every_slot_is_busy_the_lightest_tenant_rides_an_express_forward()
     light = s.submit(specs(8), NOW, tenant="b")
     express = s.next_express()
     assert express is not None and light in express.request_ids
-    assert sum(16 for r in express.rows if r.tenant == "a") <= s.quantum  # one turn of a
+    assert {r.tenant for r in express.rows} == {"b"}  # none of the flood's rows in it
     late = s.submit(specs(8), NOW, tenant="b")
     assert s.next_express() is None  # one express forward at a time
     assert s.in_flight == 3 and s.busy
@@ -203,3 +206,52 @@ def test_no_express_forward_with_a_free_slot() -> None:
     assert s.next_express() is None
     second = s.next_forward(NOW)
     assert second is not None and "b" in {r.tenant for r in second.rows}
+
+
+def test_the_express_forward_serves_a_light_tenant_while_the_flood_is_all_running() -> None:
+    """R-FAIR-7: the flood's rows are all in the two busy slots, none queued; a light tenant's
+    request still rides an express forward (running rows count in who asks least), and a tenant
+    asking as much as the others gets none (nobody asks more)."""
+    s = scheduler(max_tokens=256, slots=2)
+    flood = [s.submit(specs(16), NOW, tenant="a") for _ in range(20)]  # 320 tokens: two forwards
+    busy = [s.next_forward(NOW), s.next_forward(NOW)]
+    assert all(b is not None for b in busy) and s.busy and not s.unplanned_rows
+    light = s.submit(specs(8), NOW, tenant="b")
+    express = s.next_express()
+    assert express is not None and express.request_ids == frozenset({light})
+    answered = run(s, express)
+    for batch in busy:
+        assert batch is not None
+        answered += run(s, batch)
+    assert sorted(answered) == sorted([*flood, light])
+    even = scheduler(max_tokens=64, slots=2)
+    for tenant in ("a", "b"):
+        even.submit(specs(32, 32), NOW, tenant=tenant)
+    assert even.next_forward(NOW) is not None and even.next_forward(NOW) is not None and even.busy
+    assert even.next_express() is None  # a and b ask the same: nobody to hurry
+
+
+def test_a_turn_had_early_is_not_had_again_at_its_place_in_the_ring() -> None:
+    """FairQueue.take_ahead: a tenant has its next turn early, once; its next place in the ring
+    gives it nothing, so over the ring the tenants still have a turn each."""
+    table = TenantTable()
+    queue = FairQueue(table.weight)
+    for seq in range(12):
+        queue.push(Row(seq, 0, 8, "text", seq, None, "a" if seq < 6 else "b", Priority.INTERACTIVE))
+    early = queue.take_ahead(frozenset({"b"}), 8.0, lambda row: True)
+    assert [r.tenant for r in early] == ["b"] and queue.ahead("b") == 1
+    assert queue.take_ahead(frozenset({"b"}), 8.0, lambda row: True) == []  # not twice
+    ring = queue.take(8.0, _rows(5))
+    assert [r.tenant for r in ring] == ["a", "a", "b", "a", "b"]  # b's place after a gave nothing
+    assert queue.ahead("b") == 0
+    assert [r.tenant for r in queue.take_ahead(frozenset({"b"}), 8.0, lambda row: True)] == ["b"]
+
+
+def _rows(count: int) -> Callable[[Row], bool]:
+    left = [count]
+
+    def room(row: Row) -> bool:
+        left[0] -= 1
+        return left[0] >= 0
+
+    return room

@@ -18,6 +18,7 @@ from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.app.bootstrap import bootstrap_worker
 from vllm_srun.domain.adaptive_threads import Mode
 from vllm_srun.domain.admission import AdmissionLimits
+from vllm_srun.domain.read_pacing import FLOOR, floor_for
 from vllm_srun.domain.threads import CpuPlan
 from vllm_srun.domain.worker_settings import ModelSpec
 
@@ -66,3 +67,17 @@ def test_a_models_file_entry_keeps_its_own_engine_and_admission_and_the_cpu_plan
 def test_deterministic_with_adaptive_serving_is_refused_before_anything_is_built() -> None:
     with pytest.raises(ValueError, match="adaptive mode 2 cannot apply"):
         bootstrap_worker(WorkerSettings(deterministic=True, media_workers=0), adaptive_threads=Mode.SERVE)
+
+
+def test_the_read_floor_stays_under_the_smallest_queue_limit() -> None:
+    """R-FAIR-5: a flood is paced at FLOOR requests in progress, or at three quarters of the
+    smallest `max_queue` of the models served when that is less, so that the flood and a light
+    tenant stay within the limit (past it the flood is refused down to its weight's share)."""
+    plain = WorkerSettings(media_workers=0)
+    assert bootstrap_worker(plain, device=FakeDevice()).connection_guard().reads.pacing.floor == FLOOR == 48
+    small = WorkerSettings(max_queue=16, media_workers=0)
+    assert bootstrap_worker(small, device=FakeDevice()).connection_guard().reads.pacing.floor == 12
+    specs = [ModelSpec("mine", admission=AdmissionLimits(8, 50)), ModelSpec("plain")]
+    container = bootstrap_worker(plain, specs=specs, device=FakeDevice())
+    assert container.connection_guard().reads.pacing.floor == 6
+    assert [floor_for(n) for n in (1, 2, 64, 65, 10_000)] == [1, 1, 48, 48, 48]

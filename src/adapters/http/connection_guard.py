@@ -17,6 +17,7 @@ from vllm_srun.adapters.http.errors import raw_error_response
 from vllm_srun.adapters.http.read_pacing import PacedReads
 from vllm_srun.adapters.prometheus import Counter, Gauge
 from vllm_srun.domain.connections import ConnectionAdmission, ConnectionLimits, ConnectionPhase, ConnectionTable, Expiry
+from vllm_srun.domain.read_pacing import FLOOR
 from vllm_srun.domain.tenants import DEFAULT_TENANTS, TenantTable
 
 log = logging.getLogger("vllm_srun.connections")
@@ -124,14 +125,15 @@ def watched_guard(
     metrics: ConnectionMetrics,
     on_quiet: Callable[[], None] | None = None,
     tenants: TenantTable = DEFAULT_TENANTS,
+    floor: int = FLOOR,
 ) -> ConnectionGuard:
     """A guard whose open connections and closes by reason are in METRICS; requests are paced
-    by TENANTS' weights (R-FAIR-5)."""
+    by TENANTS' weights, a tenant always holding up to FLOOR (R-FAIR-5)."""
     guard = ConnectionGuard(
         limits or ConnectionLimits(),
         lambda reason: metrics.connections_closed.inc({"reason": reason}),
         on_quiet,
-        PacedReads(tenants.weight),
+        PacedReads(tenants.weight, floor=floor),
     )
     for phase in ConnectionPhase:
         metrics.open_connections.set_function(partial(_count, guard, phase), {"phase": phase.value})

@@ -6,7 +6,7 @@ as many run at once as the scheduler has slots (`Scheduler.max_in_flight`, the d
 concurrent forwards), each as its own task, and the driver plans again as soon as one ends. A caller
 that goes away (cancellation, deadline) cancels its request: its rows that have not reached
 the device never will. With an EXPRESS device thread, while every slot is busy the scheduler's
-express forward (`Scheduler.next_express`, R-FAIR-7: the lightest tenant's round) runs there,
+express forward (`Scheduler.next_express`, R-FAIR-7: the lightest tenant's next turn) runs there,
 beside them. Every forward has a batch id, unique in the process; a traced request
 (`submit(forwards=[...])`) gets a `ForwardRecord` of each forward its rows ran in.
 """

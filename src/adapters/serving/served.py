@@ -115,7 +115,7 @@ class ForwardSetup:
     wait_policy: str | None = None
     concurrent_forwards: int = 1  # forwards of this model that may run at once (R-CPU-1)
     forward_nice: int = 0  # the forward threads' nice increment over the event loop's (R-CPU-1)
-    express_forward: bool = False  # the lightest tenant's round may run beside the busy slots (R-FAIR-7)
+    express_forward: bool = False  # the lightest tenant's next turn may run beside the busy slots (R-FAIR-7)
 
     def card(self) -> dict[str, Any]:
         return {
