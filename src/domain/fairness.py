@@ -226,11 +226,7 @@ class FairQueue:
                 continue
             if not room(row):
                 break
-            kind.popleft()
-            tenant.deficit -= cost
-            tenant.taken += cost
-            self._count(tenant, row, -1)
-            taken.append(row)
+            taken.append(self._give(tenant, kind))
             idle_turns = 0
             if not tenant:
                 self._leave(name)
@@ -258,19 +254,11 @@ class FairQueue:
             tenant.turns += turns
             tenant.ahead = turns
             full = False
-            while (kind := tenant.next_kind(share)) is not None:
-                row = kind[0].row
-                cost = row_cost(row)
-                if cost > tenant.deficit:
+            while (kind := tenant.next_kind(share)) is not None and row_cost(kind[0].row) <= tenant.deficit:
+                full = not room(kind[0].row)
+                if full:
                     break
-                if not room(row):
-                    full = True
-                    break
-                kind.popleft()
-                tenant.deficit -= cost
-                tenant.taken += cost
-                self._count(tenant, row, -1)
-                taken.append(row)
+                taken.append(self._give(tenant, kind))
             if not tenant:
                 self._leave(name)
             if full:
@@ -278,6 +266,15 @@ class FairQueue:
         return taken
 
     # ---- internals -------------------------------------------------------------------------
+    def _give(self, tenant: _Tenant, kind: deque[_Entry]) -> Row:
+        """The head row of KIND, one of TENANT's deques, taken out and paid from its deficit."""
+        row = kind.popleft().row
+        cost = row_cost(row)
+        tenant.deficit -= cost
+        tenant.taken += cost
+        self._count(tenant, row, -1)
+        return row
+
     def _skip_idle_rings(self, quantum: float) -> None:
         """A whole ring of turns gave nothing (every next row costs more than its deficit): give
         every tenant the turns that change nothing at once, up to the first that gives a row (a
