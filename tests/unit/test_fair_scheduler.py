@@ -226,9 +226,10 @@ def test_the_express_forward_serves_a_light_tenant_while_the_flood_is_all_runnin
     assert sorted(answered) == sorted([*flood, light])
     even = scheduler(max_tokens=64, slots=2)
     for tenant in ("a", "b"):
-        even.submit(specs(32, 32), NOW, tenant=tenant)
+        even.submit(specs(32, 32, 32), NOW, tenant=tenant)
     assert even.next_forward(NOW) is not None and even.next_forward(NOW) is not None and even.busy
-    assert even.next_express() is None  # a and b ask the same: nobody to hurry
+    assert even.unplanned_rows  # rows wait, but a and b ask the same (queued and running): nobody to hurry
+    assert even.next_express() is None
 
 
 def test_a_turn_had_early_is_not_had_again_at_its_place_in_the_ring() -> None:
