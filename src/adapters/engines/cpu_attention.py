@@ -159,10 +159,8 @@ class VarlenOps(ForwardOps):
         """Every layer in one call of the C++ op (`encoder_layers`: the same kernels in the same
         order as the layer loop, so the same bits), which releases the GIL once for the whole stack
         instead of at every op; None where a layer is not the plain BERT shape it runs."""
-        if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2:
+        if not _bucket_of_fp32_rows(x):
             return None
-        if bucket_rows(x.shape[0]) != x.shape[0]:
-            return None  # the loop's linears pad to a row bucket first: the op runs only rows padded already
         params = layer_params(blocks, linears, x.shape[1], self.supports)
         if params is None:
             return None
@@ -213,9 +211,7 @@ class VarlenOps(ForwardOps):
         the layer loop's ops in its order, so the same bits; the weights held by C++, built at the
         first forward); None where ENCODER names no stack, the stack does not run it, or X is not a
         whole row bucket of FP32 rows on the CPU (the packed linears run on buckets)."""
-        if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2:
-            return None
-        if bucket_rows(x.shape[0]) != x.shape[0]:
+        if not _bucket_of_fp32_rows(x):
             return None
         held = self._stack(encoder, linears)
         return held[0].run(held[1], x, packed, inputs) if held is not None else None
@@ -281,6 +277,14 @@ class VarlenOps(ForwardOps):
             relative.centre if relative is not None else 0,
         )
         return weights, tables.type is not None
+
+
+def _bucket_of_fp32_rows(x: torch.Tensor) -> bool:
+    """Whether X is what the C++ layers run: FP32 rows on the CPU, already padded to a row bucket
+    (the loop's packed linears pad to one first)."""
+    return (
+        x.dtype == torch.float32 and x.device.type == "cpu" and x.dim() == 2 and bucket_rows(x.shape[0]) == x.shape[0]
+    )
 
 
 def _kept(

@@ -72,16 +72,7 @@ def _linears(block: Any, lin: LayerLinears) -> list[torch.Tensor] | None:
         return None
     if any(p.weight.dtype != torch.float32 for p in (q, o, inner, out)):
         return None
-    return [
-        q.weight,
-        _or_none(q.bias),
-        o.weight,
-        _or_none(o.bias),
-        inner.weight,
-        _or_none(inner.bias),
-        out.weight,
-        _or_none(out.bias),
-    ]
+    return [t for p in (q, o, inner, out) for t in (p.weight, _or_none(p.bias))]
 
 
 class DecoderStack:
@@ -154,8 +145,8 @@ class ModernBertStack:
             and len(norm.normalized_shape) == 1
         )
 
-    def build(self, encoder: Any, linears: Sequence[LayerLinears], supports: Supports) -> tuple[Any, int] | None:
-        """ENCODER's `ModernBertWeights` on these LINEARS and its head count, or None."""
+    def build(self, encoder: Any, linears: Sequence[LayerLinears], supports: Supports) -> Any | None:
+        """ENCODER's `ModernBertWeights` on these LINEARS (the head count is in them), or None."""
         blocks = list(encoder.blocks)
         final = encoder.final_norm
         if not blocks or len(blocks) != len(linears) or not self._norm(final):
@@ -179,7 +170,7 @@ class ModernBertStack:
             tensors += [*first_norm, *packed[:4], block.mlp_norm.weight, _or_none(block.mlp_norm.bias), *packed[4:]]
             eps += [0.0 if plain_first else first.eps, block.mlp_norm.eps]
             global_layers.append(int(block.window is None))
-        weights = torch.classes.srun_cpu.ModernBertWeights(
+        return torch.classes.srun_cpu.ModernBertWeights(
             [t.detach() for t in tensors],
             [float(e) for e in eps],
             global_layers,
@@ -189,10 +180,8 @@ class ModernBertStack:
             _or_none(final.bias).detach(),
             float(final.eps),
         )
-        return weights, heads
 
-    def run(self, held: tuple[Any, int], x: torch.Tensor, packed: PackedRows, inputs: tuple[Any, ...]) -> torch.Tensor:
-        weights, _ = held
+    def run(self, weights: Any, x: torch.Tensor, packed: PackedRows, inputs: tuple[Any, ...]) -> torch.Tensor:
         global_cos, global_sin, local_cos, local_sin, window = inputs
         table, centre = (window.table, window.centre) if window is not None else (NO_TENSOR, 0)
         return torch.ops.srun_cpu.modernbert_layers(

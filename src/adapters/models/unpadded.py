@@ -282,7 +282,7 @@ class ForwardOps:
         inputs: tuple[Any, ...],
     ) -> torch.Tensor | None:
         """Every layer of ENCODER and its final norm at once, from the embedded tokens X, where ENCODER
-        names a stack (`one_call_stack`: `decoder`, `modernbert`) the ops have: INPUTS are what its
+        names a stack (`one_call_stack`: `decoder`, `modernbert`, `deberta`) the ops have: INPUTS are what its
         layer loop computes first (its rotary tables and masks: the encoder's `packed_forward` says
         which). None: the caller runs its layer loop (the eager ops have no such call)."""
         return None
