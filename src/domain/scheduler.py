@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_srun.domain.costs import CostModel
-from vllm_srun.domain.fairness import QUANTUM_PARTS, FairQueue
+from vllm_srun.domain.fairness import QUANTUM_PARTS, FairQueue, row_cost
 from vllm_srun.domain.lanes import TOKEN_ALIGN, Accounting, Lane, forward_tokens, round_up
 from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget, ForwardBatch, lane_token_limit, plan_forwards
 from vllm_srun.domain.rows import Row, RowSpec
@@ -301,9 +301,7 @@ class Scheduler:
         names = self._queue.tenants()
         if len(names) < 2:
             return frozenset()
-        asks = {name: self._queue.tokens_of(name) / self.tenants.weight(name) for name in names}
-        least = min(asks.values())
-        return frozenset(name for name, ask in asks.items() if ask == least)
+        return self._least_asking({name: self._queue.tokens_of(name) for name in names}, names)[0]
 
     def _lightest_holding(self) -> frozenset[str]:
         """The tenants with rows queued that ask least for their weight, counting what they have
@@ -311,15 +309,21 @@ class Scheduler:
         tenant holding work asks more; nobody otherwise (one tenant, or equal floods). Running rows
         count: a flood whose queued rows the busy slots have just taken is still the flood."""
         queued = self._queue.tenants()
-        asks = {name: float(self._queue.tokens_of(name)) for name in queued}
+        asks = {name: self._queue.tokens_of(name) for name in queued}
         for batch in self._in_flight:
             for row in batch.rows:
-                asks[row.tenant] = asks.get(row.tenant, 0.0) + round_up(row.tokens)
+                asks[row.tenant] = asks.get(row.tenant, 0) + row_cost(row)
+        least, others_ask_more = self._least_asking(asks, queued)
+        return least if others_ask_more else frozenset()
+
+    def _least_asking(self, asks: dict[str, int], among: frozenset[str]) -> tuple[frozenset[str], bool]:
+        """Of AMONG, the tenants whose ASKS (counted tokens) are least for their weight (ties: all
+        of them), and whether a tenant of ASKS asks more for its weight than they do."""
         weighed = {name: ask / self.tenants.weight(name) for name, ask in asks.items()}
-        least = min((weighed[name] for name in queued), default=None)
-        if least is None or max(weighed.values()) <= least:
-            return frozenset()
-        return frozenset(name for name in queued if weighed[name] == least)
+        least = min((weighed[name] for name in among), default=None)
+        if least is None:
+            return frozenset(), False
+        return frozenset(name for name in among if weighed[name] == least), max(weighed.values()) > least
 
     def _round(self, light: frozenset[str] = frozenset()) -> Callable[[Row], bool]:
         """A fair round's room: at most one forward per lane (the first row of a lane always fits;

@@ -153,11 +153,14 @@ class FairQueueMachine(RuleBasedStateMachine):
         quanta = (turns - self.joined_at[tenant]) * self.quantum * weight
         assert self.served_since_join[tenant] <= quanta + 1e-6, "a tenant took more than its turns gave it"
 
+    def _most_ahead(self, tenant: str) -> int:
+        """The turns TENANT's longest row needs: the most it may be ahead of the ring."""
+        return max(1, -(-self.longest[tenant] // (self.quantum * self.table.weight(tenant))))
+
     @invariant()
     def no_tenant_is_more_than_a_row_ahead(self) -> None:
         for tenant, queued in self.model.items():
-            share = self.quantum * self.table.weight(tenant)
-            assert self.queue.ahead(tenant) <= max(1, -(-self.longest[tenant] // share)), (
+            assert self.queue.ahead(tenant) <= self._most_ahead(tenant), (
                 f"{tenant} is {self.queue.ahead(tenant)} turns ahead of the ring"
             )
             if not queued:
@@ -172,7 +175,7 @@ class FairQueueMachine(RuleBasedStateMachine):
             self.together, self.reference = now, {t: self.queue.turns(t) for t in now}
             return
         had = {t: self.queue.turns(t) - self.reference[t] for t in now}
-        early = max((max(1, -(-self.longest[t] // (self.quantum * self.table.weight(t)))) for t in now), default=0)
+        early = max((self._most_ahead(t) for t in now), default=0)
         assert max(had.values(), default=0) - min(had.values(), default=0) <= 1 + early, f"turns since: {had}"
 
     @invariant()
