@@ -2,7 +2,9 @@
 `transformers` on the same texts, in one run.
 
 For each architecture a random-weight package of all-MiniLM-L6-v2's shape (6 layers, hidden 384,
-12 heads, FFN 1536; decoders: the same widths, 6 heads of 64 with 2 KV heads) is written by our
+12 heads, FFN 1536; decoders: the same widths, 6 heads of 64 with 2 KV heads; Qwen3.5 besides:
+its Gated DeltaNet layers with 3 key and 6 value heads of 64, one layer in four gated full
+attention) is written by our
 fixture writer (`families/encoder_fixture.write_arch_package`: the architecture's real tokenizer
 kind, its config as transformers writes it, sentence-transformers pooling files). Then:
   - ours:    `vllm-srun serve FOLDER` (result cache off), `wrk` with CONNECTIONS connections for
@@ -31,16 +33,17 @@ from _load import embeddings_body, machine_load, server, warm_up, wrk_load
 from _texts import WORDS as TEXT_WORDS
 from _texts import make_texts
 
-ARCHES = ["bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "deberta-v2", "modernbert", "qwen3"]
+ARCHES = ["bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "deberta-v2", "modernbert", "qwen3", "qwen3_5"]
 MINILM = {"hidden": 384, "layers": 6, "heads": 12, "intermediate": 1536}
 DECODER = {"hidden": 384, "layers": 6, "heads": 6, "kv_heads": 2, "intermediate": 1536}
+QWEN3_5 = {**DECODER, "head_dim": 64, "linear_key_heads": 3, "linear_value_heads": 6, "linear_head_dim": 64}
 POSITIONS = 512
 
 
 def write_package(out: Path, arch: str) -> Path:
     from vllm_srun.adapters.families.encoder_fixture import write_arch_package
 
-    sizes = DECODER if arch in ("qwen3", "qwen2", "llama") else MINILM
+    sizes = QWEN3_5 if arch == "qwen3_5" else DECODER if arch in ("qwen3", "qwen2", "llama") else MINILM
     # the benchmark's words are whole tokens, so a text is about as many tokens as MiniLM makes of it
     write_arch_package(out, arch, "embed", 0, positions=POSITIONS, words=TEXT_WORDS, **sizes)
     condition(out / "model.safetensors")
@@ -149,7 +152,7 @@ def main() -> None:
         for arch in arches:
             folder = bert_package(Path(tmp)) if arch == "bert" else write_package(Path(tmp) / arch, arch)
             before = offline_rate(folder, texts, batches)
-            with server(str(folder), "--result-cache-entries", "0") as base:
+            with server(str(folder), "--result-cache-entries", "0", "--profile", "batching") as base:
                 check_answers(base, bodies)
                 warm_up(base, bodies, 3)
                 load = wrk_load(base, bodies, connections=args.connections, seconds=args.seconds)

@@ -2,6 +2,7 @@
 
     python bench/shared_context.py                      # SmolLM2-135M shape, random weights
     python bench/shared_context.py --layers 6 --questions 1,8,32   # shorter
+    python bench/shared_context.py --arch qwen3_5       # Qwen3.5-0.8B's text shape (hybrid backbone)
 
 For each question count it times
   unshared — every question run as its own `state + question` row, in padded batches of --rows;
@@ -9,12 +10,18 @@ For each question count it times
              (all batches are the same shape, so each costs the same; --unshared-batches 0 runs all),
   branch   — `prefix_kv(state)` once, then `branch_logits` (every question a row attending to the
              state's K/V and itself), the state attended once for all rows (`attend_split`):
-             the layout the decision family uses by default,
+             the layout the decision family uses under profile shared_context (or max_speed),
   copies   — the same branch layout with the state's K/V copied into every row (one SDPA call;
              the path off the CPU),
-  packed   — `packed_tree_logits` (one row: state then every question, under a tree mask),
+  packed   — `packed_tree_logits` (one row: state then every question, under a tree mask;
+             `DecoderLM` only),
 and prints the seconds and the speed-up unshared ÷ shared. Each shared answer is checked against
 the unshared answers that were run (max |Δ| of the logits).
+
+`--arch qwen3_5` runs the Qwen3.5 hybrid backbone (`Qwen35LM`, Qwen3.5-0.8B's text shape: Gated
+DeltaNet layers with one gated full-attention layer in four; `--layers` keeps that order): a
+branch continues the state's recurrent state and conv tail (linear layers) and its keys and
+values (full layers); unshared rows run back to back without padding.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import time
 import torch
 
 from vllm_srun.adapters.models.decoder import DecoderConfig, DecoderLM
+from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
+from vllm_srun.adapters.models.qwen3_5_config import Qwen35Config
 
 SMOLLM2_135M = dict(
     model_type="llama",
@@ -40,6 +49,35 @@ SMOLLM2_135M = dict(
     max_position_embeddings=8192,
     tie_word_embeddings=True,
 )
+
+
+QWEN3_5_08B = dict(  # Qwen3.5-0.8B's text model as its config.json says it
+    model_type="qwen3_5_text",
+    vocab_size=248320,
+    hidden_size=1024,
+    intermediate_size=3584,
+    num_hidden_layers=24,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    head_dim=256,
+    linear_conv_kernel_dim=4,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    linear_num_key_heads=16,
+    linear_num_value_heads=16,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+    max_position_embeddings=262144,
+    tie_word_embeddings=True,
+)
+
+
+def build(arch: str, layers: int | None, seed: int) -> DecoderLM | Qwen35LM:
+    if arch == "qwen3_5":
+        raw = {**QWEN3_5_08B, "num_hidden_layers": layers or QWEN3_5_08B["num_hidden_layers"]}
+        return Qwen35LM.random(Qwen35Config.from_dict(raw), seed=seed)
+    return DecoderLM.random(
+        DecoderConfig(**{**SMOLLM2_135M, "num_layers": layers or SMOLLM2_135M["num_layers"]}), seed=seed
+    )
 
 
 def _timed(fn):
@@ -58,7 +96,7 @@ def _padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-def _branch(model: DecoderLM, state: list[int], questions: list[list[int]], split: bool) -> torch.Tensor:
+def _branch(model: DecoderLM | Qwen35LM, state: list[int], questions: list[list[int]], split: bool) -> torch.Tensor:
     model.split_attention = split
     try:
         return model.branch_logits(model.prefix_kv(state), questions)
@@ -73,8 +111,9 @@ def main() -> None:
     ap.add_argument("--questions", default="1,8,32,128", help="question counts, comma-separated")
     ap.add_argument("--rows", type=int, default=8, help="rows per unshared batch")
     ap.add_argument("--unshared-batches", type=int, default=1, help="unshared batches run per count (0: all)")
-    ap.add_argument("--layouts", default="branch,copies,packed", help="shared layouts to time, comma-separated")
-    ap.add_argument("--layers", type=int, default=SMOLLM2_135M["num_layers"])
+    ap.add_argument("--arch", choices=["llama", "qwen3_5"], default="llama", help="llama: SmolLM2-135M; qwen3_5")
+    ap.add_argument("--layouts", default=None, help="shared layouts to time (default: branch,copies[,packed])")
+    ap.add_argument("--layers", type=int, default=None, help="layers (default: the model's)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each shared layout; the fastest counts")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=0)
@@ -82,22 +121,28 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    model = DecoderLM.random(DecoderConfig(**{**SMOLLM2_135M, "num_layers": args.layers}), seed=args.seed)
+    model = build(args.arch, args.layers, args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     vocab = model.config.vocab_size
     state = torch.randint(0, vocab, (args.state,), generator=gen).tolist()
     model.branch_logits(model.prefix_kv(state), [state[:8]] * 4)  # warm-up
-    model.packed_tree_logits(state, [state[:8]] * 4)
+    tree = isinstance(model, DecoderLM)
+    if tree:
+        model.packed_tree_logits(state, [state[:8]] * 4)
     print(
-        f"decoder: {args.layers} layers, hidden {model.config.hidden_size}, threads {torch.get_num_threads()}; "
-        f"state {args.state} tokens, questions ~{args.question_len} tokens"
+        f"{args.arch}: {model.config.num_layers} layers, hidden {model.config.hidden_size}, "
+        f"threads {torch.get_num_threads()}; state {args.state} tokens, questions ~{args.question_len} tokens"
     )
-    layouts = [name for name in args.layouts.split(",") if name]
+    layouts = [
+        name for name in (args.layouts or ("branch,copies,packed" if tree else "branch,copies")).split(",") if name
+    ]
     runners = {
         "branch": lambda qs: _branch(model, state, qs, split=True),
         "copies": lambda qs: _branch(model, state, qs, split=False),
-        "packed": lambda qs: model.packed_tree_logits(state, qs),
+        "packed": lambda qs: model.packed_tree_logits(state, qs) if isinstance(model, DecoderLM) else None,
     }
+    if "packed" in layouts and not tree:
+        raise SystemExit("the packed-tree layout is DecoderLM's only (--layouts branch,copies)")
     print(
         f"{'questions':>9} {'unshared s':>11}"
         + "".join(f" {name + ' s':>9}" for name in layouts)

@@ -142,11 +142,13 @@ def native_encoder(
     cache_dir: Path | None = None,
     env: Mapping[str, str] = os.environ,
     deterministic: bool = False,
+    prefer_invariant: bool = False,
 ) -> NativeEncoder:
     """The native engine for REFERENCE, with the oneDNN fast path where it is safe and faster
     (module doc), or on a GPU the fused Triton kernels where they are faster. DETERMINISTIC
     (`--deterministic`): on a CPU the packed copies serve every forward where they can (they are
-    batch-invariant), whatever the timings say."""
+    batch-invariant), whatever the timings say; PREFER_INVARIANT (a profile that never coalesces,
+    R-PROF-1) asks the same, so that the probe finds the model batch-invariant and rows still merge."""
     # ---- int8 packages (`vllm-srun quantize`): int8 linears on a CPU with VNNI/AMX, else refused in one line
     if reference.quantization is not None:
         from vllm_srun.adapters.engines.cpu_int8 import int8_encoder
@@ -156,13 +158,15 @@ def native_encoder(
     if device.kind != "cpu":
         return gpu_encoder(reference, device, progress, env)
     mode = _mode(env)
-    if deterministic and mode == "auto":
+    if (deterministic or prefer_invariant) and mode == "auto":
         mode = "force"
     dtype = next(reference.encoder.parameters()).dtype
     ops, attention = cpu_ops(dtype, progress, env)
     if mode == "off":
         return _eager(reference, f"turned off ({ENV}={env[ENV]})", progress, ops, attention)
     unsupported = onednn_unsupported(device.name, dtype)
+    if unsupported is None and not list(reference.encoder.blocks):
+        unsupported = f"a {reference.config.model_type} model has no four-linear blocks to pack"
     if unsupported:
         return _eager(reference, unsupported, progress, ops, attention)
     try:
@@ -186,7 +190,10 @@ def native_encoder(
     }
     if mode == "force":
         plan = KernelPlan(FORCED_UP_TO)
-        why = "--deterministic" if ENV not in env else f"{ENV}={env[ENV]}"
+        if ENV in env:
+            why = f"{ENV}={env[ENV]}"
+        else:
+            why = "--deterministic" if deterministic else "the exact profile: batch-invariant kernels"
         kernels.update(
             packed_up_to_tokens=None,
             reason=f"every forward ({why}); answers within {tol:g} of eager",

@@ -4,6 +4,11 @@ Rows are right-padded (padded accounting). The shared-context branch layout (R-S
 `prefix_kv` / `branch_logits`. Eager torch on a CPU; on a GPU at the published BF16 the fused
 Triton kernels (residual + RMSNorm, SiLU·mul; `triton_decoder.py`) serve each call whose size (its
 tokens) is one where load-time timings found them faster (R-DT-3).
+
+`NativeHybridDecoder` serves the Qwen3.5 backbone (`models/qwen3_5.py`: Gated DeltaNet and gated
+attention layers) through the same port: rows run back to back without padding (packed
+accounting), each only up to the position asked; the shared-context branches continue the state's
+recurrent state, conv tail and keys/values. Eager torch on every device.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 from vllm_srun.adapters.contracts import Determinism, Device, Progress
 from vllm_srun.adapters.engines.triton_decoder import GpuDecoderKernels, decoder_kernels
 from vllm_srun.adapters.models.decoder import DecoderLM, DecoderOps
+from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
 from vllm_srun.domain.lanes import Accounting
 
 
@@ -60,10 +66,51 @@ class NativeDecoder:
         return self.lm.branch_logits(state, rows, chunk=chunk, ops=self.ops_for(min(chunk, len(rows)) * width))
 
 
+class NativeHybridDecoder:
+    """The decoder port over a Qwen3.5 backbone (module doc)."""
+
+    name = "native"
+    accounting = Accounting.PACKED  # rows laid back to back: a forward computes only real tokens
+    forward_threads = True
+    kernel_switch_tokens = None  # the same torch ops at every size
+    # eager torch: a row's last bits move with its neighbours (GEMM blocking by row count, the
+    # vectorised tail of elementwise ops), so only a row run alone is reproducible
+    determinism = Determinism.ROWS_ALONE
+
+    def __init__(self, lm: Qwen35LM) -> None:
+        self.lm = lm
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.lm.config.vocab_size)
+
+    def describe(self) -> dict[str, Any]:
+        layers = self.lm.config.layer_types
+        return {
+            "kernels": {"attention": "torch sdpa per row", "delta_rule": "chunked torch (64)", "linear": "eager"},
+            "backbone": {
+                "architecture": "qwen3_5",
+                "linear_attention_layers": sum(t == "linear_attention" for t in layers),
+                "full_attention_layers": sum(t == "full_attention" for t in layers),
+            },
+        }
+
+    def logits_at(self, input_ids: Any, positions: Any) -> Any:
+        return self.lm.logits_at(input_ids, positions=positions)
+
+    def prefix_kv(self, state_ids: Sequence[int]) -> Any:
+        return self.lm.prefix_kv(list(state_ids))
+
+    def branch_logits(self, state: Any, branches: Sequence[Sequence[int]], *, chunk: int) -> Any:
+        return self.lm.branch_logits(state, [list(b) for b in branches], chunk=chunk)
+
+
 def native_decoder(
-    lm: DecoderLM, device: Device, progress: Progress, env: Mapping[str, str] | None = None
-) -> NativeDecoder:
+    lm: DecoderLM | Qwen35LM, device: Device, progress: Progress, env: Mapping[str, str] | None = None
+) -> NativeDecoder | NativeHybridDecoder:
     """The native decoder engine for LM on DEVICE (with the fused kernels where they are faster)."""
+    if isinstance(lm, Qwen35LM):
+        return NativeHybridDecoder(lm)
     if device.kind == "cpu":
         return NativeDecoder(lm)
     found = decoder_kernels(lm, device, progress) if env is None else decoder_kernels(lm, device, progress, env)

@@ -38,6 +38,7 @@ from vllm_srun.domain.rows import DEFAULT_LANE
 # (bench/embeddings_load.py). Merged forwards of an encoder stay within this many padded tokens.
 CPU_CAP_TOKENS = 4096
 CALIBRATION_ROW_TOKENS = 512  # calibration forwards are rows of this many tokens (or the input limit)
+CLASSIFY_THRESHOLD = 0.5  # a multi-label head's selection threshold when a request sets none
 
 SURFACES = frozenset({"embeddings", "classify", "rerank"})
 GOLDEN_FILE = "golden.json"
@@ -102,9 +103,15 @@ def _tokenizer(folder: Path, head: object) -> TextTokenizer:
 
 
 def _token_head(folder: Path, cfg: Any) -> Any:
-    """The token-classification head of a `*ForTokenClassification` package, else None."""
-    if not is_token_classifier(read_config(folder)):
+    """The token-classification head of a `*ForTokenClassification` package, else None (a decoder's
+    is its `score` layer: models/decoder_heads.py)."""
+    config = read_config(folder)
+    if not is_token_classifier(config):
         return None
+    if cfg.model_type in DECODER_TYPES:
+        from vllm_srun.adapters.models.decoder_heads import read_score_token_head
+
+        return read_score_token_head(folder, cfg.hidden_size, cfg.num_labels, config)
     from vllm_srun.adapters.models.token_classifier import read_token_head
 
     return read_token_head(folder, cfg.hidden_size, cfg.num_labels)
@@ -116,6 +123,7 @@ class EncoderModel(LoadedModel):
     def __init__(self, folder: Path, context: LoadContext) -> None:
         import torch
 
+        from vllm_srun.adapters.models.decoder_heads import head_rows
         from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
         from vllm_srun.adapters.models.st_modules import SPARSE_ARCHETYPE, read_package, read_text_settings
 
@@ -148,6 +156,7 @@ class EncoderModel(LoadedModel):
         self.normalized = self.pooling.normalize
         # a `*ForTokenClassification` package labels every token (models/token_classifier.py)
         self.token_head = _token_head(folder, cfg) if not self.reference.has_classifier else None
+        self.head_rows = head_rows(self.reference.head)  # a decoder's score head: where transformers reads
         self.classify_kind = "token" if self.token_head is not None else "sequence"
         heads = self.reference.has_classifier or self.token_head is not None
         self.labels = list(self.reference.labels) if heads else []
@@ -209,11 +218,11 @@ class EncoderModel(LoadedModel):
         if not heads:
             return list(forward.embed(payloads))
         if len(heads) == len(payloads):
-            return list(forward.classify_logits([p.encoded for p in payloads]))
+            return list(forward.classify_logits(self.head_rows([p.encoded for p in payloads])))
         out = [None] * len(payloads)  # rows of two surfaces in one forward: run each part
         pooled = sorted(set(range(len(payloads))) - set(heads))
         for idx, rows in (
-            (heads, forward.classify_logits([payloads[i].encoded for i in heads])),
+            (heads, forward.classify_logits(self.head_rows([payloads[i].encoded for i in heads]))),
             (pooled, forward.embed([payloads[i] for i in pooled])),
         ):
             for i, row in zip(idx, rows):
@@ -263,17 +272,24 @@ class EncoderModel(LoadedModel):
         return CalibrationForward(DEFAULT_LANE, payloads, forward_tokens(lengths, self.lanes[0].accounting))
 
     def card_section(self) -> dict[str, Any]:
+        """The card's `embedding`, `heads` and `rerank` sections: the contract's fields first
+        (docs/contract.md), then ours."""
         out: dict[str, Any] = dict(self.forward.describe())
+        layers = self.reference.config.num_hidden_layers  # every output comes from the last layer
         if "embeddings" in self.surfaces:
             dense = "dense" in self.output_kinds
-            embedding: dict[str, Any] = {"outputs": [k for k in OUTPUT_KINDS if k in self.output_kinds]}
+            embedding: dict[str, Any] = {
+                # the dense vector's size (any smaller `dimensions` cuts it); none for a sparse-only model
+                "dimensions": [self.dimensions] if dense else [],
+                "layers": [layers],
+                "modalities": ["text"],
+                "normalized": bool(self.pooling.normalize) if dense else False,
+                "pooling": self.pooling.mode if dense else "sparse",
+                "input_types": ["query", "document"] if self.prompts else [],  # they pick a prompt
+                "outputs": [k for k in OUTPUT_KINDS if k in self.output_kinds],
+            }
             if dense:
-                embedding.update(
-                    dimensions=self.dimensions,
-                    normalized=self.pooling.normalize,
-                    pooling=self.pooling.mode,
-                    after_pooling=self.pooling.describe(),
-                )
+                embedding.update(after_pooling=self.pooling.describe())
             embedding.update(
                 prompts=dict(self.prompts),
                 default_prompt_name=self.default_prompt_name,
@@ -292,28 +308,44 @@ class EncoderModel(LoadedModel):
             out["embedding"] = embedding
         if "classify" in self.surfaces:
             out["classify"] = {"labels": self.labels, "multi_label": self.multi_label}
-            head: dict[str, Any] = {"name": "classify", "kind": self.classify_kind, "labels": self.labels}
-            if self.token_head is not None:
-                head.update(
-                    aggregation=["simple", "first", "none"], default_aggregation="simple", reduction="span union"
-                )
-            out["heads"] = [head]
+            out["heads"] = [self._head_card()]
         if "rerank" in self.surfaces:
             from vllm_srun.adapters.models.prompted_pairs import PromptedPairTokenizer
 
-            out["rerank"] = {"relevance": "sigmoid(logit)"}
+            width = self.multi_vector_dimensions if self.rerank_scoring == "maxsim" else None
+            exit_ = {"layer": layers, "dimension": width or self.reference.config.hidden_size}
+            rerank: dict[str, Any] = {"exits": [exit_], "default": dict(exit_), "relevance": "sigmoid(logit)"}
             if self.rerank_scoring == "maxsim":
-                out["rerank"] = {
-                    "relevance": "maxsim: the sum over query tokens of their best dot product with a document token"
-                }
+                rerank["relevance"] = (
+                    "maxsim: the sum over query tokens of their best dot product with a document token"
+                )
             if isinstance(self.tokenizer, PromptedPairTokenizer):  # a yes/no reranker (its prompt template)
                 prompt = self.tokenizer.prompt
-                out["rerank"] = {
-                    "relevance": "P(yes) / (P(yes) + P(no)) of the next token",
-                    "yes": prompt.yes,
-                    "no": prompt.no,
-                }
+                rerank.update(relevance="P(yes) / (P(yes) + P(no)) of the next token", yes=prompt.yes, no=prompt.no)
+            out["rerank"] = rerank
         return out
+
+    def _head_card(self) -> dict[str, Any]:
+        """The one classify head (`classify`): `sequence` (softmax over the labels), `scores`
+        (multi-label: an independent sigmoid score per label, `selected` at one threshold) or
+        `token` (a label per token, spans). No package carries a per-label operating point."""
+        token = self.token_head is not None
+        kind = "token" if token else "scores" if self.multi_label else "sequence"
+        head: dict[str, Any] = {
+            "name": "classify",
+            "kind": kind,
+            "labels": self.labels,
+            "inputs": ["text"] if token else ["text", "pair"],
+            "default_threshold": CLASSIFY_THRESHOLD if kind == "scores" else None,
+            "thresholds": None,
+            "overflow": "reject",  # the serving card puts the deployment's input.overflow here
+            "window": None,
+            "reduction": "span_union" if token else "max",  # how the windows of one input are joined
+            "operating_point_sha256": None,
+        }
+        if token:
+            head.update(aggregation=["simple", "first", "none"], default_aggregation="simple")
+        return head
 
 
 class EncoderFamily(Family):

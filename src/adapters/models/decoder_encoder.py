@@ -22,20 +22,20 @@
   model's q/k/v, gate and up projections are views of them (re-tied after `.to()`).
 `default_pooling` is `lasttoken` (each row's last real token, under any padding side).
 
-Heads (`reads_first_token = False`, both read each row's last real token): `ScoreHead` for a
-`…ForSequenceClassification` checkpoint (`score.weight`); otherwise `YesNoHead` when srun.json has
-`rerank` or lists the `rerank` surface: one logit (lm_head[yes] − lm_head[no]) · h, so
-sigmoid(logit) = P(yes) / (P(yes) + P(no)), the recipe's score. The wrapped model's output layer is
-not kept (only the yes/no head's two rows are): its `logits_at` are not for use.
+Heads (`decoder_heads.py`): `ScoreHead` for a `…ForSequenceClassification` checkpoint
+(`score.weight`, read where transformers reads it: config.json's `pad_token_id` kept as
+`config_pad_token_id`); otherwise `YesNoHead` when srun.json has `rerank` or lists the `rerank`
+surface. A `…ForTokenClassification` checkpoint loads as the bare backbone: the family reads its
+`score` layer as a token head. The wrapped model's output layer is not kept (only the yes/no head's
+two rows are): its `logits_at` are not for use.
 
 `decoder_encoder_fixture.py` writes tiny random packages under transformers' names.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -44,8 +44,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from vllm_srun.adapters.models.decoder import DecoderConfig, DecoderLayer, DecoderLM, RMSNorm, apply_rotary
-from vllm_srun.adapters.models.encoder_parts import ConfigBase, assign, config_labels
-from vllm_srun.adapters.models.manifest import asks_for_yes_no, read_config, read_manifest
+from vllm_srun.adapters.models.decoder_heads import (
+    HEAD_TENSORS,
+    ScoreHead,
+    YesNoHead,
+    decoder_head,
+    labelled,
+    tokenizer_pad_id,
+)
+from vllm_srun.adapters.models.encoder_parts import ConfigBase, config_labels
+from vllm_srun.adapters.models.manifest import read_config
 from vllm_srun.adapters.models.unpadded import RelativeBias, attend_runs
 from vllm_srun.adapters.models.weights import WeightsError, load_weights
 
@@ -69,7 +77,9 @@ class DecoderEncoderConfig(ConfigBase):
     num_attention_heads: int
     max_position_embeddings: int
     hidden_act: str = "silu"
-    pad_token_id: int = 0
+    pad_token_id: int = 0  # the id that pads rows (config.json's, else the tokenizer's, else 0)
+    config_pad_token_id: int | None = None  # config.json's own: what a score head reads by (decoder_heads.py)
+    architectures: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], pad_token_id: int | None = None) -> DecoderEncoderConfig:
@@ -87,9 +97,9 @@ class DecoderEncoderConfig(ConfigBase):
                 f"num_key_value_heads {decoder.num_kv_heads} does not divide num_attention_heads {decoder.num_heads}"
             )
         num_labels, id2label = config_labels(raw)
-        pad = raw.get("pad_token_id")
-        if not isinstance(pad, int):
-            pad = pad_token_id
+        own = raw.get("pad_token_id")
+        own = own if isinstance(own, int) and not isinstance(own, bool) else None
+        pad = own if own is not None else pad_token_id
         if not isinstance(pad, int) or not 0 <= pad < decoder.vocab_size:
             pad = 0  # any id in the vocabulary pads right-padded causal rows
         return cls(
@@ -101,6 +111,8 @@ class DecoderEncoderConfig(ConfigBase):
             num_attention_heads=decoder.num_heads,
             max_position_embeddings=decoder.max_position_embeddings,
             pad_token_id=pad,
+            config_pad_token_id=own,
+            architectures=tuple(str(a) for a in raw.get("architectures") or ()),
             num_labels=num_labels,
             id2label=id2label,
             problem_type=raw.get("problem_type"),
@@ -268,82 +280,16 @@ class DecoderEncoder(nn.Module):
         return self.lm.model.norm(x)
 
 
-def _last_tokens(hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Each row's last real token [B, H] (right or left padding; MASK None: every row is full)."""
-    if mask is None:
-        return hidden[:, -1]
-    positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
-    last = (mask.to(positions.dtype) * positions).argmax(dim=1)
-    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-
-
-class YesNoHead(nn.Module):
-    """The yes/no reranker's answer as one logit: (lm_head[yes] − lm_head[no]) · h at each row's last
-    token, so sigmoid(logit) = softmax([no, yes])[yes] (the Qwen3-Reranker score)."""
-
-    reads_first_token = False
-
-    def __init__(self, hidden: int) -> None:
-        super().__init__()
-        self.score = nn.Linear(hidden, 1, bias=False)
-
-    @classmethod
-    def from_rows(cls, yes: torch.Tensor, no: torch.Tensor) -> YesNoHead:
-        with torch.device("meta"):
-            head = cls(yes.shape[0])
-        direction = (yes.float() - no.float()).to(yes.dtype)[None]
-        head.score.weight = nn.Parameter(direction.contiguous(), requires_grad=False)
-        return head.eval()
-
-    def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.score(_last_tokens(hidden, mask))
-
-
-class ScoreHead(nn.Module):
-    """`…ForSequenceClassification`'s head on a decoder: `score` (no bias) at each row's last token."""
-
-    reads_first_token = False
-
-    def __init__(self, hidden: int, num_labels: int) -> None:
-        super().__init__()
-        self.score = nn.Linear(hidden, num_labels, bias=False)
-
-    def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.score(_last_tokens(hidden, mask))
-
-
-def _tokenizer_pad(folder: Path) -> int | None:
-    """The pad id the package's tokenizer names (tokenizer_config.json `pad_token`), if any."""
-    from tokenizers import Tokenizer
-
-    try:
-        cfg = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-        token = cfg.get("pad_token")
-        token = token.get("content") if isinstance(token, dict) else token
-        if not isinstance(token, str):
-            return None
-        return Tokenizer.from_file(str(folder / "tokenizer.json")).token_to_id(token)
-    except Exception:
-        return None
-
-
-def _wants_yes_no(manifest: dict[str, Any], has_score: bool) -> bool:
-    """The yes/no head: srun.json asks for a reranker and the checkpoint has no head of its own."""
-    return not has_score and asks_for_yes_no(manifest)
-
-
 def load_decoder_encoder(
     folder: Path, dtype: torch.dtype = torch.float32
 ) -> tuple[DecoderEncoder, YesNoHead | ScoreHead | None]:
     """Read config.json, srun.json and the safetensors of FOLDER: the encoder and its head (module doc)."""
-    from vllm_srun.adapters.models.prompted_pairs import RerankPrompt
-
     folder = Path(folder)
-    manifest = read_manifest(folder)
-    cfg = DecoderEncoderConfig.from_dict(read_config(folder), _tokenizer_pad(folder))
+    cfg = DecoderEncoderConfig.from_dict(read_config(folder), tokenizer_pad_id(folder))
     w = load_weights(folder, dtype)
-    extra = {"lm_head.weight", "score.weight"}
-    state = {f"model.{k}": v for k, v in w.tensors.items() if k not in extra and not k.endswith(_IGNORED_SUFFIXES)}
+    state = {
+        f"model.{k}": v for k, v in w.tensors.items() if k not in HEAD_TENSORS and not k.endswith(_IGNORED_SUFFIXES)
+    }
     with torch.device("meta"):
         lm = DecoderLM(cfg.decoder)
     lm.lm_head = None  # the output layer is not kept: the yes/no head takes its two rows (below)
@@ -356,35 +302,6 @@ def load_decoder_encoder(
             f"weights in {folder} do not fit the {cfg.model_type} layout: missing {missing[:5]}, unexpected {unexpected[:5]}"
         )
     lm.eval().requires_grad_(False)
-    head: YesNoHead | ScoreHead | None = None
-    if _wants_yes_no(manifest, "score.weight" in w):
-        from tokenizers import Tokenizer
-
-        prompt = RerankPrompt.from_manifest(manifest)
-        if not (folder / "tokenizer.json").is_file():
-            raise ValueError(f"a yes/no reranker needs its tokenizer.json (not in {folder})")
-        yes, no = prompt.answer_ids(Tokenizer.from_file(str(folder / "tokenizer.json")))
-        if cfg.decoder.tie_word_embeddings:
-            table = lm.model.embed_tokens.weight
-        elif "lm_head.weight" in w:
-            table = w.take("lm_head.weight")
-        else:
-            raise WeightsError(f"a yes/no reranker needs lm_head.weight (untied) and {folder} has none")
-        if max(yes, no) >= table.shape[0]:
-            raise ValueError(
-                f"srun.json rerank yes/no token ids {yes}/{no} are outside the {table.shape[0]} output rows"
-            )
-        head = YesNoHead.from_rows(table[yes].detach(), table[no].detach())
-        cfg = replace(cfg, num_labels=1, id2label={0: "LABEL_0"})
-    elif "score.weight" in w:
-        score = w.take("score.weight")
-        if score.ndim != 2 or score.shape[1] != cfg.hidden_size:
-            raise WeightsError(
-                f"score.weight of {folder} has shape {tuple(score.shape)}, not [labels, {cfg.hidden_size}]"
-            )
-        if score.shape[0] != cfg.num_labels:
-            cfg = replace(cfg, num_labels=score.shape[0], id2label={i: f"LABEL_{i}" for i in range(score.shape[0])})
-        with torch.device("meta"):
-            head = ScoreHead(cfg.hidden_size, cfg.num_labels)
-        head = assign(head, {"score.weight": score}, str(folder))
-    return DecoderEncoder(cfg, lm).eval().requires_grad_(False), head
+    tied = cfg.decoder.tie_word_embeddings
+    head = decoder_head(folder, w, cfg, lambda: lm.model.embed_tokens.weight if tied else w.take("lm_head.weight"))
+    return DecoderEncoder(labelled(cfg, head), lm).eval().requires_grad_(False), head

@@ -1,6 +1,7 @@
 """Tiny random decoder-backbone packages (Qwen3 / Qwen2 / Llama) for `vllm-srun fixture` and the
 tests: `fixture_config` writes config.json as transformers 5.x writes it, `fixture_weights` random
-tensors under transformers' names (`decoder_encoder.py` loads them)."""
+tensors under transformers' names (`decoder_encoder.py` loads them), for the bare backbone, the
+causal LM and the sequence- and token-classification heads."""
 
 from __future__ import annotations
 
@@ -22,17 +23,22 @@ def fixture_config(
     head_dim: int | None = None,
     tie_word_embeddings: bool = True,
     causal_lm: bool = True,
+    token: bool = False,
     **sizes: int,
 ) -> dict[str, Any]:
     """config.json as transformers 5.x writes it for `<Arch>ForSequenceClassification` (NUM_LABELS
-    set), `<Arch>ForCausalLM` (CAUSAL_LM: the reranker's layout, also Qwen3-Embedding's) or the bare
-    `<Arch>Model`; SIZES are `FixtureSizes`' fields. KV_HEADS defaults to half the heads (GQA) when that
-    divides them."""
+    set; `<Arch>ForTokenClassification` with TOKEN), `<Arch>ForCausalLM` (CAUSAL_LM: the reranker's
+    layout, also Qwen3-Embedding's) or the bare `<Arch>Model`; SIZES are `FixtureSizes`' fields.
+    KV_HEADS defaults to half the heads (GQA) when that divides them."""
     size = FixtureSizes(**sizes)
     if model_type not in SUPPORTED_TYPES:
         raise ValueError(f"model_type {model_type!r} is not one of {SUPPORTED_TYPES}")
     arch = ARCH_NAMES[model_type]
-    kind = "ForSequenceClassification" if num_labels is not None else "ForCausalLM" if causal_lm else "Model"
+    if token and num_labels is None:
+        raise ValueError("a token-classification head needs its label count")
+    kind = "ForCausalLM" if causal_lm else "Model"
+    if num_labels is not None:
+        kind = "ForTokenClassification" if token else "ForSequenceClassification"
     kv = kv_heads or (size.heads // 2 if size.heads % 2 == 0 else size.heads)
     dim = head_dim or size.hidden // size.heads
     config: dict[str, Any] = {
@@ -83,7 +89,8 @@ def fixture_config(
 
 def fixture_weights(config: dict[str, Any], num_labels: int | None, seed: int) -> dict[str, np.ndarray]:
     """Random float32 tensors under the names of the config's architecture (`<Arch>Model`: no prefix;
-    `…ForCausalLM` / `…ForSequenceClassification`: `model.` + `lm_head.weight` when untied / `score.weight`)."""
+    `…ForCausalLM` / `…ForSequenceClassification` / `…ForTokenClassification`: `model.` +
+    `lm_head.weight` when untied / `score.weight` / `score.weight` and `score.bias`)."""
     t = FixtureTensors(seed)
     kind = str(config["model_type"])
     hidden, inter, vocab = int(config["hidden_size"]), int(config["intermediate_size"]), int(config["vocab_size"])
@@ -118,4 +125,6 @@ def fixture_weights(config: dict[str, Any], num_labels: int | None, seed: int) -
         out["lm_head.weight"] = t.normal(vocab, hidden)
     if num_labels is not None:
         out["score.weight"] = t.normal(num_labels, hidden)
+    if architecture.endswith("ForTokenClassification"):
+        out["score.bias"] = t.normal(int(num_labels or 0), scale=0.1)
     return out

@@ -32,9 +32,12 @@ ARCHITECTURES: dict[str, str] = {
     "qwen3": "decoder_encoder:load_decoder_encoder",
     "qwen2": "decoder_encoder:load_decoder_encoder",
     "llama": "decoder_encoder:load_decoder_encoder",
+    "qwen3_5": "qwen3_5_encoder:load_qwen3_5_encoder",
+    "qwen3_5_text": "qwen3_5_encoder:load_qwen3_5_encoder",
 }
-# decoder backbones: served by the encoder family only when the package says so (families/decoder_packages.py)
-DECODER_TYPES = frozenset({"qwen3", "qwen2", "llama"})
+# decoder backbones: served by the encoder family when the package is an embedder, a reranker or a
+# classifier (families/decoder_packages.py), by the decision family when it is a causal LM
+DECODER_TYPES = frozenset({"qwen3", "qwen2", "llama", "qwen3_5", "qwen3_5_text"})
 ENCODER_TYPES = frozenset(ARCHITECTURES) - DECODER_TYPES
 
 

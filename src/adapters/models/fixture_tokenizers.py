@@ -19,8 +19,10 @@ tokenizer.json: it adds no `</s>` to a text that already ends in one, and a stre
 token that starts with punctuation and a space loses its `▁`.
 
 Kinds: WordPiece (`bert`, `distilbert`, `mpnet`), byte-level BPE (`roberta`, `modernbert`,
-`qwen2`, `qwen3`, `llama`, and `clip` with its `</w>` word ends), SentencePiece Unigram with `▁`
-(`xlm-roberta`, `deberta-v2`, `siglip`).
+`qwen2`, `qwen3`, `qwen3_5`, `llama`, and `clip` with its `</w>` word ends), SentencePiece
+Unigram with `▁` (`xlm-roberta`, `deberta-v2`, `siglip`). Qwen3.5's packages declare
+`Qwen2Tokenizer` as the Hub's do; transformers reads a `qwen3_5` package with `Qwen3_5Tokenizer`
+(its split regex keeps combining marks with their letters), which `qwen3_5` here mirrors.
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ from vllm_srun.adapters.models.bpe_vocab import MergeBuilder, byte_alphabet, byt
 from vllm_srun.adapters.models.sentencepiece_file import sentencepiece_model
 
 WORDPIECE_TYPES = ("bert", "distilbert", "mpnet")
-BYTE_BPE_TYPES = ("roberta", "modernbert", "qwen2", "qwen3", "llama")
+BYTE_BPE_TYPES = ("roberta", "modernbert", "qwen2", "qwen3", "qwen3_5", "llama")
 UNIGRAM_TYPES = ("xlm-roberta", "deberta-v2")
 MULTIMODAL_TYPES = ("clip", "siglip")
 MODEL_TYPES = WORDPIECE_TYPES + BYTE_BPE_TYPES + UNIGRAM_TYPES + MULTIMODAL_TYPES
-DECODER_TYPES = ("qwen2", "qwen3", "llama")
+DECODER_TYPES = ("qwen2", "qwen3", "qwen3_5", "llama")
+QWEN_TYPES = ("qwen2", "qwen3", "qwen3_5")
 
 # single characters every WordPiece / Unigram vocabulary holds (ASCII, then a few accented letters)
 ASCII_PIECES = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" + "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
@@ -51,6 +54,11 @@ SPACE = "▁"  # SentencePiece's word-start mark
 # Qwen2's and Llama-3's pre-tokenizer regexes (Llama-3 groups digits by up to three)
 QWEN_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# Qwen3.5's (`Qwen3_5Tokenizer`): combining marks (\p{M}) stay with the letters before them
+QWEN3_5_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
@@ -277,7 +285,7 @@ def _byte_bpe(folder: Path, kind: str, words: list[str], model_max_length: int, 
     <|endoftext|> <|im_start|> <|im_end|> after the BPE tokens, no special tokens added unless
     ADD_EOS. llama (Llama-3, PreTrainedTokenizerFast): Llama-3's split regex, merges ignored for
     whole-vocabulary words, `<|begin_of_text|> A` (and `<|end_of_text|>` last with ADD_EOS)."""
-    nfc = normalizers.NFC() if kind in ("modernbert", "qwen2", "qwen3") else None
+    nfc = normalizers.NFC() if kind in ("modernbert", *QWEN_TYPES) else None
     builder = MergeBuilder(byte_alphabet())
     for word in _as_normalized(words, nfc):
         for variant in (word, f" {word}"):
@@ -341,11 +349,12 @@ def _byte_bpe(folder: Path, kind: str, words: list[str], model_max_length: int, 
         )
         roles = {"bos_token": bot, "eos_token": eot, "pad_token": eot}
         config["model_input_names"] = ["input_ids", "attention_mask"]
-    else:  # qwen2, qwen3
+    else:  # qwen2, qwen3, qwen3_5
         tok.normalizer = nfc
+        pattern = QWEN3_5_PATTERN if kind == "qwen3_5" else QWEN_PATTERN
         tok.pre_tokenizer = pre_tokenizers.Sequence(
             [
-                pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
+                pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
             ]
         )
@@ -357,14 +366,14 @@ def _byte_bpe(folder: Path, kind: str, words: list[str], model_max_length: int, 
         else:
             tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
         roles = {"bos_token": None, "eos_token": eot, "pad_token": eot, "unk_token": None}
-        config = {
+        config = {  # Qwen3.5's published packages say Qwen2Tokenizer too (transformers reads them as Qwen3.5's)
             "tokenizer_class": "Qwen2Tokenizer",
             "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
             "errors": "replace",
             "split_special_tokens": False,
         }
         _write_bpe_files(folder, vocab, builder.merges)
-    config.setdefault("clean_up_tokenization_spaces", kind != "qwen2" and kind != "qwen3")
+    config.setdefault("clean_up_tokenization_spaces", kind not in QWEN_TYPES)
     extra = [w for w in ("yes", "no") if w in words] if kind in DECODER_TYPES else []
     return _finish(folder, tok, added, roles, config, model_max_length, extra_ids=extra)
 
