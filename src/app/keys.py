@@ -122,6 +122,39 @@ def add_parser(sub: Any) -> None:
     add.add_argument(
         "--api-key-file", required=True, metavar="FILE", help="the key file, created 0600 when missing (required)"
     )
+    add.add_argument(
+        "--weight",
+        type=_positive(float),
+        default=None,
+        help="the tenant's share of the forwards against other tenants' (default: 1, or its other lines')",
+    )
+    add.add_argument(
+        "--max-queued-tokens",
+        type=_positive(int),
+        default=None,
+        metavar="N",
+        help="the most tokens the tenant may have queued per model (default: the model's, or its other lines')",
+    )
+    add.add_argument(
+        "--rate",
+        type=_positive(float),
+        default=None,
+        metavar="TOKENS_PER_S",
+        help="the tenant's token rate per second (default: none, or its other lines')",
+    )
+
+
+def _positive(kind: type[float] | type[int]) -> Any:
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not (value > 0 and value < float("inf")):
+            raise argparse.ArgumentTypeError(f"{text!r}: above 0 is required")
+        return value
+
+    return parse
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -129,7 +162,7 @@ def run(ns: argparse.Namespace) -> int:
     from vllm_srun.adapters.config.api_keys import add_key
 
     try:
-        key = add_key(ns.api_key_file, ns.tenant)
+        key = add_key(ns.api_key_file, ns.tenant, policy=(ns.weight, ns.max_queued_tokens, ns.rate))
     except KeyFileError as exc:
         return _refuse(str(exc))
     except OSError as exc:

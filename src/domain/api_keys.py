@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from vllm_srun.domain.errors import DomainError
@@ -54,11 +55,15 @@ def key_digest(key: str | bytes) -> bytes:
     return hashlib.sha256(raw).digest()
 
 
-def key_line(tenant: str, digest: bytes) -> str:
-    """The key file line of one key (no policy fields: the tenant's other lines, or defaults)."""
+def key_line(tenant: str, digest: bytes, policy: Sequence[float | int | None] = ()) -> str:
+    """The key file line of one key, with the POLICY fields given (weight, max_queued_tokens, rate
+    in that order; None for "not set", written `-`; none: the tenant's other lines, or defaults)."""
     if not TENANT_NAME.fullmatch(tenant):
         raise ValueError(f"tenant {tenant[:64]!r}: expected {TENANT_RULE}")
-    return f"{tenant} {digest.hex()}\n"
+    columns = [UNSET if value is None else f"{value:g}" if isinstance(value, float) else str(value) for value in policy]
+    while columns and columns[-1] == UNSET:
+        columns.pop()
+    return " ".join([tenant, digest.hex(), *columns]) + "\n"
 
 
 @dataclass(frozen=True, slots=True)

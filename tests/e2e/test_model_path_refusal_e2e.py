@@ -47,6 +47,11 @@ def test_the_refusal_says_an_encoder_model(encoder_fixture) -> None:  # type: ig
     assert "is an encoder model" in line, line
 
 
+def test_a_name_neither_in_the_store_nor_the_catalog_is_refused_in_one_line() -> None:
+    line = one_line(serve("nope-model"))
+    assert "model 'nope-model' is not a folder, not in the model store, not a built-in name" in line, line
+
+
 def test_a_name_is_not_a_path_and_keeps_its_resolution(tmp_path: Path) -> None:
     class Store:
         asked: list[str] = []
@@ -58,6 +63,8 @@ def test_a_name_is_not_a_path_and_keeps_its_resolution(tmp_path: Path) -> None:
     store = Store()
     for name in ("all-MiniLM-L6-v2", "SmolLM2-135M-Instruct", "my-model"):
         assert not looks_like_path(name) and missing_path_refusal(name, store) is None  # type: ignore[arg-type]
-    assert store.asked == []  # a name is left to the load (store, catalog, pull)
+    assert store.asked == [
+        "my-model"
+    ]  # a built-in name is left to the load (which may pull it); a store name is looked up
     for path in ("/models/x", "./x", "../x", "~/x", "models/x"):
         assert looks_like_path(path)

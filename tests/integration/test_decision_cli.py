@@ -61,8 +61,11 @@ def test_valid_decision_arguments_pass(decision_fixture) -> None:
     store, families = session_store(), FamilyRegistry()
     args = EngineArgs(max_model_len=1024, enable_shared_context=False)
     assert engine_arg_refusal([folder], args, store, families, quiet) is None
-    # a model that cannot be resolved is left to the load, which reports it
-    assert engine_arg_refusal(["not-a-model-anywhere"], EngineArgs(max_model_len=8), store, families, quiet) is None
+    # a name neither in the store nor in the catalog is refused here, in one line, before any load
+    refusal = engine_arg_refusal(["not-a-model-anywhere"], EngineArgs(max_model_len=8), store, families, quiet)
+    assert refusal is not None and "'not-a-model-anywhere' is not a folder, not in the model store" in refusal
+    # a built-in name is left to the load, which pulls it when the store lacks it
+    assert engine_arg_refusal(["all-MiniLM-L6-v2"], EngineArgs(), store, families, quiet) is None
 
 
 def test_fixture_is_deterministic_by_seed(tmp_path: Path) -> None:

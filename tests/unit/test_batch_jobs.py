@@ -13,10 +13,13 @@ from vllm_srun.domain.batch_jobs import (
     BadLine,
     BatchRequest,
     NotAnOutput,
+    OutputLine,
     ResumeLedger,
+    answers_the_input,
     intact_prefix,
     output_custom_id,
     parse_line,
+    read_output_line,
 )
 
 URLS = frozenset({"/v1/embeddings", "/v1/rerank"})
@@ -93,11 +96,65 @@ def test_a_bad_line_before_the_last_is_not_our_file() -> None:
     "line",
     [
         b'{"id":"x","custom_id":"a","response":null,"error":null}',
-        b'{"custom_id": "a", "id": "x"}',
+        b'{"custom_id": "a", "id": "x", "response": null, "error": null}',
     ],
 )
 def test_the_custom_id_of_an_output_line(line: bytes) -> None:
     assert output_custom_id(line) == "a"
+
+
+def _answered(custom_id: str, status: int) -> bytes:
+    body = b'{"error":{"code":"x","message":"y"}}'
+    return (
+        b'{"id":"batch_req_1","custom_id":"'
+        + custom_id.encode()
+        + b'","response":{"status_code":'
+        + str(status).encode()
+        + b',"request_id":"r","body":'
+        + body
+        + b'},"error":null}'
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "status"),
+    [
+        (_answered("a", 200), 200),
+        (_answered("a", 401), 401),
+        (_out("a"), None),
+        (b'{"id":"batch_req_1","custom_id":"a","response":null,"error":{"code":"c","message":"m"}}', None),
+        (b'{"custom_id":"a","id":"x","response":{"status_code":503,"body":{}},"error":null}', 503),
+    ],
+)
+def test_the_status_of_an_output_line(line: bytes, status: int | None) -> None:
+    assert read_output_line(line) == OutputLine("a", status)
+
+
+def test_answers_that_say_nothing_about_the_input() -> None:
+    assert [answers_the_input(s) for s in (None, 200, 400, 404, 413, 422)] == [True] * 6
+    assert [answers_the_input(s) for s in (401, 403, 408, 429, 499, 500, 502, 503, 504)] == [False] * 9
+
+
+def test_a_rerun_asks_again_from_the_first_answer_that_says_nothing_about_its_input() -> None:
+    good = _answered("a", 200) + b"\n" + _answered("b", 400) + b"\n"
+    data = good + _answered("c", 401) + b"\n" + _answered("d", 200) + b"\n" + _answered("e", 401) + b"\n"
+    kept = intact_prefix(data)
+    assert (kept.keep_bytes, kept.custom_ids, kept.redone, kept.torn) == (len(good), ["a", "b"], 3, False)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":{"input":"x"}}\n',  # a request file
+        b'{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":{"input":"x"}}',  # ... without its newline
+        _out("a") + b"\n" + b'{"custom_id":"b","method":"POST","url":"/v1/embeddings","body":{}}\n',
+        b"some notes\n",
+        b"notes without a newline",
+    ],
+)
+def test_a_file_that_is_not_our_output_is_never_appended_to(data: bytes) -> None:
+    with pytest.raises(NotAnOutput, match="not a batch output line"):
+        intact_prefix(data)
 
 
 @pytest.mark.parametrize("line", [b'{"id":"x","custom_id":"a","respo', b"[1]", b'{"custom_id": 3}', b"{}"])

@@ -34,6 +34,23 @@ def test_add_key_creates_0600_appends_and_returns_a_fresh_key(tmp_path: Path) ->
     assert first not in file.read_text() and hashlib.sha256(first.encode()).hexdigest() in file.read_text()
 
 
+def test_add_key_writes_the_tenant_policy_and_refuses_a_contradiction(tmp_path: Path) -> None:
+    file = tmp_path / "keys"
+    first = add_key(str(file), "acme", policy=(2.5, None, 1000.0))
+    add_key(str(file), "acme")  # the tenant's other line keeps its policy
+    add_key(str(file), "beta", policy=(None, 4096, None))
+    lines = file.read_text().splitlines()
+    assert lines[0].split()[2:] == ["2.5", "-", "1000"] and lines[1].split()[2:] == []
+    assert lines[2].split()[2:] == ["-", "4096"]
+    table = read_key_file(str(file)).tenants
+    assert table.policy("acme").weight == 2.5 and table.policy("acme").tokens_per_s == 1000.0
+    assert table.policy("beta").max_queued_tokens == 4096
+    before = file.read_text()
+    with pytest.raises(ValueError, match="weight 3 differs"):
+        add_key(str(file), "acme", policy=(3.0, None, None))
+    assert file.read_text() == before and first
+
+
 def test_add_key_never_appends_to_a_broken_file_or_for_a_bad_tenant(tmp_path: Path) -> None:
     file = tmp_path / "keys"
     file.write_text("acme not-a-digest\n")
@@ -120,5 +137,23 @@ def test_tls_files_are_checked_at_start(tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
     files = tls_files(str(pki.cert), str(pki.key))
     assert files is not None and files.uvicorn_options() == {"ssl_certfile": str(pki.cert), "ssl_keyfile": str(pki.key)}
-    with pytest.raises(ValueError):
-        tls_files(str(pki.cert), str(pki.other_ca))  # not the certificate's key
+    with pytest.raises(ValueError, match="holds no PEM private key"):
+        tls_files(str(pki.cert), str(pki.other_ca))  # a certificate, not a key
+
+
+def test_what_is_wrong_with_tls_files_is_said_in_words(tmp_path: Path) -> None:
+    from tests.tls_certs import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    cases = {
+        (str(pki.cert), None): "holds a certificate but no private key: name the key with --ssl-keyfile",
+        (str(pki.key), None): "holds no PEM certificate",
+        (str(tmp_path / "missing.pem"), None): "No such file or directory",
+        (str(pki.cert), str(tmp_path / "missing.key")): "No such file or directory",
+    }
+    other_key = tmp_path / "pki" / "other-ca.key"  # a key, of another certificate
+    cases[(str(pki.cert), str(other_key))] = "does not belong to the certificate"
+    for (cert, key), words in cases.items():
+        with pytest.raises(ValueError, match=words) as caught:
+            tls_files(cert, key)
+        assert "PEM lib" not in str(caught.value) and "\n" not in str(caught.value)

@@ -18,7 +18,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from vllm_srun.domain.api_keys import KeyFileError, KeyTable, key_digest, key_line, parse_key_file
@@ -87,11 +87,19 @@ def new_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(KEY_BYTES)
 
 
-def add_key(path: str, tenant: str, *, make_key: Callable[[], str] = new_key) -> str:
+def add_key(
+    path: str,
+    tenant: str,
+    *,
+    policy: Sequence[float | int | None] = (),
+    make_key: Callable[[], str] = new_key,
+) -> str:
     """Append a new key of TENANT to the key file at PATH (created 0600 when missing) and return
-    the key. Refuses (ValueError, one line) a bad tenant name or a file that does not parse."""
+    the key; POLICY: its line's weight, max_queued_tokens and rate (None: not set). Refuses
+    (ValueError, one line) a bad tenant name, a file that does not parse, or a policy the file's
+    other lines of the tenant contradict."""
     key = make_key()
-    line = key_line(tenant, key_digest(key))  # ValueError on a bad tenant name
+    line = key_line(tenant, key_digest(key), policy)  # ValueError on a bad tenant name
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -104,6 +112,7 @@ def add_key(path: str, tenant: str, *, make_key: Callable[[], str] = new_key) ->
         if table.tenant_of(key) is not None:  # pragma: no cover - 256 random bits
             raise ValueError("the new key collides with one in the file; run the command again")
         prefix = "" if not text or text.endswith("\n") else "\n"
+        parse_key_file(text + prefix + line, source=f"--api-key-file {path}")  # the new line agrees with the rest
         os.write(fd, (prefix + line).encode())
         os.fsync(fd)
     finally:

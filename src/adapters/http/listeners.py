@@ -48,16 +48,46 @@ class TlsFiles:
     keyfile: str | None = None
 
     def check(self) -> None:
-        """Load them once, so a bad file refuses the start (ValueError, one line, never key bytes)."""
+        """Load them once, so a bad file refuses the start (ValueError, one line saying what is
+        missing or wrong, never key bytes)."""
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
             context.load_cert_chain(self.certfile, self.keyfile)
         except OSError as exc:
-            reason = exc.strerror or (exc.args[-1] if exc.args else type(exc).__name__)
-            raise ValueError(f"--ssl-certfile {self.certfile} / --ssl-keyfile {self.keyfile}: {reason}") from None
+            raise ValueError(self._diagnosis(exc)) from None
+
+    def _diagnosis(self, exc: OSError) -> str:
+        """What is wrong with the files, in words (OpenSSL says "[SSL] PEM lib" for most of it)."""
+        cert_flag = f"--ssl-certfile {self.certfile}"
+        key_flag = f"--ssl-keyfile {self.keyfile}" if self.keyfile is not None else cert_flag
+        if exc.strerror and not isinstance(exc, ssl.SSLError):  # unreadable: no such file, no permission
+            return f"{cert_flag}{'' if self.keyfile is None else f' / --ssl-keyfile {self.keyfile}'}: {exc.strerror}"
+        cert, key = _read_pem(self.certfile), _read_pem(self.keyfile) if self.keyfile is not None else None
+        if cert is not None and b"-----BEGIN CERTIFICATE-----" not in cert:
+            return f"{cert_flag} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+        key_text = cert if self.keyfile is None else key
+        if key_text is not None and b"PRIVATE KEY-----" not in key_text:
+            if self.keyfile is None:
+                return f"{cert_flag} holds a certificate but no private key: name the key with --ssl-keyfile"
+            return f"{key_flag} holds no PEM private key (-----BEGIN PRIVATE KEY-----)"
+        if key_text is not None and b"ENCRYPTED" in key_text:
+            return f"{key_flag}: the private key is encrypted (a key with a passphrase cannot be read at start)"
+        reason = getattr(exc, "reason", None)
+        if reason == "KEY_VALUES_MISMATCH":
+            return f"{key_flag}: the private key does not belong to the certificate of {cert_flag}"
+        text = exc.strerror or (str(exc.args[-1]) if exc.args else type(exc).__name__)
+        return f"{cert_flag}{'' if self.keyfile is None else f' / --ssl-keyfile {self.keyfile}'}: {text}"
 
     def uvicorn_options(self) -> dict[str, Any]:
         return {"ssl_certfile": self.certfile, "ssl_keyfile": self.keyfile}
+
+
+def _read_pem(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(1 << 20)
+    except OSError:
+        return None
 
 
 def tls_files(certfile: str | None, keyfile: str | None) -> TlsFiles | None:

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from vllm_srun.adapters.http.allowed_values import with_allowed_values
 from vllm_srun.domain.errors import Cancelled, InvalidRequest, RequestTimeout, RequestTooLarge
 
 MAX_JSON_DEPTH = 64  # objects and arrays inside one another, the outermost counting 1
@@ -130,7 +131,7 @@ def decode_request(decoder: msgspec.json.Decoder[T], body: bytes, encoding: str 
     try:
         value = decoder.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-        raise invalid_json(exc, body) from None
+        raise invalid_json(exc, body, decoder.type) from None
     check_json_values(value)
     return value
 
@@ -149,13 +150,14 @@ def decode_document(body: bytes, encoding: str | None, limit: int) -> tuple[dict
     return doc, body
 
 
-def invalid_json(exc: BaseException, body: bytes) -> InvalidRequest:
-    """A one-line 400 for a body msgspec refused."""
+def invalid_json(exc: BaseException, body: bytes, target: Any = None) -> InvalidRequest:
+    """A one-line 400 for a body msgspec refused (a refused enum value of TARGET, the decoded
+    type, names the values it takes)."""
     if isinstance(exc, RecursionError):
         return InvalidRequest(f"the body nests objects and arrays deeper than {MAX_JSON_DEPTH} levels")
     first = (str(exc).splitlines() or [type(exc).__name__])[0]
     if isinstance(exc, msgspec.ValidationError):
-        return InvalidRequest(first[:300])
+        return InvalidRequest((first if target is None else with_allowed_values(first[:300], target))[:600])
     lone = _LONE_SURROGATE.search(body)
     if lone is not None:
         escape = lone.group(0).lstrip(b"\\").decode("ascii")
