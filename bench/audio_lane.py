@@ -99,7 +99,8 @@ def main() -> None:
         f"{'media workers':>13} {'text p50 alone':>15} {'under load':>11} {'ratio':>6} {'text p90':>9} {'audio/s':>8}"
     )
     for workers in (default, 0):
-        with server(text_model, audio_model, "--media-workers", str(workers), "--result-cache-entries", "0") as base:
+        flags = ("--media-workers", str(workers), "--result-cache-entries", "0", "--profile", "batching")
+        with server(text_model, audio_model, *flags) as base:
             alone, under, load = measure(base, [text], audio, ns)
         ratio = under.p50_ms / alone.p50_ms
         errors = alone.errors + under.errors + load.errors

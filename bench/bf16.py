@@ -40,7 +40,8 @@ def main() -> None:
         f"# bf16 vs fp32: MiniLM, wrk {args.connections} × {args.seconds:g} s, {args.rounds} rounds; native BF16: "
         f"{native}; {machine_load()}"
     )
-    modes = {"float32": [], "bfloat16": ["--dtype", "bfloat16"]}
+    # the same scheduling both ways (rows of concurrent requests merged); bfloat16 needs max_speed
+    modes = {"float32": ["--profile", "batching"], "bfloat16": ["--dtype", "bfloat16", "--profile", "max_speed"]}
     results: dict[str, dict[str, list[LoadResult]]] = {m: {"short": [], "mixed": []} for m in modes}
     vectors: dict[str, np.ndarray] = {}
     for round_ in range(args.rounds):

@@ -180,8 +180,11 @@ def main() -> None:
             "models:\n  - {artifact: all-MiniLM-L6-v2, name: minilm}\n"
             + "".join(f"  - {{artifact: {path}}}\n" for path in made.values())
         )
-        # a bundle of 4 holds 4 of a model's --max-queue places: room for every connection's tasks
-        with server("--models", str(models), "--result-cache-entries", "0", "--max-queue", "1024") as base:
+        # a bundle of 4 holds 4 of a model's --max-queue places: room for every connection's tasks;
+        # profile max_speed (merged rows, shared context) as served before profiles: the tiny fixtures
+        # probe approximate, and under exact their rows would each run alone (docs/profiles.md)
+        flags = ("--result-cache-entries", "0", "--max-queue", "1024", "--profile", "max_speed")
+        with server("--models", str(models), *flags) as base:
             for name, make, prefixes in (
                 ("router (4 models)", router_calls, ["", "", "", ""]),
                 ("same model (4 embeddings)", same_model_calls, ["", "please ", "about: ", "upper "]),

@@ -51,7 +51,8 @@ def main() -> None:
     rates: dict[int, list[tuple[float, float]]] = {0: [], default: []}
     for r in range(ns.rounds):
         for workers in (0, default):
-            with server(str(package), "--media-workers", str(workers), "--result-cache-entries", "0") as base:
+            flags = ("--media-workers", str(workers), "--result-cache-entries", "0", "--profile", "batching")
+            with server(str(package), *flags) as base:
                 run_wrk(base, images, connections=2, seconds=1)  # warm-up
                 img = run_wrk(base, images, connections=ns.connections, seconds=ns.seconds)
                 vid = run_wrk(base, videos, connections=ns.connections, seconds=ns.seconds)

@@ -74,7 +74,8 @@ def main() -> None:
         f"{'media workers':>13} {'text p50 alone':>15} {'under load':>11} {'ratio':>6} {'text p90':>9} {'images/s':>9}"
     )
     for workers in (default, 0):
-        with server(model, "--media-workers", str(workers), "--result-cache-entries", "0") as base:
+        flags = ("--media-workers", str(workers), "--result-cache-entries", "0", "--profile", "batching")
+        with server(model, *flags) as base:
             alone, under, load = measure(base, text, images, ns)
         ratio = under.p50_ms / alone.p50_ms
         verdict = "ok" if ratio <= 2.0 else "over the 2× target"

@@ -45,6 +45,7 @@ from vllm_srun.adapters.families.decision_rows import (
 )
 from vllm_srun.adapters.models.manifest import read_manifest, write_manifest
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer, write_tiny_wordpiece_tokenizer
+from vllm_srun.domain.input_budget import InputBudget
 from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens
 from vllm_srun.domain.rows import DEFAULT_LANE
 from vllm_srun.domain.shared_context import SHARED_LANE, should_share
@@ -167,17 +168,18 @@ class FakeModel(LoadedModel):
         return self.tokenizer.encode(list(texts), max_length=limit, truncate=truncate)
 
     # QuestionAnswerer
-    def prepare(self, state: Any, questions: Sequence[AskedQuestion]) -> PreparedState:
+    def prepare(self, state: Any, questions: Sequence[AskedQuestion], overflow: str | None = None) -> PreparedState:
         return prepare(
             self.tokens,
             state,
             questions,
             self.max_input_tokens,
             lambda total: f"over the model's limit of {self.max_input_tokens} input tokens",
+            InputBudget(None, overflow or "reject"),
         )
 
-    def share(self, prepared: PreparedState) -> bool:
-        return should_share(len(prepared.state_ids), [len(q.ids) for q in prepared.answerable], 0, True)
+    def share(self, prepared: PreparedState, allowed: bool = True) -> bool:
+        return should_share(len(prepared.state_ids), [len(q.ids) for q in prepared.answerable], 0, allowed)
 
     # forwards
     def run(self, lane: str, payloads: Sequence[Any]) -> list[Any]:

@@ -29,16 +29,20 @@ class FakeWorker:
     cancelled: int = 0
     port: int = 0
     host: str = "127.0.0.1"  # any loopback address (127.0.0.0/8): replicas found through DNS share a port
+    uds: str | None = None  # listen on this Unix socket instead (an attached `unix://` runtime)
     _server: asyncio.AbstractServer | None = None
 
     async def start(self) -> FakeWorker:
+        if self.uds is not None:
+            self._server = await asyncio.start_unix_server(self._connection, self.uds)
+            return self
         self._server = await asyncio.start_server(self._connection, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
     @property
     def endpoint(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"unix://{self.uds}" if self.uds is not None else f"http://{self.host}:{self.port}"
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -48,7 +52,7 @@ class FakeWorker:
         card = {
             "id": self.model,
             "object": "model",
-            "sha256": "abc",
+            "model_sha256": "abc",
             "revision": None,
             "family": "encoder",
             "surfaces": ["embeddings"],

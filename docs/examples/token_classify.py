@@ -27,14 +27,19 @@ r = http.post(
 result = r.json()["results"][0]
 print("first:", [(s["label"], s["text"]) for s in result["spans"]])
 print("tokens:", [(t["token"], t["label"]) for t in result["tokens"]])
+print("probabilities of the first token:", result["tokens"][0]["probabilities"])  # one per label, labels' order
 
 # 3. a long input read in overlapping windows: a span seen in two windows is answered once
 long_text = " ".join([text] * 20)
 options = {"overflow": "window", "window": {"tokens": 32, "overlap": 8}}
 r = http.post("/v1/classify", json={"model": model, "input": long_text, "options": options})
 result = r.json()["results"][0]
-print(f"{len(result['input']['windows'])} windows, {len(result['spans'])} spans after the union")
+print(f"{result['input']['windows']} windows, {len(result['spans'])} spans after the union")
+for window in result["windows"]:  # content-token offsets (the contract's), characters (ours)
+    print(f"  tokens {window['start']}-{window['end']} chars {window['char_start']}-{window['char_end']}")
 
-# 4. a bad option is a 400 that names the field
+# 4. a bad option is a 400 that names the field; an input the head cannot read fails in its slot
 r = http.post("/v1/classify", json={"model": model, "input": text, "options": {"aggregation": "max"}})
 print(r.status_code, r.json()["error"]["message"])
+r = http.post("/v1/classify", json={"model": model, "input": [text, {"text": "a", "text_pair": "b"}]})
+print(r.status_code, [res.get("error", "answered") for res in r.json()["results"]])

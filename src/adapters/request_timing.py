@@ -1,6 +1,20 @@
-"""One request's timing (parse, queue, forward, total in ms), filled as it is served and sent
-back as `Server-Timing` by the HTTP adapter; its time points (`time.perf_counter`) are also what
-a request's trace spans are made of (`adapters/tracing`)."""
+"""One request's timing, filled as it is served and sent back as `Server-Timing` by the HTTP
+adapter (`http/timing.py`); its time points (`time.perf_counter`) are also what a request's
+trace spans are made of (`adapters/tracing`).
+
+The phases, in ms, as the upstream contract names them (each from marks set where it happens):
+- `parse`: reading and decoding the body (the POST handler: `parse_ms`);
+- `tokenize`: validating, rendering and tokenizing it into rows, and the result cache lookup:
+  from admission (or the end of parse) to its first rows' submit (`ServedModel.run` marks
+  `run_start`), or to its answer when no row runs (a cache hit);
+- `queue` and `forward`: its rows' wait for and time in forwards (the scheduler's figures);
+- `post`: assembling the answer from the rows' outputs (from `run_end`, the last rows' return,
+  to `encode_start`);
+- `serialize`: encoding the answer (`encode_start` to `encode_end`);
+- `total`: from the request's arrival to its response head; what it holds beyond the phases is
+  the server's own (admission, a Retry-After hold, the event loop).
+A phase that did not happen (an error before it, a GET) is 0.
+"""
 
 from __future__ import annotations
 
@@ -34,18 +48,37 @@ class RequestTiming:
     forward_ms: float = 0.0
     # what tracing reads (perf_counter; 0: the step did not happen)
     admitted: float = 0.0  # admission let it in (R-ADM-1)
-    encode_start: float = 0.0  # serializing the answer
+    run_start: float = 0.0  # its first rows went to a scheduler (`ServedModel.run`)
+    run_end: float = 0.0  # its last rows came back
+    encode_start: float = 0.0  # serializing the answer (its assembly is done)
     encode_end: float = 0.0
     status: int = 0  # the HTTP status sent
     model: str = ""
     forwards: list[ForwardRecord] | None = None  # a list only while the request is traced
 
+    def phases(self, now: float | None = None) -> dict[str, float]:
+        """The phases in ms (module doc), `total` up to NOW (default: this moment)."""
+        now = time.perf_counter() if now is None else now
+        parsed = self.start + self.parse_ms / 1000 if self.parse_ms else 0.0
+        began = self.admitted or parsed  # preparing starts once it is admitted (a bundle: once parsed)
+        prepared = self.run_start or self.encode_start  # its rows' first submit, else its answer
+        return {
+            "parse": self.parse_ms,
+            "tokenize": _ms(began, prepared),
+            "queue": self.queue_ms,
+            "forward": self.forward_ms,
+            "post": _ms(self.run_end, self.encode_start),
+            "serialize": _ms(self.encode_start, self.encode_end),
+            "total": (now - self.start) * 1000,
+        }
+
     def header(self) -> str:
-        total = (time.perf_counter() - self.start) * 1000
-        return (
-            f"parse;dur={self.parse_ms:.3f}, queue;dur={self.queue_ms:.3f}, "
-            f"forward;dur={self.forward_ms:.3f}, total;dur={total:.3f}"
-        )
+        return ", ".join(f"{name};dur={ms:.3f}" for name, ms in self.phases().items())
+
+
+def _ms(begin: float, end: float) -> float:
+    """END - BEGIN in ms; 0 unless both marks were set (in order)."""
+    return (end - begin) * 1000 if begin and end >= begin else 0.0
 
 
 def timing_of(scope: Mapping[str, Any]) -> RequestTiming:

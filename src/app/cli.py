@@ -107,8 +107,8 @@ def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentPars
         default=None,
         help="encoder: embed, classify, multilabel, rerank, token, splade or colbert (BERT), or ARCH-KIND for ARCH "
         "among roberta, xlm-roberta, distilbert, mpnet, deberta-v2, modernbert (KIND embed, classify, rerank) and "
-        "qwen3, qwen2, llama (embed, rerank); decision: llama or qwen3; multimodal: clip or siglip; audio: whisper "
-        "or clap (default: the family's first)",
+        "qwen3, qwen2, llama (embed, rerank); decision: llama, qwen3, qwen3_5 or qwen3_5_mm; multimodal: clip or "
+        "siglip; audio: whisper or clap (default: the family's first)",
     )
     fixture.add_argument(
         "--seed", type=non_negative_int, default=0, help="seed of the random weights (default: %(default)s)"

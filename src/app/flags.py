@@ -42,22 +42,25 @@ def add_setting(
     field: Declared,
     *,
     default: object = KEEP,
+    aliases: tuple[str, ...] = (),
     **extra: Any,
 ) -> None:
-    """Add the declared FIELD as its setting's flag (dest: the field's name). `default` None leaves
-    the value unset (a front flag that writes into the config only when given); `--help` still
-    shows the effective default."""
+    """Add the declared FIELD as its setting's flag (dest: the field's name), with ALIASES (other
+    spellings of the same flag, e.g. upstream's). `default` None leaves the value unset (a front
+    flag that writes into the config only when given); `--help` still shows the effective default."""
     setting = field.setting
     value = field.default if default is KEEP else default
     text = extra.pop("help", None) or field.help_text()
     extra.setdefault("dest", field.name)
     if isinstance(setting, bounds.SwitchSetting):
-        parser.add_argument(setting.flag, action=argparse.BooleanOptionalAction, default=value, help=text, **extra)
+        parser.add_argument(
+            setting.flag, *aliases, action=argparse.BooleanOptionalAction, default=value, help=text, **extra
+        )
     elif isinstance(setting, bounds.ChoiceSetting):
-        parser.add_argument(setting.flag, choices=setting.choices, default=value, help=text, **extra)
+        parser.add_argument(setting.flag, *aliases, choices=setting.choices, default=value, help=text, **extra)
     else:
         extra.setdefault("type", arg_type(setting))
-        parser.add_argument(setting.flag, default=value, help=text, **extra)
+        parser.add_argument(setting.flag, *aliases, default=value, help=text, **extra)
 
 
 def add_flag(parser: argparse.ArgumentParser, setting: bounds.Setting[Any], help: str, **extra: Any) -> None:

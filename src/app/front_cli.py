@@ -100,7 +100,9 @@ def _add_config_flags(p: argparse.ArgumentParser, engines: EngineRegistry) -> No
         help="GPU indices, e.g. 0,1 (default: the first available GPUs for a new GPU placement)",
     )
     for setting in DEPLOYMENT_SETTINGS:
-        add_setting(p, setting, default=None)
+        # `--runtime-profile`: upstream's front spells the deployment's profile so (R-PROF-3)
+        aliases = ("--runtime-profile",) if setting.setting is bounds.PROFILE else ()
+        add_setting(p, setting, default=None, aliases=aliases)
 
 
 def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentParser:

@@ -127,11 +127,14 @@ def prepare_front(
         tenant_policies=os.path.abspath(key_file) if key_file is not None else None,
     )
     container.config.check_config.from_value(lambda new: _check_packages(new, container))
-    try:
-        _check_packages(config, container)
+    sock = None
+    try:  # the cheap refusals first: the workers' settings, the port; then the packages (a Hub download)
         fleet = container.fleet()  # ConfigError when a worker would refuse its settings
         sock = bind_tcp(host, port)
+        _check_packages(config, container)
     except BaseException:
+        if sock is not None:
+            sock.close()
         shutil.rmtree(socket_dir, ignore_errors=True)
         raise
     proxy = container.proxy()

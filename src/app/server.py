@@ -20,7 +20,7 @@ from vllm_srun.adapters.http.guarded_protocol import uvicorn_config
 from vllm_srun.adapters.http.listeners import Listener, TlsFiles, ensure_descriptors
 from vllm_srun.adapters.offload import SWITCH_INTERVAL_S
 from vllm_srun.app.bootstrap import WorkerContainer
-from vllm_srun.app.preflight import engine_arg_refusal
+from vllm_srun.app.preflight import engine_arg_refusal, model_refusal
 from vllm_srun.domain import bounds
 from vllm_srun.domain.dtypes import dtype_refusal, needs_bf16_warning
 from vllm_srun.domain.errors import DomainError
@@ -59,6 +59,9 @@ def check_worker(container: WorkerContainer) -> list[str]:
         refusal = engine_arg_refusal(
             [served.artifact], served.args, container.store(), families, container.config.progress()
         )
+        if refusal:
+            raise ValueError(where + refusal)
+        refusal = model_refusal(served, device, container.store(), families, container.config.progress())
         if refusal:
             raise ValueError(where + refusal)
         if needs_bf16_warning(served.args.dtype, device.name, "bfloat16" in device.native_dtypes):

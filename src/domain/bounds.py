@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from vllm_srun.domain.profiles import NAMES as PROFILE_NAMES
+
 T = TypeVar("T")
 
 MIB = 1024 * 1024
@@ -187,6 +189,21 @@ DTYPE = ChoiceSetting(
 )
 ENABLE_SHARED_CONTEXT: SwitchSetting[bool | None] = SwitchSetting(
     name="enable_shared_context",
+    default=None,
+)
+# R-PROF: the profile a model serves (`domain/profiles.py`); unset: exact, unless another setting
+# asks for more (`profiles.serving_profile`)
+PROFILE: ChoiceSetting[str | None] = ChoiceSetting(
+    name="profile",
+    choices=PROFILE_NAMES,
+    default=None,
+)
+# a model whose estimated resident size (its weights at the precision it computes in) exceeds this
+# many GiB is refused before its weights are read
+MEMORY_BUDGET_GIB: FloatSetting[float | None] = FloatSetting(
+    name="memory_budget_gib",
+    low=0.001,
+    high=1_000_000.0,
     default=None,
 )
 MAX_MODEL_LEN: IntSetting[int | None] = IntSetting(

@@ -64,6 +64,31 @@ def dtype_refusal(requested: str, device: str, native: frozenset[str] | None = N
     return None
 
 
+# bytes one weight takes at each precision a model may compute in
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+GIB = 1 << 30
+
+
+def resident_bytes(parameters: int, dtype: str) -> int:
+    """The estimated bytes a model's weights hold once loaded: PARAMETERS at DTYPE (the copies an
+    engine may add, e.g. packed linears, not counted)."""
+    return parameters * DTYPE_BYTES.get(dtype, 4)
+
+
+def memory_refusal(parameters: int | None, dtype: str, budget_gib: float | None) -> str | None:
+    """Why a model's estimated resident size exceeds BUDGET_GIB (one line naming both figures),
+    or None (no budget, or no weight count known)."""
+    if budget_gib is None or parameters is None:
+        return None
+    size = resident_bytes(parameters, dtype)
+    if size <= budget_gib * GIB:
+        return None
+    return (
+        f"the model's estimated resident size is {size / GIB:.3g} GiB ({parameters} weights at {dtype}), "
+        f"over its memory budget of {budget_gib:g} GiB (memory_budget_gib)"
+    )
+
+
 def needs_bf16_warning(requested: str, device: str, cpu_has_native_bf16: bool) -> bool:
     """R-DT-2: bfloat16 on a CPU without native BF16 is allowed, but warned (slow, emulated)."""
     return requested == "bfloat16" and device_kind(device) == "cpu" and not cpu_has_native_bf16

@@ -21,6 +21,7 @@ class EngineArgs:
     max_model_len: int | None = bounds.MAX_MODEL_LEN.default
     input_max_tokens: int | None = bounds.INPUT_MAX_TOKENS.default  # None: the model's own limit
     input_overflow: str = bounds.INPUT_OVERFLOW.default  # a request's overflow when it sets none
+    profile: str | None = bounds.PROFILE.default  # R-PROF-3: None: unset (exact unless another setting asks more)
 
     def problems(self) -> list[str]:
         """One line per out-of-range value (R-ARG-2)."""
@@ -34,6 +35,7 @@ class EngineArgs:
                 (bounds.MAX_MODEL_LEN, self.max_model_len),
                 (bounds.INPUT_MAX_TOKENS, self.input_max_tokens),
                 (bounds.INPUT_OVERFLOW, self.input_overflow),
+                (bounds.PROFILE, self.profile),
             ]
         )
 

@@ -73,10 +73,6 @@ class MaxLengthExceeded(DomainError):
     code = "max_length_exceeded"
 
 
-class QuestionFailed(DomainError):
-    code = "question_failed"
-
-
 class MediaFailed(DomainError):
     """Decoding a request's media failed for a reason of the server's (a media worker died):
     only that request fails; the message says which input and that it may be retried."""

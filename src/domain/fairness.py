@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from vllm_srun.domain.lanes import round_up
@@ -169,14 +169,18 @@ class FairQueue:
             tenant.interactive = deque(sorted(tenant.interactive, key=_entry_seq))
             tenant.batch = deque(sorted(tenant.batch, key=_entry_seq))
 
-    def remove_request(self, request_id: int) -> None:
-        """Drop every queued row of a request."""
+    def remove_request(self, request_id: int, indices: Collection[int] | None = None) -> None:
+        """Drop every queued row of a request (INDICES: only the rows at those places in it)."""
+
+        def dropped(row: Row) -> bool:
+            return row.request_id == request_id and (indices is None or row.index in indices)
+
         for name in list(self._tenants):
             tenant = self._tenants[name]
             for kind in (tenant.interactive, tenant.batch):
-                gone = [e for e in kind if e.row.request_id == request_id]
+                gone = [e for e in kind if dropped(e.row)]
                 if gone:
-                    kept = [e for e in kind if e.row.request_id != request_id]
+                    kept = [e for e in kind if not dropped(e.row)]
                     kind.clear()
                     kind.extend(kept)
                     for e in gone:

@@ -1,4 +1,4 @@
-"""Forward plans (R-BAT-2/3/5/6/7): which queued rows run together, in which order.
+"""Forward plans (R-BAT-2/3/5/6/7, R-PROF-2): which queued rows run together, in which order.
 
 Pure functions over rows. A plan is immutable; the scheduler walks it one forward at a time.
 """
@@ -126,6 +126,15 @@ def plan_lane(rows: Sequence[Row], accounting: Accounting, max_rows: int, max_to
     return batches
 
 
+def forwards_alone(rows: Sequence[Row], accounting: Accounting) -> list[ForwardBatch]:
+    """R-PROF-2: one forward per row, in arrival order (exact rows of a model that is not
+    batch-invariant: a row's answer is then the one it gets alone)."""
+    return [
+        ForwardBatch(row.lane, (row,), forward_tokens((row.tokens,), accounting), accounting)
+        for row in sorted(rows, key=lambda r: r.seq)
+    ]
+
+
 def plan_forwards(
     rows: Iterable[Row],
     lanes: dict[str, Lane],
@@ -135,7 +144,8 @@ def plan_forwards(
     batch_invariant: bool = False,
     invariant_tokens: int = BATCH_INVARIANT_TOKENS,
 ) -> ForwardPlan:
-    """Plan every queued row. Lanes never mix; the cheaper lane's forwards run first."""
+    """Plan every queued row. Lanes never mix; the cheaper lane's forwards run first. Unless the
+    model is batch-invariant, an exact row (R-PROF-2) runs alone, after its lane's merged forwards."""
     by_lane: dict[str, list[Row]] = {}
     for row in rows:
         if row.lane not in lanes:
@@ -145,7 +155,11 @@ def plan_forwards(
     for name, lane_rows in by_lane.items():
         lane = lanes[name]
         limit = lane_token_limit(lane, budget, costs, batch_invariant, invariant_tokens)
-        batches = plan_lane(lane_rows, lane.accounting, budget.max_num_seqs, limit)
+        alone = [] if batch_invariant else [r for r in lane_rows if r.exact]
+        merged = [r for r in lane_rows if not r.exact] if alone else lane_rows
+        batches = plan_lane(merged, lane.accounting, budget.max_num_seqs, limit) + forwards_alone(
+            alone, lane.accounting
+        )
         estimate = costs.estimate(name, sum(b.tokens for b in batches))
         planned.append((estimate, name, batches))
     planned.sort(key=lambda item: (item[0], item[1]))

@@ -4,6 +4,8 @@ A request becomes one row per input (embeddings, classify), per window, per docu
 or per question (decisions). A row carries its token count for the budgets and an opaque
 payload (token ids, pixels…) that only the engine reads. A row belongs to its request's tenant
 and carries its priority (R-FAIR-1, R-FAIR-3): they decide when it is taken, never what it answers.
+A row of a request whose profile does not coalesce is `exact` (R-PROF-2): on a model that is not
+batch-invariant it runs in a forward of its own.
 """
 
 from __future__ import annotations
@@ -35,3 +37,4 @@ class Row:
     payload: Any = field(default=None, compare=False, repr=False)
     tenant: str = DEFAULT_TENANT
     priority: Priority = Priority.INTERACTIVE
+    exact: bool = False  # R-PROF-2: never shares a forward of a model that is not batch-invariant

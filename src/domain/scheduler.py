@@ -8,6 +8,10 @@ forwards side by side, R-CPU-1; 1 everywhere else); a forward is handed out only
 free, and the window counts as busy only while every slot is taken.
 The scheduler never touches a device, a clock or a thread: time is passed in.
 
+Deadlines (R-API-10): `expire(request, rows)` gives up the request's rows that have not reached a
+device (queued or planned); each answers `EXPIRED` in its place, the rows already running finish,
+and the request is answered once none of its rows is left. The caller decides when (its clock).
+
 Tenants (R-FAIR-2, R-FAIR-3): while every queued row has one tenant and one priority, a round
 plans the whole queue, as above. Otherwise a round takes rows in the weighted deficit round robin
 order of `domain/fairness.py` until one more would not fit the round's forward of its lane, or
@@ -23,9 +27,9 @@ tenant asking least (its next turn, had early) to run beside them when another t
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, final
 
 from vllm_srun.domain.costs import CostModel
 from vllm_srun.domain.fairness import QUANTUM_PARTS, FairQueue, row_cost
@@ -34,6 +38,19 @@ from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget, ForwardBat
 from vllm_srun.domain.rows import Row, RowSpec
 from vllm_srun.domain.tenants import DEFAULT_TENANT, DEFAULT_TENANTS, Priority, TenantTable
 from vllm_srun.domain.window import BatchWindow, WindowState
+
+
+@final
+class Expired:
+    """The output of a row whose deadline passed before it reached a device (`Scheduler.expire`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EXPIRED"
+
+
+EXPIRED: Final = Expired()
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +114,11 @@ class Scheduler:
         *,
         tenant: str = DEFAULT_TENANT,
         priority: Priority | None = None,
+        exact: bool = False,
     ) -> int:
         """Queue a request's ROWS for TENANT; PRIORITY None (the request asked for none) is
-        `automatic_priority`'s choice."""
+        `automatic_priority`'s choice. EXACT: the request's profile does not coalesce (R-PROF-2):
+        unless the model is batch-invariant, each of its rows runs in a forward of its own."""
         if not rows:
             raise ValueError("a request takes at least one row")
         unknown = {spec.lane for spec in rows} - self.lanes.keys()
@@ -111,7 +130,9 @@ class Scheduler:
         self._next_request += 1
         self._requests[rid] = _Pending(rows=len(rows), arrival=now, outputs=[None] * len(rows))
         for index, spec in enumerate(rows):
-            self._queue.push(Row(rid, index, spec.tokens, spec.lane, self._next_seq, spec.payload, tenant, priority))
+            self._queue.push(
+                Row(rid, index, spec.tokens, spec.lane, self._next_seq, spec.payload, tenant, priority, exact)
+            )
             self._next_seq += 1
         kind = self._plan_kind
         if kind is not None and tenant != kind[0]:
@@ -144,6 +165,32 @@ class Scheduler:
             return False
         self._queue.remove_request(request_id)
         return True
+
+    def expire(self, request_id: int, indices: Collection[int] | None = None) -> Answer | None:
+        """The request's deadline passed for its rows at INDICES (None: all of them): those not
+        handed to a device yet (queued or planned) never will be, and answer `EXPIRED`; the ones
+        running finish. The request's answer once no row of it is left, else None (then its last
+        running row answers it, `complete`)."""
+        pending = self._requests.get(request_id)
+        if pending is None:
+            return None
+
+        def due(row: Row) -> bool:
+            return row.request_id == request_id and (indices is None or row.index in indices)
+
+        waiting = [r for r in self._queue.rows() if due(r)] + [r for b in self._plan for r in b.rows if due(r)]
+        if not waiting:
+            return None
+        self._queue.remove_request(request_id, {r.index for r in waiting})
+        kept = (self._without(b, due) for b in self._plan)
+        self._plan = deque(b for b in kept if b is not None)
+        for row in waiting:
+            pending.outputs[row.index] = EXPIRED
+            pending.done += 1
+        if pending.done < pending.rows:
+            return None
+        del self._requests[request_id]
+        return Answer(request_id, tuple(pending.outputs))
 
     def set_budget(self, budget: Budget) -> None:
         """New batching limits (a calibrated token budget, R-DEV-2) for every plan from now on."""
@@ -357,7 +404,12 @@ class Scheduler:
         return room
 
     def _live(self, batch: ForwardBatch) -> ForwardBatch | None:
-        rows = tuple(r for r in batch.rows if r.request_id in self._requests)
+        return self._without(batch, lambda r: r.request_id not in self._requests)
+
+    @staticmethod
+    def _without(batch: ForwardBatch, gone: Callable[[Row], bool]) -> ForwardBatch | None:
+        """BATCH less the rows GONE says (None: no row left)."""
+        rows = tuple(r for r in batch.rows if not gone(r))
         if not rows:
             return None
         if len(rows) == len(batch.rows):

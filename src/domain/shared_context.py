@@ -30,7 +30,7 @@ class BreakEven:
     """Tokens a request must save before sharing pays, and where that number came from."""
 
     tokens: int
-    source: str  # measured | manifest | default
+    source: str  # measured | manifest | option (a models file's) | deterministic
 
     def __post_init__(self) -> None:
         if self.tokens < 0:

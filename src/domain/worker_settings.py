@@ -8,7 +8,9 @@ line) are one record declared in `adapters/config/settings.py`, which converts t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from vllm_srun.domain import bounds
 from vllm_srun.domain.adaptive_threads import Mode
@@ -28,6 +30,13 @@ class ModelSpec:
     device: str | None = None
     admission: AdmissionLimits | None = None
     engine: str | None = None  # auto or a plugin's name (checked against the registry); None: the worker's
+    # what a models file entry may add (upstream's fields): the Hub commit of a Hub id, the family
+    # that must read the package (None: detected), the most GiB its weights may hold at the
+    # precision it computes in, and its family's options
+    revision: str | None = None
+    family: str | None = None
+    memory_budget_gib: float | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def served_name(self) -> str:

@@ -16,6 +16,9 @@ import httpx
 from tests.logs import log_path as log_path_of
 from tests.stores import subprocess_env
 
+# the base URLs of the workers running now
+WORKERS: set[str] = set()
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -36,6 +39,7 @@ def running_server(*args: str, ready_timeout: float = 180.0, env: dict | None = 
         start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
+    WORKERS.add(base)  # its answers are checked against the OpenAPI document (tests/e2e/conftest.py)
     try:
         deadline = time.monotonic() + ready_timeout
         while True:
@@ -51,6 +55,7 @@ def running_server(*args: str, ready_timeout: float = 180.0, env: dict | None = 
             time.sleep(0.2)
         yield base
     finally:
+        WORKERS.discard(base)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             try:

@@ -183,7 +183,8 @@ def test_adaptive_mode_one_learns_from_shadows_and_never_changes_an_answer(minil
 @pytest.mark.skipif(BUDGET < 2, reason="two concurrent forwards need two threads")
 def test_concurrent_forwards_split_the_threads_and_answer_as_forwards_one_at_a_time(minilm_dir: Path) -> None:
     batches = [_texts(1 + (k % 5), k) for k in range(48)]
-    flags = ("--result-cache-entries", "0", "--threads", "2", "--concurrent-forwards", "2")
+    # profile batching: concurrent requests merge even where the probe finds the model approximate
+    flags = ("--result-cache-entries", "0", "--threads", "2", "--concurrent-forwards", "2", "--profile", "batching")
     with running_server(*flags) as base:
         card = httpx.get(f"{base}/v1/models").json()["data"][0]
         alone = [asyncio.run(_embed_all(base, [b]))[0] for b in batches]  # one request at a time

@@ -1,5 +1,6 @@
 """Decision models end to end (R-API-4/5, R-LEN-1): a real `vllm-srun serve` process and the
-official `typesafe-sdk` client, unmodified (it posts to /v1/systemone)."""
+official `typesafe-sdk` client, unmodified (it posts to /v1/systemone, the contract's alias of
+/v1/decisions)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,19 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.contract_shapes import check
 from tests.e2e.server import running_server
+from vllm_srun.adapters.surfaces.decision_layout import confidence
 
 typesafe_sdk = pytest.importorskip("typesafe_sdk")
-from typesafe_sdk import Choice, Noul, Score, TypeSafeBadRequestError, TypeSafeClient  # noqa: E402
+from typesafe_sdk import (  # noqa: E402
+    Choice,
+    Noul,
+    Score,
+    TypeSafeAPIResponseValidationError,
+    TypeSafeBadRequestError,
+    TypeSafeClient,
+)
 
 pytestmark = pytest.mark.slow
 LIMIT = 200
@@ -46,7 +56,7 @@ def test_sdk_noul_choice_score(client: TypeSafeClient) -> None:
     assert 0 <= result.nouls["billing"].noul <= 1
     tone = result.choices["tone"]
     assert tone.choice in {"calm", "angry"} and set(tone.probabilities) == {"calm", "angry"}
-    assert tone.confidence == max(tone.probabilities.values())
+    assert tone.confidence == pytest.approx(confidence(list(tone.probabilities.values())), abs=1e-12)
     urgency = result.scores["urgency"]
     assert urgency.legend == {0: "Can wait", 1: "This week", 2: "Today"}
     assert set(urgency.probabilities) == {0, 1, 2} and 0 <= urgency.score <= 2
@@ -88,15 +98,22 @@ def test_docs_example_runs(decision_server: str) -> None:
     assert "billing: P(yes) =" in done.stdout and "tone:" in done.stdout
 
 
-def test_sdk_too_long_question_is_a_400_naming_it(client: TypeSafeClient) -> None:
-    with pytest.raises(TypeSafeBadRequestError) as info:
+def test_sdk_with_a_failed_question(client: TypeSafeClient) -> None:
+    """/v1/systemone answers a failed question in its slot (the contract); the SDK's answer models
+    have no error form, so it raises its response validation error (a TypeSafeAPIError) naming the
+    slot, with our answer in its body. No valid question at all is a 400 it raises as such."""
+    with pytest.raises(TypeSafeAPIResponseValidationError) as info:
         client.system_one(
             state="a short state",
             questions={"ok": Noul(instructions="Is this short?"), "long": Noul(instructions="is it good " * 100)},
         )
     error = info.value
-    assert error.status == 400 and error.body["error"]["code"] == "question_failed"
-    assert "'long'" in str(error) and "max_length_exceeded" in str(error)
+    assert error.status == 200 and error.field_path == "answers.long.noul"
+    assert error.body["answers"]["long"]["error"] == "max_length_exceeded" and error.body["answers"]["ok"]["noul"] >= 0
+    with pytest.raises(TypeSafeBadRequestError) as bad:
+        client.system_one(state="x", questions={"q": {"type": "set", "labels": ["a"], "colour": "red"}})
+    assert bad.value.body["error"]["code"] == "invalid_request"
+    assert "q: set questions do not take ['colour']" in str(bad.value)
 
 
 def test_decisions_keeps_the_error_in_place_and_batches(decision_server: str) -> None:
@@ -106,8 +123,9 @@ def test_decisions_keeps_the_error_in_place_and_batches(decision_server: str) ->
     }
     r = httpx.post(f"{decision_server}/v1/decisions", json={"state": "a short state", "questions": qs}, timeout=60)
     assert r.status_code == 200 and "server-timing" in r.headers
+    assert check("DecisionResponse", r.json()) == []
     answers = r.json()["answers"]
-    assert answers["long"]["error"]["code"] == "max_length_exceeded" and 0 <= answers["ok"]["noul"] <= 1
+    assert answers["long"]["error"] == "max_length_exceeded" and 0 <= answers["ok"]["noul"] <= 1
     r = httpx.post(
         f"{decision_server}/v1/systemone/batches",
         timeout=60,
@@ -117,6 +135,27 @@ def test_decisions_keeps_the_error_in_place_and_batches(decision_server: str) ->
     card = httpx.get(f"{decision_server}/v1/models", timeout=10).json()["data"][0]
     assert card["limits"]["max_input_tokens"] == LIMIT and card["engine_args"]["max_model_len"] == LIMIT
     assert card["family"] == "decision" and card["golden"]["status"] == "matched"
+
+
+def test_states_answer_each_state_in_one_call(decision_server: str) -> None:
+    body = {
+        "state": "I was charged twice.",
+        "questions": {"billing": {"type": "noul", "instructions": "Is this about billing?"}},
+        "states": {
+            "reply": {
+                "state": {"request": "Where is my parcel?", "answer": "It ships tomorrow."},
+                "questions": {"kind": {"type": "choice", "choices": [{"key": "billing"}, {"key": "shipping"}]}},
+            }
+        },
+    }
+    r = httpx.post(f"{decision_server}/v1/decisions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert check("DecisionResponse", got) == []
+    assert set(got["answers"]) == {"billing"} and set(got["states"]["reply"]["answers"]) == {"kind"}
+    alone = httpx.post(f"{decision_server}/v1/decisions", json=body["states"]["reply"], timeout=60).json()
+    assert abs(alone["answers"]["kind"]["confidence"] - got["states"]["reply"]["answers"]["kind"]["confidence"]) < 1e-4
+    assert alone["usage"] == got["states"]["reply"]["usage"]
 
 
 def _smollm2_available() -> bool:

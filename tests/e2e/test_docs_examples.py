@@ -30,3 +30,4 @@ def test_meta_example(minilm_server: str) -> None:
     assert out.returncode == 0, out.stderr
     assert "server-timing: parse;dur=" in out.stdout.lower()
     assert '"meta":{' in out.stdout and '"padded_tokens"' in out.stdout
+    assert '"model_id":"all-MiniLM-L6-v2"' in out.stdout and "tokenize;dur=" in out.stdout.lower()

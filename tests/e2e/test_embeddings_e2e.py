@@ -87,10 +87,15 @@ def test_concurrent_requests_share_forwards(minilm_server: str) -> None:
     bodies = asyncio.run(concurrent())
     after = _metric(httpx.get(f"{minilm_server}/metrics").text, "vllm_srun_forwards_total")
     forwards = after - before
-    assert 1 <= forwards < len(texts), f"{forwards} forwards for {len(texts)} requests"
     assert max(b["meta"]["rows"] for b in bodies) == 1
-    assert any(b["meta"]["padded_tokens"] > 8 * 3 for b in bodies)  # some request rode a shared forward
     got = np.array([b["data"][0]["embedding"] for b in bodies])
+    card = httpx.get(f"{minilm_server}/v1/models").json()["data"][0]
+    if card["numerics"] != "exact":  # not batch-invariant here: the default profile, exact, runs rows alone
+        assert card["profile"] == "exact" and forwards == len(texts)  # R-PROF-2
+        assert np.array_equal(got, np.array(serial_vectors))  # bit for bit the answers each got alone
+        return
+    assert 1 <= forwards < len(texts), f"{forwards} forwards for {len(texts)} requests"
+    assert any(b["meta"]["padded_tokens"] > 8 * 3 for b in bodies)  # some request rode a shared forward
     assert np.abs(got - np.array(serial_vectors)).max() < 1e-5
 
 
@@ -108,7 +113,8 @@ def test_concurrent_requests_share_forwards(minilm_server: str) -> None:
         (b'{"input": "ok", "model": "no-such-model"}', 404, "model_not_found"),
         (b'{"input": "ok", "dimensions": 4096}', 400, "invalid_request"),
         (b'{"input": [{"type": "image_url", "image_url": {"url": "data:,"}}]}', 422, "unsupported_surface"),
-        (json.dumps({"input": "word " * 400}).encode(), 400, "invalid_request"),
+        (b'{"input": "ok", "layer": 99}', 400, "invalid_request"),  # a layer the model does not declare
+        (b'{"input": "ok", "options": {"max_tokens": 257}}', 400, "invalid_request"),  # over the model's limit
         (json.dumps({"input": "x" * 300_000}).encode(), 413, "request_too_large"),
     ],
 )
@@ -129,6 +135,32 @@ def test_bad_input_gets_a_clear_error_and_costs_no_forward(
     assert ok.status_code == 200
 
 
+def test_one_over_long_input_fails_in_its_slot_and_the_openai_client_reads_the_rest(minilm_server: str) -> None:
+    """R-API-10: the long input gets `max_length_exceeded` in its slot and takes no row; its
+    siblings are answered; the openai client parses the answer (a failed item: embedding None)."""
+    import openai
+
+    from tests.contract_shapes import check
+
+    texts = [SENTENCES[0], "word " * 400, SENTENCES[1]]
+    raw = httpx.post(f"{minilm_server}/v1/embeddings", json={"input": texts, "options": {"return_meta": True}})
+    assert raw.status_code == 200 and check("EmbeddingsResponse", raw.json()) == []
+    first, failed, _ = raw.json()["data"]
+    assert failed == {"object": "embedding", "index": 1, "error": "max_length_exceeded", "message": failed["message"]}
+    assert "input[1] has 402 tokens, over the limit of 256" in failed["message"]
+    assert first["input"] == {"tokens": 8, "processed_tokens": 8, "truncated": False}
+    representation = raw.json()["meta"]["representation"]
+    assert representation["layer"] == 6 and representation["dimension"] == 384 and representation["normalized"]
+    assert representation["modality"] == "text" and len(representation["model_sha256"]) == 64
+    rows = _metric(httpx.get(f"{minilm_server}/metrics").text, "vllm_srun_rows_total")
+    client = openai.OpenAI(base_url=f"{minilm_server}/v1", api_key="unused")
+    got = client.embeddings.create(model="all-MiniLM-L6-v2", input=["the new one", "word " * 400, "and another"])
+    assert _metric(httpx.get(f"{minilm_server}/metrics").text, "vllm_srun_rows_total") - rows == 2
+    assert got.data[1].embedding is None and got.data[1].error == "max_length_exceeded"
+    assert len(got.data[0].embedding) == len(got.data[2].embedding) == 384
+    assert got.data[0].input == {"tokens": 5, "processed_tokens": 5, "truncated": False}
+
+
 def test_truncate_when_asked(minilm_server: str) -> None:
     r = httpx.post(f"{minilm_server}/v1/embeddings", json={"input": "word " * 400, "options": {"overflow": "truncate"}})
     assert r.status_code == 200
@@ -142,9 +174,13 @@ def test_models_health_metrics_openapi_timing(minilm_server: str) -> None:
     args = card["engine_args"]
     assert args["max_num_seqs"] == 8192 and args["max_num_batched_tokens"] == 65536
     assert args["max_num_batched_tokens_source"] == "class" and args["batch_window_ms"] == 2.0
-    assert card["limits"]["max_input_tokens"] == 256 and len(card["sha256"]) == 64
-    assert httpx.get(f"{minilm_server}/health").json()["status"] == "ready"
-    assert httpx.get(f"{minilm_server}/health/live").status_code == 200
+    assert card["limits"]["max_input_tokens"] == 256 and len(card["model_sha256"]) == 64
+    assert card["repo"] == "sentence-transformers/all-MiniLM-L6-v2" and card["embedding"]["dimensions"] == [384]
+    assert models["api_version"] == "2.3.0" and models["limits"]["max_request_bytes"] == 200000
+    health = httpx.get(f"{minilm_server}/health").json()
+    assert health["status"] == "ready" and health["model"] == "all-MiniLM-L6-v2" and health["api_version"] == "2.3.0"
+    assert httpx.get(f"{minilm_server}/health/live").json() == {"api_version": "2.3.0", "status": "alive"}
+    assert httpx.get(f"{minilm_server}/openapi.yaml").text.startswith("openapi: 3.1.0")
     metrics = httpx.get(f"{minilm_server}/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")
     assert "vllm_srun_batch_rows_bucket" in metrics.text and "vllm_srun_queue_depth" in metrics.text
@@ -153,7 +189,7 @@ def test_models_health_metrics_openapi_timing(minilm_server: str) -> None:
     assert "EmbeddingsRequest" in spec["components"]["schemas"]
     r = httpx.post(f"{minilm_server}/v1/embeddings", json={"input": "timing"})
     timing = r.headers["server-timing"]
-    for part in ("parse", "queue", "forward", "total"):
+    for part in ("parse", "tokenize", "queue", "forward", "post", "serialize", "total"):
         assert re.search(rf"{part};dur=\d+\.\d+", timing), timing
     unknown = httpx.get(f"{minilm_server}/v1/nothing-here")
-    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "invalid_request"

@@ -77,7 +77,15 @@ def test_cohere_v1_client_rerank_with_documents(server: str, reranker: Path) -> 
     assert sorted(r.index for r in res.results) == list(range(len(DOCS)))
     scores = [r.relevance_score for r in res.results]
     assert scores == sorted(scores, reverse=True)
-    assert all(r.document is not None and r.document.text == DOCS[r.index] for r in res.results)
+    # /v1/rerank is the upstream contract's too: a document sent as a string comes back as that
+    # string, which the client reads as it is (R-API-11, docs/contract.md) ...
+    assert all(r.document == DOCS[r.index] for r in res.results)
+    # ... and one sent in Cohere's object form comes back in it: `document.text`
+    objects = co.rerank(
+        model="tiny-reranker", query=QUERY, documents=[{"text": d} for d in DOCS], return_documents=True
+    )
+    assert [r.index for r in objects.results] == [r.index for r in res.results]
+    assert all(r.document is not None and r.document.text == DOCS[r.index] for r in objects.results)
 
 
 def test_cards_golden_and_unsupported_surface(server: str) -> None:

@@ -1,4 +1,5 @@
-"""Serve packages in-process: the real Runtime and litestar app behind litestar's TestClient."""
+"""Serve packages in-process: the real Runtime and litestar app behind litestar's TestClient,
+whose every answer is checked against the worker's OpenAPI document (`tests/openapi_check.py`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from dependency_injector import containers
 from litestar.testing import TestClient
 
+from tests.openapi_check import check
 from tests.stores import session_store
 from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.serving.runtime import Runtime
@@ -48,6 +50,7 @@ def serving(
     container = models if isinstance(models, containers.Container) else container_for(models, **settings)
     rt = container.runtime()
     with TestClient(container.app(), timeout=60) as client:
+        client.event_hooks["response"].append(check)  # every answer as the OpenAPI document says
         deadline = time.monotonic() + 120
         while not rt.loaded.is_set():
             assert time.monotonic() < deadline, "models did not load in 120 s"

@@ -93,16 +93,22 @@ BAD: list[tuple[Any, str]] = [
 ]
 
 
-def test_a_bad_audio_item_answers_400_naming_it_and_costs_no_forward(package: Path) -> None:
+def test_a_bad_audio_item_fails_in_its_slot_naming_it_and_costs_no_forward(package: Path) -> None:
+    """R-API-10: a bad item answers `invalid_input` in its slot and takes no row; a format the
+    schema does not name, or text to an audio-only model, still fails the request."""
     good = audio_item("tone", 0.5, 16000, "wav", 9)
-    with serving([package], media_workers=0) as (client, _rt):
-        before = metric(client.get("/metrics").text, "vllm_srun_forwards_total")
+    with serving([package], media_workers=0, result_cache_entries=0) as (client, _rt):
         for bad, message in BAD:
+            before = metric(client.get("/metrics").text, "vllm_srun_rows_total")
             r = client.post("/v1/embeddings", json={"input": [good, good, bad]})
-            error = r.json()["error"]
-            assert r.status_code == 400 and error["code"] == "invalid_request", r.text
-            assert error["message"].startswith("input[2]: ") and "\n" not in error["message"]
-            assert re.search(message, error["message"]), error["message"]
+            assert r.status_code == 200, r.text
+            first, second, failed = r.json()["data"]
+            assert failed["error"] == "invalid_input" and "embedding" not in failed
+            assert failed["message"].startswith("input[2]: ") and "\n" not in failed["message"]
+            assert re.search(message, failed["message"]), failed["message"]
+            assert first["embedding"] == second["embedding"]
+            assert metric(client.get("/metrics").text, "vllm_srun_rows_total") - before == 2
+        before = metric(client.get("/metrics").text, "vllm_srun_forwards_total")
         r = client.post(
             "/v1/embeddings",
             json={"input": [good, {"type": "input_audio", "input_audio": {"data": "AA", "format": "aiff"}}]},

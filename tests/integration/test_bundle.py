@@ -99,7 +99,15 @@ def test_units_per_model_and_errors_in_their_slot(fake_packages: list[Path]) -> 
             {"id": "missing", "classify": {"input": "x", "model": "nope"}},
             {"id": "long", "embeddings": {"input": "the cat " * 200, "model": "fake-a"}},
             {"id": "unnamed", "rerank": {"query": "q", "documents": ["d"]}},  # two models served
-            {"id": "box", "decisions": {"state": "s", "questions": {"b": {"type": "box"}}, "model": "fake-b"}},
+            {
+                "id": "box",
+                "decisions": {
+                    "state": "s",
+                    "questions": {"b": {"type": "box"}, "n": {"type": "noul", "instructions": "ok?"}},
+                    "model": "fake-b",
+                },
+            },
+            {"id": "boxes", "decisions": {"state": "s", "questions": {"b": {"type": "box"}}, "model": "fake-b"}},
         ]
         r = client.post("/v1/bundle", json={"tasks": tasks, "options": {"deadline_ms": 30000}})
         assert r.status_code == 200, r.text
@@ -108,10 +116,13 @@ def test_units_per_model_and_errors_in_their_slot(fake_packages: list[Path]) -> 
         assert got["a"]["status"] == 200 and got["a"]["embeddings"]["model"] == "fake-a"
         assert got["b"]["status"] == 200 and got["b"]["embeddings"]["model"] == "fake-b"
         assert got["missing"]["status"] == 404 and got["missing"]["error"]["code"] == "model_not_found"
-        assert got["long"]["status"] == 400 and "over the model's limit" in got["long"]["error"]["message"]
+        (long,) = got["long"]["embeddings"]["data"]  # an item's failure stays in its slot (R-API-10)
+        assert got["long"]["status"] == 200 and long["error"] == "max_length_exceeded"
+        assert "over the limit of" in long["message"] and "embedding" not in long
         assert got["unnamed"]["status"] == 400 and "several models" in got["unnamed"]["error"]["message"]
         box = got["box"]["decisions"]["answers"]["b"]  # a question error stays in its own slot
-        assert got["box"]["status"] == 200 and box["error"]["code"] == "unsupported_question"
+        assert got["box"]["status"] == 200 and box["error"] == "invalid_question" and box["type"] == "box"
+        assert got["boxes"]["status"] == 400 and "no question is valid" in got["boxes"]["error"]["message"]
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from tests.prometheus_text import metric
 from vllm_srun.adapters.families.audio_clap import ClapModel
 from vllm_srun.adapters.media.audio_samples import audio_bytes, audio_item, input_audio, signal
 from vllm_srun.adapters.media.decoder import PillowAvDecoder
+from vllm_srun.domain.engine_args import EngineArgs
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,10 @@ def test_text_and_audio_in_one_request_share_one_space(package: Path) -> None:
         audio_item("chord", 1.5, 48000, "ogg", 3),
         audio_item("clipped", 0.8, 22050, "mp3", 4),
     ]
-    with serving([package], media_workers=0, result_cache_entries=0) as (client, rt):
+    # profile batching: a lane's rows share one forward (under exact each row of a model that is
+    # not batch-invariant runs alone, R-PROF-2)
+    batching = (package, EngineArgs(profile="batching"))
+    with serving([batching], media_workers=0, result_cache_entries=0) as (client, rt):
         model = _model(rt)
         r = client.post("/v1/embeddings", json={"input": items, "options": {"return_meta": True}})
         assert r.status_code == 200, r.text
@@ -82,23 +86,24 @@ def test_the_card(package: Path) -> None:
     assert card["family"] == "audio" and card["golden"]["status"] == "matched"
     embedding = card["embedding"]
     assert embedding["modalities"] == ["audio", "text"] and embedding["normalized"] is True
-    assert embedding["architecture"] == "clap" and embedding["dimensions"] == 16
+    assert embedding["architecture"] == "clap" and embedding["dimensions"] == [16]
     media = card["media"]
     assert media["lane"] == "audio" and media["audio_tokens"] == 256 and media["audio"]["max_seconds"] == 2.0
     assert media["preprocess"]["features"] == "clap log-mel" and media["preprocess"]["truncation"] == "rand_trunc"
     assert [(c["lane"], c["accounting"]) for c in card["caps"]] == [("text", "padded"), ("audio", "padded")]
 
 
-def test_bad_audio_answers_400_naming_it_and_costs_no_forward(package: Path) -> None:
+def test_bad_audio_fails_in_its_slot_naming_it_and_costs_no_forward(package: Path) -> None:
     long = audio_bytes(signal("tone", 3.0, 16000), 16000, "wav")
     flac = audio_bytes(signal("tone", 1.0, 16000), 16000, "flac")
-    with serving([package], media_workers=0) as (client, _rt):
-        before = metric(client.get("/metrics").text, "vllm_srun_forwards_total")
+    with serving([package], media_workers=0, result_cache_entries=0) as (client, _rt):
         for bad, message in [
             (input_audio(long, "wav"), "over the limit of 2 s"),
             (input_audio(flac, "wav"), "the data is FLAC, not wav as its format says"),
         ]:
+            before = metric(client.get("/metrics").text, "vllm_srun_rows_total")
             r = client.post("/v1/embeddings", json={"input": ["a dog", bad]})
-            error = r.json()["error"]
-            assert r.status_code == 400 and error["message"].startswith("input[1]: ") and message in error["message"]
-        assert metric(client.get("/metrics").text, "vllm_srun_forwards_total") == before
+            text, failed = r.json()["data"]  # R-API-10: the text is answered, the audio fails in its slot
+            assert r.status_code == 200 and failed["error"] == "invalid_input" and "embedding" in text
+            assert failed["message"].startswith("input[1]: ") and message in failed["message"]
+            assert metric(client.get("/metrics").text, "vllm_srun_rows_total") - before == 1

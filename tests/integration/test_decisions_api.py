@@ -1,5 +1,6 @@
-"""The decision surfaces in-process (R-API-4/5/8/9): shapes, question errors in place, batches,
-limits on counts, refusals, the result cache, and the Qwen3 fixture."""
+"""The decision surfaces in-process (R-API-4/5/8/9): shapes (checked against the upstream
+contract's), question errors in place, batches, limits on counts, refusals, the result cache, and
+the Qwen3 fixture."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from tests.contract_shapes import check
 from tests.integration.serving import serving
+from vllm_srun.adapters.surfaces.decision_layout import confidence
 
 NOUL = {"type": "noul", "instructions": "is the review positive"}
 CHOICE = {
@@ -37,15 +40,19 @@ def test_answer_shapes(api) -> None:
     r = post(client, "/v1/decisions", {"state": STATE, "questions": {"n": NOUL, "c": CHOICE, "s": SCORE}})
     assert r.status_code == 200, r.text
     body = r.json()
+    assert check("DecisionResponse", body) == []
     assert body["model"] == "tiny-decision-llama" and body["usage"]["output_tokens"] == 0
     n, c, s = body["answers"]["n"], body["answers"]["c"], body["answers"]["s"]
     assert set(n) == {"type", "noul"} and 0 <= n["noul"] <= 1
     assert set(c) == {"type", "choice", "confidence", "probabilities"}
     assert set(c["probabilities"]) == {"positive", "negative"} and c["choice"] in c["probabilities"]
-    assert c["confidence"] == max(c["probabilities"].values())
+    assert c["choice"] == max(c["probabilities"], key=c["probabilities"].get)
+    assert c["confidence"] == confidence(list(c["probabilities"].values()))  # 1 − normalised entropy
+    assert c["confidence"] < max(c["probabilities"].values())
     assert abs(sum(c["probabilities"].values()) - 1) < 1e-9
     assert set(s) == {"type", "score", "confidence", "legend", "probabilities"}
-    assert s["legend"] == {"0": "bad", "1": {"level": "ok"}, "2": ["good", "great"]}
+    assert s["confidence"] == confidence(list(s["probabilities"].values()))
+    assert s["legend"] == {"0": "bad", "1": '{"level": "ok"}', "2": '["good", "great"]'}  # the text the model read
     assert abs(s["score"] - sum(int(k) * p for k, p in s["probabilities"].items())) < 1e-9
     assert 0 <= s["score"] <= 2
 
@@ -71,23 +78,78 @@ def test_invalid_questions_fail_in_place(api) -> None:
         "levels": {"type": "score", "criteria": [str(i) for i in range(11)]},
         "bare": {"type": "noul"},
         "box": {"type": "box", "instructions": "the dog"},
+        "colour": {"type": "set", "labels": ["a"], "colour": "red"},
+        "nope": {"type": "nope"},
+        "untyped": {"instructions": "what?"},
         "ok": NOUL,
     }
-    r = post(client, "/v1/decisions", {"state": STATE, "questions": qs})
-    assert r.status_code == 200, r.text
-    a = r.json()["answers"]
-    codes = {name: a[name].get("error", {}).get("code") for name in qs}
-    assert codes == {
-        "one": "invalid_question",
-        "many": "invalid_question",
-        "levels": "invalid_question",
-        "bare": "invalid_question",
-        "box": "unsupported_question",
-        "ok": None,
+    for path in ("/v1/decisions", "/v1/systemone"):  # the alias answers the same
+        r = post(client, path, {"state": STATE, "questions": qs})
+        assert r.status_code == 200, r.text
+        assert check("DecisionResponse", r.json()) == []
+        a = r.json()["answers"]
+        assert {name: a[name].get("error") for name in qs} == {**dict.fromkeys(qs, "invalid_question"), "ok": None}
+        assert all(set(a[name]) == {"type", "error", "message"} for name in qs if name != "ok")
+        assert [a[name]["type"] for name in ("box", "many", "colour", "nope", "untyped")] == [
+            "box",
+            "choice",
+            "set",
+            "nope",
+            None,
+        ]
+        assert a["colour"]["message"] == "set questions do not take ['colour']"
+        assert "2 to 255 options (it holds 256)" in a["many"]["message"]
+        assert 0 <= a["ok"]["noul"] <= 1
+
+
+def test_ordered_forms_answer_as_their_criteria(api) -> None:
+    client, _ = api
+    by_criteria = {
+        "c": CHOICE,
+        "s": {"type": "score", "instructions": "how good", "criteria": ["bad", "ok", "good"]},
+        "n": {"type": "noul", "criteria": {"true": "a positive review"}},
+        "t": {"type": "set", "labels": [{"key": "fun", "description": "enjoyable"}, {"key": "music"}]},
     }
-    assert a["box"]["type"] == "box" and a["many"]["type"] == "choice"
-    r = post(client, "/v1/systemone", {"state": STATE, "questions": qs})
-    assert r.status_code == 400 and r.json()["error"]["code"] == "question_failed"
+    ordered = {
+        "c": {
+            "type": "choice",
+            "instructions": "what is the tone",
+            "choices": [{"key": "positive"}, {"key": "negative", "description": "a bad review"}],
+        },
+        "s": {"type": "score", "instructions": "how good", "levels": ["bad", "ok", "good"]},
+        "n": {"type": "noul", "choices": [{"key": "true", "description": "a positive review"}]},
+        "t": {"type": "set", "criteria": {"fun": "enjoyable", "music": None}},
+    }
+    one = post(client, "/v1/decisions", {"state": STATE, "questions": by_criteria}).json()
+    two = post(client, "/v1/decisions", {"state": STATE, "questions": ordered}).json()
+    assert one == two and check("DecisionResponse", two) == []
+    assert two["thresholds"] == {"t": 0.5}
+
+
+def test_every_question_invalid_is_a_400_listing_each_reason(api) -> None:
+    client, served = api
+    before = served.scheduler_loop.forwards
+    qs = {"a": {"type": "box"}, "b": {"type": "set", "labels": ["x"], "colour": 1}, "c": {"type": "choice"}}
+    for path in ("/v1/decisions", "/v1/systemone"):
+        r = post(client, path, {"state": STATE, "questions": qs})
+        assert r.status_code == 400 and check("ErrorResponse", r.json()) == []
+        error = r.json()["error"]
+        assert error["code"] == "invalid_request" and error["message"].startswith("no question is valid (a: box ")
+        assert "b: set questions do not take ['colour']" in error["message"]
+        assert "c: a choice question needs criteria or choices" in error["message"]
+    assert served.scheduler_loop.forwards == before
+
+
+def test_a_thousand_invalid_questions_cost_no_forward(api) -> None:
+    client, served = api
+    before = served.scheduler_loop.forwards
+    qs = {f"q{i}": {"type": "nope", "junk": "x" * 50} for i in range(1024)}
+    r = post(client, "/v1/decisions", {"state": STATE, "questions": qs})
+    assert r.status_code == 400 and len(r.json()["error"]["message"]) < 5000
+    assert r.json()["error"]["message"].endswith("more)")
+    r = post(client, "/v1/decisions", {"state": STATE, "questions": {**qs, "q0": NOUL}})
+    assert r.status_code == 200 and r.json()["answers"]["q1"]["error"] == "invalid_question"
+    assert served.scheduler_loop.forwards == before + 1  # the one valid question
 
 
 def test_255_options_and_10_levels_are_answered(api) -> None:
@@ -109,14 +171,6 @@ def test_255_options_and_10_levels_are_answered(api) -> None:
     assert set(answers["ten"]["legend"]) == {str(i) for i in range(10)}
 
 
-def test_all_questions_failed_costs_no_forward(api) -> None:
-    client, served = api
-    before = served.scheduler_loop.forwards
-    r = post(client, "/v1/decisions", {"state": STATE, "questions": {"b": {"type": "box"}}})
-    assert r.status_code == 200 and r.json()["usage"]["input_tokens"] == 0
-    assert served.scheduler_loop.forwards == before
-
-
 @pytest.mark.parametrize(
     "body, status, code",
     [
@@ -126,6 +180,42 @@ def test_all_questions_failed_costs_no_forward(api) -> None:
         ({"state": STATE, "questions": {"q": {**NOUL, "bogus": 1}}}, 400, "invalid_request"),
         ({"state": STATE, "questions": {f"q{i}": NOUL for i in range(1025)}}, 413, "request_too_large"),
         ({"state": STATE, "questions": {"q": NOUL}, "assets": {"img": {"type": "image"}}}, 422, "unsupported_surface"),
+        ({"state": STATE, "questions": {"q": NOUL}, "images": ["data:image/png;base64,AA=="]}, 400, "invalid_request"),
+        ({"state": STATE, "questions": {"q": NOUL}, "options": {"max_tokens": 100}}, 400, "invalid_request"),
+        ({"state": STATE, "questions": {"q": NOUL}, "options": {"bogus": 1}}, 400, "invalid_request"),
+        ({"state": STATE, "questions": {"q": NOUL}, "states": {"s": {"state": "x"}}}, 400, "invalid_request"),
+        (
+            {"state": STATE, "questions": {"q": NOUL}, "states": {"s": {"state": "x", "questions": {}}}},
+            400,
+            "invalid_request",
+        ),
+        (
+            {
+                "state": STATE,
+                "questions": {"q": NOUL},
+                "states": {"s": {"state": "x", "questions": {"q": NOUL}, "x": 1}},
+            },
+            400,
+            "invalid_request",
+        ),
+        (
+            {
+                "state": STATE,
+                "questions": {"q": NOUL},
+                "states": {"s": {"state": "x", "questions": {"q": NOUL}, "images": ["x"]}},
+            },
+            400,
+            "invalid_request",
+        ),
+        (
+            {
+                "state": STATE,
+                "questions": {f"q{i}": NOUL for i in range(1000)},
+                "states": {"s": {"state": "x", "questions": {f"q{i}": NOUL for i in range(25)}}},
+            },
+            413,
+            "request_too_large",
+        ),
         ({"state": STATE, "questions": {"q": NOUL}, "model": "nope"}, 404, "model_not_found"),
     ],
 )
@@ -143,10 +233,11 @@ def test_batches(api) -> None:
     r = post(client, "/v1/systemone/batches", {"states": states, "questions": qs})
     assert r.status_code == 200, r.text
     body = r.json()
+    assert all(check("DecisionStateResponse", {"model": "m", **x}) == [] for x in body["results"])
     assert [x["id"] for x in body["results"]] == ["a", 7]
     assert body["usage"]["input_tokens"] == sum(x["usage"]["input_tokens"] for x in body["results"])
     single = post(client, "/v1/decisions", {"state": STATE, "questions": qs}).json()
-    assert body["results"][0]["answers"]["bad"]["error"]["code"] == "invalid_question"
+    assert body["results"][0]["answers"]["bad"]["error"] == "invalid_question"
     assert abs(body["results"][0]["answers"]["n"]["noul"] - single["answers"]["n"]["noul"]) < 1e-4
     assert body["results"][0]["usage"] == single["usage"]
     dup = post(client, "/v1/systemone/batches", {"states": [states[0], states[0]], "questions": qs})

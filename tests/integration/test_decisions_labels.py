@@ -1,6 +1,7 @@
-"""Set and span questions through the serving path (R-OUT-6): upstream's shapes, equality with the
-`transformers` reference on the decision fixture, shared == unshared, 400s naming the field,
-errors in place, batches, and the `typesafe-sdk` response models reading our answers."""
+"""Set and span questions through the serving path (R-OUT-6): the contract's shapes, equality with
+the `transformers` reference on the decision fixture, shared == unshared, invalid questions
+naming the field, errors in place, batches, and the `typesafe-sdk` response models reading our
+answers."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ import shutil
 from collections.abc import Iterator
 from typing import Any
 
-import msgspec
 import pytest
 import torch
 
+from tests.contract_shapes import check
 from tests.integration.serving import serving
-from vllm_srun.adapters.schemas.decisions import SetQuestion, SpanQuestion
 from vllm_srun.adapters.surfaces.decision_labels import plan
+from vllm_srun.adapters.surfaces.decision_questions import read_question
 from vllm_srun.domain.engine_args import EngineArgs
 
 STATE = "Alice flew from Paris to Rome on Monday and paid twice for the ticket"
@@ -51,6 +52,8 @@ def test_set_and_span_shapes(two_layouts) -> None:
     r = ask(client, {"topics": SET, "who": SPAN, "n": {"type": "noul", "instructions": "is it travel"}})
     assert r.status_code == 200, r.text
     body = r.json()
+    assert check("DecisionResponse", body) == []
+    assert body["thresholds"] == {"topics": 0.5, "who": 0.55}
     answers, sets, spans = body["answers"], body["sets"], body["spans"]
     assert list(answers) == ["topics.travel", "topics.billing", "who", "n"]
     assert all(set(answers[k]) == {"type", "noul"} and answers[k]["type"] == "noul" for k in answers)
@@ -75,7 +78,7 @@ def test_set_probabilities_equal_the_transformers_reference(two_layouts, decisio
     reference = transformers.AutoModelForCausalLM.from_pretrained(decision_fixture("llama"), dtype=torch.float32).eval()
     model = rt.models["tiny-decision-llama"].model
     got = ask(client, {"topics": SET}).json()["sets"]["topics"]
-    rows = plan("topics", msgspec.convert(SET, SetQuestion), STATE).rows
+    rows = plan("topics", read_question("topics", SET), STATE).rows
     prepared = model.prepare(STATE, rows)
     for label, q in zip(("travel", "billing"), prepared.questions):
         with torch.no_grad():
@@ -93,7 +96,7 @@ def test_span_words_equal_the_transformers_reference(two_layouts, decision_fixtu
     body = client.post(
         "/v1/decisions", json={"model": "tiny-decision-llama", "state": state, "questions": {"who": SPAN}}
     ).json()
-    p = plan("who", msgspec.convert(SPAN, SpanQuestion), state)
+    p = plan("who", read_question("who", SPAN), state)
     prepared = model.prepare(state, p.rows)
     with torch.no_grad():
         ps = [
@@ -150,45 +153,56 @@ def test_shared_equals_unshared(two_layouts) -> None:
         ({"type": "set", "labels": [""]}, "labels"),
     ],
 )
-def test_bad_set_and_span_questions_are_400_naming_the_field(two_layouts, question, field) -> None:
+def test_bad_set_and_span_questions_fail_in_place_naming_the_field(two_layouts, question, field) -> None:
     client, _ = two_layouts
-    r = ask(client, {"q": question})
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["code"] == "invalid_request" and field in r.json()["error"]["message"]
+    r = ask(client, {"q": question, "ok": SET})
+    assert r.status_code == 200, r.text
+    failed = r.json()["answers"]["q"]
+    assert failed["error"] == "invalid_question" and field in failed["message"] and failed["type"] == question["type"]
+    alone = ask(client, {"q": question})  # no valid question at all: 400 naming it
+    assert alone.status_code == 400 and alone.json()["error"]["code"] == "invalid_request"
+    assert alone.json()["error"]["message"] == f"no question is valid (q: {failed['message']})"
 
 
-def test_a_set_answer_taking_another_questions_name_is_400(two_layouts) -> None:
+def test_a_set_answer_taking_another_questions_name_fails_in_place(two_layouts) -> None:
     client, _ = two_layouts
     r = ask(client, {"t": {"type": "set", "labels": ["a"]}, "t.a": {"type": "noul", "instructions": "x"}})
-    assert r.status_code == 400 and "questions.t.labels" in r.json()["error"]["message"]
+    assert r.status_code == 200
+    assert r.json()["answers"]["t"] == {
+        "type": "set",
+        "error": "invalid_question",
+        "message": "labels: the answer 't.a' would take the name of another question",
+    }
+    assert 0 <= r.json()["answers"]["t.a"]["noul"] <= 1
 
 
 def test_errors_stay_in_place(two_layouts) -> None:
     client, _ = two_layouts
     long_label = {"key": "long", "description": " ".join(["word"] * 1200)}  # over the 1,024-token limit
-    r = ask(
-        client,
-        {
-            "dup": {"type": "set", "labels": ["a", "a"]},
-            "long": {"type": "set", "labels": ["short", long_label]},
-            "scan": {"type": "span", "labels": [f"l{i}" for i in range(100)]},
-            "ok": SET,
-        },
-    )
-    assert r.status_code == 200, r.text
-    body = r.json()
-    answers = body["answers"]
-    assert answers["dup"] == {
-        "type": "set",
-        "error": {"code": "invalid_question", "message": answers["dup"]["error"]["message"]},
-    }
-    assert answers["long"]["error"]["code"] == "max_length_exceeded" and "label" in answers["long"]["error"]["message"]
-    assert "long.short" not in answers  # a set fails whole
-    assert answers["scan"]["error"]["code"] == "scan_budget_exceeded" and answers["scan"]["type"] == "span"
-    assert set(body["sets"]) == {"ok"} and "spans" not in body
-    # /v1/systemone fails the request on the first failed question, by its own name
-    r = ask(client, {"dup": {"type": "set", "labels": ["a", "a"]}}, path="/v1/systemone")
-    assert r.status_code == 400 and "question 'dup' failed: invalid_question" in r.json()["error"]["message"]
+    for path in ("/v1/decisions", "/v1/systemone"):
+        r = ask(
+            client,
+            {
+                "dup": {"type": "set", "labels": ["a", "a"]},
+                "long": {"type": "set", "labels": ["short", long_label]},
+                "scan": {"type": "span", "labels": [f"l{i}" for i in range(100)]},
+                "ok": SET,
+            },
+            path=path,
+        )
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert check("DecisionResponse", body) == []
+        answers = body["answers"]
+        assert answers["dup"] == {
+            "type": "set",
+            "error": "invalid_question",
+            "message": "labels: the key 'a' appears more than once",
+        }
+        assert answers["long"]["error"] == "max_length_exceeded" and "label 'long'" in answers["long"]["message"]
+        assert "long.short" not in answers  # a set fails whole
+        assert answers["scan"]["error"] == "scan_budget_exceeded" and answers["scan"]["type"] == "span"
+        assert set(body["sets"]) == {"ok"} and "spans" not in body and body["thresholds"] == {"ok": 0.5}
 
 
 def test_batches_carry_sets_and_spans_per_state(two_layouts) -> None:

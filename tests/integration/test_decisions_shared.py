@@ -1,6 +1,7 @@
 """Shared context through the serving path (R-SC-1): a request's state runs once and every question
 branches from it; the answers equal the unshared ones within 1e-4 for 1, 2, 16 and 128 questions,
-and question order changes no answer."""
+and question order changes no answer. Sharing is profile shared_context's (R-PROF-1): the default
+profile, exact, never shares, and a request on a sharing model may ask for exact."""
 
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def assert_close(a: dict[str, Any], b: dict[str, Any], tol: float = TOL) -> floa
 
 @pytest.fixture(scope="module")
 def two_layouts(decision_fixture, tmp_path_factory) -> Iterator[tuple[Any, Any]]:
-    """The same package served twice: always shared (break-even pinned to 0), and never shared."""
+    """The same package served twice: always shared (profile shared_context, break-even pinned to 0),
+    and never shared (`--no-enable-shared-context`: profile exact)."""
     base = decision_fixture("llama")
     shared = tmp_path_factory.mktemp("shared") / "tiny-decision-shared"
     shutil.copytree(base, shared)
@@ -80,7 +82,7 @@ def two_layouts(decision_fixture, tmp_path_factory) -> Iterator[tuple[Any, Any]]
     manifest["shared_context"] = {"break_even_tokens": 0}
     (shared / "srun.json").write_text(json.dumps(manifest))
     models = [
-        (shared, EngineArgs(batch_window_ms=0)),
+        (shared, EngineArgs(batch_window_ms=0, profile="shared_context")),
         (base, EngineArgs(batch_window_ms=0, enable_shared_context=False)),
     ]
     with serving(models, result_cache_entries=0) as (client, runtime):
@@ -88,10 +90,9 @@ def two_layouts(decision_fixture, tmp_path_factory) -> Iterator[tuple[Any, Any]]
         yield client, runtime
 
 
-def ask(client: Any, model: str, qs: dict[str, Any]) -> dict[str, Any]:
-    r = client.post(
-        "/v1/decisions", json={"model": model, "state": STATE, "questions": qs, "options": {"return_meta": True}}
-    )
+def ask(client: Any, model: str, qs: dict[str, Any], profile: str | None = None) -> dict[str, Any]:
+    options: dict[str, Any] = {"return_meta": True} | ({"profile": profile} if profile else {})
+    r = client.post("/v1/decisions", json={"model": model, "state": STATE, "questions": qs, "options": options})
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -135,6 +136,32 @@ def test_usage_counts_the_state_once(two_layouts) -> None:
     assert one > 0
 
 
+@pytest.mark.parametrize("n", [2, 16])
+def test_a_request_for_exact_on_a_sharing_model_is_not_shared(two_layouts, n: int) -> None:
+    client, _ = two_layouts
+    qs = questions(n)
+    exact = ask(client, "tiny-decision-shared", qs, profile="exact")
+    alone = ask(client, "tiny-decision-llama", qs)
+    assert exact["meta"]["rows"] == n and exact["meta"]["profile"] == "exact" and exact["meta"]["numerics"] == "exact"
+    assert exact["answers"] == alone["answers"]  # bit for bit: the same weights, every row alone
+    shared = ask(client, "tiny-decision-shared", qs)
+    assert shared["meta"]["rows"] == 1 and shared["meta"]["profile"] == "shared_context"
+    assert shared["meta"]["numerics"] == "approximate"
+    refused = client.post(
+        "/v1/decisions",
+        json={
+            "model": "tiny-decision-llama",
+            "state": STATE,
+            "questions": qs,
+            "options": {"profile": "shared_context"},
+        },
+    )
+    assert refused.status_code == 400 and refused.json()["error"] == {
+        "code": "invalid_request",
+        "message": "options.profile 'shared_context' is not enabled for this model (enabled: exact)",
+    }
+
+
 def test_shared_rows_run_in_the_shared_lane(two_layouts) -> None:
     client, _ = two_layouts
     before = metric(client.get("/metrics").text, "vllm_srun_rows_total", model="tiny-decision-shared", lane="shared")
@@ -149,11 +176,23 @@ def test_no_enable_shared_context_is_reported(two_layouts) -> None:
     assert cards["tiny-decision-llama"]["engine_args"]["enable_shared_context"] is False
     assert cards["tiny-decision-shared"]["engine_args"]["enable_shared_context"] is True
     assert cards["tiny-decision-llama"]["shared_context"]["enabled"] is False
+    assert cards["tiny-decision-llama"]["profile"] == "exact"  # the flag off is profile exact
+    assert cards["tiny-decision-shared"]["profile"] == "shared_context"
+    assert [p["name"] for p in cards["tiny-decision-shared"]["profiles"]] == ["exact", "shared_context"]
 
 
 def test_break_even_is_measured_at_load(decision_fixture) -> None:
-    with serving([Path(decision_fixture("llama"))]) as (client, _):
+    with serving([(Path(decision_fixture("llama")), EngineArgs(profile="shared_context"))]) as (client, _):
         card = client.get("/v1/models").json()["data"][0]
     sc = card["shared_context"]
     assert sc["enabled"] is True and sc["break_even_source"] == "measured" and sc["break_even_tokens"] >= 0
     assert card["engine_args"]["enable_shared_context"] is True and card["dtype"] == "float32"  # BF16 published, CPU
+
+
+def test_the_default_profile_never_shares_and_measures_nothing(decision_fixture) -> None:
+    with serving([Path(decision_fixture("llama"))], result_cache_entries=0) as (client, _):
+        card = client.get("/v1/models").json()["data"][0]
+        body = ask(client, card["id"], questions(4))
+    assert card["profile"] == "exact" and [p["name"] for p in card["profiles"]] == ["exact"]
+    assert card["shared_context"]["enabled"] is False and card["shared_context"]["break_even_source"] is None
+    assert body["meta"]["rows"] == 4 and body["meta"]["forwards"] == 4  # every question's row alone (R-PROF-2)

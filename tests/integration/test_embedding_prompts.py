@@ -144,11 +144,11 @@ def test_card_lists_prompts_and_the_width_after_dense(served) -> None:  # type: 
     client, _ = served
     cards = {c["id"]: c for c in client.get("/v1/models").json()["data"]}
     e5, qwen, plain = (cards[name]["embedding"] for name in ("e5-dense", "qwen-style", "plain"))
-    assert e5["dimensions"] == 16 and e5["normalized"] is True and e5["pooling"] == "mean"
+    assert e5["dimensions"] == [16] and e5["normalized"] is True and e5["pooling"] == "mean"
     assert e5["prompts"] == E5 and e5["default_prompt_name"] is None and e5["similarity_fn_name"] == "dot"
     assert e5["after_pooling"] == ["Dense(2_Dense: 32→16, Tanh)", "Normalize"]
     assert qwen["prompts"] == QWEN and qwen["default_prompt_name"] == "query" and qwen["pooling"] == "lasttoken"
-    assert plain["prompts"] == {} and plain["default_prompt_name"] is None and plain["dimensions"] == HIDDEN
+    assert plain["prompts"] == {} and plain["default_prompt_name"] is None and plain["dimensions"] == [HIDDEN]
 
 
 def test_bundle_tasks_take_the_same_fields(served) -> None:  # type: ignore[no-untyped-def]

@@ -100,7 +100,7 @@ def test_errors_come_from_the_one_table(fake_package: Path) -> None:
         missing = client.post("/v1/embeddings", json={"model": "nope", "input": "x"})
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
         route = client.get("/no/such/route")
-        assert route.status_code == 404 and route.json()["error"]["code"] == "not_found"
+        assert route.status_code == 404 and route.json()["error"]["code"] == "invalid_request"
 
 
 def test_batching_limits_come_from_the_device_memory_class(fake_package: Path) -> None:

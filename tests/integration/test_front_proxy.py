@@ -255,7 +255,7 @@ def test_a_single_worker_deployment_caches_answers_in_the_front() -> None:
 def test_incompatible_replicas_are_never_dispatched_to() -> None:
     async def go() -> None:
         good = await FakeWorker(name="good").start()
-        other = await FakeWorker(name="other", card={"sha256": "different"}).start()
+        other = await FakeWorker(name="other", card={"model_sha256": "different"}).start()
         pinned = await FakeWorker(name="pinned").start()
         config = config_for(
             {
@@ -276,7 +276,7 @@ def test_incompatible_replicas_are_never_dispatched_to() -> None:
             assert "max_num_seqs 8192 but the deployment sets 64" in (next(iter(strict.pool)).incompatible_reason or "")
             inventory = (await front.client.get("/api/v1/inventory")).json()
             rows = {w["id"]: w for d in inventory["deployments"] for w in d["workers"]}
-            assert rows["pool/1"]["state"] == "incompatible" and "sha256" in rows["pool/1"]["reason"]
+            assert rows["pool/1"]["state"] == "incompatible" and "model_sha256" in rows["pool/1"]["reason"]
         for worker in (good, other, pinned):
             await worker.stop()
 
@@ -337,7 +337,7 @@ def test_draining_refuses_new_requests_and_reports() -> None:
             assert (await front.client.get("/health")).status_code == 200
             assert (await front.client.get("/health/live")).status_code == 200
             assert (await front.client.get("/openapi.json")).json()["paths"]["/v1/embeddings"]
-            assert (await front.client.get("/nowhere")).json()["error"]["code"] == "not_found"
+            assert (await front.client.get("/nowhere")).json()["error"]["code"] == "invalid_request"
             front.proxy.draining = True
             r = await front.post({"input": "late"})
             assert r.status_code == 503 and r.headers["connection"] == "close" and r.headers["retry-after"]
@@ -392,5 +392,42 @@ def test_the_typesafe_default_name_reaches_the_decision_deployment() -> None:
             assert [c["id"] for c in listed["data"]] == ["vectors", "judge"]
         await embed.stop()
         await decide.stop()
+
+    scenario(go)
+
+
+def test_a_runtime_attached_on_a_unix_socket_under_its_public_name(tmp_path: Any) -> None:
+    """Upstream's `endpoint: unix:///…` and `public_name`: the front reaches the runtime over its
+    socket, takes the public name in `model` beside the deployment's, and answers with it."""
+
+    async def go() -> None:
+        worker = await FakeWorker(model="fake-a", uds=str(tmp_path / "runtime.sock")).start()
+        deployment = {"endpoint": worker.endpoint, "served_name": worker.model, "public_name": "acme/fake-a"}
+        async with Front(config_for({"primary": {**deployment, "result_cache_entries": 0}})) as front:
+            await front.ready("primary", 1)
+            for named in ("acme/fake-a", "primary"):
+                r = await front.post({"model": named, "input": "hi"})
+                assert r.status_code == 200 and r.json()["model"] == "acme/fake-a", r.text
+                assert worker.received[-1]["model"] == "fake-a"
+        await worker.stop()
+
+    scenario(go)
+
+
+def test_a_replica_serving_another_profile_than_the_deployment_asks_is_incompatible() -> None:
+    async def go() -> None:
+        right = await FakeWorker(model="m", card={"profile": "batching"}).start()
+        wrong = await FakeWorker(model="m", card={"profile": "exact"}).start()
+        config = config_for({"primary": attached(right, wrong, profile="batching", result_cache_entries=0)})
+        async with Front(config) as front:
+            await front.ready("primary", 1)
+            await until(lambda: any(r.incompatible_reason for r in front.fleet.deployments["primary"].pool))
+            reasons = [r.incompatible_reason for r in front.fleet.deployments["primary"].pool if r.incompatible_reason]
+            assert reasons == ["serves profile exact but the deployment asks for batching"]
+            for _ in range(4):
+                assert (await front.post({"input": "x"})).status_code == 200
+            assert len(wrong.received) == 0  # never dispatched to
+        await right.stop()
+        await wrong.stop()
 
     scenario(go)

@@ -84,7 +84,7 @@ def test_a_retired_worker_finishes_what_it_holds() -> None:
 def test_a_refused_or_failed_reload_changes_nothing() -> None:
     async def go() -> None:
         w1 = await FakeWorker(name="w1").start()
-        odd = await FakeWorker(name="odd", card={"sha256": "other"}).start()
+        odd = await FakeWorker(name="odd", card={"model_sha256": "other"}).start()
         async with ReloadableFront(config_for({"primary": attached(w1)})) as front:
             await front.ready("primary", 1)
             status = await front.reload(ConfigError(["deployments.primary.max_num_seqs: expected >= 1, got 0"]))
@@ -92,7 +92,11 @@ def test_a_refused_or_failed_reload_changes_nothing() -> None:
                 "deployments.primary.max_num_seqs: expected >= 1, got 0"
             ]
             status = await front.reload(config_for({"primary": attached(w1, odd)}))
-            assert status.state == "failed" and "incompatible" in status.problems[0] and "sha256" in status.problems[0]
+            assert (
+                status.state == "failed"
+                and "incompatible" in status.problems[0]
+                and "model_sha256" in status.problems[0]
+            )
             assert workers_of(front) == ["primary/0"] and front.fleet.preparing == []
             assert (await front.post({"input": "still"})).status_code == 200
             same = await front.reload(config_for({"primary": attached(w1)}))

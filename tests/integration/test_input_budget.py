@@ -3,7 +3,8 @@ models file through the served model, on every surface it applies to: a long inp
 `truncate` and refused under `reject` when the request sets no overflow of its own (classify,
 embeddings, rerank, decisions); the golden check replays its recorded requests without the
 budget; the result cache keeps the answers of two budgets apart; a default overflow the model
-cannot honour is refused naming the deployment's setting."""
+cannot honour is refused naming the deployment's setting. A refused input fails in its own slot
+(R-API-10); a request's `options.max_tokens` may lower the budget, never raise it."""
 
 from __future__ import annotations
 
@@ -71,13 +72,31 @@ def test_truncate_cuts_a_long_input_instead_of_refusing_it(budgeted) -> None:  #
     assert answer.json()["usage"]["prompt_tokens"] == 8
 
 
+def _failed(response: Any, index: int = 0) -> dict[str, Any]:
+    """Item INDEX of a 200 answer, which failed in its slot (R-API-10)."""
+    assert response.status_code == 200, response.text
+    body = response.json()
+    item = (body.get("results") or body.get("data"))[index]
+    assert item["index"] == index and "error" in item, item
+    return item
+
+
 def test_reject_refuses_a_long_input_with_the_documented_error(budgeted) -> None:  # type: ignore[no-untyped-def]
-    refused = budgeted.post("/v1/classify", json={"model": "strict", "input": LONG})
-    assert refused.status_code == 400
-    error = refused.json()["error"]
-    assert error["code"] == "invalid_request"
+    error = _failed(budgeted.post("/v1/classify", json={"model": "strict", "input": LONG}))
+    assert error["error"] == "max_length_exceeded"
     assert "over the limit of 8 (the deployment's input.max_tokens)" in error["message"]
     assert 'options.overflow to "truncate"' in error["message"]
+
+
+def test_options_max_tokens_lowers_the_budget_never_raises_it(budgeted) -> None:  # type: ignore[no-untyped-def]
+    text = "the movie was great fun"  # 5 tokens and 2 special ones
+    lower = budgeted.post("/v1/classify", json={"model": "plain", "input": text, "options": {"max_tokens": 6}})
+    assert "over the limit of 6 (options.max_tokens)" in _failed(lower)["message"]
+    fits = budgeted.post("/v1/classify", json={"model": "plain", "input": text, "options": {"max_tokens": 7}})
+    assert fits.status_code == 200 and "error" not in fits.json()["results"][0]
+    for model, most in (("strict", "the deployment's input.max_tokens of 8"), ("plain", "the model's limit of 128")):
+        over = budgeted.post("/v1/classify", json={"model": model, "input": text, "options": {"max_tokens": 129}})
+        assert over.status_code == 400 and f"options.max_tokens 129 is over {most}" in over.json()["error"]["message"]
 
 
 def test_a_token_head_cuts_refuses_or_windows_at_the_budget(budgeted) -> None:  # type: ignore[no-untyped-def]
@@ -86,21 +105,20 @@ def test_a_token_head_cuts_refuses_or_windows_at_the_budget(budgeted) -> None:  
     assert cut.status_code == 200, cut.text
     result = cut.json()["results"][0]
     assert result["input"]["truncated"] is True and len(result["tokens"]) == 6  # 8 less [CLS] and [SEP]
-    refused = budgeted.post("/v1/classify", json={"model": "tok-strict", **asked})
-    assert refused.status_code == 400
-    assert "over the limit of 8 (the deployment's input.max_tokens)" in refused.json()["error"]["message"]
+    refused = _failed(budgeted.post("/v1/classify", json={"model": "tok-strict", **asked}))
+    assert "over the limit of 8 (the deployment's input.max_tokens)" in refused["message"]
     windows = budgeted.post("/v1/classify", json={"model": "tok-window", **asked})
     assert windows.status_code == 200, windows.text
     read = windows.json()["results"][0]
-    assert read["input"]["truncated"] is False and len(read["input"]["windows"]) > 1
-    assert max(w["tokens"] for w in read["input"]["windows"]) == 8  # the budget is the default window
+    assert read["input"]["truncated"] is False and read["input"]["windows"] == len(read["windows"]) > 1
+    assert max(w["tokens"] for w in read["windows"]) == 8  # the budget is the default window
     wide = budgeted.post("/v1/classify", json={"model": "tok-window", **asked, "options": {"window": {"tokens": 9}}})
     assert wide.status_code == 400 and "input.max_tokens" in wide.json()["error"]["message"]
 
 
 def test_the_request_overrides_the_budget(budgeted) -> None:  # type: ignore[no-untyped-def]
     asked = budgeted.post("/v1/classify", json={"model": "cut", "input": LONG, "options": {"overflow": "reject"}})
-    assert asked.status_code == 400 and "input.max_tokens" in asked.json()["error"]["message"]
+    assert "input.max_tokens" in _failed(asked)["message"]
 
 
 def test_the_result_cache_keeps_two_budgets_apart(budgeted) -> None:  # type: ignore[no-untyped-def]
@@ -126,10 +144,10 @@ def test_embeddings_cut_or_refuse_at_the_budget(budgeted) -> None:  # type: igno
     plain = budgeted.post("/v1/embeddings", json={"model": "emb-plain", "input": LONG})
     assert plain.status_code == 200 and plain.json()["usage"]["prompt_tokens"] > 8
     assert plain.json()["data"][0]["embedding"] != cut.json()["data"][0]["embedding"]
-    refused = budgeted.post("/v1/embeddings", json={"model": "emb-strict", "input": LONG})
-    assert refused.status_code == 400
-    message = refused.json()["error"]["message"]
-    assert "over the deployment's input.max_tokens of 8" in message and "input[0]" in message
+    refused = _failed(budgeted.post("/v1/embeddings", json={"model": "emb-strict", "input": LONG}))
+    message = refused["message"]
+    assert refused["error"] == "max_length_exceeded" and "embedding" not in refused
+    assert "over the limit of 8 (the deployment's input.max_tokens)" in message and "input[0]" in message
     asked = budgeted.post(
         "/v1/embeddings", json={"model": "emb-strict", "input": LONG, "options": {"overflow": "truncate"}}
     )
@@ -153,8 +171,8 @@ def test_a_default_window_on_a_maxsim_reranker_names_the_deployment_setting(budg
 def test_decisions_cut_the_state_or_fail_in_place_at_the_budget(budgeted) -> None:  # type: ignore[no-untyped-def]
     body = {"state": STATE, "questions": {"q": NOUL}}
     strict = budgeted.post("/v1/decisions", json={**body, "model": "dec-strict"}).json()
-    assert strict["answers"]["q"]["error"]["code"] == "max_length_exceeded"
-    assert "input.max_tokens=40" in strict["answers"]["q"]["error"]["message"]
+    assert strict["answers"]["q"]["error"] == "max_length_exceeded"
+    assert "input.max_tokens=40" in strict["answers"]["q"]["message"]
     cut = budgeted.post("/v1/decisions", json={**body, "model": "dec-cut"}).json()
     assert 0 <= cut["answers"]["q"]["noul"] <= 1, cut
     assert 0 < cut["usage"]["input_tokens"] <= 40

@@ -155,3 +155,117 @@ def test_an_entry_names_its_own_engine_through_the_plugin_registry(tmp_path: Pat
     path.write_text("models:\n  - {artifact: a, engine: onnxruntime}\n  - {artifact: b}\n")
     first, second = load_models_file(path, flags=ModelArgs(engine="native"), device="cpu", dtype_refusal=dtype_refusal)
     assert (first.engine, second.engine) == ("onnxruntime", "native")  # left out: the worker's --engine
+
+
+# ---- upstream's entry fields: profile, revision, family, memory_budget_gib, options (R-PROF) ----
+UPSTREAM_MODELS = """\
+models:
+  - model: /srv/models/vela-like-domain      # upstream spells the artifact `model`
+    name: domain
+    device: cpu
+    profile: batching
+    family: encoder
+    memory_budget_gib: 1.5
+  - model: acme/tiny-judge
+    revision: 0123456789abcdef0123456789abcdef01234567
+    name: judge
+    profile: shared_context
+    options: {break_even_tokens: 0}
+"""
+
+
+def test_an_upstream_shaped_models_file_loads(tmp_path: Path) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text(UPSTREAM_MODELS)
+    domain, judge = load_models_file(path, flags=ModelArgs(), device="cpu", dtype_refusal=dtype_refusal)
+    assert (domain.artifact, domain.name, domain.device, domain.args.profile) == (
+        "/srv/models/vela-like-domain",
+        "domain",
+        "cpu",
+        "batching",
+    )
+    assert (domain.family, domain.memory_budget_gib, domain.revision, dict(domain.options)) == (
+        "encoder",
+        1.5,
+        None,
+        {},
+    )
+    assert (judge.artifact, judge.revision, judge.args.profile) == (
+        "acme/tiny-judge",
+        "0123456789abcdef0123456789abcdef01234567",
+        "shared_context",
+    )
+    assert dict(judge.options) == {"break_even_tokens": 0} and judge.family is None
+    # a profile given as a flag is every entry's default
+    (only,) = load_models_file(
+        _write(tmp_path, "models:\n  - model: a\n"),
+        flags=ModelArgs(profile="max_speed"),
+        device="cpu",
+        dtype_refusal=dtype_refusal,
+    )
+    assert only.args.profile == "max_speed"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "entry.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        (
+            "{model: acme/x, revision: main}",
+            "models[0].revision: expected a 40-hex commit of the Hub repository, got 'main'",
+        ),
+        (
+            "{model: ./local, revision: 0123456789abcdef0123456789abcdef01234567}",
+            "models[0]: revision: ./local is not a Hub id (ORG/NAME)",
+        ),
+        (
+            "{model: a, profile: fastest}",
+            "models[0].profile: expected one of exact, shared_context, batching, max_speed",
+        ),
+        (
+            "{model: a, profile: exact, enable_shared_context: true}",
+            "models[0]: profile: --enable-shared-context contradicts profile exact",
+        ),
+        (
+            "{model: a, profile: batching, dtype: bfloat16, device: cpu}",
+            "models[0]: profile: profile batching serves the published precision only (float32 on a CPU)",
+        ),
+        ("{model: a, memory_budget_gib: 0}", "models[0].memory_budget_gib: expected a number > 0"),
+        ("{model: a, options: [1, 2]}", "models[0].options: expected a mapping"),
+    ],
+)
+def test_upstream_fields_are_refused_in_one_line(tmp_path: Path, entry: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_models_file(
+            _write(tmp_path, f"models:\n  - {entry}\n"), flags=ModelArgs(), device="cpu", dtype_refusal=dtype_refusal
+        )
+    (line,) = refused.value.problems
+    assert problem in line, line
+
+
+def test_profile_flag_contradictions_stop_the_worker_before_anything_loads(capsys: pytest.CaptureFixture[str]) -> None:
+    (line,) = refusal_lines(capsys, "--profile", "exact", "--enable-shared-context", "some-model")
+    assert line.startswith("vllm-srun: error: --enable-shared-context contradicts profile exact")
+    (line,) = refusal_lines(capsys, "--profile", "fastest", "some-model")
+    assert "argument --profile: invalid choice: 'fastest'" in line
+
+
+def test_a_profile_a_package_cannot_serve_is_refused_before_it_loads(
+    capsys: pytest.CaptureFixture[str], encoder_fixture
+) -> None:  # type: ignore[no-untyped-def]
+    folder = str(encoder_fixture("embed"))
+    (line,) = refusal_lines(capsys, folder, "--profile", "exact", "--dtype", "bfloat16", "--device", "cpu")
+    assert line == (
+        "vllm-srun: error: profile exact serves the published precision only (float32 on a CPU); "
+        "--dtype bfloat16 needs profile max_speed"
+    )
+    (line,) = refusal_lines(capsys, folder, "--profile", "shared_context", "--device", "cpu")
+    assert line == (
+        "vllm-srun: error: profile shared_context applies to decision models only (a shared-context path); "
+        "this is an encoder model"
+    )

@@ -16,11 +16,13 @@ import numpy as np
 import pytest
 import torch
 
+from tests.contract_shapes import check
 from tests.integration.serving import serving
 from tests.prometheus_text import metric
 from vllm_srun.adapters.families.multimodal import MultimodalModel
 from vllm_srun.adapters.media.decoder import PillowAvDecoder
 from vllm_srun.adapters.media.samples import data_url, image_bytes, image_url, video_bytes, video_url
+from vllm_srun.domain.engine_args import EngineArgs
 
 Fixture = Callable[..., Path]
 
@@ -64,7 +66,8 @@ def test_text_image_and_video_in_one_request(multimodal_fixture: Fixture, varian
         _video(video_url(2, 7)),
         _image(image_url(3, 20, 90, fmt="JPEG", orientation=8)),
     ]
-    with serving([multimodal_fixture(variant)], media_workers=0, result_cache_entries=0) as (client, rt):
+    batching = (multimodal_fixture(variant), EngineArgs(profile="batching"))  # a lane's rows in one forward
+    with serving([batching], media_workers=0, result_cache_entries=0) as (client, rt):
         model = _model(rt)
         r = client.post("/v1/embeddings", json={"input": items, "options": {"return_meta": True}})
         assert r.status_code == 200, r.text
@@ -121,11 +124,16 @@ def test_the_card(multimodal_fixture: Fixture) -> None:
         card["family"] == "multimodal" and card["surfaces"] == ["embeddings"] and card["golden"]["status"] == "matched"
     )
     assert card["embedding"] == {
-        "dimensions": 32,
+        "dimensions": [32],
+        "layers": [2],
         "modalities": ["image", "text", "video"],
         "normalized": True,
+        "pooling": "each siglip tower's own, projected into one space",
+        "input_types": [],
         "architecture": "siglip",
     }
+    limits = card["limits"]
+    assert (limits["image_max_pixels"], limits["image_source_max_pixels"]) == (32 * 32, 50_000_000)
     media = card["media"]
     assert media["workers"] == 0 and media["workers_source"] == "set" and media["image_tokens"] == 16
     assert media["image"] == {"max_bytes": 16 * 2**20, "max_pixels": 50_000_000}
@@ -148,17 +156,21 @@ BAD: list[tuple[Any, str]] = [
 ]
 
 
-def test_a_bad_item_answers_400_naming_it_and_costs_no_forward(multimodal_fixture: Fixture) -> None:
-    with serving([multimodal_fixture("clip")], media_workers=0) as (client, _rt):
-        before = metric(client.get("/metrics").text, "vllm_srun_forwards_total")
+def test_a_bad_item_fails_in_its_slot_naming_it_and_costs_no_forward(multimodal_fixture: Fixture) -> None:
+    """R-API-10: the bad item answers `invalid_input` in its slot, its siblings their vectors; it
+    takes no row (the rows counter grows by the siblings' two rows alone)."""
+    with serving([multimodal_fixture("clip")], media_workers=0, result_cache_entries=0) as (client, _rt):
+        alone = client.post("/v1/embeddings", json={"input": ["fine text", _image(image_url(9))]}).json()["data"]
         for bad, message in BAD:
+            before = metric(client.get("/metrics").text, "vllm_srun_rows_total")
             r = client.post("/v1/embeddings", json={"input": ["fine text", _image(image_url(9)), bad]})
-            error = r.json()["error"]
-            assert r.status_code == 400 and error["code"] == "invalid_request", r.text
-            assert error["message"].startswith("input[2]: ") and "\n" not in error["message"]
-            assert re.search(message, error["message"]), error["message"]
-        assert metric(client.get("/metrics").text, "vllm_srun_forwards_total") == before
-        assert client.post("/v1/embeddings", json={"input": ["fine text", _image(image_url(9))]}).status_code == 200
+            assert r.status_code == 200 and check("EmbeddingsResponse", r.json()) == [], r.text
+            first, second, failed = r.json()["data"]
+            assert failed.keys() == {"object", "index", "error", "message"} and failed["error"] == "invalid_input"
+            assert failed["message"].startswith("input[2]: ") and "\n" not in failed["message"]
+            assert re.search(message, failed["message"]), failed["message"]
+            assert [first["embedding"], second["embedding"]] == [d["embedding"] for d in alone]
+            assert metric(client.get("/metrics").text, "vllm_srun_rows_total") - before == 2
 
 
 def test_text_only_models_refuse_media_and_media_models_may_refuse_video(
@@ -180,7 +192,8 @@ def test_text_only_models_refuse_media_and_media_models_may_refuse_video(
         r = client.post("/v1/embeddings", json={"input": [_video(video_url(1))]})
         assert r.status_code == 422 and "input[0] is a video: this model reads image, text only" in r.text
         r = client.post("/v1/embeddings", json={"input": [_image(image_url(1, 40, 30))]})
-        assert r.status_code == 400 and "1200 pixels, over the limit of 1000" in r.text
+        (failed,) = r.json()["data"]  # the only item fails in its slot: still 200 (R-API-10)
+        assert r.status_code == 200 and "1200 pixels, over the limit of 1000" in failed["message"]
 
 
 def test_media_workers_answer_as_the_request_path_does(multimodal_fixture: Fixture) -> None:

@@ -20,6 +20,7 @@ from vllm_srun.adapters.models.encoder_arch import hidden_states
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 from vllm_srun.adapters.models.unpadded import PackedRows
+from vllm_srun.domain.engine_args import EngineArgs
 from vllm_srun.domain.kernels import KernelPlan, KernelTiming
 
 pytestmark = pytest.mark.skipif(
@@ -195,7 +196,9 @@ def test_served_card_reports_kernels_and_the_probe_finds_packed_forwards_exact(
     encoder_fixture, monkeypatch, mode: str, linear: str, numerics: str
 ) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv(native.ENV, mode)
-    with serving([encoder_fixture("embed"), encoder_fixture("rerank")]) as (client, rt):
+    # profile batching: `meta.numerics` then says what the probe found (under exact every answer is exact)
+    batching = EngineArgs(profile="batching")
+    with serving([(encoder_fixture("embed"), batching), (encoder_fixture("rerank"), batching)]) as (client, rt):
         for card in client.get("/v1/models").json()["data"]:
             assert card["ready"] and card["engine"] == "native" and card["kernels"]["linear"] == linear
             assert card["golden"]["status"] == "matched"  # the readiness check ran the path that serves

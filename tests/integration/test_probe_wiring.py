@@ -1,4 +1,6 @@
-"""R-BAT-5 wiring: what the load-time probe finds decides the scheduler's mode and `numerics`.
+"""R-BAT-5 wiring: what the load-time probe finds decides the scheduler's mode and `numerics`
+(under profile batching, where a model that is not batch-invariant merges rows in a window; under
+exact its rows run alone, R-PROF-2, and its answers are exact whatever the probe found).
 
 The probe is one of the container's providers: the test overrides it with one that runs the real
 probe (to show the family offers probe rows) and then reports the answer the test wants."""
@@ -14,6 +16,7 @@ from tests.integration.serving import container_for, serving
 from vllm_srun.adapters.contracts import LoadedModel
 from vllm_srun.adapters.readiness.golden import LoadTimeChecks
 from vllm_srun.adapters.readiness.probe import probe_model
+from vllm_srun.domain.engine_args import EngineArgs
 
 
 class ForcedProbe(LoadTimeChecks):
@@ -27,9 +30,10 @@ class ForcedProbe(LoadTimeChecks):
         return self.answer
 
 
+@pytest.mark.parametrize("profile", ["batching", "exact"])
 @pytest.mark.parametrize("invariant", [True, False])
-def test_probe_result_reaches_scheduler_card_and_meta(encoder_fixture: Any, invariant: bool) -> None:
-    container = container_for([encoder_fixture("embed")])
+def test_probe_result_reaches_scheduler_card_and_meta(encoder_fixture: Any, invariant: bool, profile: str) -> None:
+    container = container_for([(encoder_fixture("embed"), EngineArgs(profile=profile))])
     checks = ForcedProbe(invariant)
     container.readiness.override(providers.Object(checks))
     with serving(container) as (client, rt):
@@ -38,7 +42,8 @@ def test_probe_result_reaches_scheduler_card_and_meta(encoder_fixture: Any, inva
         scheduler = served.scheduler_loop.scheduler
         numerics = "exact" if invariant else "approximate"
         assert checks.seen == [True] and scheduler.batch_invariant is invariant
-        assert scheduler.window.window_s == (0.0 if invariant else 0.002)
+        alone = profile == "exact" and not invariant  # its rows never wait for company (R-PROF-2)
+        assert scheduler.window.window_s == (0.0 if invariant or alone else 0.002)
         assert client.get("/v1/models").json()["data"][0]["numerics"] == numerics
         meta = client.post("/v1/embeddings", json={"input": "x", "options": {"return_meta": True}}).json()["meta"]
-        assert meta["numerics"] == numerics
+        assert meta["numerics"] == ("exact" if profile == "exact" else numerics) and meta["profile"] == profile

@@ -1,7 +1,9 @@
 """Token heads on `/v1/classify` (issue 24): a tiny BertForTokenClassification fixture served
 in-process, its spans checked against transformers' token-classification pipeline (test-only
 reference, its own tokenizer) for `simple`, `first` and `none`; windows whose spans merge once;
-the 400s for options a head does not take; the card's `heads` entry."""
+`options.threshold` as the span threshold; the contract's per-token probabilities; the 400s for
+options a head does not take and the inputs that fail in their slot (R-API-10); the card's
+`heads` entry."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.contract_shapes import check
 from tests.integration.serving import serving
 
 transformers = pytest.importorskip("transformers")
@@ -38,6 +41,8 @@ def client(folders: dict[str, Path]):  # type: ignore[no-untyped-def]
 def _post(client: Any, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
     r = client.post("/v1/classify", json={"model": "tiny-token", **body})
     assert r.status_code == status, r.text
+    if status == 200:
+        assert check("ClassifyResponse", r.json()) == []
     return r.json()
 
 
@@ -53,6 +58,7 @@ def test_spans_match_the_transformers_pipeline(client, folders, how: str) -> Non
     options = {} if how == "simple" else {"options": {"aggregation": how}}  # simple is the default
     got = _post(client, {"input": TEXTS, **options})
     assert got["kind"] == "token" and got["labels"] == ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    assert got["head"] == "classify"
     seen = 0
     for text, result in zip(TEXTS, got["results"]):
         expected = reference(text)
@@ -81,15 +87,35 @@ def test_return_tokens_lists_every_token_with_its_label(client) -> None:  # type
     labels = {t["label"] for t in result["tokens"]}
     assert labels <= {"O", "B-PER", "I-PER", "B-LOC", "I-LOC"}
     assert all(0 < t["probability"] <= 1 for t in result["tokens"])
+    for t in result["tokens"]:  # the contract's per-label probabilities; ours: the most probable label
+        assert len(t["probabilities"]) == 5 and abs(sum(t["probabilities"]) - 1) < 1e-6
+        assert t["probability"] == max(t["probabilities"]) and t["label"] == labels_of(t)
     assert "tokens" not in _post(client, {"input": TEXTS[0]})["results"][0]
+
+
+def labels_of(token: dict[str, Any]) -> str:
+    return ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"][token["probabilities"].index(max(token["probabilities"]))]
+
+
+def test_threshold_keeps_the_spans_at_or_above_it(client) -> None:  # type: ignore[no-untyped-def]
+    every = _post(client, {"input": TEXTS})["results"]
+    probabilities = sorted(s["probability"] for r in every for s in r["spans"])
+    middle = probabilities[len(probabilities) // 2]
+    kept = _post(client, {"input": TEXTS, "options": {"threshold": middle}})["results"]
+    for full, cut in zip(every, kept):
+        assert cut["spans"] == [s for s in full["spans"] if s["probability"] >= middle]
+    assert 0 < sum(len(r["spans"]) for r in kept) < len(probabilities)
 
 
 def test_windows_merge_spans_seen_twice_into_one_with_the_highest_probability(client) -> None:  # type: ignore[no-untyped-def]
     text = " ".join(TEXTS[:4]) * 3
     body = {"input": text, "options": {"overflow": "window", "window": {"tokens": 16, "overlap": 6}}}
     result = _post(client, body)["results"][0]
-    windows = result["input"]["windows"]
-    assert len(windows) > 3
+    windows = result["windows"]
+    assert len(windows) > 3 and result["input"]["windows"] == len(windows)
+    step = 16 - 2 - 6  # content tokens between window starts
+    assert [w["start"] for w in windows] == [k * step for k in range(len(windows))]
+    assert result["input"]["tokens"] == windows[-1]["end"] + 2 == result["input"]["processed_tokens"]
     merged = result["spans"]
     keys = [(s["label"], s["start"], s["end"]) for s in merged]
     assert len(keys) == len(set(keys)) and keys == sorted(keys, key=lambda k: (k[1], k[2], k[0]))
@@ -122,10 +148,9 @@ def test_a_short_input_in_windows_answers_as_without(client) -> None:  # type: i
     ("body", "needle"),
     [
         ({"input": "x", "options": {"aggregation": "max"}}, "options.aggregation"),
-        ({"input": "x", "options": {"threshold": 0.5}}, "options.threshold"),
-        ({"input": [{"text": "a", "text_pair": "b"}]}, "input[0]"),
-        ({"input": "x " * 200}, "input[0]"),
         ({"input": "x", "options": {"overflow": "window", "window": {"tokens": 999}}}, "options.window.tokens"),
+        ({"input": "x", "options": {"max_tokens": 999}}, "options.max_tokens"),
+        ({"input": "x", "head": "spans"}, "unknown head"),
     ],
 )
 def test_bad_options_are_400_naming_the_field(client, body: dict[str, Any], needle: str) -> None:  # type: ignore[no-untyped-def]
@@ -133,12 +158,27 @@ def test_bad_options_are_400_naming_the_field(client, body: dict[str, Any], need
     assert error["code"] == "invalid_request" and needle in error["message"]
 
 
+@pytest.mark.parametrize(
+    ("item", "code"),
+    [
+        ({"text": "a", "text_pair": "b"}, "invalid_input"),  # a token head labels one text
+        ({"context": "c", "question": "q", "answer": "a"}, "invalid_input"),  # no grounded head
+        ("x " * 200, "max_length_exceeded"),
+    ],
+)
+def test_an_input_the_head_cannot_read_fails_in_its_slot(client, item: Any, code: str) -> None:  # type: ignore[no-untyped-def]
+    body = _post(client, {"input": [TEXTS[0], item, TEXTS[2]]})
+    first, failed, last = body["results"]
+    assert failed == {"index": 1, "error": code, "message": failed["message"]} and "input[1]" in failed["message"]
+    assert first["spans"] == _post(client, {"input": TEXTS[0]})["results"][0]["spans"] and "spans" in last
+
+
 def test_token_options_on_a_sequence_head_are_400(client) -> None:  # type: ignore[no-untyped-def]
-    for name, value in (("aggregation", "first"), ("return_tokens", True)):
+    for name, value in (("aggregation", "first"), ("return_tokens", True), ("threshold", 0.5)):
         r = client.post("/v1/classify", json={"model": "tiny-classify", "input": "x", "options": {name: value}})
         assert r.status_code == 400 and f"options.{name}" in r.json()["error"]["message"]
     ok = client.post("/v1/classify", json={"model": "tiny-classify", "input": "x"}).json()
-    assert "kind" not in ok and "probabilities" in ok["results"][0]
+    assert ok["kind"] == "sequence" and "probabilities" in ok["results"][0]
 
 
 def test_card_heads_say_token_and_the_labels(client) -> None:  # type: ignore[no-untyped-def]

@@ -29,6 +29,7 @@ from vllm_srun.adapters.readiness.golden import LoadTimeChecks
 from vllm_srun.adapters.tracing.otel import OtelTracer, tracer_with
 from vllm_srun.adapters.tracing.port import NOOP
 from vllm_srun.app.bootstrap import bootstrap_front
+from vllm_srun.domain.engine_args import EngineArgs
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 CLIENT_SPAN = "b7ad6b7169203331"
@@ -80,8 +81,9 @@ def test_a_worker_request_continues_the_incoming_trace_with_its_stages(fake_pack
 
 def test_requests_that_shared_a_forward_carry_its_batch_id(fake_package: Path) -> None:  # noqa: F811
     tracer, exporter = in_memory()
-    container = fake_container(
-        fake_package, adapters={"tracer": tracer, "readiness": NotInvariant()}, batch_window_ms=400
+    container = fake_container(  # profile batching: the two requests' rows may share a forward
+        [(fake_package, EngineArgs(profile="batching", batch_window_ms=400))],  # type: ignore[list-item]
+        adapters={"tracer": tracer, "readiness": NotInvariant()},
     )
     parents = [f"00-{n:032x}-{CLIENT_SPAN}-01" for n in (1, 2)]
     with serving(container) as (client, _rt):

@@ -1,9 +1,11 @@
 """Stateful property tests of the scheduler against a FakeForward and a FakeClock (R-BAT-8).
 
-Rules submit requests (several lanes, any lengths), cancel them, advance the clock and run or
-fail forwards. Invariants are checked after every step against a simple model of what was
-asked for: every row planned exactly once, budgets, token counts, lanes, exactly-once answers
-in input order, the window, and cancelled rows never reaching the engine.
+Rules submit requests (several lanes, any lengths), cancel them, expire some or all of their rows
+(a deadline, R-API-10), advance the clock and run or fail forwards. Invariants are checked after
+every step against a simple model of what was asked for: every row planned exactly once (or, past
+its deadline before it started, never, answering EXPIRED in its place), budgets, token counts,
+lanes, exactly-once answers in input order, the window, and cancelled rows never reaching the
+engine.
 
 Forwards start and end in separate steps, in any order, up to `max_in_flight` at once (a CPU
 worker's concurrent forwards): never more run at once, and a row is never in two of them.
@@ -13,6 +15,10 @@ Three lanes as the multimodal and audio families have them (R-BAT-6): `text`, `m
 audio rows cost far more than text, and differently from each other). The
 scheduler learns each lane's cost from its own forwards, and every planning round runs the
 lane it estimates cheaper first, each lane's forwards together.
+
+Requests are exact or not at random (R-PROF-2): an exact request's rows on a model that is not
+batch-invariant never share a forward with any other row, while a batch-invariant model's merge
+as any others.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from tests.fakes import EngineFailure, FakeClock, FakeForward
 from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens, round_up
 from vllm_srun.domain.planning import Budget, ForwardBatch, lane_token_limit
 from vllm_srun.domain.rows import RowSpec
-from vllm_srun.domain.scheduler import Scheduler
+from vllm_srun.domain.scheduler import EXPIRED, Scheduler
 
 LANES = ("text", "media", "audio")
 COST = {"text": 1e-5, "media": 4e-4, "audio": 1.5e-4}  # device seconds per counted token of each lane
@@ -91,15 +97,19 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.failed: set[int] = set()
         self.answered: dict[int, tuple] = {}
         self.ran: list[tuple[int, int]] = []  # (rid, index) of every row the engine saw
+        self.expired: set[tuple[int, int]] = set()  # (rid, index) of every row given up at its deadline
+        self.exact: set[int] = set()  # requests submitted exact (R-PROF-2)
         self.last_plan_round_rows: set[tuple[int, int]] = set()
 
     @precondition(lambda self: self.scheduler is not None)
-    @rule(lengths=st.lists(st.integers(1, 300), min_size=1, max_size=6), lanes=st.data())
-    def submit(self, lengths, lanes) -> None:  # type: ignore[no-untyped-def]
+    @rule(lengths=st.lists(st.integers(1, 300), min_size=1, max_size=6), lanes=st.data(), exact=st.booleans())
+    def submit(self, lengths, lanes, exact) -> None:  # type: ignore[no-untyped-def]
         lane_names = [lanes.draw(st.sampled_from(LANES)) for _ in lengths]
         number = len(self.submitted)  # the request ids are the scheduler's; payloads carry ours
         specs = [RowSpec(n, (number, i), lane) for i, (lane, n) in enumerate(zip(lane_names, lengths))]
-        rid = self.scheduler.submit(specs, self.clock.now())
+        rid = self.scheduler.submit(specs, self.clock.now(), exact=exact)
+        if exact:
+            self.exact.add(rid)
         self.submitted[rid] = specs
         self.numbers[rid] = number
         self.arrival[rid] = self.clock.now()
@@ -110,6 +120,24 @@ class SchedulerMachine(RuleBasedStateMachine):
         rid = data.draw(st.sampled_from(sorted(self._open())))
         assert self.scheduler.cancel(rid)
         self.cancelled.add(rid)
+
+    @precondition(lambda self: self.scheduler is not None and self._open())
+    @rule(data=st.data())
+    def expire(self, data) -> None:  # type: ignore[no-untyped-def]
+        rid = data.draw(st.sampled_from(sorted(self._open())))
+        n = len(self.submitted[rid])
+        indices = data.draw(st.one_of(st.none(), st.sets(st.integers(0, n - 1), min_size=1)))
+        running = {(r.request_id, r.index) for b in self.running for r in b.rows}
+        due = {(rid, i) for i in (range(n) if indices is None else indices)}
+        given_up = due - running - set(self.ran) - self.expired  # queued or planned: never started
+        answer = self.scheduler.expire(rid, indices)
+        self.expired |= given_up
+        left = {(rid, i) for i in range(n)} - self.expired - set(self.ran)
+        if answer is None:
+            assert left, "nothing of the request is left to run, yet it was not answered"
+            return
+        assert not left and answer.request_id == rid, "answered while a row of it still runs"
+        self._record(answer)
 
     @precondition(lambda self: self.scheduler is not None)
     @rule(ms=st.sampled_from([0.1, 0.5, 1.0, 2.0, 10.0, 100.0]))
@@ -157,13 +185,17 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     def _complete(self, batch, outputs, seconds=None) -> None:  # type: ignore[no-untyped-def]
         for answer in self.scheduler.complete(batch, outputs, seconds):
-            assert answer.request_id not in self.answered, "answered twice"
-            assert answer.request_id not in self.cancelled and answer.request_id not in self.failed
-            self.answered[answer.request_id] = answer.outputs
-            expected = tuple(
-                (self.numbers[answer.request_id], i) for i in range(len(self.submitted[answer.request_id]))
-            )
-            assert answer.outputs == expected, "rows out of input order"
+            self._record(answer)
+
+    def _record(self, answer) -> None:  # type: ignore[no-untyped-def]
+        rid = answer.request_id
+        assert rid not in self.answered, "answered twice"
+        assert rid not in self.cancelled and rid not in self.failed
+        self.answered[rid] = answer.outputs
+        expected = tuple(
+            EXPIRED if (rid, i) in self.expired else (self.numbers[rid], i) for i in range(len(self.submitted[rid]))
+        )
+        assert answer.outputs == expected, "rows out of input order (or an expired row not EXPIRED)"
 
     def _fills_a_forward(self, queued) -> bool:  # type: ignore[no-untyped-def]
         """The queued rows fill a forward: as many as it may hold, or tokens up to any lane's limit."""
@@ -176,6 +208,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         return len(queued) >= self.budget.max_num_seqs or sum(round_up(r.tokens) for r in queued) >= limit
 
     def _check_batch(self, batch) -> None:  # type: ignore[no-untyped-def]
+        if not self.scheduler.batch_invariant and any(r.request_id in self.exact for r in batch.rows):
+            assert len(batch.rows) == 1, "an exact row shared a forward of a model that is not batch-invariant"
         lanes = {r.lane for r in batch.rows}
         assert lanes == {batch.lane}, "lanes mixed in one forward"
         lane = next(candidate for candidate in self.lanes if candidate.name == batch.lane)
@@ -193,6 +227,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         running = {(r.request_id, r.index) for b in self.running for r in b.rows}
         for r in batch.rows:
             assert r.request_id not in self.cancelled, "a cancelled row reached the engine"
+            assert (r.request_id, r.index) not in self.expired, "a row past its deadline reached the engine"
             assert (r.request_id, r.index) not in self.ran, "a row ran twice"
             assert (r.request_id, r.index) not in running, "a row in two forwards at once"
 
@@ -240,12 +275,13 @@ class SchedulerMachine(RuleBasedStateMachine):
             outputs = self.engine.run(batch.lane, [r.payload for r in batch.rows])
             self.ran.extend((r.request_id, r.index) for r in batch.rows)
             for answer in self.scheduler.complete(batch, outputs):
-                self.answered[answer.request_id] = answer.outputs
+                self._record(answer)
         assert self._open() == set(), "a request was never answered"
         live = set(self.answered)
         for rid in live:
             for i in range(len(self.submitted[rid])):
-                assert self.ran.count((rid, i)) == 1, "every row planned exactly once"
+                once = 0 if (rid, i) in self.expired else 1
+                assert self.ran.count((rid, i)) == once, "every row planned exactly once (an expired one never)"
 
 
 SchedulerMachine.TestCase.settings = settings(

@@ -256,6 +256,8 @@ def test_device_names_that_are_refused(device: str) -> None:
         "http://10.0.0.2:80/v1",
         "http://[fd00::2]:8100",
         "http://vllm-srun-worker-0.vllm-srun-worker.default.svc.cluster.local:8100",
+        "unix:///tmp/s",  # an attached runtime on a Unix socket (upstream's spelling)
+        "unix:///run/vllm-srun/worker.sock",
     ],
 )
 def test_endpoints_that_load(endpoint: str) -> None:
@@ -264,7 +266,18 @@ def test_endpoints_that_load(endpoint: str) -> None:
 
 @pytest.mark.parametrize(
     "endpoint",
-    ["h:8100", "ftp://h", "http://", "unix:///tmp/s", "http://h:8100 x", "http://h/?a=1", "http://u@h", "http://[h]"],
+    [
+        "h:8100",
+        "ftp://h",
+        "http://",
+        "unix://tmp/s",
+        "unix:///",
+        "unix:///tmp/s/",
+        "http://h:8100 x",
+        "http://h/?a=1",
+        "http://u@h",
+        "http://[h]",
+    ],
 )
 def test_endpoints_that_are_refused(endpoint: str) -> None:
     problem = only_problem(deployment_yaml(f"artifact: a\nendpoint: '{endpoint}'\nmodel: m"))
@@ -404,7 +417,6 @@ def test_llm_routing_is_refused_as_out_of_scope() -> None:
         "batch_size: 8",
         "max_batch_size: 8",
         "use_cpu: true",
-        "profile: max_speed",
         "custom_ops_profile: fast",
         "compilation_cache_dir: /tmp/c",
     ],
@@ -463,9 +475,9 @@ def test_migration_rewrites_removed_settings_and_the_result_means_the_same() -> 
     assert migration.changes == (
         "deployments.judge.provider: candle → model_runtime",
         "deployments.judge.artifact: vllm-sr/d3-edge kept",  # a 0.4.0 provider: every field is said
-        "deployments.judge.precision: bf16 → dtype: bfloat16",
+        "deployments.judge.precision: bf16 → dtype: bfloat16, profile: max_speed (approximate)",
         "deployments.judge.max_batch_size: 64 → max_num_seqs: 64",
-        "deployments.judge.profile: removed (faster kernels are chosen per model from its records)",
+        "deployments.judge.profile: max_speed kept",  # a profile of this server (R-PROF)
         "deployments.judge.replicas[0].device: migraphx:0 → rocm:0",
         "deployments.judge.replicas[1].device: migraphx:1 → rocm:1",
         "deployments.embed.provider: ort → model_runtime",
@@ -478,11 +490,12 @@ def test_migration_rewrites_removed_settings_and_the_result_means_the_same() -> 
     )
     config = load_config_text(migration.text)
     judge, embed = config.deployments["judge"], config.deployments["embed"]
-    assert (judge.engine, judge.dtype, judge.max_num_seqs, judge.timeout_ms) == (
+    assert (judge.engine, judge.dtype, judge.max_num_seqs, judge.timeout_ms, judge.profile) == (
         None,
         "bfloat16",
         64,
         5000,
+        "max_speed",
     )
     assert judge.placement() == [ReplicaConfig(device="rocm:0"), ReplicaConfig(device="rocm:1")]
     assert (embed.engine, embed.device, embed.max_num_seqs, embed.dtype) == (
@@ -502,6 +515,23 @@ def test_migration_rewrites_removed_settings_and_the_result_means_the_same() -> 
     ]  # rewritten keys stay where the old ones were
     again = migrate_config_text(migration.text)
     assert not again.changed and again.text == migration.text
+
+
+def test_fp16_migrates_to_profile_max_speed_as_upstream_writes_it() -> None:
+    legacy = deployment_yaml("artifact: a\nprovider: candle\ndevice: cuda:0\nprecision: fp16\nprofile: fast")
+    migration = migrate_config_text(legacy)
+    assert "deployments.primary.precision: fp16 → dtype: float16, profile: max_speed (approximate)" in migration.changes
+    assert any(
+        line.startswith("deployments.primary.profile: removed ('fast' is not a profile") for line in migration.changes
+    )
+    primary = load_config_text(migration.text).deployments["primary"]
+    assert (primary.profile, primary.dtype, primary.device) == ("max_speed", "float16", "cuda:0")
+    # a named profile that a half precision contradicts is refused, not silently changed
+    with pytest.raises(MigrationError) as refused:
+        migrate_config_text(deployment_yaml("artifact: a\nprecision: bf16\nprofile: exact"))
+    assert refused.value.problems == [
+        "deployments.primary.precision: rewrites to profile: max_speed but profile is exact; keep one of them"
+    ]
 
 
 def test_a_current_config_is_left_untouched() -> None:
@@ -571,6 +601,8 @@ def test_any_consistent_legacy_deployment_migrates_to_one_that_loads_and_means_t
     lines += [f"{key}: x" for key in dropped]
     deployment = load_config_text(migrate_config_text(deployment_yaml("\n".join(lines))).text).deployments["primary"]
     assert deployment.dtype == (PRECISIONS[precision] if precision else None)
+    # a half precision asks for max_speed, as upstream's migration writes it; `profile: x` is no profile
+    assert deployment.profile == ("max_speed" if precision in ("bf16", "fp16") else None)
     assert deployment.max_num_seqs == seqs
     expected_device = "cpu" if use_cpu else (f"rocm:{gpu}" if gpu is not None else None)
     assert deployment.device == expected_device
@@ -595,7 +627,8 @@ def test_model_alone_keeps_replicas_and_engine_arguments() -> None:
     assert primary.artifact == "vllm-sr/d3-edge" and primary.revision is None
     assert placed(updated) == ["rocm:0", "rocm:1"]
     assert (primary.max_num_seqs, primary.batch_window_ms) == (64, 1.0)
-    assert updated.system.decision_model.deployment == "primary"
+    assert updated.decision_deployment == "primary"
+    assert updated.global_.model_catalog.system.decision_model.deployment == "primary"  # upstream's place
     assert apply_cli_overrides(config) is config  # no flags, no change
 
 
@@ -757,3 +790,95 @@ def test_flag_results_load_as_files_do() -> None:
         engine_args={"max_num_seqs": 128, "batch_window_ms": 0.0, "enable_shared_context": False},
     )
     assert load_config_text(dump_config(updated)) == updated
+
+
+# ---- a config as upstream writes it (R-PROF-3, issue 43) --------------------------------------
+UPSTREAM_STYLE = """
+global:
+  router: {enabled: false}
+  model_catalog:
+    system:
+      decision_model: {deployment: judge}
+    deployments:
+      judge:
+        provider: model_runtime
+        artifact: /opt/models/tiny-judge
+        public_name: acme/judge-1
+        device: cpu
+        profile: shared_context
+        input: {max_tokens: 2048, overflow: window}
+      domain:
+        provider: model_runtime
+        artifact: /opt/models/tiny-domain
+        profile: exact
+      remote:
+        provider: model_runtime
+        endpoint: unix:///run/vllm-srun/domain.sock
+        served_name: tiny-domain
+        profile: batching
+"""
+
+
+def test_an_upstream_style_config_loads() -> None:
+    config = load_config_text(UPSTREAM_STYLE)
+    judge, domain, remote = (config.deployments[name] for name in ("judge", "domain", "remote"))
+    assert config.decision_deployment == "judge" and config.default_deployment_name() == "judge"
+    assert (judge.profile, judge.public_name, judge.input_overflow) == ("shared_context", "acme/judge-1", "window")
+    assert domain.profile == "exact"  # `profile: exact` loads (it was refused as removed)
+    assert remote.placement() == [ReplicaConfig(endpoint="unix:///run/vllm-srun/domain.sock", model="tiny-domain")]
+    assert remote.artifact == "tiny-domain" and remote.profile == "batching"
+    dumped = yaml.safe_load(dump_config(config))
+    assert dumped["global"]["model_catalog"]["system"] == {"decision_model": {"deployment": "judge"}}
+    assert load_config_text(dump_config(config)) == config
+
+
+def test_the_decision_model_may_be_written_in_either_place_when_they_agree() -> None:
+    root = deployment_yaml("artifact: a") + "system: {decision_model: {deployment: primary}}\n"
+    assert load_config_text(root).decision_deployment == "primary"  # our older root-level place
+    both = deployment_yaml("artifact: a") + "    system: {decision_model: {deployment: primary}}\n"
+    both = both.replace("    deployments:", "    system: {decision_model: {deployment: primary}}\n    deployments:", 1)
+    two = deployment_yaml("artifact: a", name="primary") + "system: {decision_model: {deployment: other}}\n"
+    two = two.replace("    deployments:", "    system: {decision_model: {deployment: primary}}\n    deployments:", 1)
+    assert problems_of(two) == [
+        "system.decision_model.deployment: no deployment named 'other' (primary)",
+        "system.decision_model.deployment and global.model_catalog.system.decision_model.deployment "
+        "name different deployments (other, primary); keep one",
+    ]
+    unknown = deployment_yaml("artifact: a").replace(
+        "    deployments:", "    system: {decision_model: {deployment: nope}}\n    deployments:", 1
+    )
+    assert only_problem(unknown) == (
+        "global.model_catalog.system.decision_model.deployment: no deployment named 'nope' (primary)"
+    )
+
+
+def test_public_names_are_aliases_no_two_deployments_share() -> None:
+    text = deployment_yaml("artifact: a\npublic_name: acme/a", name="one") + (
+        "      two:\n        artifact: b\n        public_name: acme/a\n"
+        "      three:\n        artifact: c\n        public_name: one\n"
+    )
+    assert problems_of(text) == [
+        "deployments.two.public_name: 'acme/a' is published by deployments.one too",
+        "deployments.three.public_name: 'one' is the name of another deployment",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (
+            "artifact: a\nprofile: fastest",
+            "deployments.primary.profile: expected one of exact, shared_context, batching",
+        ),
+        (
+            "artifact: a\nprofile: batching\nenable_shared_context: true",
+            "deployments.primary: --enable-shared-context contradicts profile batching",
+        ),
+        (
+            "artifact: a\nprofile: exact\ndtype: bfloat16\ndevice: cpu",
+            "deployments.primary: profile exact serves the published precision only (float32 on a CPU)",
+        ),
+    ],
+)
+def test_a_deployments_profile_is_checked_with_its_other_settings(body: str, problem: str) -> None:
+    assert only_problem(deployment_yaml(body)).startswith(problem)

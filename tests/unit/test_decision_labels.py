@@ -11,18 +11,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vllm_srun.adapters.contracts import QuestionError
-from vllm_srun.adapters.schemas.decisions import DecisionAnswer, LabelItem, SetQuestion, SpanQuestion
+from vllm_srun.adapters.schemas.decisions import DecisionAnswer
 from vllm_srun.adapters.surfaces.decision_labels import (
     SCAN_BUDGET,
     assemble,
-    check_names,
     error_of,
     merge_spans,
     plan,
     scan_words,
     select,
+    taken_names,
 )
-from vllm_srun.domain.errors import InvalidRequest
+from vllm_srun.adapters.surfaces.decision_questions import ReadQuestion, read_question
+from vllm_srun.adapters.surfaces.decision_states import view_text
+
+
+def labelled(kind: str, labels: list, **extra: object) -> ReadQuestion:
+    return read_question("q", {"type": kind, "labels": labels, **extra})
+
 
 probability = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 
@@ -72,7 +78,7 @@ def test_spans_are_the_runs_of_words_at_or_over_the_threshold(ps: list[list[floa
 
 
 def test_set_rows_are_one_noul_per_label_and_answers_come_back_by_label() -> None:
-    q = SetQuestion(labels=["billing", LabelItem("refund", "asks for money back")], instructions="Topics?")
+    q = labelled("set", ["billing", {"key": "refund", "description": "asks for money back"}], instructions="Topics?")
     p = plan("topics", q, "charged twice")
     assert p.error is None and [r.name for r in p.rows] == ["topics.billing", "topics.refund"]
     assert all(r.kind == "noul" for r in p.rows)
@@ -85,11 +91,16 @@ def test_set_rows_are_one_noul_per_label_and_answers_come_back_by_label() -> Non
         "topics.refund": DecisionAnswer("noul", noul=0.2),
     }
     assert got == select(["billing", "refund"], [0.7, 0.2], 0.5)
+    complete: dict[str, DecisionAnswer] = {}
+    got = assemble(p, [0.7, 0.2], complete, complete=True)  # require_full_input: the set and every label
+    assert isinstance(got, type(select([], [], 0.5))) and got.input_coverage == "complete"
+    assert all(a.input_coverage == "complete" for a in complete.values())
 
 
 def test_span_rows_are_a_presence_row_then_label_by_word() -> None:
     state = {"text": "Alice met Bob"}  # an object state: offsets count in its JSON text
-    p = plan("who", SpanQuestion(labels=["person", "city"], threshold=0.6), state)
+    q = labelled("span", ["person", "city"], threshold=0.6)
+    p = plan("who", q, view_text(q, state))
     words = scan_words(p.text)
     assert p.text == '{"text": "Alice met Bob"}' and p.words == words
     assert len(p.rows) == 1 + 2 * len(words) and p.rows[0].name == "who"
@@ -105,29 +116,26 @@ def test_span_rows_are_a_presence_row_then_label_by_word() -> None:
     assert p.text[spans[0].start : spans[0].end] == "Alice"
 
 
-def test_duplicate_labels_and_over_budget_scans_fail_in_place_without_rows() -> None:
-    dup = plan("q", SetQuestion(labels=["a", LabelItem("a")]), "x")
-    assert (
-        dup.rows == [] and dup.error is not None and dup.error.code == "invalid_question" and "'a'" in dup.error.message
-    )
+def test_over_budget_scans_fail_in_place_without_rows() -> None:
     many = " ".join(["w"] * (SCAN_BUDGET // 2 + 1))
-    over = plan("s", SpanQuestion(labels=["a", "b"]), many)
+    over = plan("s", labelled("span", ["a", "b"]), many)
     assert over.rows == [] and over.error is not None and over.error.code == "scan_budget_exceeded"
-    under = plan("s", SpanQuestion(labels=["a", "b"]), " ".join(["w"] * (SCAN_BUDGET // 2)))
+    under = plan("s", labelled("span", ["a", "b"]), " ".join(["w"] * (SCAN_BUDGET // 2)))
     assert under.error is None and len(under.rows) == 1 + SCAN_BUDGET
 
 
 def test_a_failed_row_fails_its_question_naming_the_label() -> None:
-    p = plan("topics", SetQuestion(labels=["a", "b"]), "x")
+    p = plan("topics", labelled("set", ["a", "b"]), "x")
     assert error_of(p, [None, None]) is None
     err = error_of(p, [None, QuestionError("max_length_exceeded", "too long")])
     assert err is not None and err.code == "max_length_exceeded" and err.message == "label 'b': too long"
-    s = plan("who", SpanQuestion(labels=["city"]), "in Paris")
+    s = plan("who", labelled("span", ["city"]), "in Paris")
     err = error_of(s, [None, None, QuestionError("max_length_exceeded", "too long")])
     assert err is not None and err.message == "label 'city' at word 'Paris': too long"
 
 
 def test_a_set_answer_may_not_take_another_questions_name() -> None:
-    check_names({"t": SetQuestion(labels=["a"]), "t.b": SetQuestion(labels=["a"])})
-    with pytest.raises(InvalidRequest, match=r"questions\.t\.labels"):
-        check_names({"t": SetQuestion(labels=["a"]), "t.a": SetQuestion(labels=["x"])})
+    assert taken_names({"t": labelled("set", ["a"]), "t.b": labelled("set", ["a"])}) == {}
+    taken = taken_names({"t": labelled("set", ["a"]), "t.a": labelled("set", ["x"])})
+    assert list(taken) == ["t"] and taken["t"].code == "invalid_question"
+    assert taken["t"].message == "labels: the answer 't.a' would take the name of another question"

@@ -108,7 +108,7 @@ def test_prepare_tokenizes_state_once_and_checks_the_limit(tokens: PromptTokens)
         None,
         "max_length_exceeded",
         "max_length_exceeded" if len(free.questions[2].ids) > len(a.ids) else None,
-        "unsupported_question",
+        "invalid_question",
     ]
     assert (
         out.questions[1].error.message

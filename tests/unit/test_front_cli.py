@@ -48,7 +48,9 @@ def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 def test_no_model_and_no_config_serves_the_embedded_default(capsys: pytest.CaptureFixture[str]) -> None:
     doc = shown([], capsys)
     assert primary(doc) == {"provider": "model_runtime", "artifact": "all-MiniLM-L6-v2"}
-    assert doc["system"]["decision_model"]["deployment"] == "primary"
+    # written where upstream writes it (a root-level `system:` is read the same)
+    assert doc["global"]["model_catalog"]["system"]["decision_model"]["deployment"] == "primary"
+    assert "system" not in doc
 
 
 def test_flags_place_workers_and_set_engine_args(capsys: pytest.CaptureFixture[str]) -> None:
@@ -296,3 +298,14 @@ def test_the_seed_placement_examples(ids: str, devices: list[str], capsys: pytes
     # `vllm-sr serve vllm-sr/d3-edge -e --platform rocm -dp 2 --device-ids …` (seeds/004)
     doc = primary(shown(["vllm-sr/d3-edge", "-e", "--platform", "rocm", "-dp", "2", "--device-ids", ids], capsys))
     assert doc["replicas"] == [{"device": device} for device in devices]
+
+
+def test_the_profile_flag_in_both_spellings_writes_the_deployments_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--profile", "--runtime-profile"):  # the latter is upstream's front's spelling
+        doc = shown(["tiny", "--platform", "cpu", flag, "batching"], capsys)
+        assert primary(doc)["profile"] == "batching"
+    line = refusal(["config", "show", "tiny", "--profile", "exact", "--enable-shared-context"], capsys)
+    assert line.endswith(
+        "--enable-shared-context contradicts profile exact, which never shares a decision model's "
+        "context (use profile shared_context or max_speed)"
+    )

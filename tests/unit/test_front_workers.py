@@ -82,7 +82,7 @@ def test_worker_settings_the_worker_would_refuse_are_named() -> None:
 def card(**changes: object) -> dict:
     base = {
         "id": "tiny",
-        "sha256": "abc",
+        "model_sha256": "abc",
         "revision": None,
         "family": "encoder",
         "surfaces": ["embeddings"],
@@ -119,7 +119,7 @@ def test_unset_batch_limits_may_differ_but_set_ones_are_pinned() -> None:
 @pytest.mark.parametrize(
     "change, field",
     [
-        ({"sha256": "other"}, "sha256"),
+        ({"model_sha256": "other"}, "model_sha256"),
         ({"surfaces": ["classify"]}, "surfaces"),
         ({"batch_window_ms": 0.0}, "engine_args.batch_window_ms"),
         ({"limits": {"max_input_tokens": 64}}, "limits"),
@@ -182,6 +182,13 @@ def test_bodies_are_read_and_renamed_without_touching_the_rest() -> None:
     }
     error = b'{"error":{"code":"x","message":"y"}}'
     assert bodies.for_client(error, "tiny", "primary") is error
+    # a decisions answer's further states name the model too (the contract's DecisionStateResponse)
+    states = b'{"model":"tiny","answers":{},"states":{"s":{"model":"tiny","answers":{"q":{"noul":0.5}}}}}'
+    assert parse_body(bodies.for_client(states, "tiny", "primary")) == {
+        "model": "primary",
+        "answers": {},
+        "states": {"s": {"model": "primary", "answers": {"q": {"noul": 0.5}}}},
+    }
 
 
 @pytest.mark.parametrize("raw", [b"", b"[1]", b'{"a":', b"\xff"])

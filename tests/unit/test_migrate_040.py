@@ -150,7 +150,10 @@ def test_ort_fp16_becomes_onnxruntime_at_auto_with_a_note() -> None:
     d = {"provider": "ort", "artifact": "a", "precision": "fp16", "device": "cpu"}
     _, changes = migrate_config_data(config_of({"d": d}))
     line = next(line for line in changes if line.startswith("deployments.d.precision"))
-    assert line.startswith("deployments.d.precision: fp16 → dtype: auto (choice: the onnxruntime engine")
+    # a half precision asks for profile max_speed, as upstream's migration writes it (R-PROF-3)
+    assert line.startswith(
+        "deployments.d.precision: fp16 → dtype: auto, profile: max_speed (approximate) (choice: the onnxruntime engine"
+    )
 
 
 def test_what_cannot_be_expressed_is_refused_naming_the_field() -> None:

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vllm_srun.adapters.schemas.embeddings import EmbeddingsOptions, EmbeddingsRequest
-from vllm_srun.adapters.schemas.encoder import RerankResponse, RerankResult, Usage
+from vllm_srun.adapters.schemas.encoder import EncoderUsage, RerankResponse, RerankResult
 from vllm_srun.adapters.serving.result_cache import ResultCache, canonical_request
 from vllm_srun.domain.cache import LruCache
 
@@ -68,7 +68,7 @@ def test_result_cache_round_trips_answers_and_can_be_off() -> None:
         def inc(self, labels: dict) -> None:  # type: ignore[type-arg]
             counted.append(labels)
 
-    answer = RerankResponse(model="m", results=[RerankResult(1, 0.75)], usage=Usage(3, 3), id="x")
+    answer = RerankResponse(model="m", results=[RerankResult(1, 0.75)], usage=EncoderUsage.of(3), id="x")
     cache = ResultCache(4, Counter())
     assert cache.get("k", "m") is None
     assert cache.put("k", answer)

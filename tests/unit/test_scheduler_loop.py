@@ -16,7 +16,7 @@ from vllm_srun.domain.errors import ForwardFailed
 from vllm_srun.domain.lanes import Lane
 from vllm_srun.domain.planning import Budget
 from vllm_srun.domain.rows import RowSpec
-from vllm_srun.domain.scheduler import Scheduler
+from vllm_srun.domain.scheduler import EXPIRED, Scheduler
 
 
 def make(engine, *, window_ms: float = 2.0, seqs: int = 64, invariant: bool = False):  # type: ignore[no-untyped-def]
@@ -104,6 +104,42 @@ def test_cancelled_request_never_reaches_the_device() -> None:
     asyncio.run(main())
     ran = [p for _, payloads in engine.forwards for p in payloads]
     assert ran == ["first", "after"]
+
+
+def test_rows_past_their_deadline_are_not_run_and_answer_expired_at_the_deadline() -> None:
+    """R-API-10: a row not started by its deadline never reaches the device and answers EXPIRED;
+    the request is answered at its deadline when none of its rows runs, else when the running
+    ones end; rows with no deadline (or a later one) are run as usual."""
+    engine = FakeForward()
+    gate, on_device = threading.Event(), threading.Event()
+
+    def run(lane, payloads):  # type: ignore[no-untyped-def]
+        on_device.set()
+        gate.wait(5)
+        return engine.run(lane, payloads)
+
+    async def main() -> None:
+        runner, device = make(run, window_ms=0, seqs=1)
+        runner.start()
+        # its first row runs (held at the gate), its second waits behind it and expires
+        held = asyncio.ensure_future(runner.submit([RowSpec(3, "held"), RowSpec(3, "late")], deadlines=[0.05, 0.05]))
+        await until(on_device.is_set, what="the first row on the device")
+        waiting = asyncio.ensure_future(
+            runner.submit([RowSpec(3, "soon"), RowSpec(3, "kept")], deadlines=[0.05, None])  # one row without
+        )
+        lone = time.perf_counter()
+        gone = await runner.submit([RowSpec(3, "gone")], deadlines=[0.05])  # all queued: answered at its deadline
+        assert gone.outputs == (EXPIRED,) and time.perf_counter() - lone < 2
+        assert not held.done()  # its running row is not over yet
+        gate.set()
+        assert (await held).outputs == ("held", EXPIRED)
+        assert (await waiting).outputs == (EXPIRED, "kept")
+        await runner.stop()
+        device.shutdown()
+
+    asyncio.run(main())
+    ran = [p for _, payloads in engine.forwards for p in payloads]
+    assert ran == ["held", "kept"]
 
 
 def _lone_request_seconds(*, window_ms: float, invariant: bool = False) -> float:

@@ -101,7 +101,11 @@ def dump_config(config: FrontConfig) -> str:
     """Canonical YAML of a config: fields left at their default (None) are not written; the input
     budget as upstream's `input: {max_tokens, overflow}`."""
     data = _drop_unset(msgspec.to_builtins(config))
-    deployments = data.get("global", {}).get("model_catalog", {}).get("deployments", {})
+    catalog = data.get("global", {}).get("model_catalog", {})
+    for holder in (data, catalog):  # a decision model written in neither place is not written
+        if holder.get("system") == {"decision_model": {}}:
+            del holder["system"]
+    deployments = catalog.get("deployments", {})
     for name, deployment in deployments.items():
         deployments[name] = nest_input(deployment)
     return dump_yaml(data)

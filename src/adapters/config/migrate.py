@@ -3,10 +3,12 @@
 
 | older | becomes |
 |---|---|
-| `precision: native / fp32 / bf16 / fp16` | `dtype: auto / float32 / bfloat16 / float16` |
+| `precision: native / fp32` | `dtype: auto / float32` |
+| `precision: bf16 / fp16` | `dtype: bfloat16 / float16` and `profile: max_speed` (a half precision is approximate, R-PROF) |
 | `batch_size`, `max_batch_size` | `max_num_seqs` |
 | `use_cpu: true` | `device: cpu` (`use_cpu: false` is dropped) |
-| `profile`, `custom_ops_profile`, `compilation_cache_dir` | dropped |
+| `profile` | kept when it names a profile (exact, shared_context, batching, max_speed), else dropped |
+| `custom_ops_profile`, `compilation_cache_dir` | dropped |
 | `provider: candle / ort / openvino` | `provider: model_runtime` (`ort` adds `engine: onnxruntime`) |
 | `provider: http` + `external_model: NAME` | an attached replica: `endpoint` + `model` read from `global.model_catalog.external` |
 | `device: migraphx:N` (deployment or replica) | `device: rocm:N`; 0.4.0's `metal:N` → `mps`, OpenVINO's `CPU` → `cpu` |
@@ -29,6 +31,9 @@ from typing import Any
 
 import yaml
 
+from vllm_srun.domain.profiles import MAX_SPEED
+from vllm_srun.domain.profiles import NAMES as PROFILE_NAMES
+
 from .loader import CATALOG
 from .schema import REMOVED_DEVICE_PREFIX, REMOVED_PROVIDERS, ConfigError
 from .yaml_text import parse_yaml
@@ -44,8 +49,8 @@ PRECISION_TO_DTYPE = {
     "float16": "float16",
     "half": "float16",
 }
+HALF_PRECISIONS = ("bfloat16", "float16")  # their precision asks for profile max_speed (R-PROF-3)
 DROPPED = {
-    "profile": "faster kernels are chosen per model from its records",
     "custom_ops_profile": "faster kernels are chosen per model from its records",
     "compilation_cache_dir": "no longer used",
 }
@@ -184,6 +189,8 @@ class _Deployment:
             _migrate_use_cpu(self.path, self.spec, value, self.out, self.changes, self.problems)
         elif key in DROPPED:
             self.note(f"{key}: removed ({DROPPED[key]})")
+        elif key == "profile":
+            self._profile(value)
         elif key == "provider" and self.provider is not None:
             self.out[key] = "model_runtime"
             self.note(f"provider: {value} → model_runtime")
@@ -232,7 +239,22 @@ class _Deployment:
             choice = " (choice: float16 runs on GPUs only and this deployment is on the CPU)"
             dtype = "float32"
         self.put("dtype", dtype, "precision")
+        if PRECISION_TO_DTYPE.get(value.lower()) in HALF_PRECISIONS:  # what was asked, whatever ran
+            named = self.spec.get("profile")
+            if isinstance(named, str) and named in PROFILE_NAMES:  # a profile of ours: it must agree
+                self.put("profile", MAX_SPEED, "precision")
+            else:  # none, or an old value that is dropped (`_profile`)
+                self.out["profile"] = MAX_SPEED
+            self.note(f"precision: {value} → dtype: {dtype}, profile: {MAX_SPEED} (approximate){choice}")
+            return
         self.note(f"precision: {value} → dtype: {dtype}{choice}")
+
+    def _profile(self, value: Any) -> None:
+        if isinstance(value, str) and value in PROFILE_NAMES:
+            self.out.setdefault("profile", value)
+            self.kept("profile", value)
+            return
+        self.note(f"profile: removed ({value!r} is not a profile of this server: {', '.join(PROFILE_NAMES)})")
 
     def _on_cpu(self) -> bool:
         device = self.spec.get("device")

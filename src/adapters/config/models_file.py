@@ -11,12 +11,21 @@ models:
     device: cpu                  # default: the worker's --device
     max_model_len: 512
     max_queue: 16
+    profile: shared_context      # R-PROF (default: exact)
+    family: decision             # force a family (default: detected); refused when it cannot read the package
+    memory_budget_gib: 2         # refuse the model when its weights would hold more
+    options: {break_even_tokens: 0}   # the family's own options (refused when it has no such option)
+  - model: BAAI/bge-small-en-v1.5   # a Hub id ...
+    revision: 0123456789abcdef0123456789abcdef01234567   # ... at this 40-hex commit
 ```
 
 An entry is the per-model settings of the settings record (`settings.ModelArgs`: engine, engine
 arguments, admission limits) plus its artifact, served name and device. A field left out takes
-the worker's flag (`--max-num-seqs`, `--device`, `--engine`, `--max-queue`, …), and that flag's
-default when it was not given. The file is converted with msgspec like the front's config
+the worker's flag (`--max-num-seqs`, `--device`, `--engine`, `--max-queue`, `--profile`, …), and
+that flag's default when it was not given. Upstream's entry fields are read too: `model` (our
+`artifact`), `profile`, `family`, `memory_budget_gib`, `options` and `revision` — a 40-hex commit
+of a Hub id (`ORG/NAME`), resolved as `ORG/NAME@REVISION`; a local folder, a store or built-in
+name has no Hub revision, so one is refused there in one line. The file is converted with msgspec like the front's config
 (`loader.py`): every problem is one line (`models[1].dtype: expected …`), then the rules that
 relate fields (a served name given twice, a dtype the device refuses, an entry's engine that is
 not installed or whose plugin refuses its settings: `EngineRegistry.unknown`,
@@ -25,9 +34,10 @@ not installed or whose plugin refuses its settings: `EngineRegistry.unknown`,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta
@@ -35,6 +45,7 @@ from msgspec import Meta
 from vllm_srun.adapters.contracts import EngineSettings
 from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
 from vllm_srun.domain import bounds
+from vllm_srun.domain.profiles import settings_refusal
 from vllm_srun.domain.worker_settings import ModelSpec
 
 from .loader import conversion_problems
@@ -44,6 +55,10 @@ from .spellings import canonical_models_file
 from .yaml_text import parse_yaml
 
 DtypeRefusal = Callable[[str, str], str | None]  # (dtype, device) -> why not, or None
+HUB_ID = r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"  # ORG/NAME
+
+
+REVISION_PATTERN = r"^[0-9a-f]{40}$"
 
 
 class ModelEntry(ModelArgs, frozen=True, kw_only=True):
@@ -52,6 +67,10 @@ class ModelEntry(ModelArgs, frozen=True, kw_only=True):
     artifact: Name
     name: Name | None = None
     device: Device | None = None
+    revision: Annotated[str, Meta(pattern=REVISION_PATTERN)] | None = None
+    family: Name | None = None
+    memory_budget_gib: Annotated[float, Meta(gt=0)] | None = None
+    options: dict[str, Any] | None = None
 
 
 class ModelsFile(Section, frozen=True, kw_only=True):
@@ -76,11 +95,45 @@ def load_models_file(
     if problems:
         raise ConfigError([f"{source}: {line}" for line in problems])
     entries = [entry.over(flags) for entry in msgspec.convert(data, ModelsFile).models]
-    specs = [model_spec(entry.artifact, entry, name=entry.name, device=entry.device or device) for entry in entries]
-    problems = _relation_problems(specs, dtype_refusal, engines or installed_engines())
+    specs = [
+        model_spec(
+            entry.artifact,
+            entry,
+            name=entry.name,
+            device=entry.device or device,
+            revision=entry.revision,
+            family=entry.family,
+            memory_budget_gib=entry.memory_budget_gib,
+            options=entry.options,
+        )
+        for entry in entries
+    ]
+    problems = [f"models[{i}]: {line}" for i, entry in enumerate(entries) for line in _entry_problems(entry)]
+    problems += _relation_problems(specs, dtype_refusal, engines or installed_engines())
     if problems:
         raise ConfigError([f"{source}: {line}" for line in problems])
     return specs
+
+
+def _entry_problems(entry: ModelEntry) -> list[str]:
+    """What one entry's own fields refuse together: a profile its settings contradict (R-PROF-3),
+    a revision of what is not a Hub id."""
+    problems = []
+    refusal = settings_refusal(entry.profile, entry.enable_shared_context, entry.dtype, entry.device)
+    if refusal:
+        problems.append(f"profile: {refusal}")
+    if entry.revision is not None and not is_hub_id(entry.artifact):
+        problems.append(
+            f"revision: {entry.artifact} is not a Hub id (ORG/NAME); a local folder, a store or built-in name "
+            "has no Hub revision"
+        )
+    return problems
+
+
+def is_hub_id(artifact: str) -> bool:
+    """Whether ARTIFACT is written as a Hub repository id (`ORG/NAME`, no revision) rather than a
+    path, a store or a built-in name."""
+    return re.fullmatch(HUB_ID, artifact) is not None and not Path(artifact).expanduser().exists()
 
 
 def _relation_problems(specs: list[ModelSpec], dtype_refusal: DtypeRefusal, engines: EngineRegistry) -> list[str]:

@@ -35,6 +35,7 @@ from .schema import (
     DeploymentConfig,
     FrontConfig,
     ReplicaConfig,
+    SystemConfig,
 )
 
 PLATFORMS = ("auto", "cpu", "cuda", "rocm", "mps")
@@ -101,11 +102,9 @@ def apply_cli_overrides(
     deployments = {**config.deployments, name: deployment}
     catalog = replace(config.global_.model_catalog, deployments=deployments)
     updated = replace(config, global_=replace(config.global_, model_catalog=catalog))
-    if config.system.decision_model.deployment is None:
-        updated = replace(
-            updated,
-            system=replace(config.system, decision_model=DecisionModelConfig(deployment=name)),
-        )
+    if config.decision_deployment is None:  # written in upstream's place
+        system = SystemConfig(decision_model=DecisionModelConfig(deployment=name))
+        updated = replace(updated, global_=replace(updated.global_, model_catalog=replace(catalog, system=system)))
     return load_config_data(msgspec.to_builtins(updated), engines=engines)  # the same rules as a file
 
 

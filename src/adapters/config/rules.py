@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from vllm_srun.adapters.contracts import EngineSettings
 from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.domain import bounds
+from vllm_srun.domain.profiles import settings_refusal
 
 from .schema import DEPLOYMENT_NAME_PATTERN, ENDPOINT_PATTERN
 
@@ -51,13 +52,41 @@ def relation_problems(data: dict[Any, Any], engines: EngineRegistry) -> list[str
                         f"{where}: {entry['endpoint']} model {entry.get('model')} is already a replica of {other} "
                         "(two deployments would each count its load as their own)"
                     )
-    system = data.get("system")
-    decision = system.get("decision_model") if isinstance(system, dict) else None
-    target = decision.get("deployment") if isinstance(decision, dict) else None
-    if isinstance(target, str) and target not in deployments:
-        known = ", ".join(map(str, deployments)) or "none are configured"
-        problems.append(f"system.decision_model.deployment: no deployment named '{target}' ({known})")
+    published: dict[Any, str] = {}  # a public_name → the deployment publishing it
+    for name, deployment in deployments.items():
+        public = deployment.get("public_name") if isinstance(deployment, dict) else None
+        if not isinstance(public, str):
+            continue
+        if public in deployments and public != name:
+            problems.append(f"deployments.{name}.public_name: '{public}' is the name of another deployment")
+        elif public in published:
+            problems.append(
+                f"deployments.{name}.public_name: '{public}' is published by deployments.{published[public]} too"
+            )
+        published.setdefault(public, name)
+    targets = {
+        place: _decision_target(where)
+        for place, where in (("global.model_catalog.system", catalog), ("system", data))
+        if isinstance(where, dict)
+    }
+    named = {place: target for place, target in targets.items() if isinstance(target, str)}
+    for place, target in named.items():
+        if target not in deployments:
+            known = ", ".join(map(str, deployments)) or "none are configured"
+            problems.append(f"{place}.decision_model.deployment: no deployment named '{target}' ({known})")
+    if len(set(named.values())) > 1:
+        problems.append(
+            "system.decision_model.deployment and global.model_catalog.system.decision_model.deployment "
+            f"name different deployments ({named['system']}, {named['global.model_catalog.system']}); keep one"
+        )
     return problems
+
+
+def _decision_target(holder: dict[Any, Any]) -> Any:
+    """The deployment a `system.decision_model` under HOLDER names (None: none written)."""
+    system = holder.get("system")
+    decision = system.get("decision_model") if isinstance(system, dict) else None
+    return decision.get("deployment") if isinstance(decision, dict) else None
 
 
 def deployment_problems(path: str, d: dict[str, Any], engines: EngineRegistry) -> list[str]:
@@ -112,9 +141,21 @@ def deployment_problems(path: str, d: dict[str, Any], engines: EngineRegistry) -
     devices = [d.get("device")] + [r.get("device") for r in entries]
     if d.get("dtype") == "float16" and "cpu" in devices:
         problems.append(f"{path}.dtype: float16 runs on GPUs only, and a worker is on the CPU")
+    problems.extend(_profile_problems(path, d, devices))
     problems.extend(engine_problems(path, d, engines))
     problems.extend(_outlier_problems(path, d.get("outlier_detection")))
     return problems
+
+
+def _profile_problems(path: str, d: dict[str, Any], devices: list[Any]) -> list[str]:
+    """A deployment's profile against its other settings (R-PROF-3), once: a shared-context
+    switch against it, or a half precision on a CPU worker under a profile but max_speed."""
+    profile, shared, dtype = d.get("profile"), d.get("enable_shared_context"), d.get("dtype")
+    if not (profile is None or bounds.PROFILE.accepts(profile)) or not isinstance(shared, (bool, type(None))):
+        return []  # the schema says what is wrong with the value
+    device = "cpu" if "cpu" in devices else None
+    refusal = settings_refusal(profile, shared, dtype if isinstance(dtype, str) else None, device)
+    return [f"{path}: {refusal}"] if refusal else []
 
 
 def engine_problems(path: str, d: dict[str, Any], engines: EngineRegistry) -> list[str]:
@@ -139,6 +180,8 @@ def endpoint_identity(endpoint: Any) -> str | None:
     if not isinstance(endpoint, str) or not re.match(ENDPOINT_PATTERN, endpoint):
         return None
     url = urlsplit(endpoint)
+    if url.scheme == "unix":  # the socket's absolute path, as written
+        return f"unix://{url.path}"
     try:
         port = url.port if url.port is not None else (443 if url.scheme.lower() == "https" else 80)
     except ValueError:

@@ -13,8 +13,8 @@ global:
         max_num_seqs: 256
         timeout_ms: 5000
         outlier_detection: {consecutive_timeouts: 3, base_ejection_ms: 30000}
-system:
-  decision_model: {deployment: primary}
+    system:
+      decision_model: {deployment: primary}   # upstream's place; a root-level `system:` is the same
 ```
 
 Every field left out keeps the runtime's default (None here). A deployment's engine and engine
@@ -36,7 +36,9 @@ from vllm_srun.domain import bounds
 from vllm_srun.domain.ejection import ONE_HOUR_MS, OutlierDetection
 
 DEFAULT_DEPLOYMENT = "primary"
-ENDPOINT_PATTERN = r"^https?://([^\s/?#:@\[\]]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[^\s?#]*)?$"
+HTTP_ENDPOINT_PATTERN = r"https?://([^\s/?#:@\[\]]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[^\s?#]*)?"
+UNIX_ENDPOINT_PATTERN = r"unix:///[^\s?#]*[^\s?#/]"  # an absolute socket path
+ENDPOINT_PATTERN = f"^({HTTP_ENDPOINT_PATTERN}|{UNIX_ENDPOINT_PATTERN})$"
 DEPLOYMENT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 DNS_NAME_PATTERN = r"^(?=.{1,253}\.?$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*\.?$"
 NAMESERVER_PATTERN = r"^([0-9.]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$"  # an address (no name to resolve first)
@@ -45,8 +47,13 @@ MAX_REPLICAS = 64
 # How a bad value of a field is described: "expected <hint>, got <value>".
 FIELD_HINTS = {
     "device": bounds.REPLICA_DEVICE.rule(),
-    "endpoint": "an http:// or https:// URL such as http://host:8100 (no query, fragment or user)",
+    "endpoint": (
+        "an http:// or https:// URL such as http://host:8100 (no query, fragment or user), "
+        "or unix:///ABSOLUTE/SOCKET/PATH"
+    ),
     "dtype": bounds.DTYPE.rule(),
+    "profile": bounds.PROFILE.rule(),
+    "revision": "a 40-hex commit of the Hub repository",
     "engine": bounds.ENGINE.rule(),
     "provider": "model_runtime",
 }
@@ -71,7 +78,6 @@ REMOVED_DEPLOYMENT_FIELDS = {
     "batch_size": "now 'max_num_seqs'",
     "max_batch_size": "now 'max_num_seqs'",
     "use_cpu": "now 'device: cpu'",
-    "profile": "faster kernels are chosen per model from its records",
     "custom_ops_profile": "faster kernels are chosen per model from its records",
     "compilation_cache_dir": "no longer used",
 }
@@ -134,6 +140,9 @@ class DeploymentConfig(ServingArgs, frozen=True, kw_only=True):
     provider: Literal["model_runtime"] = "model_runtime"
     artifact: Name
     revision: Name | None = None
+    # the model id the front publishes for this deployment (upstream's native model name): clients
+    # may name it in `model` beside the deployment's name, and answers carry it as their `model`
+    public_name: Name | None = None
     # placement: `replicas`, or the single-worker shorthand `device` / `endpoint` + `model`
     device: Device | None = None
     endpoint: Endpoint | None = None
@@ -172,8 +181,17 @@ class RouterConfig(Section, frozen=True, kw_only=True):
     enabled: bool = False
 
 
+class DecisionModelConfig(Section, frozen=True, kw_only=True):
+    deployment: Name | None = None
+
+
+class SystemConfig(Section, frozen=True, kw_only=True):
+    decision_model: DecisionModelConfig = msgspec.field(default_factory=DecisionModelConfig)
+
+
 class ModelCatalogConfig(Section, frozen=True, kw_only=True):
     deployments: dict[str, DeploymentConfig] = msgspec.field(default_factory=dict)
+    system: SystemConfig = msgspec.field(default_factory=SystemConfig)  # upstream's place of the decision model
 
 
 class GlobalConfig(Section, frozen=True, kw_only=True):
@@ -184,26 +202,27 @@ class GlobalConfig(Section, frozen=True, kw_only=True):
     api_key_file: Name | None = None
 
 
-class DecisionModelConfig(Section, frozen=True, kw_only=True):
-    deployment: Name | None = None
-
-
-class SystemConfig(Section, frozen=True, kw_only=True):
-    decision_model: DecisionModelConfig = msgspec.field(default_factory=DecisionModelConfig)
-
-
 class FrontConfig(Section, frozen=True, kw_only=True):
     global_: GlobalConfig = msgspec.field(name="global", default_factory=GlobalConfig)
+    # the root-level place of the decision model (ours before upstream's
+    # `global.model_catalog.system`); both may be written when they agree (`rules.py`)
     system: SystemConfig = msgspec.field(default_factory=SystemConfig)
 
     @property
     def deployments(self) -> dict[str, DeploymentConfig]:
         return self.global_.model_catalog.deployments
 
+    @property
+    def decision_deployment(self) -> str | None:
+        """The decision model's deployment: `global.model_catalog.system.decision_model.deployment`,
+        else the root-level `system.decision_model.deployment`; None when neither is written."""
+        named = self.global_.model_catalog.system.decision_model.deployment
+        return named if named is not None else self.system.decision_model.deployment
+
     def default_deployment_name(self) -> str | None:
         """The deployment `vllm-sr serve` flags apply to: the decision model's deployment,
         else the only deployment, else `primary` when there is none; None when ambiguous."""
-        named = self.system.decision_model.deployment
+        named = self.decision_deployment
         if named is not None:
             return named
         if len(self.deployments) == 1:

@@ -31,6 +31,7 @@ from vllm_srun.domain import bounds
 from vllm_srun.domain.admission import AdmissionLimits
 from vllm_srun.domain.connections import ConnectionLimits
 from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.profiles import settings_refusal
 from vllm_srun.domain.worker_settings import ModelSpec
 
 S = TypeVar("S", bound="Settings")
@@ -41,10 +42,12 @@ if TYPE_CHECKING:
     Dtype = str
     LogLevel = str
     Overflow = str
+    ProfileChoice = str
 else:
     Dtype = Literal[bounds.DTYPE.choices]
     LogLevel = Literal[bounds.LOG_LEVEL.choices]
     Overflow = Literal[bounds.INPUT_OVERFLOW.choices]
+    ProfileChoice = Literal[bounds.PROFILE.choices]
 
 
 def declare(setting: bounds.Setting[Any], help: str, *, shown: str = "") -> Meta:
@@ -150,13 +153,25 @@ class ModelArgs(Settings, frozen=True, kw_only=True):
         ]
         | None
     ) = None
+    profile: (
+        Annotated[
+            ProfileChoice,
+            declare(
+                bounds.PROFILE,
+                "what the model may trade for speed: exact (every answer its row's alone, published "
+                "precision), shared_context, batching or max_speed; requests may still ask for exact",
+                shown="exact, unless enable_shared_context or a dtype other than the published asks for more",
+            ),
+        ]
+        | None
+    ) = None
     enable_shared_context: (
         Annotated[
             bool,
             declare(
                 bounds.ENABLE_SHARED_CONTEXT,
-                "decision models: run a multi-question request's state once",
-                shown="on for decision models",
+                "decision models: run a multi-question request's state once (a spelling of profile shared_context)",
+                shown="off: on under profiles shared_context and max_speed",
             ),
         ]
         | None
@@ -214,6 +229,11 @@ class ModelArgs(Settings, frozen=True, kw_only=True):
         ]
         | None
     ) = None
+
+    def problems(self) -> list[str]:
+        """One line per refused value, and a profile its other settings contradict (R-PROF-3)."""
+        refusal = settings_refusal(self.profile, self.enable_shared_context)
+        return super().problems() + ([refusal] if refusal else [])
 
     def engine_args(self) -> EngineArgs:
         """The domain's engine arguments: the set values, the domain's defaults for the rest."""
@@ -408,8 +428,11 @@ class WorkerSettings(ServingArgs, frozen=True, kw_only=True):
         return [model_spec(artifact, self) for artifact in artifacts]
 
 
-def model_spec(artifact: str, args: ModelArgs, *, name: str | None = None, device: str | None = None) -> ModelSpec:
-    """The domain's spec of one served model: ARGS converted to its value types."""
+def model_spec(
+    artifact: str, args: ModelArgs, *, name: str | None = None, device: str | None = None, **more: Any
+) -> ModelSpec:
+    """The domain's spec of one served model: ARGS converted to its value types; MORE: the
+    models file's other fields (`ModelSpec`: revision, family, memory budget, options)."""
     return ModelSpec(
         artifact,
         args.engine_args(),
@@ -417,6 +440,7 @@ def model_spec(artifact: str, args: ModelArgs, *, name: str | None = None, devic
         device=device,
         admission=args.admission(),
         engine=args.engine,
+        **{key: value for key, value in more.items() if value is not None},
     )
 
 

@@ -64,6 +64,7 @@ from vllm_srun.adapters.contracts.engine import (
     as_encoder_engine,
 )
 from vllm_srun.adapters.contracts.family import (
+    MANIFEST,
     CalibrationForward,
     Family,
     FamilyFinder,
@@ -110,6 +111,7 @@ from vllm_srun.adapters.contracts.surfaces import (
 )
 
 __all__ = [
+    "MANIFEST",
     "SURFACE_CONTRACTS",
     "AskedQuestion",
     "AudioDecoder",

@@ -212,6 +212,9 @@ class EngineRequest:
     largest_forward_tokens: int = 4096  # the family's cap on one forward (kernel plans measure up to it)
     cache_dir: Path | None = None  # where engines keep exported graphs and kernel timings
     deterministic: bool = False  # `--deterministic`: prefer kernels that give a row the same bits in any batch
+    # the exact profile (R-PROF-1): where the engine has kernels that give a row the same bits in any
+    # batch, serve every forward with them, so that rows still merge; an engine without them is not refused
+    prefer_invariant: bool = False
 
 
 class EnginePlugin(Protocol):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # types only (media worker processes import the contracts: ke
     from vllm_srun.domain.lanes import Lane
 
 __all__ = [
+    "MANIFEST",
     "CalibrationForward",
     "Family",
     "FamilyFinder",
@@ -30,6 +31,9 @@ __all__ = [
     "Numerics",
     "PackageInfo",
 ]
+
+
+MANIFEST = "srun.json"  # the runtime manifest a package may carry beside its own files (R-PKG-1)
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class LoadContext:
     cache_dir: Path | None = None
     progress: Progress = quiet
     deterministic: bool = False  # `--deterministic`: answers may not depend on batch, load or timings
+    prefer_invariant: bool = False  # a profile that never coalesces (R-PROF-1): batch-invariant kernels where any
+    options: Mapping[str, Any] = field(default_factory=dict)  # the family's options (`Family.options`)
 
     def model_dtype(self, family: str) -> str:
         """The dtype FAMILY's model computes in here (`--dtype`, `auto` by the family's table);
@@ -81,6 +87,7 @@ class LoadContext:
             largest_forward_tokens=largest_forward_tokens,
             cache_dir=self.cache_dir,
             deterministic=self.deterministic,
+            prefer_invariant=self.prefer_invariant,
         )
 
     def build_engine(
@@ -174,6 +181,9 @@ class Family(abc.ABC):
 
     name: ClassVar[str]
     fixture_variants: ClassVar[tuple[str, ...]] = ()  # `vllm-srun fixture --variant` choices
+    # the family's own options a models file entry may set (`options:`; its load reads them from
+    # `LoadContext.options`); any other name is refused in one line before the load
+    options: ClassVar[frozenset[str]] = frozenset()
 
     @abc.abstractmethod
     def detect(self, folder: Path) -> bool:
@@ -196,8 +206,9 @@ class Family(abc.ABC):
 class FamilyFinder(Protocol):
     """The installed family plugins as the runtime sees them (`families/registry.FamilyRegistry`)."""
 
-    def family_for(self, folder: Path) -> Family:
-        """The family that reads the package in FOLDER; raises InvalidRequest when none does."""
+    def family_for(self, folder: Path, forced: str | None = None) -> Family:
+        """The family that reads the package in FOLDER (FORCED: that family, which must read it);
+        raises InvalidRequest when none does."""
         ...
 
     def info(self, name: str) -> PluginCard: ...

@@ -127,13 +127,15 @@ class QuestionAnswerer(Protocol):
 
     cache_tag: str
 
-    def prepare(self, state: object, questions: Sequence[AskedQuestion]) -> PreparedState:
-        """Tokenize STATE (the request's state: text or content parts) and each question; a
-        question that cannot be asked carries its `QuestionError` instead of ids."""
+    def prepare(self, state: object, questions: Sequence[AskedQuestion], overflow: str | None = None) -> PreparedState:
+        """Tokenize STATE (the text the questions read) and each question; a question that
+        cannot be asked carries its `QuestionError` instead of ids. OVERFLOW (`reject` or
+        `truncate`) replaces the deployment's `input.overflow` for these questions (None: keep it)."""
         ...
 
-    def share(self, prepared: PreparedState) -> bool:
-        """Whether the state runs once for all its questions (R-SC-2)."""
+    def share(self, prepared: PreparedState, allowed: bool = True) -> bool:
+        """Whether the state runs once for all its questions (R-SC-2); never when the request's
+        profile does not allow it (ALLOWED False: `Profile.shares_context`, R-PROF-1)."""
         ...
 
 

@@ -52,6 +52,7 @@ class NativePlugin:
                 largest_forward_tokens=request.largest_forward_tokens,
                 cache_dir=request.cache_dir,
                 deterministic=request.deterministic,
+                prefer_invariant=request.prefer_invariant,
             )
         if request.kind == "decoder":
             from vllm_srun.adapters.engines.native_decoder import native_decoder

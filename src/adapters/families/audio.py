@@ -112,11 +112,13 @@ class AudioModel(LoadedModel):
         return {
             **self.forward.describe(),
             "embedding": {
-                "dimensions": self.dimensions,
+                "dimensions": [self.dimensions],
+                "layers": [self.network.config.tower.num_hidden_layers],  # no early exits
                 "modalities": sorted(self.modalities),
                 "normalized": self.normalized,
-                "architecture": self.architecture,
                 "pooling": "mean of the encoder's states",
+                "input_types": [],
+                "architecture": self.architecture,
             },
             "media": media_card(self.audio_preprocess, self.audio_limits, self.audio_tokens),
         }

@@ -121,9 +121,11 @@ class ClapModel(LoadedModel):
         return {
             **self.forward.describe(),
             "embedding": {
-                "dimensions": self.dimensions,
+                "dimensions": [self.dimensions],
+                "layers": [self.config.text.num_hidden_layers],  # no early exits: the text tower's last layer
                 "modalities": sorted(self.modalities),
                 "normalized": self.normalized,
+                "input_types": [],
                 "architecture": self.architecture,
                 "pooling": "text: <s> through the pooler; audio: mean of the HTSAT states; both projected",
             },

@@ -1,9 +1,12 @@
-"""The decision family (R-PKG-2): decoder-only LMs (Llama / Qwen2 / Qwen3 / SmolLM layouts) that
-answer typed questions about a state from the next-token distribution restricted to the answer
-tokens. Surface `decisions` (/v1/decisions, /v1/systemone, /v1/systemone/batches).
+"""The decision family (R-PKG-2): decoder-only LMs (Llama / Qwen2 / Qwen3 / SmolLM layouts on
+`DecoderLM`, and the Qwen3.5 hybrid backbone on `Qwen35LM`, text-only or the text part of a
+multimodal checkpoint) that answer typed questions about a state from the next-token distribution
+restricted to the answer tokens. Surface `decisions` (/v1/decisions, /v1/systemone,
+/v1/systemone/batches).
 
-Two lanes: `text` (padded; one row per question, the whole prompt) and `shared` (packed; one row
-per shared request: the state once, then every question as a branch of it, R-SC). Published
+Two lanes: `text` (one row per question, the whole prompt; padded, or packed where the engine runs
+rows back to back: Qwen3.5) and `shared` (packed; one row per shared request: the state once,
+then every question as a branch of it, R-SC). Published
 BF16: `--dtype auto` computes in FP32 on a CPU and BF16 on a GPU (R-DT-1). Weights and every
 tensor a forward creates live on the worker's device; merged forwards stay within 4,096 counted
 tokens on a CPU and about 0.3 s of device time on a GPU (R-BAT-7).
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,13 @@ from vllm_srun.adapters.contracts import (
     as_decoder_engine,
 )
 from vllm_srun.adapters.families.decision_fixture import VARIANTS, write_decision_fixture
-from vllm_srun.adapters.families.decision_prompts import choose_template
+from vllm_srun.adapters.families.decision_prompts import (
+    MAX_LEVELS,
+    MAX_OPTIONS,
+    MIN_LEVELS,
+    MIN_OPTIONS,
+    choose_template,
+)
 from vllm_srun.adapters.families.decision_rows import (
     AskedQuestion,
     PreparedState,
@@ -37,16 +46,19 @@ from vllm_srun.adapters.families.decision_rows import (
     SharedRow,
     prepare,
 )
-from vllm_srun.adapters.families.decoder_packages import serves_encoder_surfaces
+from vllm_srun.adapters.families.decoder_packages import serves_decisions
 from vllm_srun.adapters.models.manifest import read_manifest
+from vllm_srun.adapters.models.qwen3_5_config import MODEL_TYPES as QWEN3_5_TYPES
+from vllm_srun.adapters.models.qwen3_5_config import text_fields
 from vllm_srun.domain.calibration import TIME_CAP_S
-from vllm_srun.domain.dtypes import dtype_refusal, resolve_dtype
+from vllm_srun.domain.dtypes import auto_dtype, dtype_refusal, resolve_dtype
 from vllm_srun.domain.input_budget import InputBudget, in_force
 from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens
+from vllm_srun.domain.profiles import precision_is_published, serving_profile
 from vllm_srun.domain.rows import DEFAULT_LANE
 from vllm_srun.domain.shared_context import SHARED_LANE, BreakEven, break_even_tokens, should_share
 
-DECODER_MODEL_TYPES = frozenset({"llama", "smollm", "smollm2", "qwen2", "qwen3"})
+DECODER_MODEL_TYPES = frozenset({"llama", "smollm", "smollm2", "qwen2", "qwen3"}) | QWEN3_5_TYPES
 CPU_CAP_TOKENS = 4096  # R-BAT-7: merged forwards on a CPU stay within this many counted tokens
 BRANCH_CHUNK = 64  # questions of one shared row run this many at a time (memory)
 CALIBRATION_ROW_TOKENS = 512  # calibration forwards are prompts of this many tokens (or the input limit)
@@ -60,10 +72,21 @@ def read_config(folder: Path) -> dict[str, Any]:
 
 def package_limit(folder: Path) -> int:
     """The package's own input limit: srun.json `max_input_tokens`, at most the model's positions."""
-    config = read_config(folder)
+    config = text_fields(read_config(folder))  # a multimodal Qwen3.5's text model says it
     positions = int(config.get("max_position_embeddings") or 2048)
     declared = read_manifest(folder).get("max_input_tokens")
     return min(int(declared), positions) if declared else positions
+
+
+def load_lm(folder: Path, dtype: Any, device: Any) -> Any:
+    """Our LM for FOLDER by its config: `Qwen35LM` for a Qwen3.5 package, else `DecoderLM`."""
+    if str(read_config(folder).get("model_type", "")).lower() in QWEN3_5_TYPES:
+        from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
+
+        return Qwen35LM.from_pretrained(folder, dtype=dtype, device=device)
+    from vllm_srun.adapters.models.decoder import DecoderLM
+
+    return DecoderLM.from_pretrained(folder, dtype=dtype, device=device)
 
 
 def _bos(folder: Path) -> str:
@@ -76,6 +99,17 @@ def _bos(folder: Path) -> str:
     return str(bos) if config.get("add_bos_token") and bos else ""
 
 
+def _break_even_option(options: Mapping[str, Any]) -> int | None:
+    """`options: {break_even_tokens: N}`: the shared-context break-even pinned instead of measured
+    (R-SC-2); ValueError (one line) for anything but an integer >= 0."""
+    value = options.get("break_even_tokens")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"options.break_even_tokens must be an integer >= 0 (got {value!r})")
+    return value
+
+
 class DecisionModel(LoadedModel):
     family = "decision"
     surfaces = SURFACES
@@ -83,8 +117,6 @@ class DecisionModel(LoadedModel):
     def __init__(self, folder: Path, context: LoadContext) -> None:
         import torch
         from tokenizers import Tokenizer
-
-        from vllm_srun.adapters.models.decoder import DecoderLM
 
         manifest = read_manifest(folder)
         args = context.args
@@ -104,7 +136,7 @@ class DecisionModel(LoadedModel):
         # the deployment's `input: {max_tokens, overflow}`: caps each prompt below that (decision_rows.py)
         self.budget = InputBudget(args.input_max_tokens, args.input_overflow)
         context.progress(f"load: reading decoder weights of {folder.name} ({self.dtype}, {device.name})")
-        lm = DecoderLM.from_pretrained(folder, dtype=getattr(torch, self.dtype), device=device.torch_device)
+        lm = load_lm(folder, getattr(torch, self.dtype), device.torch_device)
         self.decoder = as_decoder_engine(context.build_engine("decoder", lm))
         self.engine = self.decoder
         tokenizer = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
@@ -113,12 +145,20 @@ class DecisionModel(LoadedModel):
         cap = CPU_CAP_TOKENS if device.kind == "cpu" else None
         seconds = None if device.kind == "cpu" else TIME_CAP_S
         self.lanes = (
-            Lane(DEFAULT_LANE, Accounting.PADDED, cap_tokens=cap, cap_seconds=seconds),
+            # padded for `DecoderLM`; packed where the engine runs rows back to back (Qwen3.5)
+            Lane(DEFAULT_LANE, self.decoder.accounting, cap_tokens=cap, cap_seconds=seconds),
             Lane(SHARED_LANE, Accounting.PACKED, cap_tokens=cap, cap_seconds=seconds),
         )
-        pinned = (manifest.get("shared_context") or {}).get("break_even_tokens")
-        self.enable_shared_context = True if args.enable_shared_context is None else bool(args.enable_shared_context)
-        self.break_even = BreakEven(int(pinned), "manifest") if pinned is not None else None
+        pinned, source = _break_even_option(context.options), "option"  # the models file's, else the manifest's
+        if pinned is None:
+            pinned, source = (manifest.get("shared_context") or {}).get("break_even_tokens"), "manifest"
+        # R-PROF-3: the profile it serves decides whether it ever shares (ValueError: a contradiction)
+        published = auto_dtype(self.family, device.name, device.native_dtypes)
+        other = not precision_is_published(args.dtype, self.dtype, published)
+        self.enable_shared_context = serving_profile(
+            args.profile, args.enable_shared_context, other_precision=other
+        ).shares_context
+        self.break_even = BreakEven(int(pinned), source) if pinned is not None else None
         if self.break_even is None and context.deterministic:
             # a break-even timed at load would make the path a request takes (shared or not, whose
             # answers agree only up to rounding) depend on the machine's load at start
@@ -133,8 +173,10 @@ class DecisionModel(LoadedModel):
             return f"over max_model_len={self.max_model_len}"
         return f"over the model's limit of {self.max_input_tokens} input tokens"
 
-    def prepare(self, state: Any, questions: Sequence[AskedQuestion]) -> PreparedState:
+    def prepare(self, state: Any, questions: Sequence[AskedQuestion], overflow: str | None = None) -> PreparedState:
         budget = in_force(self.budget)  # none while the golden check replays its recorded requests
+        if overflow is not None:  # the questions' own (require_full_input: reject; overflow: truncate)
+            budget = InputBudget(budget.max_tokens, overflow)
         return prepare(self.tokens, state, questions, self.max_input_tokens, self.limit_message, budget)
 
     def _cache_tag(self) -> str:
@@ -144,11 +186,12 @@ class DecisionModel(LoadedModel):
         spec = json.dumps([self.tokens.template.as_dict(), self.tokens.bos, self.max_input_tokens], sort_keys=True)
         return hashlib.sha256(spec.encode()).hexdigest()[:16]
 
-    def share(self, prepared: PreparedState) -> bool:
-        """R-SC-2: run this state once for all its questions? (pure domain decision)"""
+    def share(self, prepared: PreparedState, allowed: bool = True) -> bool:
+        """R-SC-2: run this state once for all its questions? (pure domain decision) Never when the
+        request's profile does not share (ALLOWED, R-PROF-1) or the serving one does not."""
         threshold = self.break_even.tokens if self.break_even is not None else 0
         lengths = [len(q.ids) for q in prepared.answerable]
-        return should_share(len(prepared.state_ids), lengths, threshold, self.enable_shared_context)
+        return should_share(len(prepared.state_ids), lengths, threshold, self.enable_shared_context and allowed)
 
     # ---- forwards (device thread) -----------------------------------------------------------
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
@@ -187,7 +230,7 @@ class DecisionModel(LoadedModel):
             QuestionRow(tuple((613 * r + 7 * i + 3) % vocab for i in range(length)), (0, 1))
             for r in range(max(1, tokens // length))
         ]
-        return CalibrationForward(DEFAULT_LANE, rows, forward_tokens([length] * len(rows), Accounting.PADDED))
+        return CalibrationForward(DEFAULT_LANE, rows, forward_tokens([length] * len(rows), self.lanes[0].accounting))
 
     def warm_up(self) -> None:
         """One forward of each lane, then the shared-context break-even on this backbone and device."""
@@ -221,13 +264,22 @@ class DecisionModel(LoadedModel):
 
     def card_section(self) -> dict[str, Any]:
         be = self.break_even
+        question_types = ["noul", "choice", "score", "set", "span"]
         return {
             **self.decoder.describe(),
+            "question_types": question_types,  # the contract's place; `decision` keeps its copy
+            "modalities": ["text"],  # what a decisions request may carry: text states only
+            "limits": {  # merged into the card's limits
+                "min_options": MIN_OPTIONS,
+                "max_options": MAX_OPTIONS,
+                "min_levels": MIN_LEVELS,
+                "max_levels": MAX_LEVELS,
+            },
             "decision": {
-                "question_types": ["noul", "choice", "score", "set", "span"],
+                "question_types": question_types,
                 "labels": [1, 255],  # set and span questions
-                "choice_options": [2, 255],
-                "score_levels": [2, 10],
+                "choice_options": [MIN_OPTIONS, MAX_OPTIONS],
+                "score_levels": [MIN_LEVELS, MAX_LEVELS],
                 "prompt_template": self.tokens.template.as_dict(),
                 "package_max_input_tokens": self.package_limit,
             },
@@ -269,10 +321,11 @@ def _restricted(logits: Any, answer_ids: Sequence[Sequence[int]]) -> list[np.nda
 class DecisionFamily(Family):
     name = "decision"
     fixture_variants = VARIANTS
+    options = frozenset({"break_even_tokens"})  # a models file's `options:` (`_break_even_option`)
 
     def detect(self, folder: Path) -> bool:
         kind = str(read_config(folder).get("model_type", "")).lower()
-        return kind in DECODER_MODEL_TYPES and not serves_encoder_surfaces(folder)
+        return kind in DECODER_MODEL_TYPES and serves_decisions(folder)  # a causal LM (decoder_packages.py)
 
     def describe(self, folder: Path) -> PackageInfo:
         return PackageInfo(

@@ -195,4 +195,4 @@ def render_question(kind: str, instructions: Any, criteria: Any, single: SingleT
         return render_choice(instructions, criteria, single)
     if kind == "score":
         return render_score(instructions, criteria)
-    raise QuestionError("unsupported_question", f"{kind} questions need an image model; this model reads text only")
+    raise QuestionError("invalid_question", f"this model does not answer {kind} questions")

@@ -11,20 +11,30 @@ Other architectures: `<model_type>-<kind>` (`xlm-roberta-embed`, `modernbert-rer
 …, `ARCH_FIXTURES`): the architecture's module writes the config and the weights under
 transformers' names, `models/fixture_tokenizers.py` a tokenizer of the model type's real kind
 (SentencePiece Unigram, byte-level BPE or WordPiece) that transformers' own tokenizer class agrees
-with. Decoder embedders pool the last token; decoder rerankers answer yes/no (srun.json `rerank`).
+with. Decoder embedders pool the last token; decoder rerankers answer yes/no (srun.json `rerank`);
+decoder classifiers (`qwen3-classify`, `qwen3-token` …) are written by `decoder_head_fixture.py`,
+Qwen3.5's packages (`qwen3_5-embed`, `-rerank`, `-classify`, `-token`) by `qwen3_5_encoder_fixture.py`.
 Weights come from numpy's PCG64 generator, so a seed writes the same bytes everywhere. Returns the
 requests its golden file records.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vllm_srun.adapters.families.encoder_fixture_parts import (
+    LABELS,
+    LONG_TEXT,
+    TOKEN_TEXTS,
+    WORDS,
+    golden_requests,
+    pooling_files,
+)
+from vllm_srun.adapters.families.encoder_fixture_parts import write_json as _write_json
 from vllm_srun.adapters.models.manifest import write_manifest
 
 BERT_VARIANTS = ("embed", "classify", "multilabel", "rerank", "splade", "colbert", "token")
@@ -38,106 +48,14 @@ ARCH_FIXTURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "mpnet": ("mpnet", ("embed", "classify", "rerank")),
     "deberta-v2": ("deberta_v2_fixture", ("embed", "classify", "rerank")),
     "modernbert": ("modernbert", ("embed", "classify", "rerank")),
-    "qwen3": ("decoder_encoder_fixture", ("embed", "rerank")),
-    "qwen2": ("decoder_encoder_fixture", ("embed", "rerank")),
-    "llama": ("decoder_encoder_fixture", ("embed", "rerank")),
+    "qwen3": ("decoder_encoder_fixture", ("embed", "rerank", "classify", "token")),
+    "qwen2": ("decoder_encoder_fixture", ("embed", "rerank", "classify", "token")),
+    "llama": ("decoder_encoder_fixture", ("embed", "rerank", "classify", "token")),
+    "qwen3_5": ("qwen3_5_encoder", ("embed", "rerank", "classify", "token")),  # qwen3_5_encoder_fixture.py
 }
 ARCH_VARIANTS = tuple(f"{arch}-{kind}" for arch, (_, kinds) in ARCH_FIXTURES.items() for kind in kinds)
 VARIANTS = BERT_VARIANTS + ARCH_VARIANTS
 HIDDEN, LAYERS, HEADS, INTERMEDIATE, POSITIONS = 32, 2, 4, 64, 128
-WORDS = [
-    "the",
-    "a",
-    "an",
-    "is",
-    "are",
-    "was",
-    "of",
-    "to",
-    "and",
-    "in",
-    "on",
-    "for",
-    "with",
-    "not",
-    "this",
-    "that",
-    "it",
-    "be",
-    "by",
-    "at",
-    "from",
-    "as",
-    "or",
-    "but",
-    "cat",
-    "dog",
-    "bird",
-    "fish",
-    "red",
-    "blue",
-    "green",
-    "small",
-    "large",
-    "quick",
-    "brown",
-    "fox",
-    "jumps",
-    "over",
-    "lazy",
-    "happy",
-    "sad",
-    "good",
-    "bad",
-    "great",
-    "terrible",
-    "movie",
-    "film",
-    "plot",
-    "actor",
-    "acting",
-    "music",
-    "story",
-    "boring",
-    "fun",
-    "love",
-    "hate",
-    "query",
-    "document",
-    "answer",
-    "question",
-    "relevant",
-    "paris",
-    "france",
-    "capital",
-    "city",
-    "river",
-    "mountain",
-    "sea",
-    "weather",
-    "rain",
-    "sun",
-    "today",
-    "tomorrow",
-    "price",
-    "money",
-    "bank",
-    "account",
-    "order",
-    "refund",
-    "billing",
-    "team",
-]
-LABELS = {
-    "classify": ["negative", "neutral", "positive"],
-    "multilabel": ["billing", "shipping", "urgent"],
-    "token": ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"],
-}
-TOKEN_TEXTS = ["paris is the capital of france", "the quick brown fox jumps over the lazy dog", "x"]
-LONG_TEXT = (
-    "the movie was great fun and the music was good but the plot was boring and the acting "
-    "was bad so the story is not great and the film is not fun at all today "
-) * 3
 
 
 def _tensors(vocab: int, num_labels: int | None, seed: int, head: str = "") -> dict[str, np.ndarray]:
@@ -222,11 +140,6 @@ def _spread_token_head(out: Path) -> None:
     save_file(tensors, str(path), metadata={"format": "pt"})
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-
-
 def _sentence_transformers_files(out: Path) -> None:
     _write_json(
         out / "modules.json",
@@ -277,62 +190,7 @@ def _sparse_files(out: Path, vocab: int) -> None:
 
 def _colbert_files(out: Path) -> None:
     """BGE-M3-style dense part: CLS pooling, normalized (the colbert_linear is in model.safetensors)."""
-    _pooling_files(out, HIDDEN, "cls_token", POSITIONS, True)
-
-
-def golden_requests(variant: str, *, windows: bool = True) -> list[dict[str, Any]]:
-    """The requests a fixture's golden file records; WINDOWS False: long inputs are cut
-    (`overflow: truncate`) instead of windowed (a yes/no reranker's pairs cannot be windowed)."""
-    window = {"overflow": "window", "window": {"tokens": 32, "overlap": 8}} if windows else {"overflow": "truncate"}
-    if variant == "splade":
-        sentences = ["the cat sat on the mat", "paris is the capital of france", "x"]
-        return [
-            {"surface": "embeddings", "body": {"input": sentences, "embedding_type": "sparse"}},
-            {
-                "surface": "embeddings",
-                "body": {"input": sentences[1], "embedding_type": "sparse", "options": {"top_k": 5}},
-            },
-        ]
-    if variant == "colbert":
-        docs = ["paris is the capital of france", "the river flows to the sea", "a small cat"]
-        return [
-            {"surface": "embeddings", "body": {"input": ["a quick brown fox", "x"]}},
-            {"surface": "embeddings", "body": {"input": ["capital of france"], "embedding_type": "multi_vector"}},
-            {"surface": "rerank", "body": {"query": "capital of france", "documents": docs}},
-        ]
-    if variant == "token":
-        windowed = {"overflow": "window", "window": {"tokens": 16, "overlap": 6}, "return_tokens": True}
-        return [
-            {"surface": "classify", "body": {"input": TOKEN_TEXTS}},
-            {"surface": "classify", "body": {"input": TOKEN_TEXTS[:2], "options": {"aggregation": "first"}}},
-            {"surface": "classify", "body": {"input": LONG_TEXT, "options": windowed}},
-        ]
-    if variant == "embed":
-        return [
-            {"surface": "embeddings", "body": {"input": ["the cat sat on the mat", "a quick brown fox", "x"]}},
-            {"surface": "embeddings", "body": {"input": "happy music today", "dimensions": 16}},
-        ]
-    if variant == "rerank":
-        docs = ["paris is the capital of france", "the river flows to the sea", "a small cat", LONG_TEXT]
-        return [
-            {
-                "surface": "rerank",
-                "body": {"query": "capital of france", "documents": docs[:3], "return_documents": True},
-            },
-            {"surface": "rerank", "body": {"query": "is the movie fun", "documents": docs, "options": window}},
-        ]
-    texts = [
-        "this movie is great fun",
-        "terrible plot and bad acting",
-        {"text": "refund my order", "text_pair": "billing team"},
-    ]
-    first: dict[str, Any] = {"input": texts}
-    if variant == "multilabel":
-        first["options"] = {"threshold": 0.4}
-    return [
-        {"surface": "classify", "body": first},
-        {"surface": "classify", "body": {"input": LONG_TEXT, "options": window}},
-    ]
+    pooling_files(out, HIDDEN, "cls_token", POSITIONS, True)
 
 
 def split_variant(variant: str) -> tuple[str, str]:
@@ -345,24 +203,6 @@ def split_variant(variant: str) -> tuple[str, str]:
     return arch, kind
 
 
-def _pooling_files(out: Path, hidden: int, mode: str, positions: int, lowercase: bool) -> None:
-    """modules.json (Transformer → Pooling → Normalize), the pooling config and sentence_bert_config.json."""
-    _write_json(
-        out / "modules.json",
-        [
-            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-        ],
-    )
-    _write_json(
-        out / "1_Pooling" / "config.json",
-        {"word_embedding_dimension": hidden, **{f"pooling_mode_{m}": m == mode for m in POOLING_FLAGS}},
-    )
-    (out / "2_Normalize").mkdir(exist_ok=True)
-    _write_json(out / "sentence_bert_config.json", {"max_seq_length": positions, "do_lower_case": lowercase})
-
-
 DECODER_RERANK_POSITIONS = 1024
 # architectures whose CPU forward runs in the C++ ops for head sizes of whole 512-bit vectors: the
 # BERT-shaped ones whole in one call (`srun_cpu::encode`), MPNet and ModernBERT their attention
@@ -373,7 +213,6 @@ DECODER_RERANK_POSITIONS = 1024
 # int8 package drifts past the int8 test's 5 %.)
 ONE_CALL_FIXTURES = ("roberta_fixture", "distilbert", "mpnet", "modernbert", "deberta_v2_fixture")
 ONE_CALL_HEADS = 2
-POOLING_FLAGS = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
 
 
 def write_arch_package(
@@ -397,8 +236,16 @@ def write_arch_package(
 
     from vllm_srun.adapters.models.fixture_tokenizers import write_fixture_tokenizer
 
+    if arch == "qwen3_5":  # a hybrid backbone: its own writer (each kind in its publisher's layout)
+        from vllm_srun.adapters.families.qwen3_5_encoder_fixture import write_qwen3_5_encoder_package
+
+        return write_qwen3_5_encoder_package(out, kind, seed, positions=positions, words=words, **sizes)
     module = importlib.import_module(f"vllm_srun.adapters.models.{ARCH_FIXTURES[arch][0]}")
     decoder = ARCH_FIXTURES[arch][0] == "decoder_encoder_fixture"
+    if decoder and kind in ("classify", "token"):  # saved as transformers saves them, nothing of ours routes them
+        from vllm_srun.adapters.families.decoder_head_fixture import write_decoder_head_package
+
+        return write_decoder_head_package(out, arch, kind, seed, positions=positions, words=words, sizes=sizes)
     if ARCH_FIXTURES[arch][0] in ONE_CALL_FIXTURES:
         sizes = {"heads": ONE_CALL_HEADS, **sizes}
     if decoder and kind == "rerank":  # the Qwen3-Reranker template alone is about 210 of these tokens
@@ -419,7 +266,7 @@ def write_arch_package(
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
     if kind == "embed":
         mode = "lasttoken" if decoder else ("cls_token" if arch == "modernbert" else "mean_tokens")
-        _pooling_files(out, int(config.get("hidden_size") or config.get("dim")), mode, positions, False)
+        pooling_files(out, int(config.get("hidden_size") or config.get("dim")), mode, positions, False)
     manifest: dict[str, Any] = {
         "family": "encoder",
         "surfaces": ["embeddings" if kind == "embed" else kind],

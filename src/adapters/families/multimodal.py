@@ -166,10 +166,18 @@ class MultimodalModel(LoadedModel):
         return {
             **self.forward.describe(),
             "embedding": {
-                "dimensions": self.dimensions,
+                "dimensions": [self.dimensions],
+                "layers": [self.config.text.num_hidden_layers],  # no early exits: the text tower's last layer
                 "modalities": sorted(self.modalities),
                 "normalized": self.normalized,
+                "pooling": f"each {self.config.kind} tower's own, projected into one space",
+                "input_types": [],
                 "architecture": self.config.kind,
+            },
+            "limits": {  # merged into the card's limits
+                "image_max_pixels": self.config.vision.image_size**2,  # what the vision tower reads
+                "image_source_max_pixels": self.image_limits.max_pixels,
+                "image_max_bytes": self.image_limits.max_bytes,
             },
             "media": {
                 "lane": MEDIA_LANE,

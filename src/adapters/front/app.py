@@ -22,7 +22,8 @@ from vllm_srun.adapters.http.liveness import live  # the same liveness answer as
 from vllm_srun.adapters.http.openapi import openapi_document
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
-from vllm_srun.adapters.schemas.models_list import models_list
+from vllm_srun.adapters.schemas.models_list import ProcessLimits, models_list
+from vllm_srun.domain import bounds
 from vllm_srun.domain.errors import NotReady
 
 log = logging.getLogger("vllm_srun.front")
@@ -36,7 +37,11 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
 @get("/v1/models")
 async def list_models(request: Request) -> Response:
     fleet: Fleet = request.app.state.fleet
-    return _json(models_list([deployment_card(d) for d in fleet.deployments.values()]))
+    proxy: Proxy = request.app.state.proxy
+    # what one request to the front may hold: its own body limit, and the workers' bundle limit
+    # (deployments do not set one: their workers keep the default)
+    limits = ProcessLimits(bounds.MAX_BUNDLE_TASKS.default, proxy.max_request_bytes)
+    return _json(models_list([deployment_card(d) for d in fleet.deployments.values()], limits))
 
 
 @get("/health")

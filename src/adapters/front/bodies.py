@@ -107,7 +107,8 @@ def _bundle_for_worker(doc: dict[str, Any], body: bytes, worker_model: str | Non
 
 
 def for_client(payload: bytes, worker_model: str | None, logical: str, path: str = "") -> bytes:
-    """The worker's answer with its top-level `model` renamed to the deployment's name.
+    """The worker's answer with its top-level `model` (and each of a decisions answer's `states`)
+    renamed to the deployment's name.
 
     Only the top level is parsed (`Raw` values): nested data such as embeddings is copied
     byte for byte, never re-formatted, and costs a few microseconds instead of tens.
@@ -124,6 +125,17 @@ def for_client(payload: bytes, worker_model: str | None, logical: str, path: str
     except (msgspec.DecodeError, msgspec.ValidationError):
         return payload
     top["model"] = msgspec.Raw(_encode(logical))
+    states = top.get("states")  # a decisions answer's further states each name the model too
+    if states is not None:
+        try:
+            entries = _decode(states)
+        except msgspec.DecodeError:
+            entries = None
+        if isinstance(entries, dict):
+            for entry in entries.values():
+                if isinstance(entry, dict) and entry.get("model") == worker_model:
+                    entry["model"] = logical
+            top["states"] = msgspec.Raw(_encode(entries))
     return _encode(top)
 
 

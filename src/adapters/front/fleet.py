@@ -76,6 +76,19 @@ class Deployment:
     def ready_count(self) -> int:
         return self.pool.ready_count()
 
+    @property
+    def public_id(self) -> str:
+        """The model id clients see for this deployment: its `public_name`, else its name."""
+        return self.config.public_name or self.name
+
+    def answered_as(self, worker_model: str | None) -> str | None:
+        """The `model` a replica's answers carry: an attached runtime's WORKER_MODEL, else (a
+        managed worker) its served name, the artifact's last part — needed only to rename it to a
+        `public_name`; None leaves a managed worker's answers as they are."""
+        if worker_model is not None or self.config.public_name is None:
+            return worker_model
+        return self.config.artifact.rstrip("/").rsplit("/", 1)[-1] or self.config.artifact
+
 
 @dataclass
 class DeploymentPlan:
@@ -294,7 +307,7 @@ class Fleet:
         the only one serving decisions, else the only one."""
         if model != TYPESAFE_DEFAULT_MODEL:
             return None
-        named = self.config.system.decision_model.deployment
+        named = self.config.decision_deployment
         if named is not None:
             return named
         cards = [d for d in self.deployments.values() if d.reference_card and is_decision_card(d.reference_card)]
@@ -374,7 +387,10 @@ def _front_cache(spec: DeploymentConfig) -> LruCache[bytes]:
 
 
 def _name_table(config: FrontConfig) -> NameTable:
-    """Deployment names, and their artifacts (whole and last part) as aliases: an alias two
-    deployments share names neither."""
-    entries = [(name, (spec.artifact, Path(spec.artifact).name)) for name, spec in config.deployments.items()]
+    """Deployment names, and their public names and artifacts (whole and last part) as aliases: an
+    alias two deployments share names neither."""
+    entries = [
+        (name, tuple(a for a in (spec.public_name, spec.artifact, Path(spec.artifact).name) if a))
+        for name, spec in config.deployments.items()
+    ]
     return name_table(entries, first_wins=False)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.adapters.front.fleet import Deployment, Fleet
+from vllm_srun.adapters.schemas.common import API_VERSION
 from vllm_srun.domain import bounds
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound, quoted
 
@@ -119,7 +120,7 @@ def health(fleet: Fleet, *, draining: bool) -> tuple[bool, dict[str, Any]]:
     }
     ready = not draining and all(d.ready_count() > 0 for d in fleet.deployments.values())
     status = "draining" if draining else ("ready" if ready else "not_ready")
-    return ready, {"status": status, "deployments": deployments}
+    return ready, {"api_version": API_VERSION, "status": status, "deployments": deployments}
 
 
 def _not_ready(deployment: Deployment) -> list[dict[str, Any]]:

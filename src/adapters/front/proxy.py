@@ -172,7 +172,7 @@ class Proxy:
         if asked is not None:
             timeout = min(timeout, asked / 1000.0)
         response, worker_model = await self._dispatch(path, doc, body, deployment, timeout, receive, named)
-        payload = bodies.for_client(response.body, worker_model, deployment.name, path)
+        payload = bodies.for_client(response.body, deployment.answered_as(worker_model), deployment.public_id, path)
         if key is not None and response.status == 200 and cache is not None:
             cache.put(key, payload, weight=len(payload))
         headers = [(b"content-type", response.headers.get(b"content-type", b"application/json"))]

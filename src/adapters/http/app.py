@@ -25,14 +25,14 @@ from vllm_srun.adapters.cancellation import wait_disconnect
 from vllm_srun.adapters.http.auth import Authenticator, AuthMiddleware, tenant_of
 from vllm_srun.adapters.http.errors import JSON, code_of, exception_handlers, status_for
 from vllm_srun.adapters.http.liveness import live
-from vllm_srun.adapters.http.openapi import openapi_document
+from vllm_srun.adapters.http.openapi import YAML, openapi_json, openapi_yaml
 from vllm_srun.adapters.http.request_body import content_encoding, decode_request, decompress, inflated_size, read_body
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
 from vllm_srun.adapters.offload import REQUEST_BYTES, TRIM_BYTES, Offload
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
 from vllm_srun.adapters.request_timing import RequestTiming, timing_of
 from vllm_srun.adapters.schemas.common import json_encoder
-from vllm_srun.adapters.schemas.models_list import models_list
+from vllm_srun.adapters.schemas.models_list import ProcessLimits, models_list
 from vllm_srun.adapters.schemas.routes import BUNDLE_PATH, SURFACE_SCHEMAS
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.runtime import Runtime
@@ -178,6 +178,7 @@ def _bundle_handler(
     ) -> msgspec.Struct:
         req, _ = await body.decode(offload, schema.decoder)  # the same body decoding and JSON limits
         timing.parse_ms = (time.perf_counter() - timing.start) * 1000
+        metrics.bundle_tasks.observe(len(req.tasks), {"tenant": tenant})
         return await bundle(
             runtime.get,
             req,
@@ -195,7 +196,7 @@ def _bundle_handler(
 @get("/v1/models")
 async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
     runtime: Runtime = request.app.state.runtime
-    body = models_list([m.card() for m in runtime.models.values()])
+    body = models_list([m.card() for m in runtime.models.values()], request.app.state.process_limits)
     return Response(content=msgspec.json.encode(body), media_type=JSON)
 
 
@@ -212,12 +213,20 @@ async def health(request: Request[Any, Any, Any]) -> Response[bytes]:
 @get("/metrics")
 async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
     registry: RuntimeMetrics = request.app.state.metrics
+    runtime: Runtime = request.app.state.runtime
+    registry.describe_models(runtime.models.values())  # vllm_srun_model_info of the models loaded since
     return Response(content=registry.render().encode(), headers={"content-type": CONTENT_TYPE})
 
 
 @get("/openapi.json")
 async def openapi() -> Response[bytes]:
-    return Response(content=msgspec.json.encode(openapi_document()), media_type=JSON)
+    return Response(content=openapi_json(), media_type=JSON)
+
+
+@get("/openapi.yaml")
+async def openapi_yaml_route() -> Response[bytes]:
+    """The same document as YAML (as the upstream runtime serves its contract)."""
+    return Response(content=openapi_yaml(), media_type=YAML)
 
 
 def create_app(
@@ -253,7 +262,7 @@ def create_app(
     ]
     handlers.append(_bundle_handler(runtime, runtime_metrics, offload, max_request_bytes, max_bundle_tasks))
     app = Litestar(
-        route_handlers=[*handlers, list_models, health, live, metrics, openapi],
+        route_handlers=[*handlers, list_models, health, live, metrics, openapi, openapi_yaml_route],
         middleware=[  # outermost first: a request without a good key goes no further
             DefineMiddleware(
                 AuthMiddleware,  # type: ignore[arg-type]  # raw ASGI, as below
@@ -272,4 +281,5 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.metrics = runtime_metrics
+    app.state.process_limits = ProcessLimits(max_bundle_tasks, max_request_bytes)
     return app

@@ -202,6 +202,10 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
 
+# a refusal at the door ran none of the contract's phases (`http/timing.py`): each says 0
+_NO_PHASES = ", ".join(f"{phase};dur=0.000" for phase in ("parse", "tokenize", "queue", "forward", "post", "serialize"))
+
+
 async def send_refusal(send: Send, refusal: DomainError, start: float) -> None:
     """The error answer to REFUSAL, with `WWW-Authenticate` on a 401 and Server-Timing."""
     status, body, table_headers = error_parts(refusal)
@@ -213,9 +217,7 @@ async def send_refusal(send: Send, refusal: DomainError, start: float) -> None:
             challenge += ', error="invalid_token"'
         headers.append((b"www-authenticate", challenge.encode()))
     total = (time.perf_counter() - start) * 1000
-    headers.append(
-        (b"server-timing", f"parse;dur=0.000, queue;dur=0.000, forward;dur=0.000, total;dur={total:.3f}".encode())
-    )
+    headers.append((b"server-timing", f"{_NO_PHASES}, total;dur={total:.3f}".encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -3,7 +3,10 @@ headers, for the worker's app and the front alike.
 
 - a `DomainError` carries its code and message; `RetryLater` errors (overloaded, not ready)
   carry the seconds that go into `Retry-After`;
-- a framework `HTTPException` (unknown route, method, body over the limit) maps by status;
+- a framework `HTTPException` (unknown route, method, body over the limit) maps by status: the
+  codes are the upstream contract's, so an unknown route (404) and a method a route does not
+  take (405) keep their status and answer `invalid_request` (the contract has no code of their
+  own: the request is malformed, the status says how);
 - anything else is a 500 `internal_error` whose body never holds a stack trace (it is logged).
 
 `error_parts(exc)` is the mapping; `exception_handlers()` plugs it into litestar (keyed by
@@ -31,11 +34,8 @@ JSON = "application/json"
 STATUS_BY_CODE: dict[str, int] = {
     "invalid_request": 400,
     "max_length_exceeded": 400,
-    "question_failed": 400,
     "unauthorized": 401,  # no API key, or a wrong one (R-AUTH-1)
-    "not_found": 404,
     "model_not_found": 404,
-    "method_not_allowed": 405,
     "request_timeout": 408,  # the connection guard: a head or body that did not arrive in time
     "request_too_large": 413,
     "unsupported_surface": 422,
@@ -50,8 +50,6 @@ STATUS_BY_CODE: dict[str, int] = {
     "deadline_exceeded": 504,
 }
 CODE_BY_HTTP_STATUS: dict[int, str] = {
-    404: "not_found",
-    405: "method_not_allowed",
     413: "request_too_large",
     503: "not_ready",
 }
@@ -94,6 +92,10 @@ def _message(exc: BaseException) -> str:
     if isinstance(exc, HTTPException):
         if exc.status_code == 413:
             return "request body is larger than --max-request-bytes"
+        if exc.status_code == 404:
+            return "no such route (GET /openapi.json lists them)"
+        if exc.status_code == 405:
+            return "this route does not take this method (GET /openapi.json lists them)"
         return str(exc.detail or type(exc).__name__).splitlines()[0]
     return INTERNAL_MESSAGE
 
@@ -110,7 +112,15 @@ def error_parts(exc: BaseException) -> tuple[int, bytes, dict[str, str]]:
         headers["retry-after"] = str(exc.retry_after_s)
     elif code in RETRY_LATER:  # e.g. a framework 503
         headers["retry-after"] = str(RETRY_LATER[code].default_retry_after_s)
-    return status_for(code), error_body(code, _message(exc)), headers
+    return status_of(exc, code), error_body(code, _message(exc)), headers
+
+
+def status_of(exc: BaseException, code: str) -> int:
+    """The HTTP status of the answer to EXC (answering CODE): a framework 4xx keeps its own
+    (404 unknown route, 405 method: `invalid_request` is 400 otherwise)."""
+    if isinstance(exc, HTTPException) and code == "invalid_request" and 400 <= exc.status_code < 500:
+        return exc.status_code
+    return status_for(code)
 
 
 def raw_error_response(code: str, message: str, *extra: bytes) -> bytes:

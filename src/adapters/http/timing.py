@@ -1,5 +1,6 @@
-"""Server-Timing (parse, queue, forward, total in ms) on every response, errors included; and,
-when tracing is on, the request's spans once it is answered (`adapters/tracing`)."""
+"""Server-Timing (parse, tokenize, queue, forward, post, serialize, total in ms: the phases of
+`request_timing`) on every response, errors included; and, when tracing is on, the request's
+spans once it is answered (`adapters/tracing`)."""
 
 from __future__ import annotations
 

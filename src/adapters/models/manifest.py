@@ -14,7 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-MANIFEST = "srun.json"
+from vllm_srun.adapters.contracts import MANIFEST
+
+__all__ = ["MANIFEST", "asks_for_yes_no", "read_config", "read_manifest", "write_manifest"]
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

@@ -76,8 +76,12 @@ def compare(expected: Any, got: Any, tol: float, path: str = "$") -> str | None:
         ok = math.isfinite(got) and abs(got - expected) <= tol
         return None if ok else f"{path}: {got!r} differs from {expected!r} by more than {tol:g}"
     if isinstance(expected, dict) and isinstance(got, dict):
-        if expected.keys() != got.keys():
-            return f"{path}: keys {sorted(got)} != {sorted(expected)}"
+        if "error" in got and "error" not in expected:  # an item failed in its slot where the reference answered
+            return f"{path}: {got['error']}: {got.get('message', '')}"
+        # the reference's fields must all be there; a field answers gained since it was recorded
+        # (e.g. an input's usage, R-API-10) is not part of what it vouches for
+        if not expected.keys() <= got.keys():
+            return f"{path}: keys {sorted(got)} lack {sorted(expected.keys() - got.keys())}"
         for key in expected:
             found = compare(expected[key], got[key], tol, f"{path}.{key}")
             if found:
@@ -171,7 +175,9 @@ async def check(served: ServedModel, path: Path | None, device: str) -> dict[str
                 f"request {i} ({requests[i]['surface']}) does not match the reference: {diff}"[:400],
             )
         matched += 1
-    return _status("matched", n, matched, None, reference={"device": ref.get("device"), "dtype": dtype}, tolerance=tol)
+    # the reference it matched: the device class it was recorded on and its dtype (`cpu/float32`)
+    reference = f"{ref.get('device') or 'any'}/{dtype}"
+    return _status("matched", n, matched, None, reference=reference, tolerance=tol)
 
 
 class LoadTimeChecks:

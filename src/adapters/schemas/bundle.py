@@ -130,6 +130,7 @@ class BundleDecoder:
     """Reads a `/v1/bundle` body into a `ReadBundle` (the route's decoder, `schemas/routes.py`)."""
 
     _frame = msgspec.json.Decoder(_Frame)
+    type = BundleRequest  # the wire type it reads, as a msgspec decoder names it (`Decoder.type`)
 
     def decode(self, buf: bytes) -> ReadBundle:
         frame = self._frame.decode(buf)  # a malformed frame raises: 400 for the whole bundle

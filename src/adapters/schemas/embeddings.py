@@ -1,6 +1,8 @@
-"""Wire schema of `POST /v1/embeddings` (R-API-1), OpenAI-compatible, plus `input_type` and
-`prompt_name` (which of the package's sentence-transformers prompts is prepended to the texts),
-`embedding_type` (dense, sparse, multi_vector) and quantized `encoding_format`s (issue 24)."""
+"""Wire schema of `POST /v1/embeddings` (R-API-1), OpenAI-compatible and as the upstream contract
+writes it (`layer`, `options.max_tokens`, `data[].input`, per-item `error`, `meta.representation`:
+docs/contract.md), plus `input_type` and `prompt_name` (which of the package's sentence-transformers
+prompts is prepended to the texts), `embedding_type` (dense, sparse, multi_vector) and quantized
+`encoding_format`s (issue 24)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from vllm_srun.adapters.schemas.common import CommonOptions, ResponseMeta, Strict
+from vllm_srun.adapters.schemas.common import CommonOptions, ItemErrorCode, ResponseMeta, Strict
+from vllm_srun.adapters.schemas.encoder import InputUsage, MaxTokens
 from vllm_srun.domain.media import VIDEO_MAX_FRAMES
 
 EncodingFormat = Literal["float", "base64", "int8", "uint8", "binary", "ubinary"]
@@ -19,6 +22,7 @@ EmbeddingType = Literal["dense", "sparse", "multi_vector"]
 
 class EmbeddingsOptions(CommonOptions):
     overflow: Literal["reject", "truncate"] | None = None  # None: the model's input.overflow (window: reject)
+    max_tokens: MaxTokens | None = None
     top_k: Annotated[int, Meta(ge=1, description="sparse: keep the K largest weights of each vector")] | None = None
     threshold: Annotated[float, Meta(ge=0, description="sparse: keep the weights larger than this")] | None = None
     special_tokens: Annotated[
@@ -103,7 +107,20 @@ class EmbeddingsRequest(Strict):
             "one normalised vector per token (card: embedding.outputs)"
         ),
     ] = "dense"
-    dimensions: Annotated[int, Meta(ge=1)] | None = None
+    dimensions: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                description="keep the first N dimensions (renormalised for a normalized model): one the card's "
+                "embedding.dimensions lists, or any smaller (a Matryoshka cut)",
+            ),
+        ]
+        | None
+    ) = None
+    layer: Annotated[int, Meta(ge=1, description="a layer exit the model declares (card embedding.layers)")] | None = (
+        None
+    )
     user: str | None = None
     input_type: (
         Annotated[
@@ -135,11 +152,16 @@ class SparseEmbedding(Struct):
     values: list[float]
 
 
-class Embedding(Struct):
+class Embedding(Struct, omit_defaults=True, kw_only=True):
+    """One input's vector and its `input` usage; a failed input: `object`, `index`, `error`, `message`."""
+
+    object: Literal["embedding"]  # required, so that omit_defaults never drops it
     index: int
     # dense: floats (or ints when quantized); multi_vector: a list of float lists; base64: a string
-    embedding: list[Any] | str | SparseEmbedding
-    object: str = "embedding"
+    embedding: list[Any] | str | SparseEmbedding | None = None
+    input: InputUsage | None = None
+    error: ItemErrorCode | None = None
+    message: str | None = None
 
 
 class Quantization(Struct, omit_defaults=True):

@@ -7,13 +7,21 @@ Increments happen on the event loop; the device thread only reports through the 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from vllm_srun.adapters.prometheus import SECONDS_BUCKETS, MetricsRegistry
+from vllm_srun.adapters.serving.package_facts import resident_weight_bytes
+
+if TYPE_CHECKING:
+    from vllm_srun.adapters.serving.served import ServedModel
 
 ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 TOKENS_BUCKETS = (8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 RATIO_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 
 FORWARD = ("model", "lane")  # the labels of every per-forward series
+MODEL_INFO = ("model", "revision", "family", "engine", "accelerator", "device", "profile")
 
 
 class RuntimeMetrics:
@@ -24,6 +32,7 @@ class RuntimeMetrics:
         self.auth_refusals.inc({"route": route, "code": code})
 
     def __init__(self) -> None:
+        self._described: set[str] = set()  # the models `describe_models` has set the series of
         r = self.registry = MetricsRegistry()
         self.requests = r.counter(
             "vllm_srun_requests_total", "Requests answered, by model, surface and code", ("model", "surface", "code")
@@ -59,8 +68,18 @@ class RuntimeMetrics:
             "vllm_srun_batch_fill_ratio", "Real tokens / counted tokens per forward", FORWARD, RATIO_BUCKETS
         )
         self.rows = r.counter("vllm_srun_rows_total", "Rows run on a device", FORWARD)
+        self.bundle_tasks = r.histogram(
+            "vllm_srun_bundle_tasks", "Tasks per /v1/bundle request, by tenant", ("tenant",), ROWS_BUCKETS
+        )
         self.queue_depth = r.gauge("vllm_srun_queue_depth", "Rows waiting for a forward", ("model",))
         self.ready = r.gauge("vllm_srun_ready", "1 when the model is ready", ("model",))
+        # what a loaded model is (value 1) and what its weights hold; set once it is loaded (`describe_models`)
+        self.model_info = r.gauge("vllm_srun_model_info", "The served model (value 1)", MODEL_INFO)
+        self.model_memory = r.gauge(
+            "vllm_srun_model_memory_bytes",
+            "Bytes of a loaded model's weight tensors, packed and reduced-precision copies included",
+            ("model",),
+        )
         self.unanswered = r.gauge(
             "vllm_srun_unanswered_requests", "Requests admitted and not answered yet (--max-queue)", ("model",)
         )
@@ -124,6 +143,28 @@ class RuntimeMetrics:
             "Shadow forwards of adaptive threads, by thread count and outcome (match|drift)",
             ("model", "threads", "outcome"),
         )
+
+    def describe_models(self, models: Iterable[ServedModel]) -> None:
+        """`vllm_srun_model_info` and `vllm_srun_model_memory_bytes` of each loaded model (its
+        weights are walked once, `package_facts.resident_weight_bytes`); a model not loaded
+        (yet, or ever) has neither."""
+        for served in models:
+            model = served.model
+            if model is None or served.name in self._described:
+                continue
+            facts = served.facts
+            info = {
+                "model": served.name,
+                "revision": (facts.revision if facts is not None else None) or "local",
+                "family": model.family,
+                "engine": model.engine.name,
+                "accelerator": model.device.kind,
+                "device": model.device.name,
+                "profile": served.profile_fields()["profile"],
+            }
+            self.model_info.set(1.0, info)
+            self.model_memory.set(float(resident_weight_bytes(model)), {"model": served.name})
+            self._described.add(served.name)
 
     def render(self) -> str:
         return self.registry.render()

@@ -1,6 +1,7 @@
 """The worker's result cache (R-PERF-3): a bounded LRU (domain) of encoded answers, keyed by the
 model's weights hash, the surface, what else decides the answer besides the request (the
-deployment's input budget, `input: {max_tokens, overflow}`) and the canonical request content.
+deployment's input budget, `input: {max_tokens, overflow}`, and the profile it is answered under,
+R-PROF-4) and the canonical request content.
 Hits and misses are counted in `vllm_srun_result_cache_total{model,outcome}`.
 
 Default: 1024 entries and at most 64 MiB of encoded answers (an answer over 8 MiB is not kept).
@@ -20,7 +21,8 @@ from vllm_srun.domain.cache import LruCache
 
 # fields that never change an answer: which name it is asked by, who asks, how it is reported
 _IGNORED = ("model", "user")
-_IGNORED_OPTIONS = ("return_meta", "deadline_ms")
+# ... and the profile, which the key holds resolved (the serving one where a request names none)
+_IGNORED_OPTIONS = ("return_meta", "deadline_ms", "profile")
 
 
 def canonical_request(req: msgspec.Struct) -> bytes:

@@ -42,21 +42,31 @@ from vllm_srun.adapters.contracts import (
     surface_contract_problems,
 )
 from vllm_srun.adapters.offload import Offload
+from vllm_srun.adapters.schemas.common import API_VERSION
 from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL
 from vllm_srun.adapters.serving.device_thread import DeviceThread, calls_running
 from vllm_srun.adapters.serving.forward_threads import ForwardRunner, lone_forward_threads
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
+from vllm_srun.adapters.serving.model_checks import package_refusal
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
 from vllm_srun.adapters.serving.served import ForwardSetup, ServedModel, Serving, weights_sha256
 from vllm_srun.domain.adaptive_threads import BUCKET_EDGES, Mode, ThreadLearner, bucket_label, candidate_counts
 from vllm_srun.domain.admission import Admission
 from vllm_srun.domain.calibration import Calibration, CalibrationFailed
+from vllm_srun.domain.dtypes import auto_dtype
 from vllm_srun.domain.engine_args import BatchingLimits, calibrated_limits, resolve_limits
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound, quoted, without_paths
 from vllm_srun.domain.lifecycle import ModelState, NameTable, Unresolved, decide_determinism, health, name_table, sole
 from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget, ForwardBatch
 from vllm_srun.domain.ports import Clock
+from vllm_srun.domain.profiles import (
+    Profile,
+    never_coalesces,
+    precision_is_published,
+    runs_alone,
+    serving_profile,
+)
 from vllm_srun.domain.scheduler import Scheduler
 from vllm_srun.domain.tenants import DEFAULT_TENANTS, TenantTable
 from vllm_srun.domain.threads import express_forward
@@ -103,6 +113,22 @@ def _ready_value(served: ServedModel) -> float:
 def _learned_value(learner: ThreadLearner, bucket: int) -> float:
     """A bucket's learned thread count (0 until learned), read at every scrape."""
     return float(learner.learned(bucket) or 0)
+
+
+def settled_profile(served: ServedModel, model: LoadedModel, device: Device) -> tuple[Profile, bool]:
+    """The profile a loaded model serves (R-PROF-3), and whether it computes in its published
+    precision: its `profile`, or when unset the least one its settings ask for, a precision other
+    than the published one (R-DT-1) asking for max_speed; ValueError (one line, the model fails to
+    load) where a setting contradicts a named profile."""
+    published = auto_dtype(model.family, device.name, device.native_dtypes)
+    other = not precision_is_published(served.args.dtype, model.dtype, published)
+    try:
+        profile = serving_profile(served.args.profile, served.args.enable_shared_context, other_precision=other)
+        return profile, not other
+    except ValueError as exc:
+        raise ValueError(
+            f"{exc} (the model computes in {model.dtype}; its published precision is {published})"
+        ) from None
 
 
 def public_reason(exc: BaseException, served: ServedModel) -> str:
@@ -178,6 +204,10 @@ class Runtime:
                 clock=clock,
                 max_request_tokens=settings.max_request_tokens,
                 offload=self.offload,
+                revision=spec.revision,
+                family=spec.family,
+                memory_budget_gib=spec.memory_budget_gib,
+                options=spec.options,
             )
         self._names = self._name_table()
         self.loaded = threading.Event()
@@ -240,8 +270,10 @@ class Runtime:
     def _load(self, served: ServedModel) -> None:
         served.become(ModelState.LOADING)
         self.progress(f"load: resolving {served.artifact}")
+        # a models file's Hub commit pins the Hub id it names (`models_file.is_hub_id`)
+        target = f"{served.artifact}@{served.revision}" if served.revision else served.artifact
         try:
-            folder = self.store.resolve(served.artifact, self.progress)
+            folder = self.store.resolve(target, self.progress)
         except ModelNotFound:
             if served.artifact not in CATALOG:
                 raise
@@ -250,9 +282,14 @@ class Runtime:
             folder = self.store.pull(served.artifact, self.progress)
         served.folder = folder
         self._names = self._name_table()  # its folder's name is an alias now
-        family = self.families.family_for(folder)
+        family = self.families.family_for(folder, served.family)
         served.sha256 = weights_sha256(folder)  # before the load: engines key their caches by it
         device = self.device_for(served)
+        refusal = package_refusal(
+            folder, family, device, served.args, options=served.options, memory_budget_gib=served.memory_budget_gib
+        )
+        if refusal:
+            raise ValueError(refusal)
         context = LoadContext(
             device=device,
             args=served.args,
@@ -263,17 +300,20 @@ class Runtime:
             cache_dir=self.store.engine_cache,
             progress=self.progress,
             deterministic=self.settings.deterministic,
+            prefer_invariant=never_coalesces(served.args.profile, served.args.enable_shared_context),
+            options=served.options,
         )
         model = self.device_thread.call(family.load, folder, context)
         problems = surface_contract_problems(model)
         if problems:
             raise ValueError(f"the {family.name} family's model {'; '.join(problems)}")
         served.model = model
+        profile, published = settled_profile(served, model, device)  # R-PROF-3, before it serves anything
         plugins = [self.families.info(family.name).card()]
         if model.engine.name in self.engines.names():
             plugins.append(self.engines.info(model.engine.name).card())
         limits = resolve_limits(served.args, device.kind, device.memory_total())
-        served.serving = serving = Serving(tuple(plugins), limits)
+        served.serving = serving = Serving(tuple(plugins), limits, profile=profile, published=published)
         if isinstance(model, (MediaEmbedder, AudioEmbedder)):
             if self.media is None:
                 raise ValueError(f"the {family.name} family's model reads media, and this worker has no media loader")
@@ -447,7 +487,9 @@ class Runtime:
         model, serving = served.model, served.serving
         assert model is not None and serving is not None and serving.forwards is not None
         limits, forwards = serving.limits, serving.forwards
-        alone = serving.determinism is Determinism.ROWS_ALONE  # one row per forward: no company to wait for
+        # one row per forward (`--deterministic` rows alone, or a profile that never coalesces on a
+        # model that is not batch-invariant, R-PROF-2): no company to wait for
+        alone = serving.determinism is Determinism.ROWS_ALONE or runs_alone(served.profile, serving.batch_invariant)
         scheduler = Scheduler(
             model.lanes,
             Budget(limits.max_num_seqs, limits.max_num_batched_tokens),
@@ -492,7 +534,16 @@ class Runtime:
 
     # ---- health ---------------------------------------------------------------------------
     def health(self) -> tuple[bool, dict[str, Any]]:
-        """`/health`: ready or not, and each model's status (`domain/lifecycle`: health)."""
+        """`/health` (`schemas/health.Health`): ready or not, why not (the first model that is not
+        ready: its reason or state, named when there are several), the one model's id, and each
+        model's status (`domain/lifecycle`: health)."""
         statuses = {name: {"status": s.status.value, "reason": s.reason} for name, s in self.models.items()}
         overall = health(s.status for s in self.models.values())
-        return overall.ready, {"status": overall.status, "models": statuses}
+        waiting = next((s for s in self.models.values() if not s.ready), None)
+        reason = None
+        if waiting is not None:
+            why = waiting.reason or waiting.status.value
+            reason = why if len(self.models) == 1 else f"{waiting.name}: {why}"
+        only = next(iter(self.models)) if len(self.models) == 1 else None
+        body = {"api_version": API_VERSION, "status": overall.status, "reason": reason, "model": only}
+        return overall.ready, {**body, "models": statuses}

@@ -9,6 +9,10 @@ the device never will. With an EXPRESS device thread, while every slot is busy t
 express forward (`Scheduler.next_express`, R-FAIR-7: the lightest tenant's next turn) runs there,
 beside them. Every forward has a batch id, unique in the process; a traced request
 (`submit(forwards=[...])`) gets a `ForwardRecord` of each forward its rows ran in.
+
+Row deadlines (R-API-10): `submit(deadlines=[...])` gives each row the seconds it may wait; at its
+deadline a row that has not reached the device never will (`Scheduler.expire`): its output is
+`EXPIRED`, and the request is answered as soon as none of its rows is still to run.
 """
 
 from __future__ import annotations
@@ -105,16 +109,26 @@ class SchedulerLoop:
         tenant: str = DEFAULT_TENANT,
         priority: Priority | None = None,
         forwards: list[ForwardRecord] | None = None,
+        exact: bool = False,
+        deadlines: Sequence[float | None] | None = None,
     ) -> ForwardStats:
         """The rows' outputs; TENANT and PRIORITY decide when they run (R-FAIR-2/3), never what they
-        answer. FORWARDS (a traced request's): a record of each forward its rows run in is added."""
+        answer. FORWARDS (a traced request's): a record of each forward its rows run in is added.
+        EXACT: the request's profile does not coalesce (R-PROF-2, `Scheduler.submit`).
+        DEADLINES (one per row, seconds from now; None: none): a row not started by its deadline
+        is not run, its output is `EXPIRED` (R-API-10)."""
         now = self._clock.now()
-        rid = self.scheduler.submit(rows, now, tenant=tenant, priority=priority)
-        waiter = _Waiter(asyncio.get_running_loop().create_future(), now, trace=forwards)
+        rid = self.scheduler.submit(rows, now, tenant=tenant, priority=priority, exact=exact)
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(loop.create_future(), now, trace=forwards)
         self._waiters[rid] = waiter
         self._wake.set()
         if forwards is not None:
             self._traced += 1
+        timers = [
+            loop.call_later(max(0.0, seconds), self._expire, rid, frozenset(indices))
+            for seconds, indices in _by_deadline(deadlines or ()).items()
+        ]
         try:
             outputs = await waiter.future
         except asyncio.CancelledError:
@@ -122,10 +136,20 @@ class SchedulerLoop:
             self._waiters.pop(rid, None)
             raise
         finally:
+            for timer in timers:
+                timer.cancel()
             if forwards is not None:
                 self._traced -= 1
         queue_s = (waiter.first_forward or now) - waiter.arrival
         return ForwardStats(outputs, queue_s, waiter.forward_s, waiter.forwards, waiter.padded_tokens)
+
+    def _expire(self, rid: int, indices: frozenset[int]) -> None:
+        """The deadline of the request's rows at INDICES passed: the ones not started never will."""
+        answer = self.scheduler.expire(rid, indices)
+        if answer is not None:
+            waiter = self._waiters.pop(rid, None)
+            if waiter is not None and not waiter.future.done():
+                waiter.future.set_result(answer.outputs)
 
     async def _drive(self) -> None:
         while True:
@@ -216,3 +240,12 @@ class SchedulerLoop:
                     batch_id, batch.lane, len(batch.rows), len(requests), batch.tokens, started, time.perf_counter(), ok
                 )
             waiter.trace.append(record)
+
+
+def _by_deadline(deadlines: Sequence[float | None]) -> dict[float, list[int]]:
+    """Row indices by their deadline (rows without one are left out)."""
+    out: dict[float, list[int]] = {}
+    for index, seconds in enumerate(deadlines):
+        if seconds is not None:
+            out.setdefault(seconds, []).append(index)
+    return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -25,6 +25,7 @@ from vllm_srun.adapters.offload import Offload
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS, ResponseMeta
 from vllm_srun.adapters.serving.forward_threads import ForwardRunner
+from vllm_srun.adapters.serving.package_facts import PackageFacts, package_facts
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats, SchedulerLoop
 from vllm_srun.domain import bounds
@@ -33,7 +34,9 @@ from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs
 from vllm_srun.domain.errors import DeadlineExceeded, NotReady, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.lifecycle import ModelState, advance
 from vllm_srun.domain.ports import Clock
+from vllm_srun.domain.profiles import PROFILES, Profile, answer_numerics, enabled, profile_for, serving_profile
 from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.scheduler import EXPIRED
 from vllm_srun.domain.tenants import DEFAULT_TENANT, Priority
 
 # set while the readiness (golden) check runs a model's recorded requests through its surfaces:
@@ -74,6 +77,17 @@ def weights_sha256(folder: Path) -> str:
     return digest.hexdigest()
 
 
+# the accelerators the project's own test suite runs every model on (the card's `accelerator_validated`)
+VALIDATED_ACCELERATORS = frozenset({"cpu"})
+ACCELERATORS = ("cpu", "cuda", "rocm", "mps")
+
+
+def accelerator_of(device: str) -> str | None:
+    """The accelerator kind of a device name (`cuda:1` → `cuda`); None for `auto` or a plugin's."""
+    kind = device.split(":", 1)[0]
+    return kind if kind in ACCELERATORS else None
+
+
 def package_date(folder: Path) -> str:
     """The package's date (its config.json's, UTC, YYYY-MM-DD): the `release_date` clients list."""
     try:
@@ -99,6 +113,36 @@ class TokenBudget:
                 f"the request needs more than {self.limit} tokens (max_request_tokens of model {self.model!r}); "
                 "send fewer or shorter inputs"
             )
+
+
+async def until_deadlines(
+    rows: Sequence[RowSpec],
+    deadline_ms: float | Sequence[float | None] | None,
+    spent: float,
+    submit: Callable[[list[RowSpec], list[float | None]], Awaitable[ForwardStats]],
+    disconnected: Disconnected | None,
+) -> ForwardStats:
+    """ROWS run by SUBMIT(rows, seconds each may wait) with their deadlines (DEADLINE_MS: one for
+    all, or one per row; ms since the request arrived, SPENT seconds ago): a row whose deadline
+    passed already is not submitted, and every row not started by its deadline answers `EXPIRED`
+    (R-API-10). A client that goes away cancels them (`race`)."""
+    per_row = list(deadline_ms) if isinstance(deadline_ms, Sequence) else [deadline_ms] * len(rows)
+    left = [None if ms is None else ms / 1000 - spent for ms in per_row]
+    live = [i for i, seconds in enumerate(left) if seconds is None or seconds > 0]
+    if not live:
+        return ForwardStats((EXPIRED,) * len(rows), 0.0, 0.0, 0, 0)
+    stats = await race(
+        lambda: submit([rows[i] for i in live], [left[i] for i in live]),
+        deadline_s=None,
+        disconnected=disconnected,
+        deadline_message="",
+    )
+    if len(live) == len(rows):
+        return stats
+    outputs: list[Any] = [EXPIRED] * len(rows)
+    for at, i in enumerate(live):
+        outputs[i] = stats.outputs[at]
+    return replace(stats, outputs=tuple(outputs))
 
 
 def _pending_golden() -> dict[str, Any]:
@@ -138,6 +182,8 @@ class Serving:
     calibration: dict[str, Any] | None = None  # R-DEV-2 on a GPU worker: the figures, or why not
     batch_invariant: bool = False  # what the batch-invariance probe found (R-BAT-5)
     determinism: Determinism | None = None  # `--deterministic` in force: how the engine honours it
+    profile: Profile | None = None  # R-PROF-3: the profile it serves, settled at the load (None: not yet)
+    published: bool = True  # it computes in its published precision (else exact is not answerable, R-PROF-4)
 
     @property
     def numerics(self) -> Numerics:
@@ -169,6 +215,13 @@ class ServedModel:
     clock: Clock | None = None
     max_request_tokens: int = bounds.MAX_REQUEST_TOKENS.default
     offload: Offload | None = None  # where large requests are prepared (None: on the loop)
+    # a models file entry's upstream fields (`ModelSpec`): the Hub commit asked for, the family
+    # forced, the memory budget and the family's options
+    revision: str | None = None
+    family: str | None = None
+    memory_budget_gib: float | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    _facts: PackageFacts | None = field(default=None, init=False, repr=False)  # read once, from `folder`
 
     @property
     def limits(self) -> BatchingLimits | None:
@@ -238,24 +291,49 @@ class ServedModel:
     async def run(
         self,
         rows: Sequence[RowSpec],
-        deadline_ms: float | None,
+        deadline_ms: float | Sequence[float | None] | None,
         timing: RequestTiming | None,
         disconnected: Disconnected | None = None,
         *,
         tenant: str | None = None,
         priority: Priority | None = None,
+        profile: Profile | None = None,
+        expire_rows: bool = False,
     ) -> ForwardStats:
         """The rows' outputs once the request's last row ran; drops them on deadline or disconnect.
         TENANT (None: the one it was admitted for) and PRIORITY (None: the scheduler's choice,
         interactive unless the rows are more than one forward) decide when its rows run among
-        the others' (R-FAIR-2/3)."""
+        the others' (R-FAIR-2/3). PROFILE (None: the serving one) decides whether its rows may
+        share forwards with other requests' rows (R-PROF-2). DEADLINE_MS counts from the request's
+        arrival. EXPIRE_ROWS (R-API-10): the deadline fails nothing; a row not started by it
+        (DEADLINE_MS may then be one per row) is not run and its output is `EXPIRED`. Without it a
+        passed deadline fails the whole request (`DeadlineExceeded`, 504)."""
         loop = self.scheduler_loop
         tenant = ADMITTED_TENANT.get() if tenant is None else tenant
         assert loop is not None
+        if timing is not None and not timing.run_start:  # the end of its `tokenize` phase
+            timing.run_start = time.perf_counter()
         admitted = ADMITTED_TICKET.get()
         if admitted is not None and admitted[0] is self.admission:  # its real tokens, no longer the body's bound
             admitted[0].count_rows(admitted[1], sum(spec.tokens for spec in rows))
         traced = timing.forwards if timing is not None else None  # a list while the request is traced
+        coalesces = (profile or self.profile).coalesces
+        if expire_rows:
+            spent = time.perf_counter() - timing.start if timing is not None else 0.0
+            stats = await until_deadlines(
+                rows,
+                deadline_ms,
+                spent,
+                lambda live, seconds: loop.submit(
+                    live, tenant=tenant, priority=priority, forwards=traced, exact=not coalesces, deadlines=seconds
+                ),
+                disconnected,
+            )
+            if timing is not None:
+                timing.queue_ms = stats.queue_s * 1000
+                timing.forward_ms = stats.forward_s * 1000
+            return stats
+        assert not isinstance(deadline_ms, Sequence), "a deadline per row needs expire_rows"
         deadline_s = None
         if deadline_ms is not None:  # counted from the request's arrival: its preparation took part of it
             spent = time.perf_counter() - timing.start if timing is not None else 0.0
@@ -263,49 +341,88 @@ class ServedModel:
             if deadline_s <= 0:
                 raise DeadlineExceeded(f"no answer within options.deadline_ms={deadline_ms:g} (spent preparing it)")
         stats = await race(
-            lambda: loop.submit(rows, tenant=tenant, priority=priority, forwards=traced),
+            lambda: loop.submit(rows, tenant=tenant, priority=priority, forwards=traced, exact=not coalesces),
             deadline_s=deadline_s,
             disconnected=disconnected,
             deadline_message=f"no answer within options.deadline_ms={deadline_ms:g}" if deadline_ms else "",
         )
-        if timing is not None:
+        if timing is not None:  # a bundle's models each set them: the last answered's stay
             timing.queue_ms = stats.queue_s * 1000
             timing.forward_ms = stats.forward_s * 1000
+            timing.run_end = time.perf_counter()  # its `post` phase starts
         return stats
 
-    def meta(self, stats: ForwardStats | None, rows: int) -> ResponseMeta:
-        """`meta` of an answer (R-API-8); no stats: answered from the result cache."""
+    @property
+    def facts(self) -> PackageFacts | None:
+        """The package's manifest hash, origin and weight count (`package_facts.py`), once resolved."""
+        if self._facts is None and self.folder is not None:
+            self._facts = package_facts(self.folder, self.artifact)
+        return self._facts
+
+    @property
+    def accelerator(self) -> str | None:
+        """The accelerator the model runs on (`cpu`, `cuda`, `rocm`, `mps`): its device's kind."""
+        return self.model.device.kind if self.model is not None else accelerator_of(self.device)
+
+    @property
+    def profile(self) -> Profile:
+        """The profile the model serves (R-PROF-3): settled at its load (an unset profile becomes
+        max_speed where `--dtype` asks for another precision), else the one its settings ask for."""
+        if self.serving is not None and self.serving.profile is not None:
+            return self.serving.profile
+        try:
+            return serving_profile(self.args.profile, self.args.enable_shared_context)
+        except ValueError:  # refused before any load (`ModelArgs.problems`); exact until then
+            return PROFILES["exact"]
+
+    @property
+    def profiles(self) -> tuple[Profile, ...]:
+        """The profiles a request may ask for (R-PROF-4): exact, then the serving one."""
+        return enabled(self.profile, self.serving is None or self.serving.published)
+
+    def profile_for(self, asked: str | None) -> Profile:
+        """A request's profile (`options.profile`; None: the serving one); 400 `invalid_request`
+        naming the enabled ones for any other name (R-PROF-4)."""
+        return profile_for(asked, self.profile, self.serving is None or self.serving.published)
+
+    def profile_fields(self) -> dict[str, Any]:
+        """The card's `profile` (the serving one) and `profiles` (the enabled ones, R-PROF)."""
+        return {"profile": self.profile.name, "profiles": [p.card() for p in self.profiles]}
+
+    def meta(self, stats: ForwardStats | None, rows: int, profile: Profile | None = None) -> ResponseMeta:
+        """`meta` of an answer (R-API-8); no stats: answered from the result cache. PROFILE (None:
+        the serving one): the profile it was computed under, and what that promises (`numerics`)."""
         model, serving = self.model, self.serving
         assert model is not None and serving is not None
-        if stats is None:
-            return ResponseMeta(
-                numerics=serving.numerics,
-                dtype=model.dtype,
-                device=model.device.name,
-                engine=model.engine.name,
-                queue_ms=0.0,
-                forward_ms=0.0,
-                forwards=0,
-                rows=0,
-                padded_tokens=0,
-                cache_hit=True,
-            )
+        profile = profile or self.profile
+        numerics = answer_numerics(profile, serving.batch_invariant, serving.determinism is not None)
+        facts = self.facts
+        forward_ms = round(stats.forward_s * 1000, 3) if stats is not None else 0.0
         return ResponseMeta(
-            numerics=serving.numerics,
+            numerics=numerics,
             dtype=model.dtype,
             device=model.device.name,
             engine=model.engine.name,
-            queue_ms=round(stats.queue_s * 1000, 3),
-            forward_ms=round(stats.forward_s * 1000, 3),
-            forwards=stats.forwards,
-            rows=rows,
-            padded_tokens=stats.padded_tokens,
+            queue_ms=round(stats.queue_s * 1000, 3) if stats is not None else 0.0,
+            forward_ms=forward_ms,
+            forwards=stats.forwards if stats is not None else 0,
+            rows=rows if stats is not None else 0,
+            padded_tokens=stats.padded_tokens if stats is not None else 0,
+            cache_hit=stats is None,
+            model_id=self.name,
+            revision=facts.revision if facts is not None else None,
+            model_sha256=self.sha256,
+            profile=profile.name,
+            accelerator=model.device.kind,
+            compute_ms=forward_ms,
         )
 
     def card(self) -> dict[str, Any]:
         model, serving = self.model, self.serving
         limits = self.limits
         promise = serving if model is not None and serving is not None else None  # the probe's, once loaded
+        facts = self.facts
+        accelerator = self.accelerator
         card: dict[str, Any] = {
             "id": self.name,
             "object": "model",
@@ -313,12 +430,19 @@ class ServedModel:
             "artifact": self.artifact,
             "family": model.family if model else None,
             "surfaces": sorted(model.surfaces) if model else [],
-            "revision": None,
-            "sha256": self.sha256,
+            "repo": facts.repo if facts else None,
+            "revision": facts.revision if facts else None,
+            "model_sha256": self.sha256,
+            "manifest_sha256": facts.manifest_sha256 if facts else None,
+            "parameters": facts.parameters if facts else None,
+            "licence": facts.licence if facts else None,
             "package_date": package_date(self.folder) if self.folder is not None else None,
             "dtype": model.dtype if model else self.args.dtype,
             "device": self.device,
+            "accelerator": accelerator,
+            "accelerator_validated": accelerator in VALIDATED_ACCELERATORS,
             "engine": model.engine.name if model else None,
+            **self.profile_fields(),
             "numerics": promise.numerics if promise else None,
             # R-BAT-5: how many counted tokens a merged forward of an exact model may hold
             "merged_forward_tokens": model.invariant_tokens if model and promise and promise.batch_invariant else None,
@@ -372,7 +496,14 @@ class ServedModel:
         if promise is not None and promise.determinism is not None:
             card["deterministic"] = {"method": promise.determinism}
         if model is not None:
-            card.update(model.card_section())
+            section = dict(model.card_section())
+            card["limits"].update(section.pop("limits", None) or {})  # a family's own limits (options, levels, images)
+            card.update(section)
+            for head in card.get("heads") or ():  # how a request that sets no overflow reads a long input
+                head["overflow"] = self.args.input_overflow
+                if self.args.input_overflow == "window":  # one window as long as an input may be, no overlap
+                    most = min(self.args.input_max_tokens or model.max_input_tokens, model.max_input_tokens)
+                    head["window"] = {"tokens": most, "overlap": 0}
         if self.media is not None:
             card["media"] = {**card.get("media", {}), **self.media.card()}
         return card

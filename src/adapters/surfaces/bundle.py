@@ -17,8 +17,10 @@ The tasks of one model run as one unit:
   `max_request_tokens` on its own (413 in its slot); a cached answer takes no rows;
 - the rows of all the others go to the model's scheduler in ONE submit, so they share
   forwards, and identical rows (same lane, same tokens, same payload) are computed once;
-- the unit's deadline is the bundle's `options.deadline_ms` or, when sooner, a task's own,
-  counted from the bundle's arrival.
+- each task's deadline is the bundle's `options.deadline_ms` or, when sooner, its own, counted
+  from the bundle's arrival; a row not started by its deadline (a row shared by tasks: the
+  latest of theirs) is not run, and its items answer `deadline_exceeded` in their slots
+  (R-API-10; a surface without per-item answers: 504 in the task's slot).
 Different models' units run concurrently. A client that goes away cancels them all (499).
 """
 
@@ -47,11 +49,19 @@ from vllm_srun.adapters.schemas.common import json_encoder
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.admission import admission_tokens
 from vllm_srun.adapters.surfaces.classify import prepare_classify
-from vllm_srun.adapters.surfaces.common import NO_FORWARD, Prepared
+from vllm_srun.adapters.surfaces.common import NO_FORWARD, Prepared, any_expired
 from vllm_srun.adapters.surfaces.decisions import prepare_decisions
 from vllm_srun.adapters.surfaces.embeddings import prepare_embeddings
 from vllm_srun.adapters.surfaces.rerank import prepare_rerank
-from vllm_srun.domain.errors import Cancelled, DomainError, InvalidRequest, Overloaded, RequestTooLarge, quoted
+from vllm_srun.domain.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    DomainError,
+    InvalidRequest,
+    Overloaded,
+    RequestTooLarge,
+    quoted,
+)
 from vllm_srun.domain.rows import RowSpec
 from vllm_srun.domain.tenants import DEFAULT_TENANT
 
@@ -165,7 +175,7 @@ async def _run_unit(
         with served.admitted(len(tasks), tokens, tenant):  # its rows are scheduled for TENANT too
             running = await _prepare(served, tasks, status_of)
             if running:
-                await _run_rows(served, running, _deadline_ms(options, running), timing, status_of)
+                await _run_rows(served, running, options.deadline_ms, timing, status_of)
     except Cancelled:  # the client went away: the whole bundle is cancelled (499)
         raise
     except Exception as exc:  # the unit failed as a whole: overloaded, deadline, forward failed
@@ -205,26 +215,48 @@ async def _prepare(served: ServedModel, tasks: list[_Task], status_of: StatusOf)
     return running
 
 
-def _deadline_ms(options: BundleOptions, tasks: list[_Task]) -> float | None:
-    asked = [options.deadline_ms] + [t.prepared.options.deadline_ms for t in tasks if t.prepared is not None]
-    known = [ms for ms in asked if ms is not None]
+def task_deadline_ms(bundle_ms: float | None, own_ms: float | None) -> float | None:
+    """A task's deadline: the bundle's, or its own when that is sooner (None: none)."""
+    known = [ms for ms in (bundle_ms, own_ms) if ms is not None]
     return min(known) if known else None
+
+
+def row_deadlines(deadlines: Sequence[float | None], where: Sequence[Sequence[int]], rows: int) -> list[float | None]:
+    """Each shared row's deadline: the latest of the tasks it answers (None when one has none)."""
+    out: list[float | None] = [0.0] * rows
+    for deadline, indices in zip(deadlines, where):
+        for i in indices:
+            held = out[i]
+            out[i] = None if deadline is None or held is None else max(held, deadline)
+    return out
 
 
 async def _run_rows(
     served: ServedModel,
     tasks: list[_Task],
-    deadline_ms: float | None,
+    bundle_ms: float | None,
     timing: RequestTiming | None,
     status_of: StatusOf,
 ) -> None:
+    """The unit's rows in one submit (R-PERF-1), each row not started by its deadline not run
+    (R-API-10): a task whose surface answers that per item gets `deadline_exceeded` in those
+    items' slots, any other task a 504 in its own slot."""
     rows, where = unique_rows([t.prepared.rows for t in tasks if t.prepared is not None])
-    stats = await served.run(rows, deadline_ms, timing)
-    for task, indices in zip(tasks, where):
+    deadlines = [task_deadline_ms(bundle_ms, t.prepared.options.deadline_ms) for t in tasks if t.prepared is not None]
+    # R-PROF-2: one task under a profile that does not coalesce keeps the unit's rows out of other
+    # requests' forwards (the others' answers stay within what their own profiles allow)
+    strict = next(
+        (t.prepared.profile for t in tasks if t.prepared is not None and not t.prepared.profile.coalesces), None
+    )
+    per_row = row_deadlines(deadlines, where, len(rows))
+    stats = await served.run(rows, per_row, timing, profile=strict, expire_rows=True)
+    for task, indices, deadline in zip(tasks, where, deadlines):
         assert task.prepared is not None
         own = dataclasses.replace(stats, outputs=tuple(stats.outputs[i] for i in indices))
         try:
             REQUEST_BYTES.set(task.size)
+            if not task.prepared.expires_rows and any_expired(own.outputs):
+                raise DeadlineExceeded(f"no answer within options.deadline_ms={deadline:g}")
             task.answer(await task.prepared.complete(own))
         except Exception as exc:
             task.fail(exc, status_of)

@@ -11,6 +11,8 @@ normalized model).
 - `truncate`: END (Cohere's default) cuts a long text's end, START its start, NONE answers 400;
   `max_tokens` cuts each text to that many tokens (special tokens aside) the same way first.
 - `output_dimension`: `dimensions` (a Matryoshka cut, renormalised for a normalized model).
+- Cohere's answer has no per-text error: a text that fails on `/v1/embeddings`' path (R-API-10)
+  fails the request here (400; 504 `deadline_exceeded` past `options.deadline_ms`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from vllm_srun.adapters.serving.served import Disconnected, ServedModel
 from vllm_srun.adapters.surfaces.embedding_outputs import model_outputs
 from vllm_srun.adapters.surfaces.embeddings import DOCUMENT_PROMPTS, embedder, embeddings
 from vllm_srun.adapters.surfaces.encodings import quantize, ranges_for, wire
-from vllm_srun.domain.errors import InvalidRequest
+from vllm_srun.domain.errors import DeadlineExceeded, InvalidRequest
 
 PROMPTS_BY_INPUT_TYPE = {
     "search_query": ("search_query", "query"),
@@ -103,6 +105,11 @@ async def embed_v2(
     )
     try:
         answer = await embeddings(served, inner, timing, disconnected)
+        failed = next((d for d in answer.data if d.error is not None), None)
+        if failed is not None:  # Cohere's answer has no per-text errors: the first one fails the request
+            if failed.error == "deadline_exceeded":
+                raise DeadlineExceeded(failed.message or "deadline exceeded")
+            raise InvalidRequest(failed.message or str(failed.error))
     except InvalidRequest as exc:  # name Cohere's fields, not /v1/embeddings'
         hint = 'set options.overflow to "truncate" to cut it'
         raise InvalidRequest(

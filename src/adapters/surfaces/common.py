@@ -6,6 +6,12 @@ several requests in one submit: `prepare_*` validates and tokenizes a request in
 and a `finish` that turns the rows' outputs into the answer; `answer(prepared, …)` runs the
 rows alone. Errors of the first step are raised before any row reaches a scheduler.
 
+An item (an input, a document) that cannot be answered fails in its own slot, its siblings
+answered (R-API-10): an `ItemFailure` made while preparing (an over-long input, an input the
+model cannot read) takes no row; a row whose deadline passed before it reached the device comes
+back `EXPIRED` (`Prepared.expires_rows`: the surface's `finish` turns it into `deadline_exceeded`;
+such an answer is never cached).
+
 The CPU work of both steps (tokenizing, cutting windows, the cache key, building a large
 answer) runs through `ServedModel.prepare`: on the event loop for a small request, on the
 preparation pool for a large one (`adapters/offload.py`, R-API-9). A request's rows are held to
@@ -15,17 +21,19 @@ its model's `max_request_tokens` when it is prepared (413, before any forward).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import msgspec
 
 from vllm_srun.adapters.request_timing import RequestTiming
-from vllm_srun.adapters.schemas.common import CommonOptions
+from vllm_srun.adapters.schemas.common import CommonOptions, ItemErrorCode
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import GOLDEN_CHECK, Disconnected, ServedModel
 from vllm_srun.domain.input_budget import InputBudget, in_force
+from vllm_srun.domain.profiles import Profile
 from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.scheduler import EXPIRED
 
 R = TypeVar("R", bound=msgspec.Struct)
 NO_FORWARD = ForwardStats((), 0.0, 0.0, 0, 0)
@@ -36,6 +44,23 @@ def input_budget(served: ServedModel) -> InputBudget:
     """SERVED's input budget in force (`input: {max_tokens, overflow}`; none while the golden
     check replays its recorded requests, which were recorded without one)."""
     return in_force(InputBudget(served.args.input_max_tokens, served.args.input_overflow))
+
+
+@dataclass(frozen=True, slots=True)
+class ItemFailure:
+    """Why one item has no result (the contract's `ItemError` code and a one-line message)."""
+
+    code: ItemErrorCode
+    message: str
+
+
+def expired(index: int) -> ItemFailure:
+    """The failure of item INDEX whose rows did not start before the request's deadline."""
+    return ItemFailure("deadline_exceeded", f"item {index} was not started before options.deadline_ms")
+
+
+def any_expired(outputs: Sequence[Any]) -> bool:
+    return any(out is EXPIRED for out in outputs)
 
 
 def _same(response: R) -> R:
@@ -58,9 +83,16 @@ class Prepared(Generic[R]):
     rows: Sequence[RowSpec]
     finish: Callable[[ForwardStats], R]
     polish: Callable[[R], R] = _same
+    # `finish` answers an EXPIRED output (a row past its deadline) with its item's
+    # `deadline_exceeded`; otherwise a passed deadline fails the whole request (504)
+    expires_rows: bool = False
     _key: Any = None
+    # the profile it is answered under (`options.profile`, else the serving one; R-PROF-4): 400
+    # `invalid_request` here, before any row runs, when the model does not answer it
+    profile: Profile = field(init=False)
 
     def __post_init__(self) -> None:
+        self.profile = self.served.profile_for(self.options.profile)
         # every surface's rows, before any forward; the surfaces that tokenize in chunks already
         # stopped at the budget, this holds the others (decisions) and media rows to it too
         self.served.token_budget().spend(sum(row.tokens for row in self.rows))
@@ -72,12 +104,12 @@ class Prepared(Generic[R]):
         if cache is None or not cache.enabled or not served.sha256 or GOLDEN_CHECK.get():
             return None
         # the input budget is part of the key: two names of the same weights may cut or refuse differently
-        tag = input_budget(served).tag()
+        tag = f"{input_budget(served).tag()}|profile={self.profile.name}"  # answers differ by profile
         self._key = await served.prepare(cache.key, served.sha256, self.cache_tag, self.req, tag)
         found: Any = cache.get(self._key, served.name)
         if found is None:
             return None
-        meta = served.meta(None, 0) if self.options.return_meta else None
+        meta = served.meta(None, 0, self.profile) if self.options.return_meta else None
         hit: R = msgspec.structs.replace(found, model=served.name, meta=meta)
         return self.polish(hit)
 
@@ -86,10 +118,10 @@ class Prepared(Generic[R]):
         served = self.served
         response = await served.prepare(self.finish, stats)
         cache = served.cache
-        if cache is not None and self._key is not None:
+        if cache is not None and self._key is not None and not any_expired(stats.outputs):
             await served.prepare(cache.put, self._key, response)
         if self.options.return_meta:
-            response = msgspec.structs.replace(response, meta=served.meta(stats, len(self.rows)))
+            response = msgspec.structs.replace(response, meta=served.meta(stats, len(self.rows), self.profile))
         return self.polish(response)
 
 
@@ -102,6 +134,12 @@ async def answer(prepared: Prepared[R], timing: RequestTiming | None, disconnect
         return await prepared.complete(NO_FORWARD)
     options = prepared.options
     stats = await prepared.served.run(
-        prepared.rows, options.deadline_ms, timing, disconnected, priority=options.priority
+        prepared.rows,
+        options.deadline_ms,
+        timing,
+        disconnected,
+        priority=options.priority,
+        profile=prepared.profile,
+        expire_rows=prepared.expires_rows,
     )
     return await prepared.complete(stats)

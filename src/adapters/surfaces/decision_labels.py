@@ -1,19 +1,20 @@
 """Set and span questions on /v1/decisions (R-OUT-6): each is laid out as noul rows, answered
-like any noul, and put back together in upstream's shapes.
+like any noul, and put back together in the contract's shapes.
 
 - **set**: one noul row per label (*does LABEL apply?*). The answers gain `id.label` =
   `{type: noul, noul: P(yes)}` per label, and `sets.id = {selected, probabilities}`, where
   `selected` holds the labels with P(yes) >= `threshold` (default 0.5), in the question's order.
 - **span**: one presence row (*does the content hold a part that is one of the labels?*) →
-  `answers.id = {type: noul, noul}`, and one scan row per (label, word) of the state's text
-  (*is WORD, in its context, part of LABEL?*). Consecutive words of one label with P(yes) >=
-  `threshold` merge into one span `{label, start, end, text, probability}` (code points of the
-  text the model reads, end exclusive; `probability` the mean of its words'). A question whose
-  scan needs more than SCAN_BUDGET rows fails in place with `scan_budget_exceeded`.
+  `answers.id = {type: noul, noul}`, and one scan row per (label, word) of the text the question
+  reads (*is WORD, in its context, part of LABEL?*). Consecutive words of one label with P(yes)
+  >= `threshold` merge into one span `{label, start, end, text, probability}` (code points of
+  that text, end exclusive; `probability` the mean of its words'). A question whose scan needs
+  more than SCAN_BUDGET rows fails in place with `scan_budget_exceeded`.
 
-Every row is a noul question of the same state, so shared context runs the state once for all
-of them (R-SC). A set or span question succeeds or fails whole: a row that cannot be answered
-(its prompt too long, say) puts `{type, error}` in the question's own slot, naming the label.
+Every row is a noul question of the same text, so shared context runs it once for all of them
+(R-SC). A set or span question succeeds or fails whole: a row that cannot be answered (its
+prompt too long, say) puts `{type, error, message}` in the question's own slot, naming the label.
+A require_full_input set carries `input_coverage` on `sets.id` and on every `id.label` answer.
 """
 
 from __future__ import annotations
@@ -21,31 +22,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from vllm_srun.adapters.contracts import AskedQuestion, QuestionError
 from vllm_srun.adapters.contracts.decisions import content_text
-from vllm_srun.adapters.schemas.decisions import (
-    DecisionAnswer,
-    LabelItem,
-    SetQuestion,
-    SetResult,
-    SpanItem,
-    SpanQuestion,
-)
-from vllm_srun.domain.errors import InvalidRequest, quoted
+from vllm_srun.adapters.schemas.decisions import Coverage, DecisionAnswer, SetResult, SpanItem
+from vllm_srun.adapters.surfaces.decision_questions import INVALID, Label, ReadQuestion
+from vllm_srun.domain.errors import quoted
 
 SCAN_BUDGET = 1024  # span: at most this many (label, word) rows per question
 CONTEXT_WORDS = 6  # span: words shown on each side of the scanned word
 WORD = re.compile(r"\w+(?:['’.\-]\w+)*")
-
-LabelQuestion = SetQuestion | SpanQuestion
-
-
-@dataclass(frozen=True, slots=True)
-class Label:
-    key: str
-    description: Any = None
 
 
 @dataclass
@@ -63,10 +49,6 @@ class Plan:
     rows: list[AskedQuestion] = field(default_factory=list)
 
 
-def labels_of(q: LabelQuestion) -> tuple[Label, ...]:
-    return tuple(Label(x.key, x.description) if isinstance(x, LabelItem) else Label(x) for x in q.labels)
-
-
 def scan_words(text: str) -> tuple[tuple[int, int], ...]:
     """The words of TEXT as [start, end) code-point offsets: runs of letters and digits, joined by
     an apostrophe, period or hyphen between two of them ("e-mail", "don't", "3.5")."""
@@ -78,11 +60,11 @@ def _label_phrase(label: Label) -> str:
     return f'"{label.key}"{described}'
 
 
-def _lead(instructions: Any) -> str:
+def _lead(instructions: object) -> str:
     return f"{content_text(instructions)}\n" if instructions is not None else ""
 
 
-def set_rows(name: str, q: SetQuestion, labels: Sequence[Label]) -> list[AskedQuestion]:
+def set_rows(name: str, q: ReadQuestion, labels: Sequence[Label]) -> list[AskedQuestion]:
     lead = _lead(q.instructions)
     return [
         AskedQuestion(
@@ -96,7 +78,7 @@ def set_rows(name: str, q: SetQuestion, labels: Sequence[Label]) -> list[AskedQu
 
 
 def span_rows(
-    name: str, q: SpanQuestion, labels: Sequence[Label], text: str, words: Sequence[tuple[int, int]]
+    name: str, q: ReadQuestion, labels: Sequence[Label], text: str, words: Sequence[tuple[int, int]]
 ) -> list[AskedQuestion]:
     lead = _lead(q.instructions)
     phrases = ", ".join(_label_phrase(label) for label in labels)
@@ -117,51 +99,41 @@ def span_rows(
     return rows
 
 
-def _duplicate(labels: Sequence[Label]) -> str | None:
-    seen: set[str] = set()
-    for label in labels:
-        if label.key in seen:
-            return label.key
-        seen.add(label.key)
-    return None
-
-
-def plan(name: str, q: LabelQuestion, state: Any) -> Plan:
-    """How set/span question NAME is answered: its noul rows, or an error found before any row."""
-    kind = "set" if isinstance(q, SetQuestion) else "span"
-    labels = labels_of(q)
-    out = Plan(name, kind, 0, labels, q.threshold)
-    dup = _duplicate(labels)
-    if dup is not None:
-        out.error = QuestionError("invalid_question", f"the label {quoted(dup)} appears more than once")
-        return out
-    if isinstance(q, SetQuestion):
-        out.rows = set_rows(name, q, labels)
+def plan(name: str, q: ReadQuestion, text: str) -> Plan:
+    """How set/span question NAME is answered about TEXT: its noul rows, or an error found
+    before any row."""
+    out = Plan(name, q.kind, 0, q.labels, q.threshold)
+    if q.kind == "set":
+        out.rows = set_rows(name, q, q.labels)
     else:
-        out.text = content_text(state)
-        out.words = scan_words(out.text)
-        scan = len(out.words) * len(labels)
+        out.text = text
+        out.words = scan_words(text)
+        scan = len(out.words) * len(q.labels)
         if scan > SCAN_BUDGET:
             out.error = QuestionError(
                 "scan_budget_exceeded",
-                f"{len(out.words)} words × {len(labels)} labels is {scan} scan rows (at most {SCAN_BUDGET})",
+                f"{len(out.words)} words × {len(q.labels)} labels is {scan} scan rows (at most {SCAN_BUDGET})",
             )
             return out
-        out.rows = span_rows(name, q, labels, out.text, out.words)
+        out.rows = span_rows(name, q, q.labels, text, out.words)
     out.count = len(out.rows)
     return out
 
 
-def check_names(questions: Mapping[str, Any]) -> None:
-    """A set's `id.label` answers may not take another question's name (400 naming the field)."""
+def taken_names(questions: Mapping[str, ReadQuestion | QuestionError]) -> dict[str, QuestionError]:
+    """The set questions whose `id.label` answer would take another question's name: each fails
+    in its slot (invalid_question), naming the answer."""
+    out: dict[str, QuestionError] = {}
     for name, q in questions.items():
-        if isinstance(q, SetQuestion):
-            for label in labels_of(q):
-                if f"{name}.{label.key}" in questions:
-                    raise InvalidRequest(
-                        f"questions.{name}.labels: the answer {quoted(f'{name}.{label.key}')} "
-                        "would take the name of another question"
+        if isinstance(q, ReadQuestion) and q.kind == "set":
+            for label in q.labels:
+                answer = f"{name}.{label.key}"
+                if answer in questions:
+                    out[name] = QuestionError(
+                        INVALID, f"labels: the answer {quoted(answer)} would take the name of another question"
                     )
+                    break
+    return out
 
 
 # ------------------------------------------------------------------------------ putting back
@@ -217,15 +189,20 @@ def _row_label(p: Plan, row: AskedQuestion) -> str:
     return f"label {quoted(p.labels[li].key)} at word {quoted(p.text[start:end])}"
 
 
-def assemble(p: Plan, probabilities: Sequence[float], answers: dict[str, DecisionAnswer]) -> SetResult | list[SpanItem]:
+def assemble(
+    p: Plan, probabilities: Sequence[float], answers: dict[str, DecisionAnswer], complete: bool = False
+) -> SetResult | list[SpanItem]:
     """Put a set/span question's answered rows (P(yes) per row, in row order) back together:
-    fills ANSWERS and returns the `sets` or `spans` entry."""
+    fills ANSWERS and returns the `sets` or `spans` entry (COMPLETE: with `input_coverage`)."""
+    coverage: Coverage | None = "complete" if complete else None
     if p.kind == "set":
         keys = [label.key for label in p.labels]
         for key, prob in zip(keys, probabilities):
-            answers[f"{p.name}.{key}"] = DecisionAnswer("noul", noul=prob)
-        return select(keys, probabilities, p.threshold)
-    answers[p.name] = DecisionAnswer("noul", noul=probabilities[0])
+            answers[f"{p.name}.{key}"] = DecisionAnswer("noul", noul=prob, input_coverage=coverage)
+        chosen = select(keys, probabilities, p.threshold)
+        chosen.input_coverage = coverage
+        return chosen
+    answers[p.name] = DecisionAnswer("noul", noul=probabilities[0], input_coverage=coverage)
     n = len(p.words)
     per_label = [probabilities[1 + li * n : 1 + (li + 1) * n] for li in range(len(p.labels))]
     return merge_spans(p.text, [label.key for label in p.labels], p.words, per_label, p.threshold)

@@ -5,12 +5,24 @@ also implements `MediaEmbedder` reads `image_url` and `video_url` items (`data:`
 each image is one row of the model's media lane, each video one row per sampled frame, whose
 vectors are mean-pooled (and normalized for a normalized model); one that implements
 `AudioEmbedder` reads `input_audio` items (base64 `data` and its `format`): each one row of the
-model's audio lane. A model whose `modalities` lack `text` refuses text items. Everything about an input is
-checked before any forward: its kind against the model's modalities, the URL, the limits and
-the decoding (a bad input answers 400 naming its index, and costs no forward). A text longer
-than the model's limit, or than the deployment's `input.max_tokens` below it, is refused unless
-the overflow (`options.overflow`, else the deployment's `input.overflow`) is `truncate`, which
-cuts it there; embeddings have no windows, so `window` refuses as `reject` does.
+model's audio lane. A model whose `modalities` lack `text` refuses text items (422, the whole
+request: the model does not read that kind). Everything else about an input is checked before
+any forward, and an input that fails fails in its own slot (R-API-10: `error`, `message`, no
+row, its siblings answered): a bad URL, media over the limits or that does not decode
+(`invalid_input`), a text that reads as no token at all (`invalid_input`), a text longer than the
+request's limit (`max_length_exceeded`; the limit: the model's, the deployment's `input.max_tokens`
+below it, `options.max_tokens` below that) unless the overflow (`options.overflow`, else the
+deployment's `input.overflow`) is `truncate`, which cuts it there; embeddings have no windows,
+so `window` refuses as `reject` does. An input whose rows had not started by
+`options.deadline_ms` answers `deadline_exceeded`. Each answered input carries its `input`
+usage (tokens, processed_tokens, truncated; a media item: the tokens its rows count).
+
+`layer` must be one the card declares (`embedding.layers`: every model of ours declares its last
+layer only; 400 otherwise). `dimensions` keeps the first N dimensions: the card's
+`embedding.dimensions` lists the native one, and any smaller N is a Matryoshka cut (our
+extension, renormalised for a normalized model). `meta.representation` (with `return_meta`)
+names the vector space: the weights' hash, the layer, the dimension, `normalized` and the
+inputs' modality when they share one.
 
 Prompts (a sentence-transformers package's `prompts`, card `embedding.prompts`): `prompt_name`
 picks one by name, `input_type` by kind (query → `query`; document → `document`, `passage` or
@@ -27,9 +39,11 @@ are checked and rendered by `embedding_outputs.py`: a sparse or multi-vector tex
 from __future__ import annotations
 
 import asyncio
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from vllm_srun.adapters.contracts import (
@@ -46,7 +60,7 @@ from vllm_srun.adapters.contracts.outputs import TokenOutputRow
 from vllm_srun.adapters.media.audio_input import audio_data_bytes
 from vllm_srun.adapters.media.data_url import data_url_bytes
 from vllm_srun.adapters.request_timing import RequestTiming
-from vllm_srun.adapters.schemas.common import MAX_INPUTS
+from vllm_srun.adapters.schemas.common import MAX_INPUTS, Representation
 from vllm_srun.adapters.schemas.embeddings import (
     AudioInput,
     Embedding,
@@ -59,9 +73,10 @@ from vllm_srun.adapters.schemas.embeddings import (
     TextInput,
     VideoUrlInput,
 )
+from vllm_srun.adapters.schemas.encoder import InputUsage
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import Disconnected, ServedModel, TokenBudget
-from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK, Prepared, answer
+from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK, ItemFailure, Prepared, answer, any_expired, expired
 from vllm_srun.adapters.surfaces.embedding_outputs import (
     OutputPlan,
     dense_answers,
@@ -69,7 +84,7 @@ from vllm_srun.adapters.surfaces.embedding_outputs import (
     output_plan,
     sparse_answer,
 )
-from vllm_srun.adapters.surfaces.overflow import input_budget
+from vllm_srun.adapters.surfaces.overflow import TokenLimit, input_budget, token_limit, too_long
 from vllm_srun.domain.errors import InvalidRequest, MediaFailed, RequestTooLarge, UnsupportedSurface, quoted
 from vllm_srun.domain.rows import RowSpec
 
@@ -94,13 +109,17 @@ def _url(item: ImageUrlInput | VideoUrlInput) -> str:
     return ref if isinstance(ref, str) else ref.url
 
 
-def _split(items: list[InputItem], model: TextEmbedder) -> tuple[list[tuple[int, str]], list[_Media]]:
-    """(index, text) of the text items and the media items (decoded from their data: URLs)."""
+def _split(
+    items: list[InputItem], model: TextEmbedder
+) -> tuple[list[tuple[int, str]], list[_Media], dict[int, ItemFailure]]:
+    """(index, text) of the text items, the media items (their bytes, from their data: URLs) and
+    the items that failed already (by index); 422 for an item of a kind the model does not read."""
     media_model = model if is_media_embedder(model) else None
     modalities: frozenset[str] = getattr(model, "modalities", frozenset({"text"}))
     reads = sorted(modalities)
     texts: list[tuple[int, str]] = []
     media: list[_Media] = []
+    failed: dict[int, ItemFailure] = {}
     for i, item in enumerate(items):
         if isinstance(item, (str, TextInput)):
             if "text" not in modalities:
@@ -113,7 +132,8 @@ def _split(items: list[InputItem], model: TextEmbedder) -> tuple[list[tuple[int,
             try:
                 data = audio_data_bytes(item.input_audio.data, model.audio_limits.max_bytes)
             except MediaError as exc:
-                raise InvalidRequest(f"input[{i}]: {exc}") from None
+                failed[i] = ItemFailure("invalid_input", f"input[{i}]: {exc}")
+                continue
             media.append(_Media(i, "audio", data, item.input_audio.format))
             continue
         kind = "image" if isinstance(item, ImageUrlInput) else "video"
@@ -124,8 +144,8 @@ def _split(items: list[InputItem], model: TextEmbedder) -> tuple[list[tuple[int,
         try:
             media.append(_Media(i, kind, data_url_bytes(_url(item), kind, limits.max_bytes)))
         except MediaError as exc:
-            raise InvalidRequest(f"input[{i}]: {exc}") from None
-    return texts, media
+            failed[i] = ItemFailure("invalid_input", f"input[{i}]: {exc}")
+    return texts, media, failed
 
 
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # input_type document: the first of these a package has
@@ -163,9 +183,42 @@ def embedder(served: ServedModel) -> TextEmbedder:
     return model
 
 
-async def _decode(served: ServedModel, model: TextEmbedder, media: list[_Media], frames: int) -> list[Any]:
-    """Pixels of every media item ([3, H, W] per image, [frames, 3, H, W] per video; audio: its
-    features), decoded concurrently; the first failure (by input index) fails the request."""
+# the card sections of loaded models, read once each: what `layer` and `meta.representation` name
+_SECTIONS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def card_section(model: Any) -> dict[str, Any]:
+    """MODEL's card section (`LoadedModel.card_section`), read once per loaded model."""
+    try:
+        found = _SECTIONS.get(model)
+        if found is None:
+            found = _SECTIONS[model] = dict(model.card_section())
+    except TypeError:  # a model that cannot be weakly referenced or hashed: read each time
+        found = dict(model.card_section())
+    return found
+
+
+def declared_layers(model: Any) -> list[int]:
+    """The layer exits MODEL's card declares (`embedding.layers`)."""
+    return [int(layer) for layer in card_section(model).get("embedding", {}).get("layers") or []]
+
+
+def check_layer(model: Any, layer: int | None) -> int | None:
+    """The layer an embeddings request reads (its `layer`, else the last declared one); 400 for
+    one the model does not declare."""
+    layers = declared_layers(model)
+    if layer is not None and layer not in layers:
+        have = ", ".join(map(str, layers)) or "none"
+        raise InvalidRequest(f"layer {layer} is not a layer exit of this model (its layers: {have})")
+    return layer if layer is not None else (layers[-1] if layers else None)
+
+
+async def _decode(
+    served: ServedModel, model: TextEmbedder, media: list[_Media], frames: int
+) -> dict[int, Any | ItemFailure]:
+    """Pixels of every media item by input index ([3, H, W] per image, [frames, 3, H, W] per
+    video; audio: its features), decoded concurrently; an item that does not decode fails in its
+    slot, a media worker that died fails the request (503: retry it)."""
     loader = served.media
     assert loader is not None, "a media model is served without a media loader"
 
@@ -179,69 +232,98 @@ async def _decode(served: ServedModel, model: TextEmbedder, media: list[_Media],
         return loader.video(m.data, frames, model.video_limits, model.preprocess)
 
     results = await asyncio.gather(*(one(m) for m in media), return_exceptions=True)
+    out: dict[int, Any | ItemFailure] = {}
     for m, result in zip(media, results):
         if isinstance(result, MediaError):
-            raise InvalidRequest(f"input[{m.index}]: {result}")
-        if isinstance(result, MediaWorkerDied):
+            out[m.index] = ItemFailure("invalid_input", f"input[{m.index}]: {result}")
+        elif isinstance(result, MediaWorkerDied):
             raise MediaFailed(f"input[{m.index}]: {result}; retry the request")
-        if isinstance(result, BaseException):
+        elif isinstance(result, BaseException):
             raise result
-    return list(results)
+        else:
+            out[m.index] = result
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Input:
+    """One input as prepared: its rows' place among the request's rows, its usage, or its failure."""
+
+    start: int = 0
+    count: int = 0
+    usage: InputUsage | None = None
+    failure: ItemFailure | None = None
 
 
 async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Prepared[EmbeddingsResponse]:
     """REQ validated into its rows: text rows tokenized (off the event loop for a large request,
     R-API-9), media decoded (off the request path when media workers run, R-MEDIA; the decode
-    cache answers repeats, R-PERF-4), every failure raised before any row reaches a scheduler."""
+    cache answers repeats, R-PERF-4), every request-level failure raised and every item's failure
+    kept in its slot before any row reaches a scheduler."""
     model = embedder(served)
     items = _items(req)
     options = req.options or EmbeddingsOptions()
     if req.dimensions is not None and req.dimensions > model.dimensions and req.embedding_type == "dense":
         raise InvalidRequest(f"dimensions {req.dimensions} is larger than the model's {model.dimensions}")
+    layer = check_layer(model, req.layer)
     plan = output_plan(model, req, options, items)
     prompt = resolve_prompt(model, req.input_type, req.prompt_name)
     media_model = model if is_media_embedder(model) else None
     frames = (options.frames or media_model.video_frames) if media_model is not None else 0
-    limits = input_budget(served)  # the deployment's input budget (none under the golden check)
-    text_rows, media = await served.prepare(
+    limit = token_limit(served, model.max_input_tokens, options)
+    text_rows, media, failed = await served.prepare(
         _inputs,
         model,
         items,
         frames,
-        (options.overflow or limits.overflow) == "truncate",  # window: embeddings have none, it rejects
+        (options.overflow or input_budget(served).overflow) == "truncate",  # window: embeddings have none, it rejects
         served.token_budget(),
         prompt,
-        limits.max_tokens,
+        limit,
     )
     if plan.kind != "dense":  # a sparse or multi-vector row: answered by the model's token-level head
         keep = plan.keep_special
         text_rows = {
-            i: RowSpec(r.tokens, TokenOutputRow(r.payload, plan.kind, keep), r.lane) for i, r in text_rows.items()
+            i: (RowSpec(r.tokens, TokenOutputRow(r.payload, plan.kind, keep), r.lane), usage)
+            for i, (r, usage) in text_rows.items()
         }
-    decoded = await _decode(served, model, media, frames) if media else []
-    pixels = iter(decoded)
-    spans: list[tuple[int, int]] = []  # each input's rows: (first, count)
+    decoded = await _decode(served, model, media, frames) if media else {}
+    inputs: list[_Input] = []
     rows: list[RowSpec] = []
-    for i in range(len(items)):
+    for i, item in enumerate(items):
         start = len(rows)
+        got = decoded.get(i)
+        failure = failed.get(i) or (got if isinstance(got, ItemFailure) else None)
+        if failure is not None:
+            inputs.append(_Input(failure=failure))
+            continue
         if i in text_rows:
-            rows.append(text_rows[i])
-        elif isinstance(items[i], AudioInput):
+            row, usage = text_rows[i]
+            rows.append(row)
+        elif isinstance(item, AudioInput):
             assert is_audio_embedder(model)
-            rows.append(RowSpec(model.audio_tokens, next(pixels), model.audio_lane))
+            rows.append(RowSpec(model.audio_tokens, got, model.audio_lane))
+            usage = None
         else:
             assert media_model is not None
-            got = next(pixels)
-            stack = [got] if got.ndim == 3 else list(got)
+            pixels: Any = got  # [3, H, W] for an image, [frames, 3, H, W] for a video
+            stack = [pixels] if pixels.ndim == 3 else list(pixels)
             rows.extend(RowSpec(media_model.image_tokens, p, media_model.media_lane) for p in stack)
-        spans.append((start, len(rows) - start))
+            usage = None
+        if usage is None:  # a media item: the tokens its rows count
+            counted = sum(r.tokens for r in rows[start:])
+            usage = InputUsage(tokens=counted, processed_tokens=counted, truncated=False)
+        inputs.append(_Input(start, len(rows) - start, usage))
+    representation = _representation(served, model, req, plan, items, layer)
     return Prepared(
         served,
         "embeddings",
         req,
         options,
         rows,
-        lambda stats: _response(served, model, req, plan, rows, spans, stats),
+        lambda stats: _response(served, model, req, plan, rows, inputs, stats),
+        lambda response: _with_representation(response, representation),
+        expires_rows=True,
     )
 
 
@@ -251,20 +333,56 @@ async def embeddings(
     return await answer(await prepare_embeddings(served, req), timing, disconnected)
 
 
+def _modality(item: InputItem) -> str:
+    if isinstance(item, (str, TextInput)):
+        return "text"
+    if isinstance(item, AudioInput):
+        return "audio"
+    return "image" if isinstance(item, ImageUrlInput) else "video"
+
+
+def _representation(
+    served: ServedModel,
+    model: TextEmbedder,
+    req: EmbeddingsRequest,
+    plan: OutputPlan,
+    items: list[InputItem],
+    layer: int | None,
+) -> Representation | None:
+    """The vector space a dense answer's vectors live in (`meta.representation`); None for a
+    sparse or multi-vector answer, or a model without a hash or a declared layer."""
+    if plan.kind != "dense" or not served.sha256 or layer is None:
+        return None
+    modalities = {_modality(item) for item in items}
+    return Representation(
+        model_sha256=served.sha256,
+        layer=layer,
+        dimension=min(req.dimensions or model.dimensions, model.dimensions),
+        normalized=bool(model.normalized),
+        modality=modalities.pop() if len(modalities) == 1 else None,
+    )
+
+
+def _with_representation(response: EmbeddingsResponse, representation: Representation | None) -> EmbeddingsResponse:
+    if response.meta is None or representation is None:
+        return response
+    return msgspec.structs.replace(response, meta=msgspec.structs.replace(response.meta, representation=representation))
+
+
 def _inputs(
     model: TextEmbedder,
     items: list[InputItem],
     frames: int,
     truncate: bool,
     budget: TokenBudget,
-    prompt: str = "",
-    max_tokens: int | None = None,
-) -> tuple[dict[int, RowSpec], list[_Media]]:
-    """The CPU work of preparing the inputs: each text item's row by input index (PROMPT before
-    its text, tokenized a chunk at a time), and the media items' bytes (from their data: URLs),
-    within the request's token BUDGET (a media item counts the rows it will become before
-    anything decodes it); MAX_TOKENS (the deployment's input.max_tokens) caps a text's row."""
-    text_items, media = _split(items, model)
+    prompt: str,
+    limit: TokenLimit,
+) -> tuple[dict[int, tuple[RowSpec, InputUsage]], list[_Media], dict[int, ItemFailure]]:
+    """The CPU work of preparing the inputs: each text item's row and usage by input index
+    (PROMPT before its text, tokenized a chunk at a time, at most LIMIT tokens), the media items'
+    bytes (from their data: URLs), and the items that failed, within the request's token BUDGET
+    (a media item counts the rows it will become before anything decodes it)."""
+    text_items, media, failed = _split(items, model)
     if is_media_embedder(model) and media:
         if any(m.kind == "video" for m in media) and frames > model.video_limits.max_frames:
             raise InvalidRequest(
@@ -275,8 +393,17 @@ def _inputs(
         budget.spend(sum(m.kind == "audio" for m in media) * model.audio_tokens)
     if prompt:
         text_items = [(i, prompt + text) for i, text in text_items]
-    encoded = _encode(model, text_items, truncate, budget, max_tokens)
-    return {i: RowSpec(len(enc.ids), enc) for (i, _), enc in zip(text_items, encoded)}, media
+    rows: dict[int, tuple[RowSpec, InputUsage]] = {}
+    for (i, _), enc in zip(text_items, _encode(model, text_items, truncate, budget, limit)):
+        if isinstance(enc, ItemFailure):
+            failed[i] = enc
+            continue
+        read = len(enc.ids) if enc.truncated else enc.n_tokens
+        rows[i] = (
+            RowSpec(len(enc.ids), enc),
+            InputUsage(tokens=enc.n_tokens, processed_tokens=read, truncated=enc.truncated),
+        )
+    return rows, media, failed
 
 
 def _encode(
@@ -284,29 +411,29 @@ def _encode(
     texts: list[tuple[int, str]],
     truncate: bool,
     budget: TokenBudget,
-    max_tokens: int | None = None,
-) -> list[Encoded]:
-    """The (input index, text) items' rows, tokenized a chunk at a time, each at most the model's
-    limit (or MAX_TOKENS below it): an over-long input (unless TRUNCATE) or a request over its
-    token budget stops the work there."""
-    limit = min(max_tokens or model.max_input_tokens, model.max_input_tokens)
-    whose = "the model's limit" if limit == model.max_input_tokens else "the deployment's input.max_tokens"
-    out: list[Encoded] = []
+    limit: TokenLimit,
+) -> list[Encoded | ItemFailure]:
+    """The (input index, text) items' rows, tokenized a chunk at a time, each at most LIMIT
+    tokens: an over-long input (unless TRUNCATE) or one that reads as no token fails in its slot;
+    a request over its token budget stops the work there."""
+    hint = 'set options.overflow to "truncate" to cut it'
+    out: list[Encoded | ItemFailure] = []
     for start in range(0, len(texts), TOKENIZE_CHUNK):
         chunk = texts[start : start + TOKENIZE_CHUNK]
         try:
-            part = model.tokenize([text for _, text in chunk], truncate=truncate, max_length=limit)
+            part = model.tokenize([text for _, text in chunk], truncate=truncate, max_length=limit.tokens)
         except ValueError as exc:  # e.g. a limit that leaves no room after the special tokens
             raise InvalidRequest(str(exc)) from None
+        # the rows' tokens (a truncated input counts what it keeps; a refused one was read whole)
+        budget.spend(sum(len(enc.ids) for enc in part))
         for (i, _), enc in zip(chunk, part):
             # n_tokens: the input's own length (a row may be padded past it, e.g. SigLIP's)
-            if enc.n_tokens > limit and not enc.truncated:
-                raise InvalidRequest(
-                    f"input[{i}] has {enc.n_tokens} tokens, over {whose} of {limit}; "
-                    'set options.overflow to "truncate" to cut it'
-                )
-        budget.spend(sum(len(enc.ids) for enc in part))
-        out.extend(part)
+            if enc.n_tokens > limit.tokens and not enc.truncated:
+                out.append(too_long(i, enc.n_tokens, limit, hint))
+            elif not enc.ids:
+                out.append(ItemFailure("invalid_input", f"input[{i}] reads as no token for this model"))
+            else:
+                out.append(enc)
     return out
 
 
@@ -316,29 +443,47 @@ def _response(
     req: EmbeddingsRequest,
     plan: OutputPlan,
     rows: list[RowSpec],
-    spans: list[tuple[int, int]],
+    inputs: list[_Input],
     stats: ForwardStats,
 ) -> EmbeddingsResponse:
-    tokens = sum(r.tokens for r in rows)
+    outputs = stats.outputs
+    answered: list[int] = []  # the inputs with a vector
+    data: list[Embedding] = []
+    tokens = 0
+    for i, inp in enumerate(inputs):
+        failure = inp.failure
+        if failure is None and any_expired(outputs[inp.start : inp.start + inp.count]):
+            failure = expired(i)
+        if failure is not None:
+            data.append(Embedding(object="embedding", index=i, error=failure.code, message=failure.message))
+            continue
+        tokens += sum(r.tokens for r in rows[inp.start : inp.start + inp.count])
+        answered.append(i)
+        data.append(Embedding(object="embedding", index=i, input=inp.usage))
     usage = EmbeddingsUsage(tokens, tokens)
+    if not answered:
+        return EmbeddingsResponse(object="list", data=data, model=served.name, usage=usage)
     if plan.kind != "dense":  # one row per input (texts only)
         render = sparse_answer if plan.kind == "sparse" else multi_vector_answer
-        data = [Embedding(i, render(out, plan)) for i, out in enumerate(stats.outputs)]
+        for i in answered:
+            data[i] = msgspec.structs.replace(data[i], embedding=render(outputs[inputs[i].start], plan))
         return EmbeddingsResponse(object="list", data=data, model=served.name, usage=usage)
-    outputs = [np.asarray(o, dtype=np.float32) for o in stats.outputs]
     pooled = []
-    for start, count in spans:
+    for i in answered:
+        start, count = inputs[i].start, inputs[i].count
         if count == 1:
-            pooled.append(outputs[start])
+            pooled.append(np.asarray(outputs[start], dtype=np.float32))
             continue
-        mean = np.mean(np.stack(outputs[start : start + count]), axis=0)  # a video: its frames' mean
+        frames = np.stack([np.asarray(o, dtype=np.float32) for o in outputs[start : start + count]])
+        mean = np.mean(frames, axis=0)  # a video: its frames' mean
         pooled.append(mean / max(float(np.linalg.norm(mean)), 1e-12) if model.normalized else mean)
     vectors = np.stack(pooled).astype(np.float32, copy=False)
     if req.dimensions is not None and req.dimensions < vectors.shape[1]:
         vectors = vectors[:, : req.dimensions]
         if model.normalized:
             vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    data = [Embedding(i, v) for i, v in enumerate(dense_answers(vectors, plan))]
+    for i, vector in zip(answered, dense_answers(vectors, plan)):
+        data[i] = msgspec.structs.replace(data[i], embedding=vector)
     return EmbeddingsResponse(
         object="list", data=data, model=served.name, usage=usage, quantization=plan.quantization()
     )

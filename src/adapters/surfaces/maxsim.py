@@ -6,8 +6,9 @@ The query is one multi-vector row and each document one more (the model's `query
 the query and its `document` prompt before each document, when it has prompts). A document's
 relevance is ColBERT's MaxSim: the sum over the query's token vectors of their largest dot product
 with one of the document's token vectors (vectors L2-normalised, so each term is a cosine).
-`options.overflow: truncate` or Cohere's `max_tokens_per_doc` cut long texts; windows are for
-cross-encoders (400).
+`options.overflow: truncate` or Cohere's `max_tokens_per_doc` cut long texts; else a document over
+the limit fails in its slot (`max_length_exceeded`) and a query over it fails the request; windows
+are for cross-encoders (400).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.contracts import Encoded, TextEmbedder, is_prompted_embedder
+from vllm_srun.adapters.contracts import TextEmbedder, is_prompted_embedder
 from vllm_srun.adapters.contracts.outputs import TokenOutputRow
 from vllm_srun.adapters.serving.served import TokenBudget
-from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK
+from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK, ItemFailure
 from vllm_srun.adapters.surfaces.embeddings import resolve_prompt
+from vllm_srun.adapters.surfaces.overflow import TokenLimit, too_long
 from vllm_srun.domain.errors import InvalidRequest
 from vllm_srun.domain.rows import RowSpec
 
@@ -37,26 +39,24 @@ def maxsim_rows(
     documents: Sequence[str],
     truncate: bool,
     budget: TokenBudget,
-    max_length: int | None = None,
-) -> list[RowSpec]:
-    """The query's row, then one per document (module doc); a text over the model's limit (or
-    MAX_LENGTH below it, the deployment's input.max_tokens) → 400 unless TRUNCATE."""
-    limit = min(max_length or model.max_input_tokens, model.max_input_tokens)
+    limit: TokenLimit,
+) -> list[RowSpec | ItemFailure]:
+    """The query's row, then one per document (module doc), each at most LIMIT tokens unless
+    TRUNCATE: a longer query fails the request (400), a longer document fails in its slot."""
     texts = [_prompt(model, "query") + query] + [_prompt(model, "document") + d for d in documents]
-    rows: list[Encoded] = []
+    rows: list[RowSpec | ItemFailure] = []
+    hint = 'set options.overflow to "truncate" to cut it'
     for start in range(0, len(texts), TOKENIZE_CHUNK):
-        part = model.tokenize(texts[start : start + TOKENIZE_CHUNK], truncate=truncate, max_length=limit)
+        part = model.tokenize(texts[start : start + TOKENIZE_CHUNK], truncate=truncate, max_length=limit.tokens)
+        budget.spend(sum(len(enc.ids) for enc in part))  # a refused text was read too
         for i, enc in enumerate(part, start):
-            if enc.n_tokens > limit and not enc.truncated:
-                what = "the query" if i == 0 else f"documents[{i - 1}]"
-                whose = "the model's limit" if limit == model.max_input_tokens else "the deployment's input.max_tokens"
-                raise InvalidRequest(
-                    f"{what} has {enc.n_tokens} tokens, over {whose} of {limit}; "
-                    'set options.overflow to "truncate" to cut it'
-                )
-        budget.spend(sum(len(enc.ids) for enc in part))
-        rows.extend(part)
-    return [RowSpec(len(e.ids), TokenOutputRow(e, "multi_vector")) for e in rows]
+            if enc.n_tokens <= limit.tokens or enc.truncated:
+                rows.append(RowSpec(len(enc.ids), TokenOutputRow(enc, "multi_vector")))
+            elif i == 0:
+                raise InvalidRequest(f"the query has {enc.n_tokens} tokens, over {limit.text()}; {hint}")
+            else:
+                rows.append(too_long(i - 1, enc.n_tokens, limit, hint))
+    return rows
 
 
 def maxsim(query: np.ndarray, document: np.ndarray) -> float:

@@ -17,7 +17,7 @@ from vllm_srun.adapters.surfaces import decisions
 from vllm_srun.adapters.surfaces.classify import classify
 from vllm_srun.adapters.surfaces.cohere import embed_v2
 from vllm_srun.adapters.surfaces.embeddings import embeddings
-from vllm_srun.adapters.surfaces.rerank import rerank
+from vllm_srun.adapters.surfaces.rerank import rerank, rerank_v2
 
 SurfaceHandler = Callable[..., Awaitable[msgspec.Struct]]
 
@@ -26,7 +26,7 @@ HANDLERS: dict[str, SurfaceHandler] = {
     "/v2/embed": embed_v2,
     "/v1/classify": classify,
     "/v1/rerank": rerank,
-    "/v2/rerank": rerank,
+    "/v2/rerank": rerank_v2,  # Cohere's route: Cohere's document form, no per-document errors
     "/v1/decisions": decisions.decisions,
     "/v1/systemone": decisions.systemone,
     "/v1/systemone/batches": decisions.systemone_batches,

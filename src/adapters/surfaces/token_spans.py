@@ -10,12 +10,17 @@ tokenizer's, in code points of the input, end exclusive; a span's `text` is `inp
   first token (a word: a token and the continuation pieces after it — `##` pieces for WordPiece,
   else no space before the token);
 - `none`: one span per token, its full label (`B-PER`), probability its own.
-Labels `O` make no span. `options.return_tokens` adds every token with its label (`tokens`).
+Labels `O` make no span. `options.threshold` keeps the spans at or above it (default: every span).
+`options.return_tokens` adds every token with the probability of each label (`tokens`: `start`,
+`end`, `probabilities`, and ours: `token`, its most probable `label` and that `probability`).
 
 Windows (`overflow: window`): each window is aggregated alone, then spans of the same label that
 overlap (or touch the same characters) in different windows become one — their union — whose
 probability is the highest of theirs; a token seen in two windows is listed once, from the window
-where it was most probable. Pairs are refused (a token head labels one text).
+where it was most probable; the result's `windows` list each window's content-token span and its
+own spans. A text pair fails in its slot (`invalid_input`: a token head labels one text), as does
+an over-long text under `reject` (`max_length_exceeded`) or one whose rows did not start before
+`options.deadline_ms` (`deadline_exceeded`), R-API-10.
 """
 
 from __future__ import annotations
@@ -32,17 +37,18 @@ from vllm_srun.adapters.schemas.encoder import (
     ClassifyRequest,
     ClassifyResponse,
     ClassifyResult,
-    InputInfo,
-    TokenLabel,
+    ClassifyWindow,
+    EncoderUsage,
+    InputUsage,
+    TokenProbabilities,
     TokenSpan,
-    Usage,
     WindowOptions,
-    WindowSpan,
 )
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import ServedModel, TokenBudget
-from vllm_srun.adapters.surfaces.common import Prepared
-from vllm_srun.adapters.surfaces.overflow import MAX_WINDOW_ROWS, Item, limit_text
+from vllm_srun.adapters.surfaces.classify_heads import HEAD_NAME, check_options, with_head
+from vllm_srun.adapters.surfaces.common import ItemFailure, Prepared, any_expired, expired
+from vllm_srun.adapters.surfaces.overflow import MAX_WINDOW_ROWS, Item, TokenLimit, too_long
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
 from vllm_srun.domain.rows import RowSpec
 
@@ -58,6 +64,8 @@ class Window:
     offsets: list[tuple[int, int]]
     special: list[bool]
     tokens: list[str]
+    first: int = 0  # its content tokens' span in the input's content tokens, end exclusive
+    last: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,61 +84,68 @@ class Entity:
     end: int
 
 
-def _window(encoding: Any) -> Window:
+def _window(encoding: Any, first: int = 0) -> Window:
     from vllm_srun.adapters.contracts import Encoded
 
     ids = list(encoding.ids)
+    special = [bool(m) for m in encoding.special_tokens_mask]
     return Window(
         Encoded(ids, list(encoding.type_ids), False, len(ids)),
         [(int(a), int(b)) for a, b in encoding.offsets],
-        [bool(m) for m in encoding.special_tokens_mask],
+        special,
         list(encoding.tokens),
+        first,
+        first + special.count(False),
     )
+
+
+def _windows(encodings: Sequence[Any], overlap: int) -> list[Window]:
+    """Consecutive overflow windows, each placed in the input's content tokens."""
+    out, at = [], 0
+    for encoding in encodings:
+        window = _window(encoding, at)
+        out.append(window)
+        at = window.last - overlap  # the next window repeats this one's last OVERLAP content tokens
+    return out
 
 
 def encode_token_inputs(
     model: Any,
-    texts: Sequence[str],
+    texts: Sequence[str | ItemFailure],
     mode: str,
     window: WindowOptions | None,
     budget: TokenBudget,
-    max_length: int | None = None,
-) -> list[TokenInput]:
+    limit: TokenLimit,
+) -> list[TokenInput | ItemFailure]:
     """Each text as one row (whole, or cut when MODE is `truncate`) or as windows (`window`), at
-    most MAX_LENGTH tokens a row (the deployment's input budget; None: the model's limit)."""
+    most LIMIT tokens a row; an over-long text under `reject` fails in its slot (a failure given
+    stays as it is)."""
     raw = model.tokenizer.tokenizer
-    model_limit = int(model.max_input_tokens)
-    limit = model_limit if max_length is None else min(max_length, model_limit)
-    out: list[TokenInput] = []
+    out: list[TokenInput | ItemFailure] = []
     rows = 0
     for i, text in enumerate(texts):
+        if isinstance(text, ItemFailure):
+            out.append(text)
+            continue
         whole = raw.encode(text)
         n = len(whole.ids)
         if mode == "window":
             assert window is not None
-            room = window.tokens - raw.num_special_tokens_to_add(False)
-            if room < 1:
-                raise InvalidRequest(f"input[{i}]: a window of {window.tokens} tokens leaves no room for text")
-            if window.overlap >= room:
-                raise InvalidRequest(
-                    f"input[{i}]: options.window.overlap {window.overlap} must be below the {room} text tokens a window holds"
-                )
             tok, lock = model.tokenizer.windowing(window.tokens, window.overlap, False)
             with lock:
                 first = tok.encode(text)
-            windows = [_window(e) for e in (first, *first.overflowing)]
+            windows = _windows((first, *first.overflowing), window.overlap)
             truncated = False
-        elif n <= limit:
+        elif n <= limit.tokens:
             windows, truncated = [_window(whole)], False
         elif mode == "truncate":
-            tok, lock = model.tokenizer.windowing(limit, 0, False)
+            tok, lock = model.tokenizer.windowing(limit.tokens, 0, False)
             with lock:
                 windows, truncated = [_window(tok.encode(text))], True
         else:
-            raise InvalidRequest(
-                f"input[{i}] has {n} tokens, over {limit_text(limit, model_limit)}; set options.overflow to "
-                '"truncate" to cut it or to "window" to read it in windows'
-            )
+            budget.spend(n)  # it was read
+            out.append(too_long(i, n, limit))
+            continue
         rows += len(windows)
         if rows > MAX_WINDOW_ROWS:
             raise RequestTooLarge(f"the request makes more than {MAX_WINDOW_ROWS} windows")
@@ -243,8 +258,8 @@ def _span(text: str, e: Entity) -> TokenSpan:
     return TokenSpan(e.label, e.start, e.end, text[e.start : e.end], e.probability)
 
 
-def _tokens(inp: TokenInput, parts: Sequence[np.ndarray], labels: Sequence[str]) -> list[TokenLabel]:
-    best: dict[tuple[int, int], TokenLabel] = {}
+def _tokens(inp: TokenInput, parts: Sequence[np.ndarray], labels: Sequence[str]) -> list[TokenProbabilities]:
+    best: dict[tuple[int, int], tuple[float, TokenProbabilities]] = {}
     for window, probs in zip(inp.windows, parts):
         for j, special in enumerate(window.special):
             if special:
@@ -252,41 +267,42 @@ def _tokens(inp: TokenInput, parts: Sequence[np.ndarray], labels: Sequence[str])
             k = int(np.argmax(probs[j]))
             start, end = window.offsets[j]
             found = best.get((start, end))
-            if found is None or probs[j][k] > found.probability:
-                best[start, end] = TokenLabel(window.tokens[j], start, end, labels[k], float(probs[j][k]))
-    return [best[key] for key in sorted(best)]
-
-
-def check_options(options: ClassifyOptions, token_head: bool) -> str:
-    """The aggregation a request asks for; 400 for options its head's kind does not take."""
-    if not token_head:
-        for name in ("aggregation", "return_tokens"):
-            if getattr(options, name) is not None:
-                raise InvalidRequest(f"options.{name} applies to token heads; this model's head labels whole inputs")
-        return ""
-    if options.threshold is not None:
-        raise InvalidRequest(
-            "options.threshold applies to multi-label sequence heads; this model's head is a token head"
-        )
-    return options.aggregation or "simple"
+            if found is None or probs[j][k] > found[0]:
+                token = TokenProbabilities(
+                    start=start,
+                    end=end,
+                    probabilities=probs[j].tolist(),
+                    token=window.tokens[j],
+                    label=labels[k],
+                    probability=float(probs[j][k]),
+                )
+                best[start, end] = (float(probs[j][k]), token)
+    return [best[key][1] for key in sorted(best)]
 
 
 def _settings(
-    model: Any, items: list[Item], options: ClassifyOptions, mode: str, limit: int
-) -> tuple[list[str], str, WindowOptions | None, list[str], WordRule]:
-    """A token head's request checked (LIMIT: the most tokens a row may have): its texts,
-    aggregation, window, the labels and the word rule."""
-    for i, item in enumerate(items):
-        if not isinstance(item, str):
-            raise InvalidRequest(f"input[{i}]: a token head labels one text; text pairs are not taken")
-    how = check_options(options, True)
-    texts = [item for item in items if isinstance(item, str)]
+    model: Any, items: Sequence[Item | ItemFailure], options: ClassifyOptions, mode: str, limit: TokenLimit
+) -> tuple[list[str | ItemFailure], str, WindowOptions | None, list[str], WordRule]:
+    """A token head's request checked (LIMIT: the most tokens a row may have): its texts (a pair
+    fails in its slot), aggregation, window, the labels and the word rule."""
+    texts: list[str | ItemFailure] = [
+        ItemFailure("invalid_input", f"input[{i}]: a token head labels one text; text pairs are not taken")
+        if isinstance(item, tuple)
+        else item
+        for i, item in enumerate(items)
+    ]
+    how = check_options(options, "token")
     window = None
     if mode == "window":
-        window = options.window or WindowOptions(tokens=limit)
-        if window.tokens > limit:
+        window = options.window or WindowOptions(tokens=limit.tokens)
+        if window.tokens > limit.tokens:
+            raise InvalidRequest(f"options.window.tokens {window.tokens} is over {limit.text()}")
+        room = window.tokens - model.tokenizer.tokenizer.num_special_tokens_to_add(False)
+        if room < 1:
+            raise InvalidRequest(f"a window of {window.tokens} tokens leaves no room for text")
+        if window.overlap >= room:
             raise InvalidRequest(
-                f"options.window.tokens {window.tokens} is over {limit_text(limit, model.max_input_tokens)}"
+                f"options.window.overlap {window.overlap} must be below the {room} text tokens a window holds"
             )
     labels = list(model.labels)
     rule = WordRule.of(model.tokenizer.tokenizer)
@@ -295,51 +311,79 @@ def _settings(
 
 def build(
     served: ServedModel,
-    model: Any,
-    inputs: list[TokenInput],
+    inputs: list[TokenInput | ItemFailure],
     how: str,
     labels: list[str],
     rule: WordRule,
     *,
     windowed: bool,
     return_tokens: bool,
+    threshold: float | None,
 ) -> tuple[list[RowSpec], Any]:
-    rows = [RowSpec(len(w.encoded.ids), TokenLogitsRow(w.encoded)) for inp in inputs for w in inp.windows]
+    rows = [
+        RowSpec(len(w.encoded.ids), TokenLogitsRow(w.encoded))
+        for inp in inputs
+        if isinstance(inp, TokenInput)
+        for w in inp.windows
+    ]
+
+    def kept(text: str, spans: Sequence[Entity]) -> list[TokenSpan]:
+        return [_span(text, e) for e in spans if threshold is None or e.probability >= threshold]
+
+    def result(i: int, inp: TokenInput, outputs: Sequence[Any]) -> ClassifyResult:
+        parts = [softmax(np.asarray(o)) for o in outputs]
+        per_window = [aggregate(inp.text, w, p, labels, how, rule) for w, p in zip(inp.windows, parts)]
+        spans = union([s for found in per_window for s in found]) if len(per_window) > 1 else per_window[0]
+        windows = None
+        if windowed:
+            windows = [
+                ClassifyWindow(
+                    start=w.first,
+                    end=w.last,
+                    spans=kept(inp.text, found),
+                    char_start=min((o[0] for o, sp in zip(w.offsets, w.special) if not sp), default=0),
+                    char_end=max((o[1] for o, sp in zip(w.offsets, w.special) if not sp), default=0),
+                    tokens=len(w.encoded.ids),
+                )
+                for w, found in zip(inp.windows, per_window)
+            ]
+        read = sum(len(w.encoded.ids) for w in inp.windows)
+        usage = InputUsage(
+            tokens=inp.n_tokens,
+            processed_tokens=read if inp.truncated else inp.n_tokens,
+            truncated=inp.truncated,
+            windows=len(inp.windows) if windowed else None,
+        )
+        return ClassifyResult(
+            index=i,
+            spans=kept(inp.text, spans),
+            tokens=_tokens(inp, parts, labels) if return_tokens else None,
+            windows=windows,
+            input=usage,
+        )
 
     def finish(stats: ForwardStats) -> ClassifyResponse:
-        results, at = [], 0
+        results, at, tokens = [], 0, 0
         for i, inp in enumerate(inputs):
-            parts = [softmax(np.asarray(o)) for o in stats.outputs[at : at + len(inp.windows)]]
+            if isinstance(inp, ItemFailure):
+                results.append(ClassifyResult(index=i, error=inp.code, message=inp.message))
+                continue
+            outputs = stats.outputs[at : at + len(inp.windows)]
             at += len(inp.windows)
-            per_window = [aggregate(inp.text, w, p, labels, how, rule) for w, p in zip(inp.windows, parts)]
-            spans = union([s for found in per_window for s in found]) if len(per_window) > 1 else per_window[0]
-            info_windows = None
-            if windowed:
-                info_windows = [
-                    WindowSpan(
-                        min((o[0] for o, sp in zip(w.offsets, w.special) if not sp), default=0),
-                        max((o[1] for o, sp in zip(w.offsets, w.special) if not sp), default=0),
-                        len(w.encoded.ids),
-                        spans=[_span(inp.text, s) for s in found],
-                    )
-                    for w, found in zip(inp.windows, per_window)
-                ]
-            results.append(
-                ClassifyResult(
-                    index=i,
-                    spans=[_span(inp.text, s) for s in spans],
-                    tokens=_tokens(inp, parts, labels) if return_tokens else None,
-                    input=InputInfo(tokens=inp.n_tokens, truncated=inp.truncated, windows=info_windows),
-                )
-            )
-        tokens = sum(r.tokens for r in rows)
+            if any_expired(outputs):
+                failure = expired(i)
+                results.append(ClassifyResult(index=i, error=failure.code, message=failure.message))
+                continue
+            tokens += sum(len(w.encoded.ids) for w in inp.windows)
+            results.append(result(i, inp, outputs))
         return ClassifyResponse(
             model=served.name,
+            head=HEAD_NAME,
+            kind="token",
             labels=labels,
             results=results,
-            usage=Usage(tokens, tokens),
+            usage=EncoderUsage.of(tokens),
             multi_label=False,
-            kind="token",
         )
 
     return rows, finish
@@ -349,16 +393,23 @@ async def prepare_tokens(
     served: ServedModel,
     model: Any,
     req: ClassifyRequest,
-    items: list[Item],
+    items: Sequence[Item | ItemFailure],
     options: ClassifyOptions,
     mode: str,
-    limit: int,
+    limit: TokenLimit,
 ) -> Prepared[ClassifyResponse]:
-    """A token head's classify request; LIMIT is the most tokens a row may have (the model's, or
-    the deployment's input budget below it, R-PERF-5)."""
+    """A token head's classify request; LIMIT is the most tokens a row may have (the model's, the
+    deployment's input budget or the request's `options.max_tokens` below it, R-PERF-5)."""
     texts, how, window, labels, rule = _settings(model, items, options, mode, limit)
     inputs = await served.prepare(encode_token_inputs, model, texts, mode, window, served.token_budget(), limit)
     rows, finish = build(
-        served, model, inputs, how, labels, rule, windowed=mode == "window", return_tokens=bool(options.return_tokens)
+        served,
+        inputs,
+        how,
+        labels,
+        rule,
+        windowed=mode == "window",
+        return_tokens=bool(options.return_tokens),
+        threshold=options.threshold,
     )
-    return Prepared(served, "classify", req, options, rows, finish)
+    return Prepared(served, "classify", req, options, rows, finish, with_head, expires_rows=True)

@@ -1,7 +1,7 @@
 """Is a replica's card compatible with its deployment (R-REP-2)?
 
-All replicas of a deployment share artifact (by weights hash), revision, engine arguments and
-capabilities. The exception is a batch limit the deployment leaves unset: each worker resolves
+All replicas of a deployment share artifact (by weights hash, the card's `model_sha256`), revision,
+profile, engine arguments and capabilities; a deployment's `profile` is pinned like its revision. The exception is a batch limit the deployment leaves unset: each worker resolves
 (on GPUs, calibrates) its own, so those may differ. A limit the deployment sets is pinned:
 a replica reporting another value is `incompatible` and never dispatched to.
 
@@ -15,7 +15,7 @@ from typing import Any
 from vllm_srun.adapters.config.schema import DeploymentConfig
 
 BATCH_LIMITS = ("max_num_seqs", "max_num_batched_tokens")
-SHARED_CARD_FIELDS = ("sha256", "revision", "family", "surfaces", "dtype")
+SHARED_CARD_FIELDS = ("model_sha256", "revision", "family", "surfaces", "dtype", "profile")
 SHARED_ENGINE_ARGS = ("batch_window_ms", "dtype", "enable_shared_context", "max_model_len")
 SHARED_LIMITS = ("max_input_tokens",)
 
@@ -30,6 +30,8 @@ def card_problem(card: dict[str, Any], deployment: DeploymentConfig, reference: 
             return f"reports {name} {args.get(name)} but the deployment sets {wanted}"
     if deployment.revision is not None and card.get("revision") not in (None, deployment.revision):
         return f"serves revision {card.get('revision')} but the deployment pins {deployment.revision}"
+    if deployment.profile is not None and card.get("profile") not in (None, deployment.profile):
+        return f"serves profile {card.get('profile')} but the deployment asks for {deployment.profile}"  # R-PROF-3
     if reference is None:
         return None
     for name in SHARED_CARD_FIELDS:

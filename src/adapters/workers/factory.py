@@ -105,8 +105,11 @@ class WorkerFactory:
         record = pool.add(Replica(replica_id))
         if replica.attached:
             url = urlsplit(replica.endpoint or "")
-            port = url.port or (443 if url.scheme == "https" else 80)
             token, context = door
+            if url.scheme == "unix":  # an attached runtime on a Unix socket (`vllm-srun serve --uds`)
+                client = WorkerClient(uds=url.path, token=token)
+                return ReplicaHandle(replica_id, deployment, replica, record, client, worker_model=replica.model)
+            port = url.port or (443 if url.scheme == "https" else 80)
             tls = (context or True) if url.scheme == "https" else False
             client = WorkerClient(host=url.hostname, port=port, base_path=url.path, tls=tls, token=token)
             return ReplicaHandle(replica_id, deployment, replica, record, client, worker_model=replica.model)
