@@ -110,7 +110,7 @@ def _close(ours: dict[int, float], ref: dict[int, float]) -> None:
 
 @pytest.mark.parametrize("keep_special", [False, True])
 def test_sparse_equals_the_reference_math(client: Any, packages: dict[str, Path], keep_special: bool) -> None:
-    options = {"special_tokens": "include"} if keep_special else {}
+    options = {} if keep_special else {"special_tokens": "exclude"}  # the default keeps them
     body = _post(
         client,
         "/v1/embeddings",
@@ -142,13 +142,11 @@ def test_sparse_top_k_and_threshold_cut_the_full_vector(client: Any) -> None:
 
 
 def test_sparse_equals_sentence_transformers_sparse_encoder(client: Any, packages: dict[str, Path]) -> None:
+    """With no option, as the package's own library answers (issue 45: a default of ours never
+    differs from it without saying so)."""
     st = pytest.importorskip("sentence_transformers")
     theirs = st.SparseEncoder(str(packages["splade"]), device="cpu").encode(TEXTS, convert_to_tensor=True).to_dense()
-    body = _post(
-        client,
-        "/v1/embeddings",
-        {"model": "tiny-splade", "input": TEXTS, "embedding_type": "sparse", "options": {"special_tokens": "include"}},
-    )
+    body = _post(client, "/v1/embeddings", {"model": "tiny-splade", "input": TEXTS, "embedding_type": "sparse"})
     for row, item in zip(theirs, body["data"]):
         ref = {int(i): float(row[i]) for i in torch.nonzero(row > 0).flatten()}
         _close(_as_dict(item["embedding"]), ref)

@@ -140,7 +140,7 @@ class TokenOutputs:
             out["sparse"] = {
                 "vocab_size": self.vocab_size,
                 "weights": self.splade.describe(),
-                "special_tokens": "excluded (options.special_tokens: include keeps them)",
+                "special_tokens": "included, as SparseEncoder.encode (options.special_tokens: exclude leaves them out)",
             }
         if self.multi_vector:
             out["multi_vector"] = {

@@ -25,13 +25,16 @@ class EmbeddingsOptions(CommonOptions):
     max_tokens: MaxTokens | None = None
     top_k: Annotated[int, Meta(ge=1, description="sparse: keep the K largest weights of each vector")] | None = None
     threshold: Annotated[float, Meta(ge=0, description="sparse: keep the weights larger than this")] | None = None
-    special_tokens: Annotated[
-        Literal["exclude", "include"],
-        Meta(
-            description="sparse: whether special tokens' positions ([CLS], [SEP]) are pooled (include: as "
-            "sentence-transformers' SparseEncoder does)"
-        ),
-    ] = "exclude"
+    special_tokens: (
+        Annotated[
+            Literal["exclude", "include"],
+            Meta(
+                description="sparse: whether special tokens' positions ([CLS], [SEP]) are pooled (default include: "
+                "as sentence-transformers' SparseEncoder.encode and TEI do)"
+            ),
+        ]
+        | None
+    ) = None
     frames: (
         Annotated[
             int,

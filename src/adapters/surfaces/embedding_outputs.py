@@ -68,7 +68,7 @@ def output_plan(model: Any, req: EmbeddingsRequest, options: EmbeddingsOptions, 
         for name, value in (("top_k", options.top_k), ("threshold", options.threshold)):
             if value is not None:
                 raise InvalidRequest(f"options.{name} applies to sparse embeddings (embedding_type sparse)")
-        if options.special_tokens != "exclude":
+        if options.special_tokens is not None:
             raise InvalidRequest("options.special_tokens applies to sparse embeddings (embedding_type sparse)")
     if kind == "dense":
         dims = req.dimensions or model.dimensions
@@ -88,7 +88,7 @@ def output_plan(model: Any, req: EmbeddingsRequest, options: EmbeddingsOptions, 
         kind,
         "float",
         as_base64,
-        keep_special=options.special_tokens == "include",
+        keep_special=options.special_tokens != "exclude",  # unset: include, as SparseEncoder.encode
         top_k=options.top_k,
         threshold=options.threshold,
     )
