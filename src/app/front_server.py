@@ -42,6 +42,7 @@ from vllm_srun.adapters.http.connection_guard import ConnectionGuard
 from vllm_srun.adapters.http.guarded_protocol import uvicorn_config
 from vllm_srun.adapters.http.listeners import TlsFiles, bind_tcp, ensure_descriptors
 from vllm_srun.adapters.offload import SWITCH_INTERVAL_S
+from vllm_srun.adapters.workers.command import hub_target
 from vllm_srun.adapters.workers.cpu_budget import managed_worker_threads
 from vllm_srun.adapters.workers.socket_dirs import clean_stale_socket_dirs, make_socket_dir
 from vllm_srun.app.bootstrap import FrontContainer, bootstrap_front
@@ -82,7 +83,8 @@ def _check_packages(config: FrontConfig, container: FrontContainer) -> None:
         if all(replica.attached for replica in deployment.placement()):
             continue
         args = deployment.engine_args()
-        refusal = engine_arg_refusal([deployment.artifact], args, container.store(), container.families(), quiet)
+        target = hub_target(deployment.artifact, deployment.revision)  # a Hub id at its revision (R-PKG-5)
+        refusal = engine_arg_refusal([target], args, container.store(), container.families(), quiet)
         if refusal:
             raise ValueError(f"deployments.{name}: {refusal}")
 
@@ -100,11 +102,15 @@ def prepare_front(
     connection_limits: ConnectionLimits | None = None,
     security: Security | None = None,
     key_file: str | None = None,
+    hub_cache: str | None = None,
+    offline: bool = False,
 ) -> PreparedFront:
     """Everything short of starting workers; raises ValueError with a one-line refusal, or
     ConfigError (a ValueError) with one line per problem of the workers' settings.
     LOAD_CONFIG reads the config again on a reload (SIGHUP). KEY_FILE: the front's key file,
-    whose tenant policies its managed workers apply (`--tenant-policies`, R-FAIR-1)."""
+    whose tenant policies its managed workers apply (`--tenant-policies`, R-FAIR-1). HUB_CACHE and
+    OFFLINE: where the checks resolve Hub id artifacts (`--cache-dir`, `--offline`; the workers
+    get them through ENV)."""
     threads = managed_worker_threads(env)  # InvalidThreadOverride is a ValueError
     limits = connection_limits or ConnectionLimits()
     warnings: list[str] = []
@@ -125,6 +131,8 @@ def prepare_front(
         connection_limits=limits,
         auth=security.auth if security is not None else None,
         tenant_policies=os.path.abspath(key_file) if key_file is not None else None,
+        hub_cache=hub_cache,
+        offline=offline,
     )
     container.config.check_config.from_value(lambda new: _check_packages(new, container))
     sock = None

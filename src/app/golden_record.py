@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from vllm_srun.adapters.model_store import LocalModelStore
 
-    parser = argparse.ArgumentParser(prog="golden_record")
+    parser = argparse.ArgumentParser(prog="golden_record", allow_abbrev=False)
     parser.add_argument("model")
     parser.add_argument("out", type=Path)
     parser.add_argument("--requests", type=Path, default=None)

@@ -117,9 +117,8 @@ def model_refusal(
     asked = served.family or served.options or served.memory_budget_gib is not None or args.profile is not None
     if not asked:
         return None
-    target = f"{served.artifact}@{served.revision}" if served.revision else served.artifact
     try:
-        folder = store.resolve(target, progress)
+        folder = store.resolve(served.target, progress)
     except (DomainError, OSError):
         return None
     try:

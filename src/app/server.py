@@ -57,7 +57,7 @@ def check_worker(container: WorkerContainer) -> list[str]:
         if refusal:
             raise ValueError(where + refusal)
         refusal = engine_arg_refusal(
-            [served.artifact], served.args, container.store(), families, container.config.progress()
+            [served.target], served.args, container.store(), families, container.config.progress()
         )
         if refusal:
             raise ValueError(where + refusal)

@@ -30,10 +30,11 @@ class Setting(Generic[T]):
 
     name: str
     default: T
+    spelled_flag: str = ""  # the flag, where it is not the name with dashes (`--memory-budget`)
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return self.spelled_flag or "--" + self.name.replace("_", "-")
 
     def rule(self) -> str:
         """What a value must be: `>= 1`, `between 0 and 10000`, `one of a, b`."""
@@ -199,12 +200,21 @@ PROFILE: ChoiceSetting[str | None] = ChoiceSetting(
     default=None,
 )
 # a model whose estimated resident size (its weights at the precision it computes in) exceeds this
-# many GiB is refused before its weights are read
+# many GiB is refused before its weights are read (upstream's flag `--memory-budget`)
 MEMORY_BUDGET_GIB: FloatSetting[float | None] = FloatSetting(
     name="memory_budget_gib",
-    low=0.001,
+    spelled_flag="--memory-budget",
+    low=1e-6,
     high=1_000_000.0,
     default=None,
+)
+# the family that must read a model's package (a plugin's name; whether one is installed is the
+# family registry's to say); None: detected from the package
+FAMILY: PatternSetting[str | None] = PatternSetting(
+    name="family",
+    pattern=r"[A-Za-z0-9_][A-Za-z0-9._-]*",
+    default=None,
+    spelled="an installed family's name (letters, digits, '.', '_' or '-')",
 )
 MAX_MODEL_LEN: IntSetting[int | None] = IntSetting(
     name="max_model_len",
@@ -267,7 +277,7 @@ CPU_ADAPTIVE_THREADS = ChoiceSetting(
 DEVICE = PatternSetting(
     name="device",
     pattern=r"cpu|auto|mps|(cuda|rocm)(:[0-9]+)?",
-    default="cpu",
+    default="auto",
     spelled="one of cpu, auto, mps, cuda[:N], rocm[:N]",
 )
 # A deployment's replica names its GPU by index (`cuda:0`), so workers never share one by accident.
@@ -314,6 +324,43 @@ MAX_BUNDLE_TASKS = IntSetting(
     low=1,
     high=1024,
     default=64,
+)
+# ---- naming and finding the models (R-PKG-5) --------------------------------------------------------
+# `--revision`: a branch, a tag or a commit of a Hub id MODEL (as `ORG/NAME@REV` spells it)
+REVISION: PatternSetting[str | None] = PatternSetting(
+    name="revision",
+    pattern=r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}",
+    default=None,
+    spelled="a branch, a tag or a 40-hex commit of the Hub repository",
+)
+SERVED_MODEL_NAME: PatternSetting[str | None] = PatternSetting(
+    name="served_model_name",
+    pattern=r"[^\s-]\S{0,255}",
+    default=None,
+    spelled="a name of at most 256 characters, without spaces, not starting with '-'",
+)
+OFFLINE = SwitchSetting(
+    name="offline",
+    default=False,
+)
+CACHE_DIR: TextSetting[str | None] = TextSetting(
+    name="cache_dir",
+    default=None,
+)
+# R-LOAD-1: loads of a model before a transient failure is final, and the wait before the second
+# one (doubling after each failure, at most LOAD_RETRY_CAP_S)
+LOAD_ATTEMPTS = IntSetting(
+    name="load_attempts",
+    low=1,
+    high=100,
+    default=5,
+)
+LOAD_RETRY_CAP_S = 300.0
+LOAD_RETRY_SECONDS = FloatSetting(
+    name="load_retry_seconds",
+    low=0.0,
+    high=LOAD_RETRY_CAP_S,
+    default=5.0,
 )
 MODELS_FILE: TextSetting[str | None] = TextSetting(
     name="models",

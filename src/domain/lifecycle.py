@@ -2,7 +2,9 @@
 
 - **States**: a model starts `starting`, is `loading` (package resolved, loaded on its device),
   then `warming` (warm-up, the batch-invariance probe, the golden check), then `ready`; any
-  step may end it `failed`, which is final (a worker loads each model once; nothing unloads).
+  step may end it `failed`, which is final (nothing unloads). A transient failure before the
+  model has served anything (R-LOAD-1: not the golden check) takes it back from `warming` to
+  `loading` for another attempt (`load_retries.py`).
 - **Determinism**: with `--deterministic`, the engine's declared method and the load-time probe
   decide how answers stay bit-identical: merged forwards (`batch_invariant`), one row per
   forward (`rows_alone`), or refused (the engine declares no method, or one we do not know).
@@ -35,11 +37,12 @@ class ModelState(enum.StrEnum):
         return self in (ModelState.READY, ModelState.FAILED)
 
 
-# the steps a model may take; READY and FAILED go nowhere (no unloading today)
+# the steps a model may take; READY and FAILED go nowhere (no unloading today); WARMING back to
+# LOADING is another load attempt (R-LOAD-1)
 TRANSITIONS: Mapping[ModelState, frozenset[ModelState]] = {
     ModelState.STARTING: frozenset({ModelState.LOADING, ModelState.FAILED}),
     ModelState.LOADING: frozenset({ModelState.WARMING, ModelState.FAILED}),
-    ModelState.WARMING: frozenset({ModelState.READY, ModelState.FAILED}),
+    ModelState.WARMING: frozenset({ModelState.READY, ModelState.FAILED, ModelState.LOADING}),
     ModelState.READY: frozenset(),
     ModelState.FAILED: frozenset(),
 }

@@ -16,13 +16,16 @@ from vllm_srun.domain import bounds
 from vllm_srun.domain.adaptive_threads import Mode
 from vllm_srun.domain.admission import AdmissionLimits
 from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.load_retries import LoadRetryPolicy
 
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """One model a worker serves: its artifact and engine args, and what a models file entry
     (`--models FILE`) may set besides: the served name, the device, the admission limits and the
-    engine. None: the worker's (the folder name, `--device`, `--max-queue`/`--max-queued-tokens`)."""
+    engine. None: the worker's (the folder name, `--device`, `--max-queue`/`--max-queued-tokens`).
+    A Hub id's revision (`ORG/NAME@REV`, `--revision`) is held apart from its artifact (`ORG/NAME`),
+    and `target` joins them again for the model store."""
 
     artifact: str
     args: EngineArgs = field(default_factory=EngineArgs)
@@ -40,10 +43,15 @@ class ModelSpec:
 
     @property
     def served_name(self) -> str:
-        """The name requests use: `name`, else the artifact's last path part."""
+        """The name requests use: `name`, else the artifact's last path part (a Hub id's NAME)."""
         if self.name:
             return self.name
         return self.artifact.rstrip("/").rsplit("/", 1)[-1] or self.artifact
+
+    @property
+    def target(self) -> str:
+        """What the model store resolves: the artifact, at its revision when it has one."""
+        return f"{self.artifact}@{self.revision}" if self.revision else self.artifact
 
 
 DEFAULT_ADMISSION = AdmissionLimits(bounds.MAX_QUEUE.default, bounds.MAX_QUEUED_TOKENS.default)
@@ -55,8 +63,9 @@ class RuntimeSettings:
     spec names one, the CPU threads one forward declares (THREADS; None: the engine's own count)
     within the worker's CPU budget (THREAD_BUDGET), the adaptive-threads mode, the OpenMP wait
     policy, `--deterministic`, the admission limits a model takes unless its spec sets its own, and
-    the most tokens one request's rows may hold. `bootstrap_worker` derives it from the settings
-    record (and the CPU plan) in one place."""
+    the most tokens one request's rows may hold, and how a model that failed to load is tried
+    again (R-LOAD-1). `bootstrap_worker` derives it from the settings record (and the CPU plan) in
+    one place."""
 
     models: tuple[ModelSpec, ...] = ()
     engine: str = bounds.ENGINE.default
@@ -67,6 +76,7 @@ class RuntimeSettings:
     deterministic: bool = False
     admission: AdmissionLimits = DEFAULT_ADMISSION
     max_request_tokens: int = bounds.MAX_REQUEST_TOKENS.default
+    load_retry: LoadRetryPolicy = field(default_factory=LoadRetryPolicy)
 
     def __post_init__(self) -> None:
         if self.deterministic and self.adaptive_threads is Mode.SERVE:

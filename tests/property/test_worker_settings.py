@@ -63,7 +63,20 @@ SETTINGS = st.builds(
     body_timeout=floats(bounds.BODY_TIMEOUT),
     max_header_bytes=ints(bounds.MAX_HEADER_BYTES),
     max_connections=ints(bounds.MAX_CONNECTIONS),
-).filter(lambda settings: not (settings.models and settings.models_file is not None))
+    family=maybe(st.from_regex(bounds.FAMILY.pattern, fullmatch=True)),
+    memory_budget_gib=maybe(floats(bounds.MEMORY_BUDGET_GIB)),
+    revision=maybe(st.from_regex(bounds.REVISION.pattern, fullmatch=True)),
+    served_model_name=maybe(st.from_regex(bounds.SERVED_MODEL_NAME.pattern, fullmatch=True)),
+    offline=st.booleans(),
+    cache_dir=maybe(TEXT),
+    load_attempts=ints(bounds.LOAD_ATTEMPTS),
+    load_retry_seconds=floats(bounds.LOAD_RETRY_SECONDS),
+).filter(
+    lambda settings: not (settings.models and settings.models_file is not None)
+    # `--revision` and `--served-model-name` name one MODEL argument (`WorkerSettings.problems`)
+    and (settings.revision is None or (len(settings.models) == 1 and settings.models_file is None))
+    and (settings.served_model_name is None or (len(settings.models) <= 1 and settings.models_file is None))
+)
 
 
 def or_default(value: int | None, setting: bounds.IntSetting[int]) -> int:

@@ -40,7 +40,13 @@ def test_restart_backoff_refuses_nonsense() -> None:
 def test_worker_settings_pass_only_what_the_deployment_sets() -> None:
     plain = worker_settings(DeploymentConfig(artifact="m"), device="cpu", uds="/s/w0.sock", threads=3)
     argv = plain.to_argv()  # flags in the settings record's order
-    assert argv[:2] == ["serve", "m"] and sorted(argv[2:]) == ["--log-level=warning", "--threads=3", "--uds=/s/w0.sock"]
+    # a CPU replica says so: the worker's own default is `--device auto` (the best device present)
+    assert argv[:2] == ["serve", "m"] and sorted(argv[2:]) == [
+        "--device=cpu",
+        "--log-level=warning",
+        "--threads=3",
+        "--uds=/s/w0.sock",
+    ]
     assert plain.problems() == []
     full = DeploymentConfig(
         artifact="m",

@@ -34,7 +34,6 @@ not installed or whose plugin refuses its settings: `EngineRegistry.unknown`,
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -44,18 +43,19 @@ from msgspec import Meta
 
 from vllm_srun.adapters.contracts import EngineSettings
 from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
+from vllm_srun.adapters.hub import parse_hub_id
 from vllm_srun.domain import bounds
+from vllm_srun.domain.errors import ModelNotFound
 from vllm_srun.domain.profiles import settings_refusal
 from vllm_srun.domain.worker_settings import ModelSpec
 
 from .loader import conversion_problems
 from .schema import ConfigError, Device, Name, Section
-from .settings import ModelArgs, model_spec
+from .settings import ModelArgs, model_spec, split_revision
 from .spellings import canonical_models_file
 from .yaml_text import parse_yaml
 
 DtypeRefusal = Callable[[str, str], str | None]  # (dtype, device) -> why not, or None
-HUB_ID = r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"  # ORG/NAME
 
 
 REVISION_PATTERN = r"^[0-9a-f]{40}$"
@@ -68,8 +68,7 @@ class ModelEntry(ModelArgs, frozen=True, kw_only=True):
     name: Name | None = None
     device: Device | None = None
     revision: Annotated[str, Meta(pattern=REVISION_PATTERN)] | None = None
-    family: Name | None = None
-    memory_budget_gib: Annotated[float, Meta(gt=0)] | None = None
+    # `family` and `memory_budget_gib` are per-model settings (`ModelArgs`, `--family`, `--memory-budget`)
     options: dict[str, Any] | None = None
 
 
@@ -95,19 +94,22 @@ def load_models_file(
     if problems:
         raise ConfigError([f"{source}: {line}" for line in problems])
     entries = [entry.over(flags) for entry in msgspec.convert(data, ModelsFile).models]
-    specs = [
-        model_spec(
-            entry.artifact,
-            entry,
-            name=entry.name,
-            device=entry.device or device,
-            revision=entry.revision,
-            family=entry.family,
-            memory_budget_gib=entry.memory_budget_gib,
-            options=entry.options,
+    specs = []
+    for entry in entries:
+        # `ORG/NAME@REV` as the artifact: held apart like `revision` (a conflict is an entry problem)
+        artifact, revision = entry.artifact, entry.revision
+        if revision is None:
+            artifact, revision = split_revision(artifact)
+        specs.append(
+            model_spec(
+                artifact,
+                entry,
+                name=entry.name,
+                device=entry.device or device,
+                revision=revision,
+                options=entry.options,
+            )
         )
-        for entry in entries
-    ]
     problems = [f"models[{i}]: {line}" for i, entry in enumerate(entries) for line in _entry_problems(entry)]
     problems += _relation_problems(specs, dtype_refusal, engines or installed_engines())
     if problems:
@@ -122,7 +124,9 @@ def _entry_problems(entry: ModelEntry) -> list[str]:
     refusal = settings_refusal(entry.profile, entry.enable_shared_context, entry.dtype, entry.device)
     if refusal:
         problems.append(f"profile: {refusal}")
-    if entry.revision is not None and not is_hub_id(entry.artifact):
+    if entry.revision is not None and "@" in entry.artifact and is_hub_id(entry.artifact.split("@", 1)[0]):
+        problems.append(f"revision: {entry.artifact} names its revision already; give one")
+    elif entry.revision is not None and not is_hub_id(entry.artifact):
         problems.append(
             f"revision: {entry.artifact} is not a Hub id (ORG/NAME); a local folder, a store or built-in name "
             "has no Hub revision"
@@ -131,9 +135,14 @@ def _entry_problems(entry: ModelEntry) -> list[str]:
 
 
 def is_hub_id(artifact: str) -> bool:
-    """Whether ARTIFACT is written as a Hub repository id (`ORG/NAME`, no revision) rather than a
-    path, a store or a built-in name."""
-    return re.fullmatch(HUB_ID, artifact) is not None and not Path(artifact).expanduser().exists()
+    """Whether ARTIFACT is written as a Hub repository id (`ORG/NAME`, no revision: the entry's
+    `revision` says it) rather than a path, a store or a built-in name (`hub.parse_hub_id`)."""
+    if "@" in artifact or Path(artifact).expanduser().exists():
+        return False
+    try:
+        return parse_hub_id(artifact) is not None
+    except ModelNotFound:  # pragma: no cover - only a revision conflict raises, and none is given
+        return False
 
 
 def _relation_problems(specs: list[ModelSpec], dtype_refusal: DtypeRefusal, engines: EngineRegistry) -> list[str]:

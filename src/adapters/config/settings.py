@@ -21,16 +21,19 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta, Struct
 from msgspec.inspect import Metadata, UnionType, type_info
 
+from vllm_srun.adapters.hub import parse_hub_id
 from vllm_srun.domain import bounds
 from vllm_srun.domain.admission import AdmissionLimits
 from vllm_srun.domain.connections import ConnectionLimits
 from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.errors import ModelNotFound
 from vllm_srun.domain.profiles import settings_refusal
 from vllm_srun.domain.worker_settings import ModelSpec
 
@@ -127,6 +130,17 @@ class ModelArgs(Settings, frozen=True, kw_only=True):
     entry's default) the worker's flags. None: not set."""
 
     engine: Annotated[str, declare(bounds.ENGINE, "the runtime engine")] | None = None
+    family: (
+        Annotated[
+            str,
+            declare(
+                bounds.FAMILY,
+                "the family that reads the package, instead of the detected one; refused when it cannot read it",
+                shown="detected from the package",
+            ),
+        ]
+        | None
+    ) = None
     max_num_seqs: (
         Annotated[
             int,
@@ -161,6 +175,18 @@ class ModelArgs(Settings, frozen=True, kw_only=True):
                 "what the model may trade for speed: exact (every answer its row's alone, published "
                 "precision), shared_context, batching or max_speed; requests may still ask for exact",
                 shown="exact, unless enable_shared_context or a dtype other than the published asks for more",
+            ),
+        ]
+        | None
+    ) = None
+    memory_budget_gib: (
+        Annotated[
+            float,
+            declare(
+                bounds.MEMORY_BUDGET_GIB,
+                "GiB a model's weights may hold at the precision it computes in; a larger one is refused "
+                "before its weights are read, naming both figures",
+                shown="none",
             ),
         ]
         | None
@@ -311,6 +337,20 @@ _TENANT_POLICIES_HELP = (
     "policies (R-FAIR); its keys are not asked for: the front that names the tenants checked them. "
     "How a front passes its key file's policies to its managed workers"
 )
+_REVISION_HELP = (
+    "the branch, tag or commit of a Hugging Face id MODEL (ORG/NAME), as ORG/NAME@REV says it; one MODEL only"
+)
+_SERVED_NAME_HELP = "the name requests give in `model` and answers carry; one MODEL only"
+_OFFLINE_HELP = "never ask the Hugging Face Hub: a Hub id MODEL resolves from the cache alone (as HF_HUB_OFFLINE=1)"
+_CACHE_DIR_HELP = "the Hugging Face cache that Hub id MODELs resolve in and download into"
+_LOAD_ATTEMPTS_HELP = (
+    "loads of a model before a transient failure (a file still being written, a device busy or out of "
+    "memory) is final; package, golden and capability failures are never tried again"
+)
+_LOAD_RETRY_HELP = (
+    f"seconds before a model that failed transiently is loaded again, doubling after each failure, "
+    f"at most {bounds.LOAD_RETRY_CAP_S:g}"
+)
 _MODELS_FILE_HELP = (
     "a YAML file of the models to serve, each with its own served name, device, engine and engine "
     "arguments (refused together with MODEL arguments)"
@@ -325,6 +365,24 @@ class WorkerSettings(ServingArgs, frozen=True, kw_only=True):
 
     models: tuple[str, ...] = ()  # none: the built-in default model (or the models file's)
     models_file: Annotated[str, declare(bounds.MODELS_FILE, _MODELS_FILE_HELP, shown="none")] | None = None
+    revision: (
+        Annotated[str, declare(bounds.REVISION, _REVISION_HELP, shown="the repository's default branch")] | None
+    ) = None
+    served_model_name: (
+        Annotated[str, declare(bounds.SERVED_MODEL_NAME, _SERVED_NAME_HELP, shown="the folder's or repository's name")]
+        | None
+    ) = None
+    offline: Annotated[bool, declare(bounds.OFFLINE, _OFFLINE_HELP)] = bounds.OFFLINE.default
+    cache_dir: (
+        Annotated[
+            str, declare(bounds.CACHE_DIR, _CACHE_DIR_HELP, shown="huggingface_hub's: $HF_HUB_CACHE, else $HF_HOME/hub")
+        ]
+        | None
+    ) = None
+    load_attempts: Annotated[int, declare(bounds.LOAD_ATTEMPTS, _LOAD_ATTEMPTS_HELP)] = bounds.LOAD_ATTEMPTS.default
+    load_retry_seconds: Annotated[float, declare(bounds.LOAD_RETRY_SECONDS, _LOAD_RETRY_HELP)] = (
+        bounds.LOAD_RETRY_SECONDS.default
+    )
     tenant_policies: (
         Annotated[str, declare(bounds.TENANT_POLICIES, _TENANT_POLICIES_HELP, shown="every tenant the default policy")]
         | None
@@ -407,7 +465,27 @@ class WorkerSettings(ServingArgs, frozen=True, kw_only=True):
             if model == "" or model.startswith("-")
         ]
         both = ["--models FILE is refused together with MODEL arguments"] if self.models and self.models_file else []
-        return named + both + super().problems()
+        return named + both + self._one_model_problems() + super().problems()
+
+    def _one_model_problems(self) -> list[str]:
+        """`--revision` and `--served-model-name` name one MODEL argument (a models file entry
+        says its own `revision` and `name`)."""
+        problems = []
+        for flag, value, entry_field in (
+            (bounds.REVISION.flag, self.revision, "revision"),
+            (bounds.SERVED_MODEL_NAME.flag, self.served_model_name, "name"),
+        ):
+            if value is None:
+                continue
+            if self.models_file is not None:
+                problems.append(
+                    f"{flag} applies to one MODEL argument; with --models FILE each entry sets its {entry_field}"
+                )
+            elif len(self.models) > 1:
+                problems.append(f"{flag} applies to one MODEL argument ({len(self.models)} given)")
+        if self.revision is not None and not self.models and self.models_file is None:
+            problems.append(f"{bounds.REVISION.flag} applies to a Hugging Face id MODEL (ORG/NAME); none is given")
+        return problems
 
     def to_argv(self) -> list[str]:
         """The `vllm-srun` arguments (after the program name): `serve MODEL… --flag=value…`, only
@@ -424,15 +502,39 @@ class WorkerSettings(ServingArgs, frozen=True, kw_only=True):
         return argv
 
     def model_specs(self, artifacts: tuple[str, ...]) -> list[ModelSpec]:
-        """The flags' models (ARTIFACTS), each with the flags' per-model settings."""
-        return [model_spec(artifact, self) for artifact in artifacts]
+        """The flags' models (ARTIFACTS), each with the flags' per-model settings: a Hub id's
+        revision (`ORG/NAME@REV`, else `--revision`) held apart from its `ORG/NAME`, and the
+        served name `--served-model-name` gives. ModelNotFound (one line): a Hub id that names
+        a revision other than `--revision`'s, or `--revision` for a MODEL that is no Hub id."""
+        specs = []
+        for artifact in artifacts:
+            repo, revision = split_revision(artifact, self.revision)
+            specs.append(model_spec(repo, self, name=self.served_model_name, revision=revision))
+        return specs
+
+
+def split_revision(artifact: str, revision: str | None = None) -> tuple[str, str | None]:
+    """(artifact, revision) of a model argument: a Hub id `ORG/NAME@REV` as (`ORG/NAME`, REV);
+    REVISION (`--revision`, or a models file entry's) applies to a Hub id that names none. A path
+    that exists is never a Hub id. ModelNotFound (one line): two different revisions, or a
+    revision for what is no Hub id."""
+    exists = Path(artifact).expanduser().exists()
+    ref = None if exists else parse_hub_id(artifact, revision)
+    if ref is not None:
+        return ref.repo, ref.revision
+    if revision is not None:
+        raise ModelNotFound(
+            f"--revision {revision}: {artifact} is not a Hugging Face id (ORG/NAME); a local folder, "
+            "a store or built-in name has no Hub revision"
+        )
+    return artifact, None
 
 
 def model_spec(
     artifact: str, args: ModelArgs, *, name: str | None = None, device: str | None = None, **more: Any
 ) -> ModelSpec:
-    """The domain's spec of one served model: ARGS converted to its value types; MORE: the
-    models file's other fields (`ModelSpec`: revision, family, memory budget, options)."""
+    """The domain's spec of one served model: ARGS converted to its value types (its family and
+    memory budget included); MORE: the models file's other fields (`ModelSpec`: revision, options)."""
     return ModelSpec(
         artifact,
         args.engine_args(),
@@ -440,6 +542,8 @@ def model_spec(
         device=device,
         admission=args.admission(),
         engine=args.engine,
+        family=args.family,
+        memory_budget_gib=args.memory_budget_gib,
         **{key: value for key, value in more.items() if value is not None},
     )
 

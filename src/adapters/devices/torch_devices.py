@@ -242,22 +242,36 @@ def device_for(choice: DeviceChoice, probe: DeviceProbe) -> Device:
     return RocmDevice(choice.index) if choice.kind == "rocm" else CudaDevice(choice.index)
 
 
+NO_GPU_NODE = f"auto: no GPU device node here ({', '.join(GPU_DEVICE_NODES)}); the CPU"
+
+
+def auto_choice(probe: DeviceProbe) -> DeviceChoice:
+    """What `--device auto` takes on this machine (`serve` and `vllm-srun devices` alike): the
+    first GPU with room, else the CPU (`domain/devices.pick_auto`); torch is not even asked where
+    no GPU driver's device node is."""
+    if not probe.may_have_gpu():
+        return DeviceChoice("cpu", None, NO_GPU_NODE)
+    inventory = probe.inventory()
+    gpus: list[GpuMemory] = []
+    if inventory.gpu_platform is not None:
+        gpus = [probe.gpu_memory(i) for i in range(inventory.gpu_count)]
+    return resolve_device("auto", inventory, gpus)
+
+
 def open_device(name: str, probe: DeviceProbe | None = None, progress: Progress = quiet) -> Device:
-    """The Device a `--device` value names; DeviceRefused (a ValueError, one line) when it is not here."""
+    """The Device a `--device` value names; DeviceRefused (a ValueError, one line) when it is not here.
+    `auto` (the default) says which device it took and why, except on a host where no GPU can be
+    (no driver's device node): there it is the CPU without a word, as `--device cpu`."""
     kind, _index = parse_device(name)
     if kind == "cpu":
         return CpuDevice()  # no torch import for the CPU
     probe = probe or TorchProbe()
-    if kind == "auto" and not probe.may_have_gpu():  # torch is not even imported
-        progress(f"device: auto: no GPU device node here ({', '.join(GPU_DEVICE_NODES)}); the CPU")
-        return CpuDevice()
-    inventory = probe.inventory()
-    gpus: list[GpuMemory] = []
-    if kind == "auto" and inventory.gpu_platform is not None:
-        gpus = [probe.gpu_memory(i) for i in range(inventory.gpu_count)]
-    choice = resolve_device(name, inventory, gpus)
-    if choice.reason:
-        progress(f"device: {choice.reason}")
+    if kind == "auto":
+        choice = auto_choice(probe)
+        if choice.reason and choice.reason != NO_GPU_NODE:
+            progress(f"device: {choice.reason}")
+        return device_for(choice, probe)
+    choice = resolve_device(name, probe.inventory())
     return device_for(choice, probe)
 
 

@@ -10,6 +10,11 @@ up, probe batch invariance (R-BAT-5), start its scheduler loop (its forwards run
 also seeds the scheduler's cost model (R-BAT-7's device-seconds caps). With `--deterministic` the
 engine says how it honours it (`Engine.determinism`): a batch-invariant engine whose probe passes
 merges rows as usual; any other runs one row per forward.
+
+A load that fails transiently (R-LOAD-1: `load_failures.py` says which failures are; a package,
+golden or capability failure never is) is tried again after a wait (`domain/load_retries.py`):
+the model stays `loading`, its reason says the attempt and the next one, the other models load
+meanwhile.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import gc
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Protocol
@@ -46,6 +52,7 @@ from vllm_srun.adapters.schemas.common import API_VERSION
 from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL
 from vllm_srun.adapters.serving.device_thread import DeviceThread, calls_running
 from vllm_srun.adapters.serving.forward_threads import ForwardRunner, lone_forward_threads
+from vllm_srun.adapters.serving.load_failures import PackageSnapshot, transient_cause
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.model_checks import package_refusal
 from vllm_srun.adapters.serving.result_cache import ResultCache
@@ -58,6 +65,7 @@ from vllm_srun.domain.dtypes import auto_dtype
 from vllm_srun.domain.engine_args import BatchingLimits, calibrated_limits, resolve_limits
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound, quoted, without_paths
 from vllm_srun.domain.lifecycle import ModelState, NameTable, Unresolved, decide_determinism, health, name_table, sole
+from vllm_srun.domain.load_retries import final_reason, waiting_reason
 from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget, ForwardBatch
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.profiles import (
@@ -210,6 +218,8 @@ class Runtime:
                 options=spec.options,
             )
         self._names = self._name_table()
+        self._snapshots: dict[str, PackageSnapshot] = {}  # each attempt's package files (R-LOAD-1)
+        self._waiting: dict[str, tuple[int, str]] = {}  # a model waiting to load again: failed attempt, why
         self.loaded = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -255,23 +265,76 @@ class Runtime:
         threading.Thread(target=self._load_all, name="srun-loader", daemon=True).start()
 
     def _load_all(self) -> None:
-        for served in self.models.values():
-            try:
-                self._load(served)
-            except Exception as exc:  # a model that cannot load fails alone; the card says why
-                log.exception("model %s failed to load", served.name)  # the log keeps the paths
+        """Load every model in turn; a transient failure (R-LOAD-1) puts a model back in line for
+        another attempt after its wait, and the others load meanwhile."""
+        policy = self.settings.load_retry
+        due: list[tuple[float, int, ServedModel]] = [(0.0, i, s) for i, s in enumerate(self.models.values())]
+        failed: dict[str, int] = {}
+        while due:
+            due.sort(key=lambda item: item[:2])
+            at, order, served = due.pop(0)
+            self._wait_for_attempt(served, at)
+            before = self._attempt(served)
+            if before is None:
+                continue
+            exc, snapshot = before
+            attempt = failed[served.name] = failed.get(served.name, 0) + 1
+            why = public_reason(exc, served)
+            # once a model serves (its scheduler loop runs: the golden check), a failure is final
+            started = served.scheduler_loop is not None
+            cause = None if started else transient_cause(exc, snapshot != PackageSnapshot.of(served.folder))
+            delay = policy.next_delay(attempt, cause is not None)
+            if delay is None:
                 if not served.status.final:
-                    served.become(ModelState.FAILED, public_reason(exc, served))
+                    served.become(ModelState.FAILED, final_reason(attempt, policy.attempts, why, cause is not None))
                 self.progress(f"load: {served.name} failed: {served.reason}")
+                continue
+            self._back_in_line(served)
+            self.progress(
+                f"load: {served.name} failed (attempt {attempt} of {policy.attempts}; {cause}): {why}; "
+                f"trying again in {delay:g} s"
+            )
+            due.append((time.monotonic() + delay, order, served))
+            served.reason = waiting_reason(attempt, policy.attempts, delay, why)
+            self._waiting[served.name] = (attempt, why)
         gc.collect()
         gc.freeze()
         self.loaded.set()
 
+    def _attempt(self, served: ServedModel) -> tuple[Exception, PackageSnapshot] | None:
+        """One load attempt of SERVED: None when it ended (ready, or failed for good by its golden
+        check); else the exception and the package's files as they were when it was resolved."""
+        self._snapshots.pop(served.name, None)
+        try:
+            self._load(served)
+        except Exception as exc:  # a model that cannot load fails alone; the card says why
+            log.exception("model %s failed to load", served.name)  # the log keeps the paths
+            return exc, self._snapshots.pop(served.name, PackageSnapshot.of(served.folder))
+        return None
+
+    def _wait_for_attempt(self, served: ServedModel, at: float) -> None:
+        """Until AT (monotonic seconds), saying each second in SERVED's reason when its next
+        attempt starts (`/health`, the card)."""
+        waiting = self._waiting.pop(served.name, None)
+        attempts = self.settings.load_retry.attempts
+        while (left := at - time.monotonic()) > 0:
+            if waiting is not None:
+                served.reason = waiting_reason(waiting[0], attempts, left, waiting[1])
+            time.sleep(min(left, (left % 1.0) or 1.0))  # to the next whole second left
+
+    def _back_in_line(self, served: ServedModel) -> None:
+        """SERVED, after a transient failure, as before its attempt: loading, nothing loaded."""
+        if served.status is ModelState.WARMING:
+            served.become(ModelState.LOADING)
+        served.model = None
+        served.serving = None
+        gc.collect()  # what the failed attempt held (the device's memory too) goes before the next
+
     def _load(self, served: ServedModel) -> None:
-        served.become(ModelState.LOADING)
+        if served.status is ModelState.STARTING:
+            served.become(ModelState.LOADING)
         self.progress(f"load: resolving {served.artifact}")
-        # a models file's Hub commit pins the Hub id it names (`models_file.is_hub_id`)
-        target = f"{served.artifact}@{served.revision}" if served.revision else served.artifact
+        target = served.target  # a Hub id at its revision (`ORG/NAME@REV`, `--revision`, a models file's)
         try:
             folder = self.store.resolve(target, self.progress)
         except ModelNotFound:
@@ -281,6 +344,7 @@ class Runtime:
             self.progress(f"load: {served.artifact} is a built-in model not in the store yet: pulling it")
             folder = self.store.pull(served.artifact, self.progress)
         served.folder = folder
+        self._snapshots[served.name] = PackageSnapshot.of(folder)  # R-LOAD-1: did it change while read?
         self._names = self._name_table()  # its folder's name is an alias now
         family = self.families.family_for(folder, served.family)
         served.sha256 = weights_sha256(folder)  # before the load: engines key their caches by it

@@ -237,6 +237,11 @@ class ServedModel:
         return forwards.runner if forwards is not None else None
 
     @property
+    def target(self) -> str:
+        """What the model store resolves: the artifact, at its Hub revision when it has one."""
+        return f"{self.artifact}@{self.revision}" if self.revision else self.artifact
+
+    @property
     def ready(self) -> bool:
         return self.status is ModelState.READY
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_srun.adapters.config.schema import DeploymentConfig
+from vllm_srun.adapters.hub import COMMIT
 
 BATCH_LIMITS = ("max_num_seqs", "max_num_batched_tokens")
 SHARED_CARD_FIELDS = ("model_sha256", "revision", "family", "surfaces", "dtype", "profile")
@@ -28,7 +29,9 @@ def card_problem(card: dict[str, Any], deployment: DeploymentConfig, reference: 
         wanted = pinned[name]
         if wanted is not None and args.get(name) != wanted:
             return f"reports {name} {args.get(name)} but the deployment sets {wanted}"
-    if deployment.revision is not None and card.get("revision") not in (None, deployment.revision):
+    # a 40-hex commit is pinned; a branch or tag resolves to a commit the card reports (R-PKG-5)
+    pinned_commit = deployment.revision is not None and COMMIT.fullmatch(deployment.revision) is not None
+    if pinned_commit and card.get("revision") not in (None, deployment.revision):
         return f"serves revision {card.get('revision')} but the deployment pins {deployment.revision}"
     if deployment.profile is not None and card.get("profile") not in (None, deployment.profile):
         return f"serves profile {card.get('profile')} but the deployment asks for {deployment.profile}"  # R-PROF-3
