@@ -8,7 +8,9 @@ first), after `--load-retry-seconds`, doubling after each failure, never more th
 (`bounds.LOAD_RETRY_CAP_S`, 300 s).
 
 While a model waits, `/health` and its card say which attempt failed, when the next one starts
-and why (`waiting_reason`): `loading (attempt 2 of 5, next in 10 s): OSError: …`.
+and why (`waiting_reason`): `loading (attempt 2 of 5, next in 10 s): OSError: …`; while the next
+runs, which one it is (`attempt_reason`); a model that ends failed says after how many
+(`final_reason`).
 
 Pure: counts, seconds and strings in, seconds or None out; the caller sleeps.
 """
@@ -42,8 +44,8 @@ class LoadRetryPolicy:
             raise ValueError(f"attempts are counted from 1 (got {failed})")
         if self.first_delay_s == 0:
             return 0.0
-        # 2 ** 60 already exceeds any cap: no float overflow for a large count
-        return min(self.cap_s, self.first_delay_s * 2.0 ** min(failed - 1, 60))
+        # 2 ** 1000 times any first delay is finite (and past the cap): no float overflow
+        return min(self.cap_s, self.first_delay_s * 2.0 ** min(failed - 1, 1000))
 
     def next_delay(self, failed: int, transient: bool) -> float | None:
         """After the FAILED-th attempt failed: the seconds until the next attempt, or None when
@@ -62,6 +64,11 @@ def waiting_reason(failed: int, attempts: int, seconds_left: float, why: str) ->
     that failed, out of how many, the whole seconds until the next (rounded up), and why."""
     left = max(0, math.ceil(seconds_left - 1e-9))
     return f"loading (attempt {failed} of {attempts}, next in {left} s): {why}"
+
+
+def attempt_reason(attempt: int, attempts: int, last_why: str) -> str:
+    """What they say while a later attempt (ATTEMPT > 1) runs: which one, and why the last failed."""
+    return f"loading (attempt {attempt} of {attempts}; the last one failed: {last_why})"
 
 
 def final_reason(failed: int, attempts: int, why: str, transient: bool) -> str:

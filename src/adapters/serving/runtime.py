@@ -65,7 +65,7 @@ from vllm_srun.domain.dtypes import auto_dtype
 from vllm_srun.domain.engine_args import BatchingLimits, calibrated_limits, resolve_limits
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound, quoted, without_paths
 from vllm_srun.domain.lifecycle import ModelState, NameTable, Unresolved, decide_determinism, health, name_table, sole
-from vllm_srun.domain.load_retries import final_reason, waiting_reason
+from vllm_srun.domain.load_retries import attempt_reason, final_reason, waiting_reason
 from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget, ForwardBatch
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.profiles import (
@@ -310,17 +310,21 @@ class Runtime:
         except Exception as exc:  # a model that cannot load fails alone; the card says why
             log.exception("model %s failed to load", served.name)  # the log keeps the paths
             return exc, self._snapshots.pop(served.name, PackageSnapshot.of(served.folder))
+        if served.ready:
+            served.reason = None  # an earlier attempt's story is over
         return None
 
     def _wait_for_attempt(self, served: ServedModel, at: float) -> None:
         """Until AT (monotonic seconds), saying each second in SERVED's reason when its next
         attempt starts (`/health`, the card)."""
         waiting = self._waiting.pop(served.name, None)
+        if waiting is None:
+            return
         attempts = self.settings.load_retry.attempts
         while (left := at - time.monotonic()) > 0:
-            if waiting is not None:
-                served.reason = waiting_reason(waiting[0], attempts, left, waiting[1])
+            served.reason = waiting_reason(waiting[0], attempts, left, waiting[1])
             time.sleep(min(left, (left % 1.0) or 1.0))  # to the next whole second left
+        served.reason = attempt_reason(waiting[0] + 1, attempts, waiting[1])
 
     def _back_in_line(self, served: ServedModel) -> None:
         """SERVED, after a transient failure, as before its attempt: loading, nothing loaded."""
