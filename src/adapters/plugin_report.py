@@ -1,6 +1,6 @@
 """`vllm-srun plugins`: the installed families and engines (entry points, `plugins.py`), each as
 its card says it (`group`, `name`, `distribution`, `version`, the card a served model lists) with
-what it offers (`capabilities`), and the profiles every model may serve (R-PROF).
+what it offers (`capabilities`), and the profiles every model may serve (R-PROF; R-PKG-6).
 
 - a family: the options a models file entry may give it (`Family.options`) and the fixture
   variants `vllm-srun fixture` writes;

@@ -1,5 +1,5 @@
 """Argparse flags derived from the settings record's declarations (`adapters/config/settings.py`),
-for both CLIs (R-ARG-2).
+for both CLIs (R-ARG-2), and their parser: no abbreviations, a did-you-mean (R-ARG-3).
 
 A flag's type refuses what its setting refuses (one line: `argument --flag: expected …`),
 its choices are the setting's, and its help says what it does and its default, as declared.

@@ -1,5 +1,5 @@
 """`vllm-srun models`, `vllm-srun plugins`, `vllm-srun devices`: what this install can serve,
-with what, and where (docs/serving.md).
+with what, and where (docs/serving.md; R-PKG-6, R-DEV-4).
 
 - `models`: the built-in catalog (`adapters/catalog.py`): each name, its family, its size, what
   it is, the Hugging Face repository its weights come from, how they arrive, and whether the model
@@ -79,8 +79,9 @@ def plugins(_ns: argparse.Namespace) -> int:
 
 def devices(_ns: argparse.Namespace) -> int:
     from vllm_srun.adapters.devices.report import device_report
+    from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
 
-    print(json.dumps(device_report(), indent=2))
+    print(json.dumps(device_report(cpus=front_cpu_budget()), indent=2))
     sys.stdout.flush()
     return 0
 

@@ -235,7 +235,7 @@ def _write(tmp_path: Path, text: str) -> Path:
             "{model: a, profile: batching, dtype: bfloat16, device: cpu}",
             "models[0]: profile: profile batching serves the published precision only (float32 on a CPU)",
         ),
-        ("{model: a, memory_budget_gib: 0}", "models[0].memory_budget_gib: expected a number > 0"),
+        ("{model: a, memory_budget_gib: 0}", "models[0].memory_budget_gib: expected a number >= 1e-06, got 0"),
         ("{model: a, options: [1, 2]}", "models[0].options: expected a mapping"),
     ],
 )

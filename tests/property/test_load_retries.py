@@ -3,6 +3,8 @@ tried again; a final failure never is."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,7 +25,7 @@ def test_the_waits_start_at_the_first_delay_double_and_stop_at_the_cap(policy: L
     assert len(waits) == policy.attempts - 1  # the first attempt is counted
     assert all(0 <= wait <= bounds.LOAD_RETRY_CAP_S for wait in waits)
     assert list(waits) == sorted(waits)
-    for before, after in zip(waits, waits[1:]):
+    for before, after in itertools.pairwise(waits):
         assert after == min(2 * before, bounds.LOAD_RETRY_CAP_S)
     if waits:
         assert waits[0] == policy.first_delay_s

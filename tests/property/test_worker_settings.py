@@ -72,10 +72,12 @@ SETTINGS = st.builds(
     load_attempts=ints(bounds.LOAD_ATTEMPTS),
     load_retry_seconds=floats(bounds.LOAD_RETRY_SECONDS),
 ).filter(
-    lambda settings: not (settings.models and settings.models_file is not None)
-    # `--revision` and `--served-model-name` name one MODEL argument (`WorkerSettings.problems`)
-    and (settings.revision is None or (len(settings.models) == 1 and settings.models_file is None))
-    and (settings.served_model_name is None or (len(settings.models) <= 1 and settings.models_file is None))
+    lambda settings: (
+        not (settings.models and settings.models_file is not None)
+        # `--revision` and `--served-model-name` name one MODEL argument (`WorkerSettings.problems`)
+        and (settings.revision is None or (len(settings.models) == 1 and settings.models_file is None))
+        and (settings.served_model_name is None or (len(settings.models) <= 1 and settings.models_file is None))
+    )
 )
 
 

@@ -183,3 +183,56 @@ def test_a_branch_is_not_compared_with_the_commit_a_card_reports() -> None:
     assert "but the deployment pins" in (
         card_problem(card, DeploymentConfig(artifact="acme/tiny", revision=other), None) or ""
     )
+
+
+def test_a_models_file_takes_hub_ids_and_the_per_model_flags(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from vllm_srun.adapters.config.models_file import load_models_file
+    from vllm_srun.adapters.config.schema import ConfigError
+    from vllm_srun.adapters.config.settings import ModelArgs
+    from vllm_srun.domain.dtypes import dtype_refusal
+
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - model: acme/x@v1\n  - {model: acme/y, family: decision, memory_budget_gib: 3}\n")
+    flags = ModelArgs(family="encoder", memory_budget_gib=1.5)  # `--family`, `--memory-budget`: every entry's default
+    first, second = load_models_file(path, flags=flags, device="cpu", dtype_refusal=dtype_refusal)
+    assert (first.artifact, first.revision, first.served_name, first.family, first.memory_budget_gib) == (
+        "acme/x",
+        "v1",
+        "x",
+        "encoder",
+        1.5,
+    )
+    assert (second.artifact, second.revision, second.family, second.memory_budget_gib) == (
+        "acme/y",
+        None,
+        "decision",
+        3,
+    )
+    path.write_text(f"models:\n  - {{model: acme/x@v1, revision: {COMMIT}}}\n")
+    with pytest.raises(ConfigError) as refused:
+        load_models_file(path, flags=ModelArgs(), device="cpu", dtype_refusal=dtype_refusal)
+    assert refused.value.problems == [f"{path}: models[0]: revision: acme/x@v1 names its revision already; give one"]
+
+
+def test_the_front_checks_a_hub_deployment_at_its_revision_offline(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from vllm_srun.adapters.config.loader import load_config_text
+    from vllm_srun.app.bootstrap import bootstrap_front
+    from vllm_srun.app.front_server import _check_packages
+
+    config = load_config_text(
+        "global:\n  model_catalog:\n    deployments:\n      primary:\n"
+        "        artifact: acme/not-cached\n        revision: v1.0\n        device: cpu\n",
+        source="front.yaml",
+    )
+    container = bootstrap_front(config, socket_dir=str(tmp_path), hub_cache=str(tmp_path / "hf"), offline=True)
+    assert container.store().hub.offline and container.store().hub.cache_dir == tmp_path / "hf"
+    with pytest.raises(ValueError) as refused:
+        _check_packages(config, container)
+    line = str(refused.value)
+    assert line.startswith("deployments.primary: acme/not-cached@v1.0 is not in the Hugging Face cache"), line
+    assert "offline" in line and "\n" not in line
+
+
+def test_the_front_takes_offline_and_a_cache_dir() -> None:
+    ns = front_cli.build_parser().parse_args(["serve", "acme/tiny", "--offline", "--cache-dir", "/tmp/hf"])
+    assert (ns.offline, ns.cache_dir) == (True, "/tmp/hf")

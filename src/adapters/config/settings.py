@@ -340,6 +340,7 @@ _TENANT_POLICIES_HELP = (
 _REVISION_HELP = (
     "the branch, tag or commit of a Hugging Face id MODEL (ORG/NAME), as ORG/NAME@REV says it; one MODEL only"
 )
+# naming, families and budgets (R-PKG-6); Hub ids (R-PKG-5); load retries (R-LOAD-1)
 _SERVED_NAME_HELP = "the name requests give in `model` and answers carry; one MODEL only"
 _OFFLINE_HELP = "never ask the Hugging Face Hub: a Hub id MODEL resolves from the cache alone (as HF_HUB_OFFLINE=1)"
 _CACHE_DIR_HELP = "the Hugging Face cache that Hub id MODELs resolve in and download into"

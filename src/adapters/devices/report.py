@@ -1,5 +1,5 @@
 """`vllm-srun devices`: each device this process can drive, what it offers, and the one
-`--device auto` takes (R-DEV-3) — the same choice `serve` makes (`torch_devices.auto_choice`).
+`--device auto` takes (R-DEV-3, R-DEV-4) — the same choice `serve` makes (`torch_devices.auto_choice`).
 
 ```json
 {"auto": "cpu", "why": "…", "build": "torch 2.13.0+cpu",
@@ -65,17 +65,16 @@ def _native_dtypes(device: Device) -> frozenset[str]:
     return device.native_dtypes
 
 
-def cpu_entry(flags: frozenset[str] | None = None) -> dict[str, Any]:
-    """The CPU as the report lists it."""
-    from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
-
+def cpu_entry(flags: frozenset[str] | None = None, cpus: float | None = None) -> dict[str, Any]:
+    """The CPU as the report lists it; CPUS: its budget (affinity and cgroup quota; None: the
+    CPUs of the process's affinity)."""
     device = CpuDevice()
-    budget = front_cpu_budget()
+    budget = float(len(os.sched_getaffinity(0)) if cpus is None else cpus)
     return {
         "name": device.name,
         "kind": device.kind,
         "model": _cpu_model(),
-        "cpus": int(budget) if float(budget).is_integer() else budget,
+        "cpus": int(budget) if budget.is_integer() else budget,
         "memory_bytes": _host_memory(),
         "native_dtypes": sorted(device.native_dtypes),
         "cpu_features": sorted((cpu_flags() if flags is None else flags) & KERNEL_FEATURES),
@@ -85,14 +84,16 @@ def cpu_entry(flags: frozenset[str] | None = None) -> dict[str, Any]:
 def device_report(
     probe: DeviceProbe | None = None,
     *,
+    cpus: float | None = None,
     gpu_dtypes: DtypesOf = _native_dtypes,
     gpu_model: Callable[[int], str | None] | None = None,
 ) -> dict[str, Any]:
     """`vllm-srun devices`' answer (module doc). PROBE: what torch says the machine has (tests: a
-    fake); GPU_DTYPES and GPU_MODEL: a GPU's native dtypes and its model name (tests: without torch)."""
+    fake); CPUS: the CPU budget; GPU_DTYPES and GPU_MODEL: a GPU's native dtypes and its model
+    name (tests: without torch)."""
     gpu_model = gpu_model or _gpu_model
     probe = probe or TorchProbe()
-    devices = [cpu_entry()]
+    devices = [cpu_entry(cpus=cpus)]
     build = None
     if probe.may_have_gpu():
         inventory = probe.inventory()

@@ -246,7 +246,7 @@ NO_GPU_NODE = f"auto: no GPU device node here ({', '.join(GPU_DEVICE_NODES)}); t
 
 
 def auto_choice(probe: DeviceProbe) -> DeviceChoice:
-    """What `--device auto` takes on this machine (`serve` and `vllm-srun devices` alike): the
+    """What `--device auto` (the default, R-DEV-4) takes on this machine (`serve` and `vllm-srun devices` alike): the
     first GPU with room, else the CPU (`domain/devices.pick_auto`); torch is not even asked where
     no GPU driver's device node is."""
     if not probe.may_have_gpu():
