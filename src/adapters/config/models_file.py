@@ -23,9 +23,12 @@ An entry is the per-model settings of the settings record (`settings.ModelArgs`:
 arguments, admission limits) plus its artifact, served name and device. A field left out takes
 the worker's flag (`--max-num-seqs`, `--device`, `--engine`, `--max-queue`, `--profile`, …), and
 that flag's default when it was not given. Upstream's entry fields are read too: `model` (our
-`artifact`), `profile`, `family`, `memory_budget_gib`, `options` and `revision` — a 40-hex commit
-of a Hub id (`ORG/NAME`), resolved as `ORG/NAME@REVISION`; a local folder, a store or built-in
-name has no Hub revision, so one is refused there in one line. The file is converted with msgspec like the front's config
+`artifact`), `profile`, `family`, `memory_budget_gib` (per-model settings, like the engine
+arguments: `--family` and `--memory-budget` are their defaults), `options` and `revision` — a
+40-hex commit of a Hub id (`ORG/NAME`), resolved as `ORG/NAME@REVISION`; a local folder, a store
+or built-in name has no Hub revision, so one is refused there in one line. An artifact written
+`ORG/NAME@REV` names its branch, tag or commit itself (served as `NAME`, like `vllm-srun serve`'s
+MODEL arguments: `settings.split_revision`). The file is converted with msgspec like the front's config
 (`loader.py`): every problem is one line (`models[1].dtype: expected …`), then the rules that
 relate fields (a served name given twice, a dtype the device refuses, an entry's engine that is
 not installed or whose plugin refuses its settings: `EngineRegistry.unknown`,
