@@ -1,7 +1,7 @@
 """Embeddings with the official openai client against `vllm-srun serve` (default model).
 
-    pip install -e '.[clients]'      # the openai client (not a dependency of the server)
-    python docs/examples/embeddings_openai.py [BASE_URL]
+pip install -e '.[clients]'      # the openai client (not a dependency of the server)
+python docs/examples/embeddings_openai.py [BASE_URL]
 """
 
 import sys

@@ -47,4 +47,6 @@ items = [
 ]
 got = client.embeddings.create(model=model, input=items, encoding_format="float")
 vectors = np.array([d.embedding for d in got.data])
-print(f"{vectors.shape[1]} dimensions; text·image {vectors[0] @ vectors[1]:+.3f}; text·video {vectors[0] @ vectors[2]:+.3f}")
+print(
+    f"{vectors.shape[1]} dimensions; text·image {vectors[0] @ vectors[1]:+.3f}; text·video {vectors[0] @ vectors[2]:+.3f}"
+)

@@ -3,6 +3,7 @@
     pip install -e '.[clients]'      # the typesafe-sdk client (not a dependency of the server)
     vllm-srun fixture /tmp/tiny-decision --family decision      # or serve SmolLM2-135M-Instruct
     vllm-srun serve /tmp/tiny-decision &
+    until curl -sf localhost:8100/health > /dev/null; do sleep 1; done
     python docs/examples/systemone_client.py http://127.0.0.1:8100 tiny-decision
 
 (tests/e2e/test_decisions_e2e.py runs this file against a real server.)

@@ -2,6 +2,7 @@
 
 vllm-srun fixture /tmp/tiny-token --family encoder --variant token
 vllm-srun serve /tmp/tiny-token &
+until curl -sf localhost:8100/health > /dev/null; do sleep 1; done
 python docs/examples/token_classify.py http://127.0.0.1:8100 tiny-token
 """
 
@@ -24,6 +25,7 @@ for span in r.json()["results"][0]["spans"]:  # code-point offsets, end exclusiv
 r = http.post(
     "/v1/classify", json={"model": model, "input": text, "options": {"aggregation": "first", "return_tokens": True}}
 )
+r.raise_for_status()
 result = r.json()["results"][0]
 print("first:", [(s["label"], s["text"]) for s in result["spans"]])
 print("tokens:", [(t["token"], t["label"]) for t in result["tokens"]])
@@ -33,6 +35,7 @@ print("probabilities of the first token:", result["tokens"][0]["probabilities"])
 long_text = " ".join([text] * 20)
 options = {"overflow": "window", "window": {"tokens": 32, "overlap": 8}}
 r = http.post("/v1/classify", json={"model": model, "input": long_text, "options": options})
+r.raise_for_status()
 result = r.json()["results"][0]
 print(f"{result['input']['windows']} windows, {len(result['spans'])} spans after the union")
 for window in result["windows"]:  # content-token offsets (the contract's), characters (ours)
