@@ -80,7 +80,7 @@ OP = CppOp(
     ENV,
     ("srun_cpu", "decoder_layers"),
     flags=("-fno-trapping-math",),
-    also=("cpu_stacks.cpp",),
+    also=("cpu_stacks.cpp", "gated_delta.cpp", "qwen3_5_layers.cpp"),
 )
 Progress = Callable[[str], None]
 

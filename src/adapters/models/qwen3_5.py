@@ -33,6 +33,7 @@ from torch import nn
 
 from vllm_srun.adapters.models.gated_delta import Segments
 from vllm_srun.adapters.models.qwen3_5_config import Qwen35Config
+from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS, HybridKernels
 from vllm_srun.adapters.models.qwen3_5_layers import LayerState, Qwen35Layer, ZeroCenteredRMSNorm
 
 MULTIMODAL_PREFIX = "model.language_model."
@@ -75,6 +76,9 @@ class Qwen35LM(nn.Module):
         self.has_head = head
         # branches on a CPU attend the state once for all rows (`GatedAttention._split`)
         self.split_attention = True
+        # what runs the delta rule, the convolution and the layer loop (`qwen3_5_kernels.py`);
+        # an engine sets its own (engines/cpu_hybrid.py on a CPU in FP32)
+        self.kernels: HybridKernels = TORCH_KERNELS
 
     # ---------------------------------------------------------------- building
     @classmethod
@@ -143,16 +147,28 @@ class Qwen35LM(nn.Module):
         return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
 
     def _run(
-        self, ids: torch.Tensor, seg: Segments, start: int = 0, prefix: HybridState | None = None
+        self,
+        ids: torch.Tensor,
+        seg: Segments,
+        start: int = 0,
+        prefix: HybridState | None = None,
+        keep: bool = False,
+        kernels: HybridKernels | None = None,
     ) -> tuple[torch.Tensor, list[LayerState]]:
         """Final-normed hidden states [N, H] of the rows of SEG (positions from START), and what
-        every layer leaves for continuations."""
+        every layer leaves for continuations (KEEP: complete; else it may be empty or lack the
+        recurrent states). KERNELS: these instead of the model's own."""
+        kernels = kernels or self.kernels
         x = self.model.embed_tokens(ids)
         rope = self.rotary(seg.offset + start)
+        before = prefix.layers if prefix is not None else None
+        stacked = kernels.layers(self, x, seg, rope, before, keep)  # every layer in one call, where it can
+        if stacked is not None:
+            return stacked
         kept = []
         split = self.split_attention
         for i, layer in enumerate(self.model.blocks):
-            x, state = layer(x, seg, rope, prefix.layers[i] if prefix is not None else None, split)
+            x, state = layer(x, seg, rope, before[i] if before is not None else None, split, kernels, keep)
             kept.append(state)
         return self.model.norm(x), kept
 
@@ -168,10 +184,13 @@ class Qwen35LM(nn.Module):
     # ---------------------------------------------------------------- packed rows
     @torch.inference_mode()
     def hidden_states(
-        self, ids: torch.Tensor | Sequence[int], cu_seqlens: torch.Tensor | Sequence[int]
+        self,
+        ids: torch.Tensor | Sequence[int],
+        cu_seqlens: torch.Tensor | Sequence[int],
+        kernels: HybridKernels | None = None,
     ) -> torch.Tensor:
         """Final-normed hidden states [N, hidden] of rows laid back to back: IDS [N], CU_SEQLENS
-        [R+1] (0, end of row 0, end of row 1, …)."""
+        [R+1] (0, end of row 0, end of row 1, …); KERNELS: these instead of the model's own."""
         cu = [int(c) for c in torch.as_tensor(cu_seqlens).tolist()]
         if len(cu) < 2 or cu[0] != 0 or any(b <= a for a, b in itertools.pairwise(cu)):
             raise ValueError("cu_seqlens must start at 0 and grow by at least one token per row")
@@ -179,7 +198,7 @@ class Qwen35LM(nn.Module):
         if tokens.shape[0] != cu[-1]:
             raise ValueError(f"{tokens.shape[0]} token ids for rows of {cu[-1]} tokens")
         seg = Segments.of([b - a for a, b in itertools.pairwise(cu)], self.device)
-        return self._run(tokens, seg)[0]
+        return self._run(tokens, seg, kernels=kernels)[0]
 
     @torch.inference_mode()
     def packed_logits(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -228,7 +247,7 @@ class Qwen35LM(nn.Module):
         ids = self._ids(state_ids).reshape(-1)
         if ids.shape[0] < 1:
             raise ValueError("a shared state needs at least one token")
-        _, kept = self._run(ids, Segments.of([ids.shape[0]], self.device))
+        _, kept = self._run(ids, Segments.of([ids.shape[0]], self.device), keep=True)
         return HybridState(kept, ids.shape[0])
 
     @torch.inference_mode()

@@ -6,7 +6,8 @@
 - `GatedDeltaNet` (`linear_attn`): in_proj_qkv → causal depthwise conv1d + SiLU → queries, keys,
   values; in_proj_b → β = sigmoid(b); in_proj_a with A_log and dt_bias → the per-head log decay
   g = −exp(A_log)·softplus(a + dt_bias); queries and keys L2-normed (and shared by groups of value
-  heads); the gated delta rule (`gated_delta.py`); GatedRMSNorm with in_proj_z's gate; out_proj.
+  heads); the gated delta rule; GatedRMSNorm with in_proj_z's gate; out_proj. The convolution and
+  the rule run on the model's kernels (`qwen3_5_kernels.py`: torch's `gated_delta.py`, or C++ ones).
 - `GatedAttention` (`self_attn`): q_proj gives each head's query and output gate side by side;
   per-head q/k norms; rotary embeddings on the first `rotary_dim` dims of each head; GQA;
   causal attention per row; the output times sigmoid(gate), then o_proj.
@@ -24,8 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vllm_srun.adapters.models.gated_delta import Segments, causal_conv, chunk_gated_delta, l2norm, wide
+from vllm_srun.adapters.models.gated_delta import Segments, wide
 from vllm_srun.adapters.models.qwen3_5_config import Qwen35Config
+from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS, HybridKernels, MixerShape
 
 # CPU flash attention that also returns the log-sum-exp (torch >= 2.3): a branch attends to a
 # shared state's keys once for all rows and merges that with its own part by the two log-sum-exps.
@@ -86,7 +88,6 @@ class GatedDeltaNet(nn.Module):
         super().__init__()
         self.key_heads, self.value_heads = c.linear_key_heads, c.linear_value_heads
         self.key_dim, self.value_dim = c.linear_key_dim, c.linear_value_dim
-        self.widths = [c.key_dim, c.key_dim, c.value_dim]
         self.conv1d = nn.Conv1d(c.conv_dim, c.conv_dim, c.conv_kernel, groups=c.conv_dim, bias=False)
         self.dt_bias = nn.Parameter(torch.ones(c.linear_value_heads))
         self.A_log = nn.Parameter(torch.zeros(c.linear_value_heads))
@@ -96,26 +97,25 @@ class GatedDeltaNet(nn.Module):
         self.in_proj_z = nn.Linear(c.hidden_size, c.value_dim, bias=False)
         self.in_proj_b = nn.Linear(c.hidden_size, c.linear_value_heads, bias=False)
         self.in_proj_a = nn.Linear(c.hidden_size, c.linear_value_heads, bias=False)
+        self.shape = MixerShape(self.key_heads, self.value_heads, self.key_dim, self.value_dim)
 
     def forward(
-        self, x: torch.Tensor, seg: Segments, prefix: LayerState | None = None
+        self,
+        x: torch.Tensor,
+        seg: Segments,
+        prefix: LayerState | None = None,
+        kernels: HybridKernels = TORCH_KERNELS,
+        keep: bool = True,
     ) -> tuple[torch.Tensor, LayerState]:
+        """KEEP: the rows' last recurrent states are kept (else they may be None)."""
         n = x.shape[0]
-        mixed, tail = causal_conv(
+        mixed, tail = kernels.conv(
             self.in_proj_qkv(x), self.conv1d.weight[:, 0], seg, prefix.tail if prefix is not None else None
         )
-        q, k, v = torch.split(mixed, self.widths, dim=-1)
-        q = q.reshape(n, self.key_heads, self.key_dim)
-        k = k.reshape(n, self.key_heads, self.key_dim)
-        v = v.reshape(n, self.value_heads, self.value_dim)
         beta = self.in_proj_b(x).sigmoid()
         g = -wide(self.A_log).exp() * F.softplus(wide(self.in_proj_a(x)) + self.dt_bias)
-        rep = self.value_heads // self.key_heads
-        if rep > 1:  # each query/key head serves `rep` consecutive value heads
-            q, k = q.repeat_interleave(rep, dim=1), k.repeat_interleave(rep, dim=1)
-        q = l2norm(wide(q)) * self.key_dim**-0.5
-        k = l2norm(wide(k))
-        out, state = chunk_gated_delta(q, k, v, g, beta, seg, prefix.recurrent if prefix is not None else None)
+        initial = prefix.recurrent if prefix is not None else None
+        out, state = kernels.rule(mixed, g, beta, seg, initial, self.shape, keep)
         z = self.in_proj_z(x).reshape(n, self.value_heads, self.value_dim)
         normed = self.norm(out.to(x.dtype), z).reshape(n, -1)
         return self.out_proj(normed), LayerState(tail=tail, recurrent=state)
@@ -264,10 +264,12 @@ class Qwen35Layer(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor],
         prefix: LayerState | None = None,
         split: bool = True,
+        kernels: HybridKernels = TORCH_KERNELS,
+        keep: bool = True,
     ) -> tuple[torch.Tensor, LayerState]:
         normed = self.input_layernorm(x)
         if self.kind == "linear_attention":
-            mixed, kept = self.linear_attn(normed, seg, prefix)
+            mixed, kept = self.linear_attn(normed, seg, prefix, kernels, keep)
         else:
             mixed, kept = self.self_attn(normed, seg, rope[0], rope[1], prefix, split)
         x = x + mixed
