@@ -4,7 +4,8 @@
 For each architecture a random-weight package of all-MiniLM-L6-v2's shape (6 layers, hidden 384,
 12 heads, FFN 1536; decoders: the same widths, 6 heads of 64 with 2 KV heads; Qwen3.5 besides:
 its Gated DeltaNet layers with 3 key and 6 value heads of 64, one layer in four gated full
-attention) is written by our
+attention; `qwen3_5-torch` serves the same package with the C++ ops turned off, its layer loop in
+Python on torch's kernels, `VLLM_SRUN_CPU_ATTENTION=0`) is written by our
 fixture writer (`families/encoder_fixture.write_arch_package`: the architecture's real tokenizer
 kind, its config as transformers writes it, sentence-transformers pooling files). Then:
   - ours:    `vllm-srun serve FOLDER` (result cache off), `wrk` with CONNECTIONS connections for
@@ -29,11 +30,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _load import embeddings_body, machine_load, server, warm_up, wrk_load
+from _load import embeddings_body, machine_load, process, warm_up, wrk_load
 from _texts import WORDS as TEXT_WORDS
 from _texts import make_texts
 
 ARCHES = ["bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "deberta-v2", "modernbert", "qwen3", "qwen3_5"]
+ARCHES += ["qwen3_5-torch"]
+# what an architecture's server runs with besides its package (`qwen3_5-torch`: torch's kernels, no C++ ops)
+SERVER_ENV = {"qwen3_5-torch": {"VLLM_SRUN_CPU_ATTENTION": "0"}}
 MINILM = {"hidden": 384, "layers": 6, "heads": 12, "intermediate": 1536}
 DECODER = {"hidden": 384, "layers": 6, "heads": 6, "kv_heads": 2, "intermediate": 1536}
 QWEN3_5 = {**DECODER, "head_dim": 64, "linear_key_heads": 3, "linear_value_heads": 6, "linear_head_dim": 64}
@@ -150,9 +154,14 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="srun-arch-") as tmp:
         for arch in arches:
-            folder = bert_package(Path(tmp)) if arch == "bert" else write_package(Path(tmp) / arch, arch)
+            package = arch.removesuffix("-torch")
+            if arch != package and (Path(tmp) / package).exists():
+                folder = Path(tmp) / package  # the same package, served another way
+            else:
+                folder = bert_package(Path(tmp)) if arch == "bert" else write_package(Path(tmp) / package, package)
             before = offline_rate(folder, texts, batches)
-            with server(str(folder), "--result-cache-entries", "0", "--profile", "batching") as base:
+            argv = (str(folder), "--result-cache-entries", "0", "--profile", "batching")
+            with process("vllm_srun.app.cli", *argv, env=SERVER_ENV.get(arch)) as (base, _pid):
                 check_answers(base, bodies)
                 warm_up(base, bodies, 3)
                 load = wrk_load(base, bodies, connections=args.connections, seconds=args.seconds)

@@ -7,16 +7,22 @@ built by `transformers` (`Qwen3_5ForCausalLM`, its weights disturbed so no norm 
 initial value), saved, and read back by ours (`Qwen35LM`). Then, on the same prompts (ROWS rows of
 about TOKENS random tokens, ±25 %):
   - ours:    the decision family's unshared forward: next-token logits after each row's last
-             token, the rows laid back to back without padding (`logits_at`, all rows at once);
+             token, the rows laid back to back without padding (`logits_at`, all rows at once),
+             on three sets of kernels (`qwen3_5_kernels.py`): `stack`, what a CPU serves FP32 on
+             (every layer in one C++ call, the C++ delta rule and convolution); `loop`, the Python
+             layer loop on the same C++ kernels (the stack must give its bits: checked); `torch`,
+             the Python loop on torch's kernels (the chunked delta rule);
   - offline: transformers' forward over left-padded batches (its attention mask; only the last
              position's logits computed: `logits_to_keep=1`), at the best of several batch sizes;
-each timed REPEATS times, interleaved, the fastest counting; prints rows/s of both and ours ÷ offline, with the largest difference of the logits. Then the
-break-even of R-SC-2 as the decision family measures it at load (one request both ways: a 32-token
-state, four 8-token questions, best of REPEATS), and at a decision-sized request (a STATE-token
-state, QUESTIONS questions of about 20 tokens), each as tokens and as the speed-up.
+each timed REPEATS times, interleaved, the fastest counting; prints rows/s of each, ours ÷ offline
+for each of ours (offline at its best batch size) and stack ÷ torch, with the largest difference
+of the logits. Then the break-even of R-SC-2 on the stack, as the decision family measures it at
+load (one request both ways: a 32-token state, four 8-token questions, best of REPEATS), and at a
+decision-sized request (a STATE-token state, QUESTIONS questions of about 20 tokens), each as
+tokens and as the speed-up.
 
     python bench/qwen3_5.py [--layers 24] [--rows 16] [--tokens 128] [--batches 4,8,16]
-                            [--state 512] [--questions 8] [--threads 0]
+                            [--state 512] [--questions 8] [--threads 0] [--kernels stack,loop,torch]
 
 transformers here runs its torch fallbacks for the delta rule and the convolution (no `fla`, no
 `causal-conv1d` on a CPU), as it would on any CPU.
@@ -31,7 +37,10 @@ import time
 
 import torch
 
+from vllm_srun.adapters.engines.cpu_attention import load_varlen_attention
+from vllm_srun.adapters.engines.cpu_hybrid import CppHybridKernels
 from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
+from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS
 from vllm_srun.domain.shared_context import break_even_tokens
 
 TEXT_08B = dict(  # Qwen3.5-0.8B's text model as its config.json says it
@@ -120,9 +129,15 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kernels", default="stack,loop,torch", help="which of ours to time (stack, loop, torch)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    why = load_varlen_attention(print)
+    if why is not None:
+        raise SystemExit(f"the C++ kernels are not here: {why}")
+    kernels = {"stack": CppHybridKernels(), "loop": CppHybridKernels(stack=False), "torch": TORCH_KERNELS}
+    kernels = {name: kernels[name] for name in args.kernels.split(",") if name}
     print(f"# before: {load()}")
     gen = torch.Generator().manual_seed(args.seed)
     vocab = TEXT_08B["vocab_size"]
@@ -137,16 +152,20 @@ def main() -> None:
         f"# Qwen3.5-0.8B text shape, {args.layers} layers, threads {torch.get_num_threads()}; "
         f"{args.rows} rows of ~{args.tokens} tokens"
     )
-    ours_rows(lm, rows[:2])  # warm-up
+    for k in kernels.values():  # warm-up
+        lm.kernels = k
+        ours_rows(lm, rows[:2])
     offline(ref, rows[:2], 2)
     # interleaved, best of REPEATS each: a shared machine's load comes and goes
     batches = [int(b) for b in args.batches.split(",") if b]
-    t_ours, got = float("inf"), None
+    ours_best: dict[str, tuple[float, torch.Tensor]] = {}
     offline_best: dict[int, tuple[float, torch.Tensor]] = {}
     for _ in range(args.repeats):
-        took, out = timed(lambda: ours_rows(lm, rows))
-        if took < t_ours:
-            t_ours, got = took, out
+        for name, k in kernels.items():
+            lm.kernels = k
+            took, out = timed(lambda: ours_rows(lm, rows))
+            if name not in ours_best or took < ours_best[name][0]:
+                ours_best[name] = (took, out)
         for batch in batches:
             took, out = timed(lambda b=batch: offline(ref, rows, b))
             if batch not in offline_best or took < offline_best[batch][0]:
@@ -154,18 +173,26 @@ def main() -> None:
     for batch, (took, _) in offline_best.items():
         print(f"  offline batch {batch:>3}: {args.rows / took:7.2f} rows/s")
     batch = min(offline_best, key=lambda b: offline_best[b][0])
-    best = (offline_best[batch][0], batch, offline_best[batch][1])
-    assert got is not None
-    t_ref, batch, expected = best
-    worst = (got - expected).abs().max().item()
-    print(
-        f"ours {args.rows / t_ours:7.2f} rows/s   offline transformers {args.rows / t_ref:7.2f} rows/s "
-        f"(batch {batch})   ours ÷ offline {t_ref / t_ours:.2f}   max|Δ logits| {worst:.1e}"
-    )
+    t_ref, expected = offline_best[batch]
+    print(f"offline transformers {args.rows / t_ref:7.2f} rows/s (its best batch, {batch})")
+    for name, (took, got) in ours_best.items():
+        worst = (got - expected).abs().max().item()
+        print(
+            f"ours, {name:<5} {args.rows / took:7.2f} rows/s   ours ÷ offline {t_ref / took:.2f}   "
+            f"max|Δ logits| {worst:.1e}"
+        )
+    if "stack" in ours_best and "loop" in ours_best:
+        print(f"stack and loop the same bits: {torch.equal(ours_best['stack'][1], ours_best['loop'][1])}")
+    if "stack" in ours_best and "torch" in ours_best:
+        print(f"stack ÷ torch kernels: {ours_best['torch'][0] / ours_best['stack'][0]:.2f}x faster")
+    lm.kernels = next(iter(kernels.values()))  # the break-even on the first kernels asked (the stack)
     state = [(31 * i + 5) % vocab for i in range(32)]
     questions = [[(17 * i + 11 * j + 2) % vocab for i in range(8)] for j in range(4)]
     tokens, speedup = break_even(lm, state, questions, args.repeats)
-    print(f"break-even at load's case (32-token state, 4 × 8-token questions): {tokens} tokens; shared {speedup:.2f}x")
+    print(
+        f"break-even ({lm.kernels.name}{'' if getattr(lm.kernels, 'stack', True) else ', loop'}) at load's case "
+        f"(32-token state, 4 × 8-token questions): {tokens} tokens; shared {speedup:.2f}x"
+    )
     state = torch.randint(0, vocab, (args.state,), generator=gen).tolist()
     questions = [torch.randint(0, vocab, (20,), generator=gen).tolist() for _ in range(args.questions)]
     tokens, speedup = break_even(lm, state, questions, 1)

@@ -2,12 +2,14 @@
 `qwen3_5_mm` (text part of a multimodal checkpoint) fixtures answer noul, choice, score, set and
 span questions; every forward's probabilities equal `transformers`' reference model read on the
 same ids (every logit within 1e-4, so every answer too), with the ids our tokenizer made equal to transformers' tokenizer's; the
-shared layout (R-SC) equals the unshared one; the card says what runs (FP32 on a CPU, R-DT-1)
-and the batch-invariance probe's verdict (R-BAT-5)."""
+shared layout (R-SC) equals the unshared one; the card says what runs (FP32 on a CPU, R-DT-1, on
+the C++ delta rule and layer stack where a compiler is here) and the batch-invariance probe's
+verdict (R-BAT-5)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ import torch
 
 from tests.integration.serving import serving
 from tests.integration.test_decisions_shared import assert_close, questions
+from vllm_srun.adapters.engines.cpp_ops import compiler
 from vllm_srun.adapters.readiness.probe import probe_model
 from vllm_srun.domain.engine_args import EngineArgs
 
@@ -163,6 +166,10 @@ def test_card_says_what_runs(served) -> None:
         card = cards[name]
         assert card["family"] == "decision" and card["dtype"] == "float32"  # published BF16, on a CPU
         assert card["backbone"] == {"architecture": "qwen3_5", "linear_attention_layers": 3, "full_attention_layers": 1}
+        if compiler(os.environ) is not None:  # the C++ kernels and layer stack of a CPU in FP32 (cpu_hybrid.py)
+            kernels = card["kernels"]
+            assert kernels["delta_rule"].startswith("C++") and kernels["conv"].startswith("C++"), kernels
+            assert kernels["layers"].startswith("every layer and the final norm in one C++ call"), kernels
         # the card says what the probe finds (eager forwards: a row's last bits move with its company)
         served_model = rt.models[name]
         found = bool(probe_model(served_model.model))

@@ -43,7 +43,9 @@ layer loop's order). Its arguments are plain integer lists and the weights are h
 when the op drops it, and beside a busy event loop each take waits up to a switch interval, so the
 call takes the GIL nowhere (`bench/forward_beside_loop.py`). Decoder backbones, ModernBERT and
 DeBERTa run every layer in one call of their own stacks (`stack`, engines/cpu_stacks.py,
-`csrc/cpu_stacks.cpp`, built into the same library).
+`csrc/cpu_stacks.cpp`, built into the same library), and the Qwen3.5 backbone its Gated DeltaNet
+steps and every layer on the C++ kernels of `hybrid_kernels` (engines/cpu_hybrid.py,
+`csrc/gated_delta.cpp`, `csrc/qwen3_5_layers.cpp`, the same library).
 
 The ops are compiled once per machine at load into the kernel cache (`engines/cpp_ops.py`). A
 machine without a C++ compiler, a failed build, `VLLM_SRUN_CPU_ATTENTION=0`, a dtype other than
@@ -59,7 +61,9 @@ from typing import Any
 import torch
 
 from vllm_srun.adapters.engines.cpp_ops import CppOp
+from vllm_srun.adapters.engines.cpu_hybrid import CppHybridKernels
 from vllm_srun.adapters.engines.cpu_layer_params import int8_layer_params, layer_params
+from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS, HybridKernels
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import (
     EAGER_OPS,
@@ -105,6 +109,7 @@ class VarlenOps(ForwardOps):
         # `_kept` entries: (encoder, linears, what was built for them)
         self._held: dict[tuple[int, int], tuple[Any, Any, Any]] = {}  # `_weights`
         self._stacks: dict[tuple[int, int], tuple[Any, Any, Any]] = {}  # `stack`
+        self._hybrid: CppHybridKernels | None = None  # `hybrid_kernels`
 
     def supports(self, head_dim: int) -> bool:
         if head_dim not in self._dims:
@@ -219,6 +224,13 @@ class VarlenOps(ForwardOps):
     def runs_stack(self, encoder: Any, linears: Sequence[LayerLinears]) -> bool:
         return self._stack(encoder, linears) is not None
 
+    def hybrid_kernels(self) -> CppHybridKernels:
+        """The C++ Gated DeltaNet kernels and Qwen3.5 layer stack (engines/cpu_hybrid.py), built into
+        the same library."""
+        if self._hybrid is None:
+            self._hybrid = CppHybridKernels()
+        return self._hybrid
+
     def _stack(self, encoder: Any, linears: Sequence[LayerLinears]) -> tuple[Any, Any] | None:
         """ENCODER's stack and its weights on these LINEARS, built at the first call and kept (None
         where it names none or the stack does not run it)."""
@@ -309,3 +321,17 @@ def cpu_ops(dtype: torch.dtype, progress: Progress, env: Mapping[str, str] = os.
         progress(f"load: attention per run of equal-length rows ({why})")
         return EAGER_OPS, f"sdpa per run of equal-length rows ({why})"
     return VarlenOps(), "one call for every row (C++ varlen op)"
+
+
+def hybrid_kernels(
+    dtype: torch.dtype, progress: Progress, env: Mapping[str, str] = os.environ
+) -> tuple[HybridKernels, str | None]:
+    """The kernels a CPU model in DTYPE runs its Gated DeltaNet layers on, and why not the C++ ones
+    (None where it does)."""
+    if dtype != torch.float32:
+        return TORCH_KERNELS, f"the C++ kernels are FP32; this model is {str(dtype).removeprefix('torch.')}"
+    why = load_varlen_attention(progress, env)
+    if why is not None:
+        progress(f"load: Qwen3.5 layers on torch's kernels ({why})")
+        return TORCH_KERNELS, why
+    return CppHybridKernels(), None

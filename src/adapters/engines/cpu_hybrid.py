@@ -24,18 +24,14 @@ the state in the split form (`Qwen35LM.split_attention` off): the loop runs it.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from vllm_srun.adapters.models.gated_delta import Segments
-from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS, HybridKernels, MixerShape
-from vllm_srun.adapters.models.qwen3_5_layers import LayerState
+from vllm_srun.adapters.models.qwen3_5_kernels import HybridKernels, LayerState, MixerShape
 
 NO_TENSOR = torch.empty(0)  # what the ops read as "none" (a bias, a tail or a state)
-Progress = Callable[[str], None]
 LINEAR, FULL = 0, 1  # `Qwen35Weights` layer kinds
 
 
@@ -170,19 +166,3 @@ def _build_weights(lm: Any) -> Any | None:
     return torch.classes.srun_cpu.Qwen35Weights(
         [_or_none(t) for t in tensors], kinds, shape, float(c.rms_norm_eps), final.detach()
     )
-
-
-def hybrid_kernels(
-    dtype: torch.dtype, progress: Progress, env: Mapping[str, str] = os.environ
-) -> tuple[HybridKernels, str | None]:
-    """The kernels a CPU model in DTYPE runs its Gated DeltaNet layers on, and why not the C++ ones
-    (None where it does)."""
-    from vllm_srun.adapters.engines.cpu_attention import load_varlen_attention
-
-    if dtype != torch.float32:
-        return TORCH_KERNELS, f"the C++ kernels are FP32; this model is {str(dtype).removeprefix('torch.')}"
-    why = load_varlen_attention(progress, env)
-    if why is not None:
-        progress(f"load: Qwen3.5 layers on torch's kernels ({why})")
-        return TORCH_KERNELS, why
-    return CppHybridKernels(), None

@@ -40,6 +40,7 @@ from vllm_srun.adapters.engines.encoder_engine import FORCED_UP_TO, NativeEncode
 from vllm_srun.adapters.engines.onednn_timing import measure
 from vllm_srun.adapters.engines.triton_encoder import encoder_kernels
 from vllm_srun.adapters.models.pooling import pool
+from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps
@@ -105,6 +106,10 @@ def _eager(
     card = {"linear": "eager", "reason": reason} | (
         {"attention": attention, "add_norm": ops.norm_card} if attention else {}
     )
+    if getattr(reference.encoder, "hybrid_backbone", False):  # Qwen3.5: its own layers and kernels
+        kernels = ops.hybrid_kernels() or TORCH_KERNELS
+        card = {"linear": "eager", "reason": reason, "attention": "torch sdpa per group of rows of one length"}
+        card |= kernels.card()
     return NativeEncoder(reference, kernels=card, ops=ops)
 
 

@@ -8,11 +8,14 @@ tokens) is one where load-time timings found them faster (R-DT-3).
 `NativeHybridDecoder` serves the Qwen3.5 backbone (`models/qwen3_5.py`: Gated DeltaNet and gated
 attention layers) through the same port: rows run back to back without padding (packed
 accounting), each only up to the position asked; the shared-context branches continue the state's
-recurrent state, conv tail and keys/values. Eager torch on every device.
+recurrent state, conv tail and keys/values. On a CPU in FP32 the delta rule, the convolution and
+every layer (unshared forwards, the state's and the branches') run on the C++ kernels
+(engines/cpu_hybrid.py); elsewhere, or where they cannot be built, eager torch.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -77,8 +80,9 @@ class NativeHybridDecoder:
     # vectorised tail of elementwise ops), so only a row run alone is reproducible
     determinism = Determinism.ROWS_ALONE
 
-    def __init__(self, lm: Qwen35LM) -> None:
+    def __init__(self, lm: Qwen35LM, reason: str | None = None) -> None:
         self.lm = lm
+        self.reason = reason  # why the model's kernels are torch's where a CPU would run C++ ones
 
     @property
     def vocab_size(self) -> int:
@@ -86,8 +90,12 @@ class NativeHybridDecoder:
 
     def describe(self) -> dict[str, Any]:
         layers = self.lm.config.layer_types
+        kernels = {"attention": "torch sdpa per group of rows of one length", "linear": "eager"}
+        kernels |= self.lm.kernels.card()
+        if self.reason is not None:
+            kernels["reason"] = self.reason
         return {
-            "kernels": {"attention": "torch sdpa per row", "delta_rule": "chunked torch (64)", "linear": "eager"},
+            "kernels": kernels,
             "backbone": {
                 "architecture": "qwen3_5",
                 "linear_attention_layers": sum(t == "linear_attention" for t in layers),
@@ -110,7 +118,12 @@ def native_decoder(
 ) -> NativeDecoder | NativeHybridDecoder:
     """The native decoder engine for LM on DEVICE (with the fused kernels where they are faster)."""
     if isinstance(lm, Qwen35LM):
-        return NativeHybridDecoder(lm)
+        if device.kind != "cpu":
+            return NativeHybridDecoder(lm)
+        from vllm_srun.adapters.engines.cpu_attention import hybrid_kernels
+
+        lm.kernels, why = hybrid_kernels(lm.dtype, progress, os.environ if env is None else env)
+        return NativeHybridDecoder(lm, why)
     if device.kind == "cpu":
         return NativeDecoder(lm)
     found = decoder_kernels(lm, device, progress) if env is None else decoder_kernels(lm, device, progress, env)

@@ -33,8 +33,8 @@ from torch import nn
 
 from vllm_srun.adapters.models.gated_delta import Segments
 from vllm_srun.adapters.models.qwen3_5_config import Qwen35Config
-from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS, HybridKernels
-from vllm_srun.adapters.models.qwen3_5_layers import LayerState, Qwen35Layer, ZeroCenteredRMSNorm
+from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS, HybridKernels, LayerState
+from vllm_srun.adapters.models.qwen3_5_layers import Qwen35Layer, ZeroCenteredRMSNorm
 
 MULTIMODAL_PREFIX = "model.language_model."
 SKIPPED_PREFIXES = ("model.visual.", "mtp.", "model.mtp.")

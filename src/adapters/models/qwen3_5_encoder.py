@@ -11,9 +11,11 @@ laid back to back, every row starting fresh (convolution, recurrence and attenti
 first token). Over it the encoder follows `encoder_arch.EncoderModule`:
 - padded `forward(ids, mask, types)`: the real tokens of right-padded rows through that call,
   scattered back to [B, T, H] (padded places hold zeros no head or pooling reads);
-- `packed_forward(packed, linears, ops)`: `packed.ids` / `packed.bounds` through that call;
+- `packed_forward(packed, linears, ops)`: `packed.ids` / `packed.bounds` through that call, on the
+  ops' kernels for this backbone (`ForwardOps.hybrid_kernels`: on a CPU in FP32 the C++ delta rule,
+  convolution and layer stack of engines/cpu_hybrid.py);
 - `blocks` is empty: the linear-attention layers are not four-linear blocks, so the oneDNN packed
-  copies and the one-call C++ stacks have nothing to take (`linears` is ignored).
+  copies have nothing to take (`linears` is ignored); `hybrid_backbone` tells the engine's card.
 Heads come from `decoder_heads.py`, as for the other decoders.
 
 Weights are read under every name transformers saves the text model with: `model.language_model.*`
@@ -117,7 +119,8 @@ class Qwen35Encoder(nn.Module):
     """A `Qwen35LM` (without its LM head) as an encoder (module doc)."""
 
     default_pooling = "lasttoken"
-    blocks: Sequence[Any] = ()  # no four-linear blocks: nothing for packed copies or one-call stacks
+    blocks: Sequence[Any] = ()  # no four-linear blocks: nothing for the packed copies
+    hybrid_backbone = True  # its layers run on `ForwardOps.hybrid_kernels` (the card says which)
 
     def __init__(self, config: Qwen35EncoderConfig, lm: Qwen35LM) -> None:
         super().__init__()
@@ -152,7 +155,7 @@ class Qwen35Encoder(nn.Module):
         """Final-normed hidden states of every real token, [N, H], rows in PACKED's sorted order
         (zeros for any padding rows after them)."""
         self._check_length(packed.longest)
-        hidden = self.lm.hidden_states(packed.ids[: packed.tokens], packed.bounds)
+        hidden = self.lm.hidden_states(packed.ids[: packed.tokens], packed.bounds, ops.hybrid_kernels())
         extra = packed.rows_total - packed.tokens
         return torch.cat([hidden, hidden.new_zeros(extra, hidden.shape[-1])]) if extra else hidden
 

@@ -18,14 +18,23 @@ on the same kernels.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from vllm_srun.adapters.models.gated_delta import Segments, causal_conv, chunk_gated_delta, l2norm, wide
 
-if TYPE_CHECKING:
-    from vllm_srun.adapters.models.qwen3_5_layers import LayerState
+
+@dataclass
+class LayerState:
+    """What one layer of a shared state leaves for the rows that continue it (one row: batch 1).
+    Linear layers: `tail` [1, K-1, conv channels] and `recurrent` [1, value heads, Dk, Dv] (FP32);
+    full layers: `keys` / `values` [1, kv heads, S, head_dim] after norm and rotary."""
+
+    tail: torch.Tensor | None = None
+    recurrent: torch.Tensor | None = None
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

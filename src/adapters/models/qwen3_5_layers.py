@@ -19,31 +19,17 @@ a full one. Each returns what a later branch would continue from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from vllm_srun.adapters.models.gated_delta import Segments, wide
 from vllm_srun.adapters.models.qwen3_5_config import Qwen35Config
-from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS, HybridKernels, MixerShape
+from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS, HybridKernels, LayerState, MixerShape
 
 # CPU flash attention that also returns the log-sum-exp (torch >= 2.3): a branch attends to a
 # shared state's keys once for all rows and merges that with its own part by the two log-sum-exps.
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-
-
-@dataclass
-class LayerState:
-    """What one layer of a shared state leaves for the rows that continue it (one row: batch 1).
-    Linear layers: `tail` [1, K-1, conv channels] and `recurrent` [1, value heads, Dk, Dv] (FP32);
-    full layers: `keys` / `values` [1, kv heads, S, head_dim] after norm and rotary."""
-
-    tail: torch.Tensor | None = None
-    recurrent: torch.Tensor | None = None
-    keys: torch.Tensor | None = None
-    values: torch.Tensor | None = None
 
 
 class ZeroCenteredRMSNorm(nn.Module):

@@ -287,6 +287,11 @@ class ForwardOps:
         which). None: the caller runs its layer loop (the eager ops have no such call)."""
         return None
 
+    def hybrid_kernels(self) -> Any | None:
+        """The kernels a Qwen3.5 backbone's Gated DeltaNet layers and layer loop run on with these
+        ops (`models/qwen3_5_kernels.HybridKernels`); None: the model's own (torch's)."""
+        return None
+
     def runs_whole(self, encoder: Any, linears: Sequence[LayerLinears]) -> bool:
         """Whether `encode` runs ENCODER's forwards on these LINEARS (the eager ops never do)."""
         return False

@@ -6,7 +6,9 @@
 // `causal_conv_rows`: the causal depthwise convolution (kernel K) and SiLU. A token reads itself and
 // the K - 1 inputs before it in its row, before the row's first token the row's tail (zeros, or
 // the last K - 1 inputs of a shared state the row continues). The K products are summed in a fixed
-// order, every channel at once (the weight read as [K, C]). Returns the rows' new tails too.
+// order, every channel at once (the weight read as [K, C]), and SiLU is taken a token at a time
+// with a polynomial exp (a token's bits never depend on its place in the forward, which torch's
+// elementwise SiLU over the whole matrix does not promise). Returns the rows' new tails too.
 //
 // `gated_delta_rows`: the gated delta rule, token by token: S <- S exp(g); S <- S + k (beta (v - S^T
 // k))^T; o = S^T q, with q and k L2-normed per key head (q scaled by Dk^-1/2) and each key head
@@ -22,7 +24,6 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/silu.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
@@ -61,6 +62,38 @@ inline void store(float* p, const Lanes& v, int64_t cols) {
     *reinterpret_cast<LanesU*>(p) = v;
   } else {
     std::memcpy(p, &v, sizeof(float) * static_cast<size_t>(cols));
+  }
+}
+
+typedef int32_t IntLanes __attribute__((vector_size(kLanes * 4)));
+
+// exp(x) for x in [-87, 88] (clamped there), about 2 ulp: x = n ln2 + r, |r| <= ln2 / 2, a
+// degree-6 polynomial for e^r, and 2^n written into the exponent bits.
+inline Lanes exp_lanes(Lanes x) {
+  x = x < -87.0f ? Lanes{} - 87.0f : x;
+  x = x > 88.0f ? Lanes{} + 88.0f : x;
+  const Lanes n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // rounded to the nearest integer
+  const Lanes r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  Lanes p = Lanes{} + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const IntLanes bits = (__builtin_convertvector(n, IntLanes) + 127) << 23;
+  Lanes scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+// X <- X / (1 + exp(-X)) over a token's C channels, a vector at a time (the last one padded): a
+// channel's bits never depend on the token's place in the forward.
+inline void silu_row(float* x, int64_t c) {
+  for (int64_t at = 0; at < c; at += kLanes) {
+    const int64_t cols = std::min(kLanes, c - at);
+    Lanes v = load(x + at, cols);
+    v = v / (1.0f + exp_lanes(-v));
+    store(x + at, v, cols);
   }
 }
 
@@ -129,9 +162,9 @@ std::tuple<at::Tensor, at::Tensor> causal_conv_rows(const at::Tensor& x, const a
         const float* wm = w + m * c;
         for (int64_t ch = 0; ch < c; ++ch) dst[ch] += src[ch] * wm[ch];
       }
+      silu_row(dst, c);
     }
   });
-  at::silu_(out);
   auto tails = at::empty({rows, k - 1, c}, x.options());
   float* tp = tails.data_ptr<float>();
   for (int64_t r = 0; r < rows; ++r)
