@@ -12,6 +12,8 @@ that only runs Python, for the four paths, and prints the medians and ratios mea
 `--arch qwen3` (or `modernbert`, any `bench/architectures.py` architecture whose encoder names a
 C++ stack, engines/cpu_stacks.py) does the same for a MiniLM-sized random package of that
 architecture, with two paths: its layer loop in Python, and every layer in one C++ call.
+`--arch qwen3_5` has three: the layer loop in Python on torch's kernels, the layer loop on the C++
+delta rule and convolution, and every layer in one C++ call (engines/cpu_hybrid.py).
 
     python bench/forward_beside_loop.py [--rows 5] [--repeats 30] [--arch qwen3]
 """
@@ -101,15 +103,29 @@ def stacked(arch: str, rows: int, repeats: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_package(Path(tmp) / arch, arch)
         reference, tokenizer = ReferenceEncoder.from_folder(folder), TextTokenizer.from_folder(folder)
-    packed = PackedEncoder(reference.encoder, reference.head)
-    packed.warm(512)
-    if not ops.runs_stack(reference.encoder, packed.layer_linears):
-        print(f"{arch}: no C++ stack runs this package")
-        return 1
-    paths = {
-        "layer loop": NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=LayerLoop()),
-        "layers in one call": NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=ops),
-    }
+    if getattr(reference.encoder, "hybrid_backbone", False):  # Qwen3.5: eager linears, its own kernels
+        from vllm_srun.adapters.engines.cpu_hybrid import CppHybridKernels
+        from vllm_srun.adapters.models.unpadded import EAGER_OPS
+
+        class KernelsLoop(VarlenOps):
+            def hybrid_kernels(self) -> CppHybridKernels:
+                return CppHybridKernels(stack=False)
+
+        paths = {
+            "loop, torch kernels": NativeEncoder(reference, ops=EAGER_OPS),
+            "loop, C++ kernels": NativeEncoder(reference, ops=KernelsLoop()),
+            "layers in one call": NativeEncoder(reference, ops=ops),
+        }
+    else:
+        packed = PackedEncoder(reference.encoder, reference.head)
+        packed.warm(512)
+        if not ops.runs_stack(reference.encoder, packed.layer_linears):
+            print(f"{arch}: no C++ stack runs this package")
+            return 1
+        paths = {
+            "layer loop": NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=LayerLoop()),
+            "layers in one call": NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO), ops=ops),
+        }
     batch = tokenizer.encode(make_texts("short", rows, 1), 256, True)
     medians = timed_paths(paths, batch, repeats)
     print(f"# {arch} (MiniLM-sized random package), {rows} short texts a forward, 1 thread, switch interval 1 ms")
@@ -118,8 +134,9 @@ def stacked(arch: str, rows: int, repeats: int) -> int:
         print(
             f"{path:20s} alone {alone:7.1f} ms   beside a busy Python thread {beside:7.1f} ms   ({beside / alone:.2f}x)"
         )
-    loop, one = medians["layer loop", "beside"], medians["layers in one call", "beside"]
-    print(f"beside the busy thread, layer loop ÷ layers in one call: {loop / one:.2f}")
+    one = medians["layers in one call", "beside"]
+    for path in list(paths)[:-1]:
+        print(f"beside the busy thread, {path} ÷ layers in one call: {medians[path, 'beside'] / one:.2f}")
     return 0
 
 
