@@ -220,3 +220,16 @@ def test_bad_rows_are_refused_in_one_line(package: Path, models, media):
     odd = VisionInput("image", np.zeros((3, 20, 16), dtype=np.float32))
     with pytest.raises(ValueError, match="whole 16x16 blocks"):
         ours.media_logits([MediaRow(ids, (odd,))])
+
+
+def test_the_fixture_is_deterministic_by_seed(tmp_path: Path):
+    requests = write_decision_fixture(tmp_path / "a", "qwen3_5_vision", 0)
+    write_decision_fixture(tmp_path / "b", "qwen3_5_vision", 0)
+    write_decision_fixture(tmp_path / "c", "qwen3_5_vision", 1)
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert "preprocessor_config.json" in names and "video_preprocessor_config.json" in names
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() != (tmp_path / "c" / "model.safetensors").read_bytes()
+    media = [r["body"] for r in requests if r["surface"] == "decisions"]
+    assert [sorted(set(b) & {"images", "videos"}) for b in media] == [["images"], ["videos"]]
