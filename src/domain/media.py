@@ -33,6 +33,18 @@ AUDIO_MIN_RATE = 1_000  # samples per second a file may declare; outside: refuse
 AUDIO_MAX_RATE = 384_000
 AUDIO_MAX_CHANNELS = 32
 
+# decision models that read images and videos: the upstream contract's image limits and its
+# runtime's video limits (one image or video; the videos of one request share a token budget)
+DECISION_IMAGE_MAX_BYTES = 8_000_000
+DECISION_IMAGE_SOURCE_MAX_PIXELS = 16_000_000
+DECISION_IMAGE_FORMATS = ("PNG", "JPEG", "WEBP")
+DECISION_VIDEO_MAX_BYTES = 32_000_000
+DECISION_VIDEO_SOURCE_MAX_PIXELS = 3840 * 2160
+DECISION_VIDEO_MAX_SECONDS = 300.0
+DECISION_VIDEO_MAX_DECODED_FRAMES = 18_000  # 300 s at 60 frames per second
+DECISION_VIDEO_FORMATS = ("mov", "matroska")  # MP4/QuickTime, Matroska/WebM (demuxer names)
+DECISION_VIDEO_MAX_TOKENS = 16_384
+
 # the decode cache (R-PERF-4): repeated images and videos are decoded and preprocessed once
 DECODE_CACHE_ENTRIES = 256
 DECODE_CACHE_BYTES = 256 * MIB
