@@ -27,6 +27,8 @@ every mode: their convolution and recurrence read left to right.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
