@@ -154,10 +154,10 @@ def _reference_answers(rt: Any, state: str, media: dict[str, Any]) -> dict[str, 
     """transformers' answers to QUESTIONS about STATE and MEDIA: the served model's own prompt ids and
     pixels (decoded as the server decodes them), read by `Qwen3_5ForConditionalGeneration`."""
     from vllm_srun.adapters.media.data_url import data_url_bytes
-    from vllm_srun.adapters.surfaces.decision_layout import lay_out
-    from vllm_srun.adapters.surfaces.decision_questions import read_all
     from vllm_srun.adapters.media.decoder import PillowAvDecoder
     from vllm_srun.adapters.models.qwen3_5_vision import patchify
+    from vllm_srun.adapters.surfaces.decision_layout import lay_out
+    from vllm_srun.adapters.surfaces.decision_questions import read_all
 
     served = rt.get("tiny-vision")
     model = served.model
