@@ -64,9 +64,15 @@ def _png_claiming(width: int, height: int) -> bytes:
     )
 
 
-def _video(fmt: str, codec: str = "mpeg4", seconds_per_frame: int = 0, audio_only: bool = False) -> bytes:
-    """A small video in container FMT; SECONDS_PER_FRAME > 0: four frames that long each; AUDIO_ONLY:
-    a file with a sound stream and no video stream."""
+def _video(
+    fmt: str,
+    codec: str = "mpeg4",
+    seconds_per_frame: int = 0,
+    audio_only: bool = False,
+    size: tuple[int, int] = (16, 16),
+) -> bytes:
+    """A small video in container FMT (frames of SIZE, width × height); SECONDS_PER_FRAME > 0: four
+    frames that long each; AUDIO_ONLY: a file with a sound stream and no video stream."""
     import av
     from av.audio.stream import AudioStream
     from av.video.stream import VideoStream
@@ -84,10 +90,10 @@ def _video(fmt: str, codec: str = "mpeg4", seconds_per_frame: int = 0, audio_onl
             rate = Fraction(1, seconds_per_frame) if seconds_per_frame else Fraction(8, 1)
             stream = out.add_stream(codec, rate=rate)
             assert isinstance(stream, VideoStream)
-            stream.width = stream.height = 16
+            stream.width, stream.height = size
             stream.pix_fmt = "yuv420p"
-            for i in range(4 if seconds_per_frame else 8):
-                image = av.VideoFrame.from_ndarray(np.full((16, 16, 3), 30 * i, np.uint8), format="rgb24")
+            for i in range(4 if seconds_per_frame else 2 if size[0] > 16 else 8):
+                image = av.VideoFrame.from_ndarray(np.full((size[1], size[0], 3), 30 * i, np.uint8), format="rgb24")
                 for packet in stream.encode(image):
                     out.mux(packet)
             for packet in stream.encode():
@@ -153,6 +159,10 @@ BAD: list[tuple[dict[str, Any], str]] = [
     (
         {"videos": [data_url(_video("mp4", seconds_per_frame=100), "video/mp4")]},
         r"^videos\[0\]: the video lasts 400.0 s, over the limit of 300 s",
+    ),
+    (
+        {"videos": [data_url(_video("mp4", size=(4000, 2176)), "video/mp4")]},
+        r"^videos\[0\]: video frames are 4000×2176 = 8704000 pixels, over the limit of 8294400",
     ),
     (
         {"videos": [data_url(b"\0\0\0\x20ftypisom" + b"\0" * 32_000_000, "video/mp4")]},

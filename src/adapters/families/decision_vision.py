@@ -22,7 +22,6 @@ its vision tower (`vision_config`) and processor files (`preprocessor_config.jso
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -56,20 +55,17 @@ from vllm_srun.domain import media as rules
 from vllm_srun.domain.calibration import TIME_CAP_S
 from vllm_srun.domain.lanes import Accounting, Lane
 
-PREPROCESSOR = "preprocessor_config.json"
 RESERVED = (VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD)
 MODALITIES = frozenset({"text", "image", "video"})
 
 
 def reads_media(folder: Path) -> bool:
     """Whether a decision package has a vision tower to read images with: a Qwen3.5 `config.json`
-    with its `vision_config`, and the processor's `preprocessor_config.json` (what `load_lm` reads
-    the vision LM for)."""
-    path = Path(folder) / "config.json"
-    config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    if not isinstance(config, dict) or str(config.get("model_type", "")).lower() != "qwen3_5":
-        return False
-    return bool(config.get("vision_config")) and (Path(folder) / PREPROCESSOR).is_file()
+    with its `vision_config`, and the processor's `preprocessor_config.json`. One rule, the one
+    `load_lm` reads the vision LM by (`qwen3_5_mm.reads_media`), imported here only when asked."""
+    from vllm_srun.adapters.models.qwen3_5_mm import reads_media as has_vision_tower
+
+    return has_vision_tower(folder)
 
 
 def image_limits() -> MediaLimits:
