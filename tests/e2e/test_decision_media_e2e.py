@@ -193,11 +193,14 @@ class Reference:
         )
         return text, {"pixel_values_videos": rows, "video_grid_thw": self.torch.tensor([[t, h, w]])}
 
-    def noul(self, state: str, media: tuple[tuple[str, dict[str, Any]], ...] = ()) -> float:
+    def prompt(self, state: str, media: tuple[tuple[str, dict[str, Any]], ...], question: str) -> tuple[list[int], int]:
+        """The ids of a noul QUESTION about STATE and MEDIA, and how many of them are the state's."""
+        state_ids = self._ids(self.state_part.replace("{state}", "".join(text for text, _ in media) + state))
+        return state_ids + self._ids(self.question_part.replace("{q}", question)), len(state_ids)
+
+    def noul(self, state: str, media: tuple[tuple[str, dict[str, Any]], ...] = (), question: str = "") -> float:
         torch, cfg = self.torch, self.model.config
-        state_text = "".join(text for text, _ in media) + state
-        ids = self._ids(self.state_part.replace("{state}", state_text))
-        ids += self._ids(self.question_part.replace("{q}", BRIGHT["bright"]["instructions"]))
+        ids, _ = self.prompt(state, media, question or BRIGHT["bright"]["instructions"])
         kinds = [1 if i == cfg.image_token_id else 2 if i == cfg.video_token_id else 0 for i in ids]
         extra = {k: v for _, inputs in media for k, v in inputs.items()}
         with torch.no_grad():
@@ -239,31 +242,33 @@ def test_an_image_and_a_video_question_equal_transformers_alone_and_among_text_r
     assert max(abs(m - a) for m, a in zip(mixed, alone * 3, strict=True)) <= TOL, (mixed, alone)
 
 
-def test_a_state_with_media_runs_once_under_shared_context(server: str) -> None:
+def test_a_state_with_media_runs_once_under_shared_context(server: str, reference: Reference) -> None:
+    nouls = {"bright": "Is the picture bright?", "moving": "Does anything move?"}
+    state = "What is in the picture?"
     body = {
-        "state": "What is in the picture?",
-        "questions": QUESTIONS,
+        "state": state,
+        "questions": {name: {"type": "noul", "instructions": text} for name, text in nouls.items()},
         "images": [data_url(IMAGE_PNG, "image/png")],
         "videos": [data_url(VIDEO_MP4, "video/mp4")],
     }
+    media = (reference.image(IMAGE_PNG), reference.video(VIDEO_MP4))
+    prompts = [reference.prompt(state, media, text) for text in nouls.values()]
+    state_tokens = prompts[0][1]
+    once = state_tokens + sum(len(ids) - state_tokens for ids, _ in prompts)  # the state counted once
+    want = {name: reference.noul(state, media, text) for name, text in nouls.items()}
     asked = {}
     for profile in ("exact", "shared_context"):
-        got = httpx.post(
-            f"{server}/v1/decisions", json={**body, "options": {"profile": profile, "return_meta": True}}, timeout=120
-        )
+        options = {"profile": profile, "return_meta": True}
+        got = httpx.post(f"{server}/v1/decisions", json={**body, "options": options}, timeout=120)
         assert got.status_code == 200, got.text
         asked[profile] = got.json()
     exact, shared = asked["exact"], asked["shared_context"]
-    assert exact["meta"]["rows"] == len(QUESTIONS) and shared["meta"]["rows"] == 1
-    assert shared["usage"]["input_tokens"] == exact["usage"]["input_tokens"]
-    gap = max(
-        abs(shared["answers"]["bright"]["noul"] - exact["answers"]["bright"]["noul"]),
-        *(
-            abs(shared["answers"]["tone"]["probabilities"][k] - p)
-            for k, p in exact["answers"]["tone"]["probabilities"].items()
-        ),
+    assert exact["meta"]["rows"] == len(nouls) and shared["meta"]["rows"] == 1
+    assert shared["usage"]["input_tokens"] == exact["usage"]["input_tokens"] == once
+    gap = max(abs(shared["answers"][n]["noul"] - exact["answers"][n]["noul"]) for n in nouls)
+    to_reference = max(abs(shared["answers"][n]["noul"] - want[n]) for n in nouls)
+    print(
+        f"shared vs unshared (image + video state): {gap:.1e}, shared vs transformers {to_reference:.1e}; "
+        f"input_tokens {once} (state {state_tokens}) both"
     )
-    print(f"shared vs unshared (image + video state): {gap:.1e}; input_tokens {exact['usage']['input_tokens']} both")
-    assert shared["answers"]["bright"]["noul"] == pytest.approx(exact["answers"]["bright"]["noul"], abs=TOL)
-    for label, p in exact["answers"]["tone"]["probabilities"].items():
-        assert shared["answers"]["tone"]["probabilities"][label] == pytest.approx(p, abs=TOL)
+    assert gap <= TOL and to_reference <= TOL
