@@ -10,6 +10,11 @@ in a planning round; decoding runs in the media workers. The same measurement is
 image request carries a different JPEG (a comment the decoder never reads is rewritten), so the
 decode cache never answers; the result cache is off. Rounds alternate; each prints its ratio.
 
+The profile matters: under `exact` a model that is not batch-invariant (the card's `numerics`,
+printed) runs every row in a forward of its own, and a planning round's forwards run in one turn,
+so a text row waits for every image row of the round it comes during; `--profile batching` merges
+each lane's rows (docs/decisions.md, "Images and videos", has both figures).
+
     python bench/decision_media_lane.py [--model PATH] [--seconds 8] [--image-clients 4] [--size 640x480]
 """
 
@@ -25,6 +30,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from urllib.request import urlopen
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -124,6 +130,9 @@ def main() -> None:
         for workers in (default, 0):
             flags = ("--media-workers", str(workers), "--result-cache-entries", "0", "--profile", ns.profile)
             with server(model, *flags) as base:
+                if r == 0 and workers == default:
+                    card = json.loads(urlopen(f"{base}/v1/models").read())["data"][0]
+                    print(f"numerics {card.get('numerics')}, merged forward tokens {card.get('merged_forward_tokens')}")
                 alone, under, load = measure(base, text, images, ns)
             ratio = under.p50_ms / alone.p50_ms
             ratios[workers].append(ratio)
