@@ -56,7 +56,7 @@ request = function()
   counter = counter + 1
   local b = bodies[(counter % #bodies) + 1]
   local body = b[1] .. (mutate and quad(counter) or b[3]) .. b[2]
-  return wrk.format("POST", "/v1/embeddings", {["content-type"] = "application/json"}, body)
+  return wrk.format("POST", "{PATH}", {["content-type"] = "application/json"}, body)
 end
 
 done = function(summary, latency, requests)
@@ -122,12 +122,13 @@ def run_wrk(
     threads: int = 1,
     mutate: bool = True,
     timeout_s: int = 30,
+    path: str = "/v1/embeddings",
 ) -> WrkResult:
-    """wrk against BASE/v1/embeddings, cycling over TEMPLATES (each its own media unless MUTATE is off)."""
+    """wrk against BASE + PATH, cycling over TEMPLATES (each its own media unless MUTATE is off)."""
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (Debian: apt-get install -y wrk)")
     table = "{" + ", ".join(f'{{"{p}", {i}}}' for p, i in templates) + "}"
-    lua = LUA.replace("{TEMPLATES}", table).replace("{MUTATE}", "true" if mutate else "false")
+    lua = LUA.replace("{TEMPLATES}", table).replace("{MUTATE}", "true" if mutate else "false").replace("{PATH}", path)
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(lua)
     done = subprocess.run(

@@ -30,6 +30,7 @@ Fakes of every contract live in `tests/fakes.py`, `tests/fake_family.py` and
 
 from vllm_srun.adapters.contracts.common import CardFields, Clock, Encoded, PluginCard, Progress, quiet
 from vllm_srun.adapters.contracts.decisions import (
+    MEDIA_LANE,
     AskedQuestion,
     PreparedQuestion,
     PreparedState,
@@ -37,6 +38,7 @@ from vllm_srun.adapters.contracts.decisions import (
     QuestionRow,
     RenderedQuestion,
     SharedRow,
+    StateMedium,
     probabilities_per_question,
     rows_for,
 )
@@ -77,6 +79,7 @@ from vllm_srun.adapters.contracts.family import (
 from vllm_srun.adapters.contracts.media import (
     AudioDecoder,
     AudioJob,
+    ClipJob,
     ImageJob,
     MediaDecoder,
     MediaError,
@@ -85,7 +88,9 @@ from vllm_srun.adapters.contracts.media import (
     MediaLoader,
     MediaWorkerDied,
     PixelSpec,
+    SampledVideo,
     VideoJob,
+    VisionPreprocess,
     decode,
 )
 from vllm_srun.adapters.contracts.surfaces import (
@@ -93,6 +98,7 @@ from vllm_srun.adapters.contracts.surfaces import (
     AudioEmbedder,
     LogitsRow,
     MediaEmbedder,
+    MediaQuestionAnswerer,
     PairScorer,
     PromptedEmbedder,
     QuestionAnswerer,
@@ -102,6 +108,7 @@ from vllm_srun.adapters.contracts.surfaces import (
     TextEmbedder,
     is_audio_embedder,
     is_media_embedder,
+    is_media_question_answerer,
     is_pair_scorer,
     is_prompted_embedder,
     is_question_answerer,
@@ -112,6 +119,7 @@ from vllm_srun.adapters.contracts.surfaces import (
 
 __all__ = [
     "MANIFEST",
+    "MEDIA_LANE",
     "SURFACE_CONTRACTS",
     "AskedQuestion",
     "AudioDecoder",
@@ -120,6 +128,7 @@ __all__ = [
     "AudioJob",
     "CalibrationForward",
     "CardFields",
+    "ClipJob",
     "Clock",
     "DecoderEngine",
     "Determinism",
@@ -147,6 +156,7 @@ __all__ = [
     "MediaJob",
     "MediaLimits",
     "MediaLoader",
+    "MediaQuestionAnswerer",
     "MediaWorkerDied",
     "ModelStore",
     "Numerics",
@@ -164,14 +174,17 @@ __all__ = [
     "QuestionRow",
     "RenderedQuestion",
     "RowTokenizer",
+    "SampledVideo",
     "SettingRefusal",
     "SettingsPreflight",
     "SharedRow",
+    "StateMedium",
     "SurfaceContract",
     "TextClassifier",
     "TextEmbedder",
     "ThreadContext",
     "VideoJob",
+    "VisionPreprocess",
     "as_audio_encoder_engine",
     "as_decoder_engine",
     "as_dual_encoder_engine",
@@ -179,6 +192,7 @@ __all__ = [
     "decode",
     "is_audio_embedder",
     "is_media_embedder",
+    "is_media_question_answerer",
     "is_pair_scorer",
     "is_prompted_embedder",
     "is_question_answerer",

@@ -6,6 +6,11 @@ tokenizes them into a `PreparedState` whose questions carry their rendering or t
 `QuestionError`, the family decides the layout (`QuestionAnswerer.share`), and `rows_for` lays
 the state out as `QuestionRow` / `SharedRow` payloads, which the family's `run` reads. The
 layout lives here because both sides read it.
+
+A state may hold images and videos (`StateMedium`, decoded once by the media loader and shared
+by every row that reads them): its prepared ids then hold each medium's placeholder tokens, and
+every row that reads it carries the media and goes to the `media` lane (R-BAT-6), whether it is
+one question (unshared) or the state and all its questions (shared).
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ from typing import Any
 from vllm_srun.domain.rows import DEFAULT_LANE, RowSpec
 from vllm_srun.domain.shared_context import SHARED_LANE, shared_row_tokens
 
+MEDIA_LANE = "media"  # rows that read images or videos, shared or not (R-BAT-6)
+
 __all__ = [
+    "MEDIA_LANE",
     "AskedQuestion",
     "PreparedQuestion",
     "PreparedState",
@@ -26,6 +34,7 @@ __all__ = [
     "QuestionRow",
     "RenderedQuestion",
     "SharedRow",
+    "StateMedium",
     "content_text",
     "probabilities_per_question",
     "rows_for",
@@ -77,10 +86,23 @@ class PreparedQuestion:
     error: QuestionError | None = None
 
 
+@dataclass(frozen=True, eq=False)
+class StateMedium:
+    """One image or video of a state, as the model reads it: preprocessed pixels (read-only,
+    shared with the decode cache and by every row that reads the state), the SHA-256 of the bytes
+    they were decoded from, and (a video) each sampled frame's time in seconds."""
+
+    kind: str  # image | video
+    pixels: Any  # float32 [3, H, W] (image) or [frames, 3, H, W] (video)
+    digest: bytes
+    times: tuple[float, ...] = ()
+
+
 @dataclass
 class PreparedState:
-    state_ids: tuple[int, ...]
+    state_ids: tuple[int, ...]  # the state part: its media's placeholder tokens included
     questions: list[PreparedQuestion] = field(default_factory=list)
+    media: tuple[StateMedium, ...] = ()  # in the order of their placeholders in state_ids
 
     @property
     def answerable(self) -> list[PreparedQuestion]:
@@ -95,31 +117,40 @@ class PreparedState:
 
 @dataclass(frozen=True, slots=True)
 class QuestionRow:
-    """A prompt's token ids (unshared: state + question; inside a SharedRow: the question part only)."""
+    """A prompt's token ids (unshared: state + question; inside a SharedRow: the question part only)
+    and, unshared, the state's media its ids hold placeholders for and how many of its ids are
+    the state's (None: not said; a model's `attention_mode` may treat the state apart)."""
 
     ids: tuple[int, ...]
     answer_ids: tuple[int, ...]
+    media: tuple[StateMedium, ...] = ()
+    state_length: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class SharedRow:
     state_ids: tuple[int, ...]
     questions: tuple[QuestionRow, ...]
+    media: tuple[StateMedium, ...] = ()  # the state's, read once with it
 
 
 def rows_for(prepared: PreparedState, shared: bool) -> list[RowSpec]:
     """The scheduler rows of one prepared state (answerable questions only, in order): unshared,
     one `text`-lane row per question holding the whole prompt; shared, one `shared`-lane row
-    holding the state once and every question after it."""
+    holding the state once and every question after it. A state with media puts either layout's
+    rows in the `media` lane, each carrying the media (unshared: every row the state's)."""
     ok = prepared.answerable
     if not ok:
         return []
-    state = prepared.state_ids
+    state, media = prepared.state_ids, prepared.media
     if shared:
         lengths = [len(q.ids) for q in ok]
-        payload = SharedRow(state, tuple(QuestionRow(q.ids, q.answer_ids) for q in ok))
-        return [RowSpec(shared_row_tokens(len(state), lengths), payload, SHARED_LANE)]
-    return [RowSpec(len(state) + len(q.ids), QuestionRow(state + q.ids, q.answer_ids), DEFAULT_LANE) for q in ok]
+        payload = SharedRow(state, tuple(QuestionRow(q.ids, q.answer_ids) for q in ok), media)
+        return [RowSpec(shared_row_tokens(len(state), lengths), payload, MEDIA_LANE if media else SHARED_LANE)]
+    lane = MEDIA_LANE if media else DEFAULT_LANE
+    return [
+        RowSpec(len(state) + len(q.ids), QuestionRow(state + q.ids, q.answer_ids, media, len(state)), lane) for q in ok
+    ]
 
 
 def probabilities_per_question(rows: Sequence[RowSpec], outputs: Sequence[object]) -> list[object]:

@@ -1,6 +1,11 @@
 """Media (R-MEDIA): what decodes images and videos (`MediaDecoder`) and audio (`AudioDecoder`),
-the jobs it is given (`ImageJob`, `VideoJob`, `AudioJob`: a closed set, each mapped to one decoder
-method by `decode`), and what the event loop awaits (`MediaLoader`).
+the jobs it is given (`ImageJob`, `VideoJob`, `ClipJob`, `AudioJob`: a closed set, each mapped to
+one decoder method by `decode`), and what the event loop awaits (`MediaLoader`).
+
+A `VisionPreprocess` is the preprocessing of a vision-language model (Qwen3.5's processor): it
+makes each image's pixels itself (their size depends on the image) and says how many frames of a
+video it reads; a `ClipJob` samples a video for it and answers a `SampledVideo` (the frames' pixels
+and their times).
 
 Media worker processes import this module, and with it the contracts package: the standard
 library and the pure domain at run time, never torch (array types are named for the type checker
@@ -18,10 +23,12 @@ from vllm_srun.adapters.contracts.common import CardFields
 if TYPE_CHECKING:  # types only
     import numpy as np
     from numpy.typing import NDArray
+    from PIL.Image import Image
 
 __all__ = [
     "AudioDecoder",
     "AudioJob",
+    "ClipJob",
     "ImageJob",
     "MediaDecoder",
     "MediaError",
@@ -30,7 +37,9 @@ __all__ = [
     "MediaLoader",
     "MediaWorkerDied",
     "PixelSpec",
+    "SampledVideo",
     "VideoJob",
+    "VisionPreprocess",
     "decode",
 ]
 
@@ -54,6 +63,7 @@ class MediaLimits:
     max_frames: int = 0  # video: most frames a request may sample
     max_duration_s: float = 0.0  # video: longest duration
     max_decoded_frames: int = 0  # video: most frames decoded to find the samples
+    formats: tuple[str, ...] = ()  # the formats read (image: pillow's names; video: demuxers); empty: every one
 
     def check_bytes(self, data: bytes, what: str) -> None:
         """MediaError unless DATA (an image or a video, WHAT) holds 1..max_bytes bytes."""
@@ -94,6 +104,44 @@ class MediaDecoder(Protocol):
 
 
 @runtime_checkable
+class VisionPreprocess(Protocol):
+    """The preprocessing of a vision-language model: it makes each image's (and each sampled video
+    frame's) pixels itself, at a size that depends on the image, and decides how many frames of a
+    video it reads. Torch-free, hashable and picklable: it runs in media worker processes and keys
+    the decode cache."""
+
+    @property
+    def frame_multiple(self) -> int:
+        """A video's sampled frames are padded to a multiple of this (the last one repeated)."""
+        ...
+
+    def image_pixels(self, image: Image) -> NDArray[np.float32]:
+        """One upright image (any mode) → float32 [3, H, W], resized and normalised."""
+        ...
+
+    def frames_for(self, duration_s: float) -> int:
+        """How many frames a video lasting DURATION_S seconds is sampled into (before padding)."""
+        ...
+
+    def frame_pixels(self, image: Image, frames: int) -> NDArray[np.float32]:
+        """One sampled frame (any mode) of a video sampled into FRAMES frames → float32 [3, H, W]
+        (the same H × W for every frame of the video: they are all the size of this one)."""
+        ...
+
+
+@dataclass(frozen=True, eq=False)
+class SampledVideo:
+    """A video as a `VisionPreprocess` reads it (`ClipJob`)."""
+
+    pixels: NDArray[np.float32]  # [frames, 3, H, W]
+    times: tuple[float, ...]  # each sampled frame's start, in seconds from the video's first frame
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.pixels.nbytes)
+
+
+@runtime_checkable
 class AudioDecoder(Protocol):
     """Turns audio bytes into the features an audio model reads (a decoder may also be one)."""
 
@@ -125,6 +173,16 @@ class VideoJob:
 
 
 @dataclass(frozen=True)
+class ClipJob:
+    """Sample one video as a `VisionPreprocess` reads it (`MediaDecoder.clip`)."""
+
+    kind: ClassVar[str] = "video"
+    data: bytes
+    limits: MediaLimits
+    preprocess: PixelSpec
+
+
+@dataclass(frozen=True)
 class AudioJob:
     """Decode one audio file into features (`AudioDecoder.audio`)."""
 
@@ -135,16 +193,22 @@ class AudioJob:
     preprocess: PixelSpec
 
 
-MediaJob = ImageJob | VideoJob | AudioJob  # every job a decoder is given (pickled to media worker processes)
-MEDIA_JOBS = (ImageJob, VideoJob, AudioJob)  # the same, for isinstance checks on what a socket delivered
+MediaJob = ImageJob | VideoJob | ClipJob | AudioJob  # every job a decoder is given (pickled to media worker processes)
+MEDIA_JOBS = (ImageJob, VideoJob, ClipJob, AudioJob)  # the same, for isinstance checks on what a socket delivered
 
 
-def decode(decoder: MediaDecoder, job: MediaJob) -> NDArray[np.float32]:
+def decode(decoder: MediaDecoder, job: MediaJob) -> NDArray[np.float32] | SampledVideo:
     """Run JOB on DECODER: the one place a job kind meets the decoder method that does it."""
     if isinstance(job, ImageJob):
         return decoder.image(job.data, job.limits, job.preprocess)
     if isinstance(job, VideoJob):
         return decoder.video_frames(job.data, job.frames, job.limits, job.preprocess)
+    if isinstance(job, ClipJob):
+        clip = getattr(decoder, "clip", None)
+        if clip is None:
+            raise TypeError(f"{type(decoder).__name__} samples no video for a vision-language model")
+        result: SampledVideo = clip(job.data, job.limits, job.preprocess)
+        return result
     if isinstance(job, AudioJob):
         if not isinstance(decoder, AudioDecoder):
             raise TypeError(f"{type(decoder).__name__} decodes no audio")
@@ -165,6 +229,10 @@ class MediaLoader(Protocol):
     async def video(
         self, data: bytes, frames: int, limits: MediaLimits, preprocess: PixelSpec
     ) -> NDArray[np.float32]: ...
+
+    async def clip(self, data: bytes, limits: MediaLimits, preprocess: PixelSpec) -> SampledVideo:
+        """A video sampled as PREPROCESS (a `VisionPreprocess`) reads it."""
+        ...
 
     async def audio(self, data: bytes, fmt: str, limits: MediaLimits, preprocess: PixelSpec) -> NDArray[np.float32]: ...
 

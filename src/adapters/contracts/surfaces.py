@@ -1,6 +1,7 @@
 """What each surface (`/v1/embeddings`, `/v1/classify`, `/v1/rerank`, `/v1/decisions`) needs of a
 model, as a Protocol of its own, plus the extensions a model may add (`MediaEmbedder`: image and
-video items on `/v1/embeddings`; `AudioEmbedder`: audio items). A model that lists a surface implements it, and the runtime
+video items on `/v1/embeddings`; `AudioEmbedder`: audio items; `MediaQuestionAnswerer`: images and
+videos of a decision state). A model that lists a surface implements it, and the runtime
 checks that at load (`surface_contract_problems`), so a family that forgets one fails to load
 with a reason instead of failing requests.
 """
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from vllm_srun.adapters.contracts.capability import Capability
 from vllm_srun.adapters.contracts.common import Encoded
-from vllm_srun.adapters.contracts.decisions import AskedQuestion, PreparedState
+from vllm_srun.adapters.contracts.decisions import AskedQuestion, PreparedState, StateMedium
 from vllm_srun.adapters.contracts.family import LoadedModel
 from vllm_srun.adapters.contracts.media import MediaLimits, PixelSpec
 
@@ -26,6 +27,7 @@ __all__ = [
     "AudioEmbedder",
     "LogitsRow",
     "MediaEmbedder",
+    "MediaQuestionAnswerer",
     "PairScorer",
     "PromptedEmbedder",
     "QuestionAnswerer",
@@ -35,6 +37,7 @@ __all__ = [
     "TextEmbedder",
     "is_audio_embedder",
     "is_media_embedder",
+    "is_media_question_answerer",
     "is_pair_scorer",
     "is_prompted_embedder",
     "is_question_answerer",
@@ -127,15 +130,50 @@ class QuestionAnswerer(Protocol):
 
     cache_tag: str
 
-    def prepare(self, state: object, questions: Sequence[AskedQuestion], overflow: str | None = None) -> PreparedState:
+    def prepare(
+        self,
+        state: object,
+        questions: Sequence[AskedQuestion],
+        overflow: str | None = None,
+        media: Sequence[StateMedium] = (),
+    ) -> PreparedState:
         """Tokenize STATE (the text the questions read) and each question; a question that
         cannot be asked carries its `QuestionError` instead of ids. OVERFLOW (`reject` or
-        `truncate`) replaces the deployment's `input.overflow` for these questions (None: keep it)."""
+        `truncate`) replaces the deployment's `input.overflow` for these questions (None: keep it).
+        MEDIA (only for a `MediaQuestionAnswerer`) are read in front of the text, in order."""
         ...
 
     def share(self, prepared: PreparedState, allowed: bool = True) -> bool:
         """Whether the state runs once for all its questions (R-SC-2); never when the request's
         profile does not allow it (ALLOWED False: `Profile.shares_context`, R-PROF-1)."""
+        ...
+
+
+@runtime_checkable
+class MediaQuestionAnswerer(Protocol):
+    """`/v1/decisions` images and videos, on top of `QuestionAnswerer`: a state's media, decoded
+    by the `MediaLoader` with `preprocess` (a `VisionPreprocess`: images as `ImageJob`s, videos as
+    `ClipJob`s) within `image_limits` / `video_limits`, are given to `prepare` and read in front of
+    the state's text; every row that reads them runs in `media_lane`. `modalities` names `text`
+    and `image` (and `video` when it reads videos)."""
+
+    modalities: frozenset[str]
+    media_lane: str
+    image_limits: MediaLimits
+    video_limits: MediaLimits
+    max_video_tokens: int  # the videos of one request together
+    preprocess: PixelSpec
+
+    def media_tokens(self, kind: str, shape: tuple[int, ...]) -> int:
+        """Input tokens of one medium of KIND (image, video) whose pixels have SHAPE."""
+        ...
+
+    def min_media_tokens(self, kind: str) -> int:
+        """The fewest input tokens any medium of KIND takes (checked before anything is decoded)."""
+        ...
+
+    def max_media_tokens(self, kind: str) -> int:
+        """The most input tokens one medium of KIND may take (what admission counts it as)."""
         ...
 
 
@@ -179,6 +217,7 @@ is_text_classifier: Capability[TextClassifier] = Capability(TextClassifier)
 is_pair_scorer: Capability[PairScorer] = Capability(PairScorer)
 is_question_answerer: Capability[QuestionAnswerer] = Capability(QuestionAnswerer)
 is_media_embedder: Capability[MediaEmbedder] = Capability(MediaEmbedder)
+is_media_question_answerer: Capability[MediaQuestionAnswerer] = Capability(MediaQuestionAnswerer)
 is_audio_embedder: Capability[AudioEmbedder] = Capability(AudioEmbedder)
 
 
@@ -195,14 +234,14 @@ SURFACE_CONTRACTS: dict[str, SurfaceContract] = {
     "embeddings": SurfaceContract(TextEmbedder, (MediaEmbedder, AudioEmbedder)),
     "classify": SurfaceContract(TextClassifier),
     "rerank": SurfaceContract(PairScorer),
-    "decisions": SurfaceContract(QuestionAnswerer),
+    "decisions": SurfaceContract(QuestionAnswerer, (MediaQuestionAnswerer,)),
 }
 
 
 def surface_contract_problems(model: LoadedModel) -> list[str]:
     """One line per listed surface whose contract MODEL does not implement (or that is unknown),
     and one when it says it reads media (`modalities`) without implementing `MediaEmbedder`
-    (images, videos) or `AudioEmbedder` (audio)."""
+    (images, videos; `MediaQuestionAnswerer` for a decision model) or `AudioEmbedder` (audio)."""
     problems = []
     for surface in sorted(model.surfaces):
         contract = SURFACE_CONTRACTS.get(surface)
@@ -212,8 +251,9 @@ def surface_contract_problems(model: LoadedModel) -> list[str]:
             problems.append(f"lists surface {surface!r} but does not implement {contract.required.__name__}")
     modalities = set(getattr(model, "modalities", ()))
     media = modalities - {"text", "audio"}
-    if media and not isinstance(model, MediaEmbedder):
-        problems.append(f"reads {', '.join(sorted(media))} but does not implement MediaEmbedder")
+    reader = MediaQuestionAnswerer if "decisions" in model.surfaces else MediaEmbedder
+    if media and not isinstance(model, reader):
+        problems.append(f"reads {', '.join(sorted(media))} but does not implement {reader.__name__}")
     if "audio" in modalities and not isinstance(model, AudioEmbedder):
         problems.append("reads audio but does not implement AudioEmbedder")
     return problems

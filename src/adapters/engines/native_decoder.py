@@ -10,7 +10,9 @@ attention layers) through the same port: rows run back to back without padding (
 accounting), each only up to the position asked; the shared-context branches continue the state's
 recurrent state, conv tail and keys/values. On a CPU in FP32 the delta rule, the convolution and
 every layer (unshared forwards, the state's and the branches') run on the C++ kernels
-(engines/cpu_hybrid.py); elsewhere, or where they cannot be built, eager torch.
+(engines/cpu_hybrid.py); elsewhere, or where they cannot be built, eager torch. Over a Qwen3.5 with its
+vision tower (`models/qwen3_5_mm.py`) it also runs rows that read images and videos
+(`media_logits`) and states with their media (`prefix_kv(state_ids, media)`).
 """
 
 from __future__ import annotations
@@ -103,14 +105,30 @@ class NativeHybridDecoder:
             },
         }
 
-    def logits_at(self, input_ids: Any, positions: Any) -> Any:
-        return self.lm.logits_at(input_ids, positions=positions)
+    @property
+    def reads_media(self) -> bool:
+        """Does the backbone carry a vision tower (rows with images and videos)?"""
+        return bool(getattr(self.lm, "reads_media", False))
 
-    def prefix_kv(self, state_ids: Sequence[int]) -> Any:
+    def logits_at(self, input_ids: Any, positions: Any, state_lengths: Sequence[int] | None = None) -> Any:
+        return self.lm.logits_at(input_ids, positions=positions, state_lengths=state_lengths)
+
+    def prefix_kv(self, state_ids: Sequence[int], media: Sequence[Any] = ()) -> Any:
+        if media:
+            if not self.reads_media:
+                raise ValueError("this model reads no images or videos")
+            return self.lm.prefix_kv(list(state_ids), media=media)  # type: ignore[call-arg]
         return self.lm.prefix_kv(list(state_ids))
 
     def branch_logits(self, state: Any, branches: Sequence[Sequence[int]], *, chunk: int) -> Any:
         return self.lm.branch_logits(state, [list(b) for b in branches], chunk=chunk)
+
+    def media_logits(self, rows: Sequence[Any]) -> Any:
+        """Logits [R, V] after each row of `qwen3_5_mm.MediaRow`s (or (ids, media) pairs), packed."""
+        if not self.reads_media:
+            raise ValueError("this model reads no images or videos")
+        run = getattr(self.lm, "media_logits")  # noqa: B009 (Qwen35VisionLM only)
+        return run(rows)
 
 
 def native_decoder(

@@ -3,7 +3,9 @@
 Variants: `llama` (a SmolLM2-shaped Llama decoder: GQA, tied embeddings, ChatML tokens),
 `qwen3` (Qwen3: per-head q/k RMSNorm, ChatML with `<think>` tokens), and the Qwen3.5 hybrid
 backbone's `qwen3_5` (text-only) and `qwen3_5_mm` (the text part of a multimodal checkpoint),
-written by `qwen3_5_fixture.py` with Qwen3.5's byte-level BPE tokenizer. Weights come from numpy's
+written by `qwen3_5_fixture.py` with Qwen3.5's byte-level BPE tokenizer, and `qwen3_5_vision`
+(`qwen3_5_vision_fixture.py`: the multimodal checkpoint with its vision tower and processor
+configs, read whole; its golden requests add an image and a video question). Weights come from numpy's
 PCG64 generator (FP32 safetensors), so a seed writes the same bytes everywhere; `srun.json`
 declares the family's published precision (BF16) and spells out the prompt template. The
 tokenizer is a small lowercase word-level one built in code: words, letters, letter pairs (option
@@ -23,7 +25,7 @@ import numpy as np
 from vllm_srun.adapters.families.decision_prompts import DEFAULT_SYSTEM, TEMPLATES
 from vllm_srun.adapters.models.manifest import write_manifest
 
-VARIANTS = ("llama", "qwen3", "qwen3_5", "qwen3_5_mm")
+VARIANTS = ("llama", "qwen3", "qwen3_5", "qwen3_5_mm", "qwen3_5_vision")
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, POSITIONS = 64, 2, 4, 2, 16, 128, 1024
 WORDS = [
     "the",
@@ -314,6 +316,12 @@ def write_decision_fixture(out: Path, variant: str | None, seed: int) -> list[di
     variant = variant or "llama"
     if variant not in VARIANTS:
         raise ValueError(f"decision fixtures come in variants {', '.join(VARIANTS)} (got {variant!r})")
+    if variant == "qwen3_5_vision":  # reads images and videos (qwen3_5_vision_fixture.py)
+        from vllm_srun.adapters.families.qwen3_5_vision_fixture import golden_requests as media_requests
+        from vllm_srun.adapters.families.qwen3_5_vision_fixture import write_qwen3_5_vision_fixture
+
+        write_qwen3_5_vision_fixture(Path(out), seed, WORDS)
+        return media_requests(golden_requests())
     if variant.startswith("qwen3_5"):
         from vllm_srun.adapters.families.qwen3_5_fixture import write_qwen3_5_fixture
 

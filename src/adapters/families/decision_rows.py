@@ -12,6 +12,10 @@ prompt below the model's limit as it caps a classify input: with `overflow: reje
 its end until the longest question's prompt fits, and only a question whose own part leaves no
 room for the state still fails.
 
+A state's media (`StateMedium`, decoded by the surface) are written in front of its text inside
+the state part, as the text MEDIA_TEXT the model gives for them (its placeholder tokens): their
+tokens count in every prompt's length, are never cut, and `usage` counts them with the state.
+
 The types it fills and the two row layouts (`rows_for`: unshared, one `text`-lane row per
 question; shared, decided by `domain.shared_context.should_share`, one `shared`-lane row holding
 the state once and every question after it) are the contract with the decisions surface
@@ -30,6 +34,7 @@ from vllm_srun.adapters.contracts import (
     PreparedQuestion,
     PreparedState,
     QuestionError,
+    StateMedium,
 )
 from vllm_srun.adapters.contracts import QuestionRow as QuestionRow
 from vllm_srun.adapters.contracts import SharedRow as SharedRow
@@ -74,12 +79,15 @@ def prepare(
     max_input_tokens: int,
     limit_message: LimitMessage,
     budget: InputBudget = NO_BUDGET,
+    media: Sequence[StateMedium] = (),
+    media_text: str = "",
 ) -> PreparedState:
-    """STATE and QUESTIONS as token ids, each question within MAX_INPUTS_TOKENS and BUDGET (module doc)."""
+    """STATE and QUESTIONS as token ids, each question within MAX_INPUTS_TOKENS and BUDGET; MEDIA
+    (written as MEDIA_TEXT) in front of the state's text (module doc)."""
     template = tokens.template
     text = content_text(state)
-    (state_ids,) = tokens.encode([template.state_part(text, tokens.bos)])
-    out = PreparedState(state_ids)
+    (state_ids,) = tokens.encode([template.state_part(media_text + text, tokens.bos)])
+    out = PreparedState(state_ids, media=tuple(media))
     bodies: list[str] = []
     for asked in questions:
         item = PreparedQuestion(asked.name, asked.kind)
@@ -104,7 +112,7 @@ def prepare(
     if budget.overflow == "truncate" and encoded:
         longest = max(len(ids) for ids in encoded)
         if len(state_ids) + longest > limit:
-            out.state_ids = state_ids = cut_state(tokens, text, limit - longest)
+            out.state_ids = state_ids = cut_state(tokens, text, limit - longest, media_text)
     for item, ids in zip(ready, encoded):
         item.ids = ids
         total = len(state_ids) + len(ids)
@@ -118,20 +126,20 @@ def prepare(
     return out
 
 
-def cut_state(tokens: PromptTokens, text: str, room: int) -> tuple[int, ...]:
+def cut_state(tokens: PromptTokens, text: str, room: int, media_text: str = "") -> tuple[int, ...]:
     """The state part's ids with TEXT cut at its end to fit ROOM tokens (the template's own
-    tokens kept whole); the whole part when even an empty text does not fit (the questions then
-    fail on their length)."""
+    tokens and the media's, MEDIA_TEXT, kept whole); the whole part when even an empty text does
+    not fit (the questions then fail on their length)."""
     template, bos = tokens.template, tokens.bos
-    (empty,) = tokens.encode([template.state_part("", bos)])
+    (empty,) = tokens.encode([template.state_part(media_text, bos)])
     words = tokens.tokenizer.encode(text, add_special_tokens=False)
     keep = min(len(words.ids), room - len(empty))
     if keep < 0:
-        (whole,) = tokens.encode([template.state_part(text, bos)])
+        (whole,) = tokens.encode([template.state_part(media_text + text, bos)])
         return whole
     while True:  # a cut may merge into other tokens at its edge: step back until it fits
         end = words.offsets[keep - 1][1] if keep > 0 else 0
-        (ids,) = tokens.encode([template.state_part(text[:end], bos)])
+        (ids,) = tokens.encode([template.state_part(media_text + text[:end], bos)])
         if len(ids) <= room or keep == 0:
             return ids
         keep -= 1

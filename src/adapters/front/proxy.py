@@ -41,7 +41,13 @@ from vllm_srun.adapters.front.metrics import FrontMetrics
 from vllm_srun.adapters.front.responses import send_error, send_response, server_timing
 from vllm_srun.adapters.http.auth import TENANT_HEADER, tenant_of
 from vllm_srun.adapters.http.errors import status_for
-from vllm_srun.adapters.http.request_body import content_encoding, decode_document, inflated_size, read_body
+from vllm_srun.adapters.http.request_body import (
+    content_encoding,
+    content_type,
+    decode_document,
+    inflated_size,
+    read_body,
+)
 from vllm_srun.adapters.offload import TRIM_BYTES, Offload
 from vllm_srun.adapters.tracing.port import NOOP, Headers, Tracer
 from vllm_srun.adapters.workers.http_client import WorkerResponse, WorkerUnavailable, WorkerUnreachable
@@ -116,7 +122,8 @@ class Proxy:
                 raise Draining("the front is shutting down; retry on another instance")
             encoding = content_encoding(scope)
             size = inflated_size(len(body), encoding, self.max_request_bytes)  # a small compressed body may inflate
-            doc, body = await self.offload.run(decode_document, body, encoding, self.max_request_bytes, size=size)
+            kind = content_type(scope)  # a multipart body (typesafe-sdk's media assets) goes on as JSON
+            doc, body = await self.offload.run(decode_document, body, encoding, self.max_request_bytes, kind, size=size)
             deployment = deployment_for(self.fleet, bodies.requested_model(doc, scope["path"]))
             label = deployment.name
             parse_ms = (time.perf_counter() - start) * 1000

@@ -25,8 +25,16 @@ from vllm_srun.adapters.cancellation import wait_disconnect
 from vllm_srun.adapters.http.auth import Authenticator, AuthMiddleware, tenant_of
 from vllm_srun.adapters.http.errors import JSON, code_of, exception_handlers, status_for
 from vllm_srun.adapters.http.liveness import live
+from vllm_srun.adapters.http.multipart import as_json, is_multipart
 from vllm_srun.adapters.http.openapi import YAML, openapi_json, openapi_yaml
-from vllm_srun.adapters.http.request_body import content_encoding, decode_request, decompress, inflated_size, read_body
+from vllm_srun.adapters.http.request_body import (
+    content_encoding,
+    content_type,
+    decode_request,
+    decompress,
+    inflated_size,
+    read_body,
+)
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
 from vllm_srun.adapters.offload import REQUEST_BYTES, TRIM_BYTES, Offload
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
@@ -48,27 +56,34 @@ log = logging.getLogger("vllm_srun.http")
 
 
 class Body:
-    """A request's body as sent (possibly compressed), until WORK decodes it."""
+    """A request's body as sent (possibly compressed, or multipart), until WORK decodes it."""
 
-    __slots__ = ("encoding", "limit", "raw", "size")
+    __slots__ = ("encoding", "kind", "limit", "raw", "size")
 
-    def __init__(self, raw: bytes, encoding: str | None, limit: int, size: int) -> None:
+    def __init__(self, raw: bytes, encoding: str | None, limit: int, size: int, kind: str | None = None) -> None:
         self.raw = raw
         self.encoding = encoding
         self.limit = limit
         self.size = size  # at most what it inflates to: where it is decoded
+        self.kind = kind  # its Content-Type
 
     async def decode(self, offload: Offload, decoder: msgspec.json.Decoder[Any]) -> tuple[Any, int]:
         """The request Struct and the plain body's size (R-ADM-1 counts it), decoded off the
         event loop when the body is large or compressed; the bytes are let go once decoded."""
         raw, self.raw = self.raw, b""
-        return await offload.run(_decode, decoder, raw, self.encoding, self.limit, size=self.size)
+        return await offload.run(_decode, decoder, raw, self.encoding, self.limit, self.kind, size=self.size)
 
 
-def _decode(decoder: msgspec.json.Decoder[Any], body: bytes, encoding: str | None, limit: int) -> tuple[Any, int]:
-    """BODY inflated, then decoded and held to the JSON limits (`request_body.py`)."""
+def _decode(
+    decoder: msgspec.json.Decoder[Any], body: bytes, encoding: str | None, limit: int, kind: str | None = None
+) -> tuple[Any, int]:
+    """BODY inflated (a multipart body made the JSON it stands for), then decoded and held to the
+    JSON limits (`request_body.py`)."""
     if encoding is not None:
         body = decompress(body, encoding, limit)
+    if is_multipart(kind):
+        assert kind is not None
+        body = as_json(body, kind)
     return decode_request(decoder, body, None, limit), len(body)
 
 
@@ -93,7 +108,7 @@ def _post_handler(
             encoding = content_encoding(request.scope)  # e.g. typesafe-sdk's zstd bodies
             size = inflated_size(len(raw), encoding, max_request_bytes)  # a small compressed body may inflate
             REQUEST_BYTES.set(size)  # the surfaces prepare a large request off the loop
-            body = Body(raw, encoding, max_request_bytes, size)
+            body = Body(raw, encoding, max_request_bytes, size, content_type(request.scope))
             del raw
             disconnected: Callable[[], Awaitable[None]] = lambda: wait_disconnect(request.receive)  # noqa: E731
             result = await work(body, timing, disconnected, label, _tcp_peer(request.scope), tenant_of(request.scope))

@@ -8,7 +8,9 @@
    when it can. The inflated body is held to the same limit, so a small compressed body cannot
    expand without bound (a "zip bomb" stops at limit + 1 bytes); a truncated stream or an
    unknown coding is a 400.
-3. JSON: a body that is not JSON, has a lone UTF-16 surrogate, nests deeper than
+3. `multipart/form-data` (the `typesafe-sdk` client's System One request with media assets) is
+   turned into the JSON body it stands for (`multipart.py`), then read as JSON.
+4. JSON: a body that is not JSON, has a lone UTF-16 surrogate, nests deeper than
    `MAX_JSON_DEPTH` or holds an integer beyond 64 bits is a 400 with a one-line message, before
    anything else reads it (`check_json_values` walks the decoded value without recursion).
 
@@ -26,6 +28,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from vllm_srun.adapters.http.allowed_values import with_allowed_values
+from vllm_srun.adapters.http.multipart import as_json, is_multipart
 from vllm_srun.domain.errors import Cancelled, InvalidRequest, RequestTimeout, RequestTooLarge
 
 MAX_JSON_DEPTH = 64  # objects and arrays inside one another, the outermost counting 1
@@ -50,6 +53,11 @@ def header(scope: Mapping[str, Any], name: bytes) -> bytes | None:
 
 def content_encoding(scope: Mapping[str, Any]) -> str | None:
     value = header(scope, b"content-encoding")
+    return None if value is None else value.decode("latin-1")
+
+
+def content_type(scope: Mapping[str, Any]) -> str | None:
+    value = header(scope, b"content-type")
     return None if value is None else value.decode("latin-1")
 
 
@@ -125,7 +133,8 @@ def _zstd_decompressor() -> Any:
 
 # ---- JSON ------------------------------------------------------------------------------------------
 def decode_request(decoder: msgspec.json.Decoder[T], body: bytes, encoding: str | None, limit: int) -> T:
-    """The worker's entry point: the body as the route's request Struct."""
+    """The worker's entry point: the body as the route's request Struct (a multipart body is made
+    JSON before: `http/app.py`)."""
     if encoding is not None:
         body = decompress(body, encoding, limit)
     try:
@@ -136,10 +145,16 @@ def decode_request(decoder: msgspec.json.Decoder[T], body: bytes, encoding: str 
     return value
 
 
-def decode_document(body: bytes, encoding: str | None, limit: int) -> tuple[dict[str, Any], bytes]:
-    """The front's entry point: the body as a JSON object, and the plain (inflated) bytes."""
+def decode_document(
+    body: bytes, encoding: str | None, limit: int, kind: str | None = None
+) -> tuple[dict[str, Any], bytes]:
+    """The front's entry point: the body as a JSON object, and the plain (inflated) JSON bytes
+    (KIND: its Content-Type; a multipart body becomes the JSON it stands for)."""
     if encoding is not None:
         body = decompress(body, encoding, limit)
+    if is_multipart(kind):
+        assert kind is not None
+        body = as_json(body, kind)
     try:
         doc = _untyped.decode(body)
     except (msgspec.DecodeError, RecursionError) as exc:

@@ -7,6 +7,11 @@ decoded, turned upright by its EXIF orientation, and preprocessed (`preprocess.p
 goes wrong with the bytes is a `MediaError` with one line; nothing a hostile input does escapes
 as another exception. Audio (`audio.py`) is decoded to mono samples at the model's rate and
 turned into its log-mel features (`audio_features.py`).
+
+A vision-language model's `VisionPreprocess` makes the pixels itself (`image_pixels`), and its
+videos are sampled into as many frames as it asks for their duration (`clip`: pixels and times).
+`MediaLimits.formats` narrows the formats a model reads (a decision model: PNG, JPEG, WebP;
+MP4/MOV and Matroska/WebM).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import warnings
 import numpy as np
 from PIL import Image, ImageOps
 
-from vllm_srun.adapters.contracts.media import MediaError, MediaLimits, PixelSpec
+from vllm_srun.adapters.contracts.media import MediaError, MediaLimits, PixelSpec, SampledVideo, VisionPreprocess
 from vllm_srun.adapters.media.preprocess import ImagePreprocess, pixels
 
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
@@ -43,19 +48,22 @@ def signature(data: bytes) -> str | None:
 def open_image(data: bytes, limits: MediaLimits) -> Image.Image:
     """The decoded, upright image; MediaError for anything bad or oversize."""
     limits.check_bytes(data, "image")
+    formats = limits.formats or IMAGE_FORMATS
+    claimed = signature(data)
+    if claimed is not None and claimed not in formats:
+        raise MediaError(f"a {claimed} image, and this model reads {', '.join(formats)} only")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
-            image = Image.open(io.BytesIO(data), formats=IMAGE_FORMATS)
+            image = Image.open(io.BytesIO(data), formats=formats)
         except Image.DecompressionBombError:
             raise MediaError(
                 "the image header declares more pixels than pillow ever decodes (a decompression bomb)"
             ) from None
         except Image.UnidentifiedImageError:
-            claimed = signature(data)
             if claimed is not None:
                 raise MediaError(f"corrupt {claimed} image: its header cannot be read") from None
-            raise MediaError(f"not an image in a supported format ({', '.join(IMAGE_FORMATS)})") from None
+            raise MediaError(f"not an image in a supported format ({', '.join(formats)})") from None
         except Exception as exc:  # any parser error on hostile bytes is the input's fault
             raise MediaError(f"unreadable image header ({_reason(exc)})") from None
     width, height = image.size
@@ -95,12 +103,40 @@ class PillowAvDecoder:
         return found
 
     def image(self, data: bytes, limits: MediaLimits, preprocess: PixelSpec) -> np.ndarray:
+        if isinstance(preprocess, VisionPreprocess):
+            image = open_image(data, limits)
+            try:
+                return preprocess.image_pixels(image)
+            except MemoryError:
+                raise MediaError("the image is too large to preprocess") from None
+            except ValueError as exc:  # the processor refuses its size (an aspect ratio past its limit)
+                raise MediaError(f"the image cannot be preprocessed: {_reason(exc)}") from None
         spec = _spec(preprocess)
         image = open_image(data, limits)
         try:
             return pixels(image, spec, self.tables(spec))
         except MemoryError:
             raise MediaError("the image is too large to preprocess") from None
+
+    def clip(self, data: bytes, limits: MediaLimits, preprocess: PixelSpec) -> SampledVideo:
+        """A video sampled as a vision-language model's PREPROCESS reads it (`ClipJob`)."""
+        from vllm_srun.adapters.media.video import sample_clip  # PyAV loads only where a video comes
+
+        if not isinstance(preprocess, VisionPreprocess):
+            raise TypeError(f"a clip is sampled for a VisionPreprocess, not a {type(preprocess).__name__}")
+        try:
+            frames, times = sample_clip(data, preprocess.frames_for, limits, preprocess.frame_pixels)
+        except MemoryError:
+            raise MediaError("the video is too large to preprocess") from None
+        except ValueError as exc:  # MediaError is one; the processor refuses its frames' size
+            if isinstance(exc, MediaError):
+                raise
+            raise MediaError(f"the video cannot be preprocessed: {_reason(exc)}") from None
+        pad = -len(frames) % max(1, preprocess.frame_multiple)  # the last frame repeated, as the processor does
+        if pad:
+            frames = np.concatenate([frames, np.repeat(frames[-1:], pad, axis=0)])
+            times = times + (times[-1],) * pad
+        return SampledVideo(frames, times)
 
     def video_frames(self, data: bytes, frames: int, limits: MediaLimits, preprocess: PixelSpec) -> np.ndarray:
         from vllm_srun.adapters.media.video import sample_video  # PyAV loads only where a video comes

@@ -3,10 +3,11 @@
 - `--media-workers N` (N ≥ 1): jobs go to N media worker processes (`pool.py`), started when a
   model that reads media loads; `0`: the decoder runs in a thread of the request path. The same
   decoder code runs either way, so the pixels are identical.
-- Decode once: the preprocessed pixels (audio: features) are kept in a bounded LRU (entries and
-  bytes) keyed by the SHA-256 of the bytes, the kind (image, video and its frame count, or audio
-  and its declared format), the limits and the preprocessing. Concurrent requests for the same content share one decode. Bad media is not
-  cached. Cached arrays are read-only.
+- Decode once: the preprocessed pixels (audio: features; a vision-language model's video: a
+  `SampledVideo`, pixels and frame times) are kept in a bounded LRU (entries and bytes) keyed by
+  the SHA-256 of the bytes, the kind (image, video and its frame count, a clip, or audio and its
+  declared format), the limits and the preprocessing. Concurrent requests for the same content
+  share one decode. Bad media is not cached. Cached arrays are read-only.
 - `/metrics`: lookups (`vllm_srun_media_decode_cache_total{outcome}`), entries and bytes
   (gauges), decode seconds by kind, worker replacements.
 """
@@ -25,11 +26,13 @@ import numpy as np
 
 from vllm_srun.adapters.contracts.media import (
     AudioJob,
+    ClipJob,
     ImageJob,
     MediaDecoder,
     MediaJob,
     MediaLimits,
     PixelSpec,
+    SampledVideo,
     VideoJob,
     decode,
 )
@@ -37,6 +40,17 @@ from vllm_srun.adapters.media.pool import DEFAULT_DECODER, MediaWorkerPool
 from vllm_srun.adapters.media.worker import load_decoder
 from vllm_srun.domain.cache import LruCache
 from vllm_srun.domain.media import DECODE_CACHE_BYTES, DECODE_CACHE_ENTRIES
+
+Decoded = np.ndarray | SampledVideo  # what the cache keeps: pixels (features), or a sampled clip
+
+
+def _read_only(decoded: Any) -> Decoded:
+    """DECODED as float32 and read-only (a clip's pixels likewise)."""
+    if isinstance(decoded, SampledVideo):
+        return SampledVideo(_read_only(decoded.pixels), tuple(decoded.times))  # type: ignore[arg-type]
+    pixels = np.asarray(decoded, dtype=np.float32)
+    pixels.setflags(write=False)
+    return pixels
 
 
 class MediaService:
@@ -59,9 +73,9 @@ class MediaService:
         replaced = (lambda why: metrics.media_workers_replaced.inc({"reason": why})) if metrics is not None else None
         self._pool = MediaWorkerPool(workers, decoder, env=env, on_replaced=replaced) if workers > 0 else None
         self._inline: MediaDecoder | None = None
-        self._cache: LruCache[np.ndarray] = LruCache(cache_entries, max_weight=cache_bytes)
+        self._cache: LruCache[Decoded] = LruCache(cache_entries, max_weight=cache_bytes)
         self._lock = threading.Lock()
-        self._inflight: dict[Hashable, asyncio.Future[np.ndarray]] = {}
+        self._inflight: dict[Hashable, asyncio.Future[Decoded]] = {}
         self._metrics = metrics
         self.hits = 0  # cache hits, a decode shared with a concurrent request included
         self.misses = 0
@@ -91,11 +105,17 @@ class MediaService:
         key = ("video", hashlib.sha256(data).digest(), frames, limits, preprocess)
         return await self._once(key, VideoJob(data, frames, limits, preprocess))
 
+    async def clip(self, data: bytes, limits: MediaLimits, preprocess: PixelSpec) -> SampledVideo:
+        key = ("video", hashlib.sha256(data).digest(), "clip", limits, preprocess)
+        found = await self._once(key, ClipJob(data, limits, preprocess))
+        assert isinstance(found, SampledVideo)
+        return found
+
     async def audio(self, data: bytes, fmt: str, limits: MediaLimits, preprocess: PixelSpec) -> np.ndarray:
         key = ("audio", hashlib.sha256(data).digest(), fmt, limits, preprocess)
         return await self._once(key, AudioJob(data, fmt, limits, preprocess))
 
-    async def _once(self, key: Hashable, job: MediaJob) -> np.ndarray:
+    async def _once(self, key: Hashable, job: MediaJob) -> Any:
         kind = job.kind
         with self._lock:
             found = self._cache.get(key)
@@ -112,7 +132,7 @@ class MediaService:
         task.add_done_callback(lambda _: self._inflight.pop(key, None))
         return await asyncio.shield(task)
 
-    async def _decode(self, key: Hashable, job: MediaJob) -> np.ndarray:
+    async def _decode(self, key: Hashable, job: MediaJob) -> Decoded:
         started = time.perf_counter()
         if self._pool is not None:
             decoded = await self._pool.run(job)
@@ -121,13 +141,12 @@ class MediaService:
                 self.start()
             assert self._inline is not None
             decoded = await asyncio.to_thread(decode, self._inline, job)
-        pixels = np.asarray(decoded, dtype=np.float32)
-        pixels.setflags(write=False)
+        kept = _read_only(decoded)
         if self._metrics is not None:
             self._metrics.media_decode_seconds.observe(time.perf_counter() - started, {"kind": job.kind})
         with self._lock:
-            self._cache.put(key, pixels, weight=pixels.nbytes)
-        return pixels
+            self._cache.put(key, kept, weight=kept.nbytes)
+        return kept
 
     def _held(self, kind: str, weighed: bool) -> float:
         """Entries (or their bytes) of KIND in the cache."""

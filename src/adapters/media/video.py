@@ -10,6 +10,8 @@ the duration (`domain/media.py`), preprocess each sample like an image.
   instant. Frames are decoded in order (up to the last sample) and only the picked ones are
   converted to RGB. Frames that stop before three quarters of the duration the header declares
   are refused as a truncated file. Rotation metadata is not applied.
+- N is the request's (`sample_video`), or decided from the duration (`sample_clip`, for a
+  vision-language model's processor, which also gets each sample's time).
 """
 
 from __future__ import annotations
@@ -26,24 +28,33 @@ from vllm_srun.adapters.contracts.media import MediaError, MediaLimits
 from vllm_srun.domain.media import FramePicker, sample_times
 
 CONTAINERS = "MP4/MOV, Matroska/WebM, AVI, GIF, MPEG-TS"
+CONTAINER_NAMES = {"mov": "MP4/MOV", "matroska": "Matroska/WebM", "avi": "AVI", "gif": "GIF", "mpegts": "MPEG-TS"}
 TRUNCATED = 0.75  # frames that stop before this share of the declared duration: a truncated file
 ToPixels = Callable[[Image.Image], np.ndarray]
+FramePixels = Callable[[Image.Image, int], np.ndarray]  # (a sampled frame, how many are sampled) → pixels
 
 
-def container_format(data: bytes) -> str:
-    """The demuxer for DATA, from its first bytes; MediaError when it is no container we read."""
+def container_format(data: bytes, formats: tuple[str, ...] = ()) -> str:
+    """The demuxer for DATA, from its first bytes; MediaError when it is no container we read, or
+    not one of FORMATS (demuxer names; empty: any)."""
     head = data[:16]
+    found = None
     if head[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip"):
-        return "mov"
-    if head.startswith(b"\x1a\x45\xdf\xa3"):
-        return "matroska"
-    if head.startswith(b"RIFF") and head[8:12] == b"AVI ":
-        return "avi"
-    if head.startswith((b"GIF87a", b"GIF89a")):
-        return "gif"
-    if len(data) > 376 and data[0] == 0x47 and data[188] == 0x47 and data[376] == 0x47:
-        return "mpegts"
-    raise MediaError(f"not a video in a supported container ({CONTAINERS})")
+        found = "mov"
+    elif head.startswith(b"\x1a\x45\xdf\xa3"):
+        found = "matroska"
+    elif head.startswith(b"RIFF") and head[8:12] == b"AVI ":
+        found = "avi"
+    elif head.startswith((b"GIF87a", b"GIF89a")):
+        found = "gif"
+    elif len(data) > 376 and data[0] == 0x47 and data[188] == 0x47 and data[376] == 0x47:
+        found = "mpegts"
+    read = ", ".join(CONTAINER_NAMES[f] for f in formats) if formats else CONTAINERS
+    if found is None:
+        raise MediaError(f"not a video in a supported container ({read})")
+    if formats and found not in formats:
+        raise MediaError(f"a {CONTAINER_NAMES[found]} video, and this model reads {read} only")
+    return found
 
 
 def _open(data: bytes, fmt: str) -> Any:
@@ -116,7 +127,17 @@ def sample_video(data: bytes, frames: int, limits: MediaLimits, to_pixels: ToPix
     limits.check_bytes(data, "video")
     if limits.max_frames and not 1 <= frames <= limits.max_frames:
         raise MediaError(f"frames must be between 1 and {limits.max_frames} (got {frames})")
-    fmt = container_format(data)
+    pixels, _ = sample_clip(data, lambda _: frames, limits, lambda image, _: to_pixels(image))
+    return pixels
+
+
+def sample_clip(
+    data: bytes, frames_for: Callable[[float], int], limits: MediaLimits, to_pixels: FramePixels
+) -> tuple[np.ndarray, tuple[float, ...]]:
+    """The preprocessed frames, [N, 3, H, W] float32, N = FRAMES_FOR(the duration in seconds), and
+    each sample's time: the start of the frame it took, in seconds from the first frame."""
+    limits.check_bytes(data, "video")
+    fmt = container_format(data, limits.formats)
     with _open(data, fmt) as container:
         if not container.streams.video:
             raise MediaError("the file has no video stream")
@@ -125,7 +146,11 @@ def sample_video(data: bytes, frames: int, limits: MediaLimits, to_pixels: ToPix
     start: float | None = None
     if duration is None:
         start, duration = _measure(data, fmt, limits)
+    frames = frames_for(duration)
+    if frames < 1 or (limits.max_frames and frames > limits.max_frames):
+        raise MediaError(f"frames must be between 1 and {limits.max_frames or frames} (got {frames})")
     picked: list[np.ndarray | None] = [None] * frames
+    times = [0.0] * frames
     with _open(data, fmt) as container:
         stream = container.streams.video[0]
         picker: FramePicker | None = None
@@ -139,9 +164,10 @@ def sample_video(data: bytes, frames: int, limits: MediaLimits, to_pixels: ToPix
                 picker = FramePicker(sample_times(origin, duration, frames))
             served = picker.offer(time)
             if served:  # the frame before this one is shown at these instants (the first frame: itself)
-                converted = to_pixels((frame if last is None else last).to_image())
+                converted = to_pixels((frame if last is None else last).to_image(), frames)
+                shown = (time if last is None else last_time) - first_time
                 for i in served:
-                    picked[i] = converted
+                    picked[i], times[i] = converted, shown
             last_time, last = time, frame
             count += 1
             if picker.done:
@@ -156,7 +182,7 @@ def sample_video(data: bytes, frames: int, limits: MediaLimits, to_pixels: ToPix
                     f"the video stops after {last_time + step - first_time:.2f} s of the {duration:.2f} s "
                     "its header declares (truncated)"
                 )
-            converted = to_pixels(last.to_image())
+            converted = to_pixels(last.to_image(), frames)
             for i in rest:
-                picked[i] = converted
-    return np.stack([p for p in picked if p is not None])
+                picked[i], times[i] = converted, last_time - first_time
+    return np.stack([p for p in picked if p is not None]), tuple(times)

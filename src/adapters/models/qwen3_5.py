@@ -15,7 +15,13 @@ Public calls:
   each continuing the state and never seeing another question.
 
 Weights: `model.*` (text-only checkpoints) or `model.language_model.*` (multimodal ones; the
-vision tower `model.visual.*` and the multi-token-prediction `mtp.*` weights are not read).
+vision tower `model.visual.*` (read by `qwen3_5_mm.Qwen35VisionLM`) and the multi-token-prediction
+`mtp.*` weights are not read here).
+
+`attention_mode` (srun.json or config.json, default `causal`; `qwen3_5_layers.Visibility`) says
+what the full-attention layers' queries see when a row is a state followed by a question: the
+packed calls take each row's state length (`state_lengths`; without them a whole row is state),
+`prefix_kv` runs a state as all state, and `branch_logits` runs questions that see the whole state.
 """
 
 from __future__ import annotations
@@ -34,7 +40,13 @@ from torch import nn
 from vllm_srun.adapters.models.gated_delta import Segments
 from vllm_srun.adapters.models.qwen3_5_config import Qwen35Config
 from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS, HybridKernels, LayerState
-from vllm_srun.adapters.models.qwen3_5_layers import Qwen35Layer, ZeroCenteredRMSNorm
+from vllm_srun.adapters.models.qwen3_5_layers import (
+    ATTENTION_MODES,
+    CAUSAL,
+    Qwen35Layer,
+    Visibility,
+    ZeroCenteredRMSNorm,
+)
 
 MULTIMODAL_PREFIX = "model.language_model."
 SKIPPED_PREFIXES = ("model.visual.", "mtp.", "model.mtp.")
@@ -42,10 +54,34 @@ SKIPPED_PREFIXES = ("model.visual.", "mtp.", "model.mtp.")
 
 @dataclass
 class HybridState:
-    """A shared state run once (`prefix_kv`): what each layer leaves for its continuations."""
+    """A shared state run once (`prefix_kv`): what each layer leaves for its continuations, its
+    token count, and the rotary position its continuations start at (None: its length; after
+    images or videos the multimodal positions run shorter than the tokens)."""
 
     layers: list[LayerState]
     length: int
+    position: int | None = None
+
+    @property
+    def next_position(self) -> int:
+        return self.length if self.position is None else self.position
+
+
+def read_attention_mode(folder: str | Path) -> str:
+    """The package's `attention_mode`: srun.json's, else config.json's, else `causal`; ValueError
+    for a value we do not know."""
+    import json
+
+    for name in ("srun.json", "config.json"):
+        path = Path(folder) / name
+        if path.is_file():
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            value = raw.get("attention_mode") if isinstance(raw, dict) else None
+            if value is not None:
+                if value not in ATTENTION_MODES:
+                    raise ValueError(f"{name} attention_mode {value!r} is not one of {', '.join(ATTENTION_MODES)}")
+                return str(value)
+    return "causal"
 
 
 class Qwen35Body(nn.Module):
@@ -79,6 +115,7 @@ class Qwen35LM(nn.Module):
         # what runs the delta rule, the convolution and the layer loop (`qwen3_5_kernels.py`);
         # an engine sets its own (engines/cpu_hybrid.py on a CPU in FP32)
         self.kernels: HybridKernels = TORCH_KERNELS
+        self.attention_mode = "causal"  # module doc; from_pretrained reads the package's
 
     # ---------------------------------------------------------------- building
     @classmethod
@@ -101,6 +138,7 @@ class Qwen35LM(nn.Module):
             raise ValueError(
                 f"weights in {folder} do not fit the Qwen3.5 layout: missing {missing[:5]}, unexpected {unexpected[:5]}"
             )
+        model.attention_mode = read_attention_mode(folder)
         return model.eval().requires_grad_(False)
 
     @classmethod
@@ -146,6 +184,12 @@ class Qwen35LM(nn.Module):
         angles = torch.cat((freqs, freqs), dim=-1)[:, None]
         return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
 
+    def visibility(self, state_lengths: Sequence[int] | None = None) -> Visibility:
+        """What the full-attention queries see under this model's attention_mode (module doc)."""
+        if self.attention_mode == "causal":
+            return CAUSAL
+        return Visibility(self.attention_mode, None if state_lengths is None else tuple(int(n) for n in state_lengths))
+
     def _run(
         self,
         ids: torch.Tensor,
@@ -154,21 +198,36 @@ class Qwen35LM(nn.Module):
         prefix: HybridState | None = None,
         keep: bool = False,
         kernels: HybridKernels | None = None,
+        vis: Visibility = CAUSAL,
     ) -> tuple[torch.Tensor, list[LayerState]]:
         """Final-normed hidden states [N, H] of the rows of SEG (positions from START), and what
         every layer leaves for continuations (KEEP: complete; else it may be empty or lack the
         recurrent states). KERNELS: these instead of the model's own."""
-        kernels = kernels or self.kernels
         x = self.model.embed_tokens(ids)
-        rope = self.rotary(seg.offset + start)
+        return self._layers(x, seg, self.rotary(seg.offset + start), prefix, vis, keep, kernels)
+
+    def _layers(
+        self,
+        x: torch.Tensor,
+        seg: Segments,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        prefix: HybridState | None = None,
+        vis: Visibility = CAUSAL,
+        keep: bool = False,
+        kernels: HybridKernels | None = None,
+    ) -> tuple[torch.Tensor, list[LayerState]]:
+        """The blocks and the final norm over input embeddings X [N, H] with rotary ROPE; every
+        layer in one call where KERNELS can and the queries see causally (VIS), else layer by layer."""
+        kernels = kernels or self.kernels
         before = prefix.layers if prefix is not None else None
-        stacked = kernels.layers(self, x, seg, rope, before, keep)  # every layer in one call, where it can
-        if stacked is not None:
-            return stacked
+        if vis.mode == "causal":
+            stacked = kernels.layers(self, x, seg, rope, before, keep)
+            if stacked is not None:
+                return stacked
         kept = []
         split = self.split_attention
         for i, layer in enumerate(self.model.blocks):
-            x, state = layer(x, seg, rope, before[i] if before is not None else None, split, kernels, keep)
+            x, state = layer(x, seg, rope, before[i] if before is not None else None, split, kernels, keep, vis)
             kept.append(state)
         return self.model.norm(x), kept
 
@@ -188,9 +247,11 @@ class Qwen35LM(nn.Module):
         ids: torch.Tensor | Sequence[int],
         cu_seqlens: torch.Tensor | Sequence[int],
         kernels: HybridKernels | None = None,
+        state_lengths: Sequence[int] | None = None,
     ) -> torch.Tensor:
         """Final-normed hidden states [N, hidden] of rows laid back to back: IDS [N], CU_SEQLENS
-        [R+1] (0, end of row 0, end of row 1, …); KERNELS: these instead of the model's own."""
+        [R+1] (0, end of row 0, end of row 1, …); KERNELS: these instead of the model's own;
+        STATE_LENGTHS: each row's state tokens (module doc)."""
         cu = [int(c) for c in torch.as_tensor(cu_seqlens).tolist()]
         if len(cu) < 2 or cu[0] != 0 or any(b <= a for a, b in itertools.pairwise(cu)):
             raise ValueError("cu_seqlens must start at 0 and grow by at least one token per row")
@@ -198,14 +259,14 @@ class Qwen35LM(nn.Module):
         if tokens.shape[0] != cu[-1]:
             raise ValueError(f"{tokens.shape[0]} token ids for rows of {cu[-1]} tokens")
         seg = Segments.of([b - a for a, b in itertools.pairwise(cu)], self.device)
-        return self._run(tokens, seg, kernels=kernels)[0]
+        return self._run(tokens, seg, kernels=kernels, vis=self.visibility(state_lengths))[0]
 
     @torch.inference_mode()
-    def packed_logits(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+    def packed_logits(self, rows: Sequence[Sequence[int]], state_lengths: Sequence[int] | None = None) -> torch.Tensor:
         """Next-token logits [R, vocab] after the last token of each row (rows of ≥ 1 token)."""
         seg = Segments.of([len(r) for r in rows], self.device)
         ids = self._ids([t for r in rows for t in r])
-        h, _ = self._run(ids, seg)
+        h, _ = self._run(ids, seg, vis=self.visibility(state_lengths))
         return self.head_logits(h[seg.ends - 1])
 
     @torch.inference_mode()
@@ -226,9 +287,11 @@ class Qwen35LM(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
+        state_lengths: Sequence[int] | None = None,
     ) -> torch.Tensor:
         """Next-token logits [B, V] at one position per row of right-padded IDS (default: each
-        row's last real token); each row runs packed, only up to that position."""
+        row's last real token); each row runs packed, only up to that position (STATE_LENGTHS:
+        module doc)."""
         ids = self._ids(input_ids)
         b, t = ids.shape
         if positions is None:
@@ -237,7 +300,7 @@ class Qwen35LM(nn.Module):
         if any(not 0 < n <= t for n in upto):
             raise ValueError(f"positions must lie within the rows' {t} tokens")
         seg = Segments.of(upto, self.device)
-        h, _ = self._run(ids[seg.row, seg.offset], seg)
+        h, _ = self._run(ids[seg.row, seg.offset], seg, vis=self.visibility(state_lengths))
         return self.head_logits(h[seg.ends - 1])
 
     # ---------------------------------------------------------------- shared context (R-SC)
@@ -247,7 +310,7 @@ class Qwen35LM(nn.Module):
         ids = self._ids(state_ids).reshape(-1)
         if ids.shape[0] < 1:
             raise ValueError("a shared state needs at least one token")
-        _, kept = self._run(ids, Segments.of([ids.shape[0]], self.device), keep=True)
+        _, kept = self._run(ids, Segments.of([ids.shape[0]], self.device), keep=True, vis=self.visibility())
         return HybridState(kept, ids.shape[0])
 
     @torch.inference_mode()
@@ -270,7 +333,10 @@ class Qwen35LM(nn.Module):
         for lo in range(0, len(rows), step):
             part = rows[lo : lo + step]
             seg = Segments.of([len(r) for r in part], self.device)
-            h, _ = self._run(self._ids([t for r in part for t in r]), seg, start=state.length, prefix=state)
+            vis = self.visibility([0] * len(part))  # question tokens only: they see the whole state
+            h, _ = self._run(
+                self._ids([t for r in part for t in r]), seg, start=state.next_position, prefix=state, vis=vis
+            )
             out.append(self.head_logits(h[seg.ends - 1]))
         return torch.cat(out)
 

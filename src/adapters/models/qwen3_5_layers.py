@@ -15,9 +15,19 @@
 Every mixer takes rows laid back to back ([N, hidden] and `Segments`) and may continue a shared
 state (`LayerState`): the conv tail and recurrent state of a linear layer, the keys and values of
 a full one. Each returns what a later branch would continue from.
+
+`Visibility` says what a full-attention query sees (the package's `attention_mode`, R-Q35-3):
+`causal` (every token sees itself and the tokens before it: the checkpoints as published), or,
+when a row is a decision prompt's state followed by its question, `prefix_bidir` (a state token
+sees every state token, before and after it) or `prefix_causal` (a state token sees the state
+tokens up to itself); in both a question token sees the whole state and every token of its own
+question. No state token ever sees a question token. The Gated DeltaNet layers stay causal in
+every mode: their convolution and recurrence read left to right.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +40,44 @@ from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS, HybridKerne
 # CPU flash attention that also returns the log-sum-exp (torch >= 2.3): a branch attends to a
 # shared state's keys once for all rows and merges that with its own part by the two log-sum-exps.
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+ATTENTION_MODES = ("causal", "prefix_bidir", "prefix_causal")
+
+
+@dataclass(frozen=True)
+class Visibility:
+    """What the full-attention layers' queries see (module doc). STATE: per row, how many of its
+    leading tokens are state tokens (None: every row is all state); rows that continue a shared
+    state (branches) hold question tokens only and pass 0s."""
+
+    mode: str = "causal"
+    state: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ATTENTION_MODES:
+            raise ValueError(f"attention_mode {self.mode!r} is not one of {', '.join(ATTENTION_MODES)}")
+
+    def state_of(self, row: int, length: int) -> int:
+        return length if self.state is None else min(self.state[row], length)
+
+
+CAUSAL = Visibility()
+
+
+def visibility_mask(length: int, state: int, mode: str, device: torch.device | None = None) -> torch.Tensor | None:
+    """[L, L] bool (query, key) of one row whose first STATE tokens are its state; None: every key
+    (no mask needed)."""
+    if mode == "causal":
+        return torch.ones(length, length, dtype=torch.bool, device=device).tril()
+    if state <= 0 or (state >= length and mode == "prefix_bidir"):
+        return None
+    mask = torch.ones(length, length, dtype=torch.bool, device=device)
+    s = min(state, length)
+    mask[:s, s:] = False  # no state token sees a question token
+    if mode == "prefix_causal":
+        mask[:s, :s] = torch.ones(s, s, dtype=torch.bool, device=device).tril()
+    return mask
 
 
 class ZeroCenteredRMSNorm(nn.Module):
@@ -136,20 +184,23 @@ class GatedAttention(nn.Module):
         sin: torch.Tensor,
         prefix: LayerState | None = None,
         split: bool = True,
+        vis: Visibility = CAUSAL,
     ) -> tuple[torch.Tensor, LayerState]:
         """COS / SIN [N, 1, rotary_dim]. With PREFIX every row also sees the state's keys first
-        (SPLIT: the state attended once for all rows on a CPU; else its K/V copied per row)."""
+        (SPLIT: the state attended once for all rows on a CPU; else its K/V copied per row). VIS:
+        what each query sees within its row (module doc)."""
         n = x.shape[0]
         q, gate = self.q_proj(x).view(n, self.heads, 2 * self.head_dim).chunk(2, dim=-1)
         q = rotate(self.q_norm(q), cos, sin)
         k = rotate(self.k_norm(self.k_proj(x).view(n, self.kv_heads, self.head_dim)), cos, sin)
         v = self.v_proj(x).view(n, self.kv_heads, self.head_dim)
+        own_causal = vis.mode == "causal"  # a branch's own tokens: causal, or all of its question
         if prefix is None:
-            out = self._own_rows(q, k, v, seg)
+            out = self._own_rows(q, k, v, seg) if own_causal else self._masked_rows(q, k, v, seg, vis)
         elif split and _FLASH_CPU is not None and x.device.type == "cpu":
-            out = self._split(q, k, v, seg, prefix)
+            out = self._split(q, k, v, seg, prefix, own_causal)
         else:
-            out = self._copies(q, k, v, seg, prefix)
+            out = self._copies(q, k, v, seg, prefix, own_causal)
         out = out.reshape(n, -1) * torch.sigmoid(gate.reshape(n, -1))
         return self.o_proj(out), LayerState(keys=k.transpose(0, 1)[None], values=v.transpose(0, 1)[None])
 
@@ -173,6 +224,25 @@ class GatedAttention(nn.Module):
             out[idx] = self._causal(q[idx], k[idx], v[idx])
         return out
 
+    def _masked_rows(self, q, k, v, seg: Segments, vis: Visibility) -> torch.Tensor:
+        """Each row under VIS (a prefix mode): rows grouped by (length, state length)."""
+        out = torch.empty_like(q)
+        by: dict[tuple[int, int], list[int]] = {}
+        for i, length in enumerate(seg.lengths):
+            by.setdefault((length, vis.state_of(i, length)), []).append(i)
+        for (length, state), rows in sorted(by.items(), reverse=True):
+            idx = self._index(seg, rows, length)
+            mask = visibility_mask(length, state, vis.mode, q.device)
+            o = F.scaled_dot_product_attention(
+                q[idx].transpose(1, 2),
+                k[idx].transpose(1, 2),
+                v[idx].transpose(1, 2),
+                attn_mask=mask,
+                enable_gqa=self.heads != self.kv_heads,
+            )
+            out[idx] = o.transpose(1, 2)
+        return out
+
     def _causal(self, q, k, v) -> torch.Tensor:
         """[g, L, heads, d] → causal attention within each of the g rows, [g, L, heads, d]."""
         o = F.scaled_dot_product_attention(
@@ -184,7 +254,7 @@ class GatedAttention(nn.Module):
         )
         return o.transpose(1, 2)
 
-    def _split(self, q, k, v, seg: Segments, prefix: LayerState) -> torch.Tensor:
+    def _split(self, q, k, v, seg: Segments, prefix: LayerState, causal: bool = True) -> torch.Tensor:
         """[state ; own row causally] without copying the state: the state part once for every
         token of every row (GQA groups as batch heads), the own part per row group, merged by
         their log-sum-exps."""
@@ -202,14 +272,15 @@ class GatedAttention(nn.Module):
             k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
         for length, rows in self._groups(seg):
             idx = self._index(seg, rows, length)
-            o, lse = flash(q[idx].transpose(1, 2), k[idx].transpose(1, 2), v[idx].transpose(1, 2), is_causal=True)[:2]
+            o, lse = flash(q[idx].transpose(1, 2), k[idx].transpose(1, 2), v[idx].transpose(1, 2), is_causal=causal)[:2]
             out_o[idx] = o.transpose(1, 2)
             lse_o[idx] = wide(lse.transpose(1, 2))
         weight = torch.sigmoid(wide(lse_s) - lse_o).unsqueeze(-1)
         return (wide(out_o) + (wide(out_s) - wide(out_o)) * weight).to(q.dtype)
 
-    def _copies(self, q, k, v, seg: Segments, prefix: LayerState) -> torch.Tensor:
-        """[state ; own row causally] with the state's K/V copied into each row of a group (off a CPU)."""
+    def _copies(self, q, k, v, seg: Segments, prefix: LayerState, causal: bool = True) -> torch.Tensor:
+        """[state ; own row (causally, or all of it)] with the state's K/V copied into each row of a
+        group (off a CPU)."""
         assert prefix.keys is not None and prefix.values is not None
         state_k, state_v = prefix.keys[0].transpose(0, 1), prefix.values[0].transpose(0, 1)  # [S, kv, d]
         s = state_k.shape[0]
@@ -219,8 +290,10 @@ class GatedAttention(nn.Module):
             b = len(rows)
             keys = torch.cat((state_k.expand(b, -1, -1, -1), k[idx]), dim=1).transpose(1, 2)
             values = torch.cat((state_v.expand(b, -1, -1, -1), v[idx]), dim=1).transpose(1, 2)
-            causal = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
-            mask = torch.cat((torch.ones(length, s, dtype=torch.bool, device=q.device), causal), dim=1)
+            own = torch.ones(length, length, dtype=torch.bool, device=q.device)
+            mask = torch.cat(
+                (torch.ones(length, s, dtype=torch.bool, device=q.device), own.tril() if causal else own), 1
+            )
             o = F.scaled_dot_product_attention(
                 q[idx].transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=self.heads != self.kv_heads
             )
@@ -252,11 +325,12 @@ class Qwen35Layer(nn.Module):
         split: bool = True,
         kernels: HybridKernels = TORCH_KERNELS,
         keep: bool = True,
+        vis: Visibility = CAUSAL,
     ) -> tuple[torch.Tensor, LayerState]:
         normed = self.input_layernorm(x)
-        if self.kind == "linear_attention":
+        if self.kind == "linear_attention":  # causal in every attention mode
             mixed, kept = self.linear_attn(normed, seg, prefix, kernels, keep)
         else:
-            mixed, kept = self.self_attn(normed, seg, rope[0], rope[1], prefix, split)
+            mixed, kept = self.self_attn(normed, seg, rope[0], rope[1], prefix, split, vis)
         x = x + mixed
         return x + self.mlp(self.post_attention_layernorm(x)), kept

@@ -2,8 +2,10 @@
 and `DecisionResponse` (OpenAPI 2.3.0), which TypeSafe SystemOne requests are a subset of.
 
 `POST /v1/decisions` and its alias `POST /v1/systemone` take `{model?, state, questions,
-states?, images?, options?}`; our extension `POST /v1/systemone/batches` takes
-`{model?, states: [{id, state}], questions, options?}`.
+states?, images?, videos?, assets?, options?}`; our extension `POST /v1/systemone/batches` takes
+`{model?, states: [{id, state}], questions, options?}`. `images` and `videos` (data URLs; a
+state's entry may carry its own) and TypeSafe's `assets` are read by models whose card lists the
+`image` (and `video`) modality (`surfaces/decision_media.py`).
 
 The request's frame is strict (an unknown top-level or option field is a 400), but each
 question is decoded as a plain JSON value (`DecisionsBody`, `DecisionsBatchBody`: what the
@@ -121,7 +123,21 @@ QUESTION_TYPES: tuple[type[_AnyQuestion], ...] = (
     SetQuestion,
     SpanQuestion,
 )
-Images = list[str]  # data URLs; these models read text only (a non-empty list is refused)
+Images = list[str]  # data URLs of PNG, JPEG or WebP images: models with the `image` modality read them
+Videos = list[str]  # data URLs of MP4/QuickTime or Matroska/WebM videos: models with the `video` modality
+
+
+class Asset(Strict):
+    """A TypeSafe media asset, keyed in `assets` by the placeholder text that stands for it in the
+    state: its bytes as base64 (`data_base64`, with the `format` the client names; the bytes
+    decide), or, in a multipart request, the part holding them (`part`)."""
+
+    type: Literal["image"] | None = None
+    format: str | None = None
+    data_base64: str | None = None
+    part: str | None = None
+
+
 StateName = Annotated[str, Meta(min_length=1, max_length=256)]
 
 
@@ -136,6 +152,7 @@ class DecisionState(Strict):
     state: Content
     questions: Annotated[dict[str, Question], Meta(min_length=1)]
     images: Images | None = None
+    videos: Videos | None = None
 
 
 class DecisionsRequest(Strict):
@@ -147,7 +164,8 @@ class DecisionsRequest(Strict):
     options: DecisionsOptions | None = None
     states: dict[StateName, DecisionState] | None = None
     images: Images | None = None
-    assets: dict[str, Any] | None = None  # TypeSafe media assets: refused, these models read text only
+    videos: Videos | None = None
+    assets: dict[str, Asset] | None = None  # TypeSafe media assets (images of the state)
 
 
 # ---- the requests as decoded: each question kept as sent, read in its slot --------------------
@@ -158,6 +176,7 @@ class DecisionStateBody(Strict):
     state: Content
     questions: Questions
     images: Images | None = None
+    videos: Videos | None = None
 
 
 class DecisionsBody(Strict):
@@ -167,7 +186,8 @@ class DecisionsBody(Strict):
     options: DecisionsOptions | None = None
     states: dict[StateName, DecisionStateBody] | None = None
     images: Images | None = None
-    assets: dict[str, Any] | None = None
+    videos: Videos | None = None
+    assets: dict[str, Asset] | None = None
 
 
 # an id is echoed in the answer: a string, or a signed 64-bit integer (what every encoder and client holds)

@@ -41,6 +41,7 @@ from vllm_srun.adapters.contracts import (
     LoadedModel,
     MediaEmbedder,
     MediaLoader,
+    MediaQuestionAnswerer,
     ModelStore,
     Progress,
     ThreadContext,
@@ -382,7 +383,7 @@ class Runtime:
             plugins.append(self.engines.info(model.engine.name).card())
         limits = resolve_limits(served.args, device.kind, device.memory_total())
         served.serving = serving = Serving(tuple(plugins), limits, profile=profile, published=published)
-        if isinstance(model, (MediaEmbedder, AudioEmbedder)):
+        if isinstance(model, (MediaEmbedder, AudioEmbedder, MediaQuestionAnswerer)):
             if self.media is None:
                 raise ValueError(f"the {family.name} family's model reads media, and this worker has no media loader")
             self.progress("load: starting the media decoders")

@@ -5,6 +5,7 @@ of a batch. Each question takes a *slot*: its error (read in `decision_questions
 against the state in `decision_states.py`, or found while tokenizing), or its rows. Questions
 that read the same text of the state the same way (`overflow`) share a *view*: one prepared
 state (`QuestionAnswerer.prepare`), so shared context runs that text once for all of them.
+An entry's media (its state's images and videos, decoded) are read in front of every view's text.
 
 A view of `require_full_input` questions is prepared with `overflow: reject` whatever the
 deployment's `input.overflow`: its text is never cut, so an answered question read all of it
@@ -32,6 +33,7 @@ from vllm_srun.adapters.contracts import (
     QuestionAnswerer,
     QuestionError,
     SharedRow,
+    StateMedium,
     probabilities_per_question,
     rows_for,
 )
@@ -80,6 +82,7 @@ class View:
 class Entry:
     slots: list[Slot] = field(default_factory=list)
     views: list[View] = field(default_factory=list)
+    media: tuple[StateMedium, ...] = ()  # the state's images and videos, in front of every view's text
 
     @property
     def rows_asked(self) -> int:
@@ -132,7 +135,10 @@ def prepare_entry(model: QuestionAnswerer, entry: Entry) -> Entry:
     """Tokenize every view (CPU work: run it through `ServedModel.prepare`); a question whose
     rows cannot be asked takes its error into its slot."""
     for view in entry.views:
-        view.prepared = model.prepare(view.text, view.asked, overflow=view.overflow)
+        if entry.media:  # only a model that reads media is given any (surfaces/decision_media.py)
+            view.prepared = model.prepare(view.text, view.asked, overflow=view.overflow, media=entry.media)
+        else:
+            view.prepared = model.prepare(view.text, view.asked, overflow=view.overflow)
     for slot in entry.slots:
         mine = _prepared_of(entry, slot)
         if slot.error is not None or slot.plan is None:

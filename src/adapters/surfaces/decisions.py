@@ -13,6 +13,11 @@ is the same route (the contract's alias). `states` are further states, each with
 questions, answered in the same call and returned under their names in `states`; the
 response's `usage` counts its own state alone. `/v1/systemone/batches` (our extension) asks
 the same questions about many states.
+
+A model that reads images and videos (`MediaQuestionAnswerer`) reads a state's `images`,
+`videos` and (the request's own state) TypeSafe `assets` in front of its text: read, checked and
+decoded once before any question is tokenized (`decision_media.py`); every row that reads them
+runs in the model's `media` lane.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vllm_srun.adapters.contracts import QuestionAnswerer, is_question_answerer
+from vllm_srun.adapters.contracts import QuestionAnswerer, QuestionError, StateMedium, is_question_answerer
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.decisions import (
     MAX_QUESTIONS,
@@ -46,8 +51,9 @@ from vllm_srun.adapters.surfaces.decision_layout import (
     prepare_entry,
     rows_of,
 )
+from vllm_srun.adapters.surfaces.decision_media import asset_errors, decode_all, read_sent
 from vllm_srun.adapters.surfaces.decision_questions import read_all
-from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge, UnsupportedSurface, quoted
+from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge, quoted
 
 NO_SCAN_BUDGET = (
     "options.max_tokens is the scan budget of a model that reads long state parts in windows (its card's "
@@ -62,14 +68,10 @@ def answerer(served: ServedModel) -> QuestionAnswerer:
     return model
 
 
-def _check_request(options: DecisionsOptions, questions: int, images: Sequence[list[str] | None]) -> None:
+def _check_request(options: DecisionsOptions, questions: int) -> None:
     """What fails the whole request before any question is read (400/413)."""
     if options.max_tokens is not None:
         raise InvalidRequest(NO_SCAN_BUDGET)
-    if any(images):
-        raise InvalidRequest(
-            "images need a model with the image modality (its card's modalities); this model reads text only"
-        )
     if questions > MAX_QUESTIONS:
         raise RequestTooLarge(f"the request asks {questions} questions (at most {MAX_QUESTIONS})")
 
@@ -82,9 +84,18 @@ def _check_rows(entries: Sequence[Entry]) -> None:
         )
 
 
-def _laid_out(parts: Sequence[tuple[Any, Mapping[str, Any]]]) -> list[Entry]:
-    """Each (state, questions) read and laid out (CPU work)."""
-    return [lay_out(read_all(questions), questions, state) for state, questions in parts]
+Part = tuple[Any, Mapping[str, Any], Mapping[str, QuestionError], tuple[StateMedium, ...]]
+
+
+def _laid_out(parts: Sequence[Part]) -> list[Entry]:
+    """Each (state, questions, questions failed already, media) read and laid out (CPU work)."""
+    entries = []
+    for state, questions, failed, media in parts:
+        read = {**read_all(questions), **failed}
+        entry = lay_out({name: read[name] for name in questions}, questions, state)
+        entry.media = media
+        entries.append(entry)
+    return entries
 
 
 def _prepared(model: QuestionAnswerer, entries: list[Entry], names: Sequence[str]) -> list[Entry]:
@@ -110,13 +121,14 @@ def _own(got: Answered) -> dict[str, Any]:
 async def prepare_decisions(served: ServedModel, req: DecisionsBody) -> Prepared[DecisionsResponse]:
     """/v1/decisions (and /v1/systemone, /v1/bundle's decisions tasks): validated and tokenized."""
     model = answerer(served)
-    if req.assets:
-        raise UnsupportedSurface("media assets need an image model; this model reads text only")
     options = req.options or DecisionsOptions()
     shares = served.profile_for(options.profile).shares_context  # R-PROF-1: exact never shares
     states = req.states or {}
-    parts = [(req.state, req.questions)] + [(s.state, s.questions) for s in states.values()]
-    _check_request(options, sum(len(qs) for _, qs in parts), [req.images, *(s.images for s in states.values())])
+    asked = [req.questions] + [s.questions for s in states.values()]
+    _check_request(options, sum(len(qs) for qs in asked))
+    sent = await served.prepare(read_sent, model, req)  # 400 for bad media, before anything decodes
+    media = await decode_all(served, model, sent)  # once per content, in the media workers
+    parts: list[Part] = [(s.state, qs, asset_errors(s), m) for s, qs, m in zip(sent, asked, media)]
     entries = await served.prepare(_laid_out, parts)
     _check_rows(entries)
     names = ["", *(f"states.{name[:64]}." for name in states)]
@@ -154,12 +166,12 @@ async def systemone_batches(
     model = answerer(served)
     options = req.options or DecisionsOptions()
     shares = served.profile_for(options.profile).shares_context  # R-PROF-1: exact never shares
-    _check_request(options, len(req.states) * len(req.questions), [])
+    _check_request(options, len(req.states) * len(req.questions))
     ids = [s.id for s in req.states]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise InvalidRequest(f"states[].id must be unique ({quoted(dup)} appears more than once)")
-    entries = await served.prepare(_laid_out, [(s.state, req.questions) for s in req.states])
+    entries = await served.prepare(_laid_out, [(s.state, req.questions, {}, ()) for s in req.states])
     _check_rows(entries)
     names = [f"states[{i}]." for i in range(len(entries))]
     entries = await served.prepare(_prepared, model, entries, names)

@@ -1,0 +1,153 @@
+"""Text decisions' latency while image decisions load the same worker (R-BAT-6, R-MEDIA): the p50
+of one client asking text-only questions alone, then the same client's p50 while other clients
+ask questions about images, in one run, on one `vllm-srun serve` of a decision model that reads
+images (default: the tiny `qwen3_5_vision` fixture). Target: under image load, text p50 ≤ 2 × alone.
+
+Rows that read media go to the model's `media` lane and text rows to the `text` lane: they never
+share a forward, each lane keeps its own cost per token, and the lane estimated cheaper runs first
+in a planning round; decoding runs in the media workers. The same measurement is repeated with
+`--media-workers 0` (decoding in the request path). Load is driven by `wrk` (`_wrk.py`): every
+image request carries a different JPEG (a comment the decoder never reads is rewritten), so the
+decode cache never answers; the result cache is off. Rounds alternate; each prints its ratio.
+
+The profile matters: under `exact` a model that is not batch-invariant (the card's `numerics`,
+printed) runs every row in a forward of its own, and a planning round's forwards run in one turn,
+so a text row waits for every image row of the round it comes during; `--profile batching` merges
+each lane's rows (docs/decisions.md, "Images and videos", has both figures).
+
+    python bench/decision_media_lane.py [--model PATH] [--seconds 8] [--image-clients 4] [--size 640x480]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from urllib.request import urlopen
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._load import server
+from bench._wrk import WrkResult, run_wrk, with_comment
+from vllm_srun.adapters.media.samples import image_bytes
+from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
+from vllm_srun.app.fixtures import write_fixture
+from vllm_srun.domain.media import default_media_workers
+
+QUESTIONS = {
+    "billing": {"type": "noul", "instructions": "Is this about billing?"},
+    "tone": {"type": "choice", "instructions": "What is the tone?", "criteria": {"calm": None, "angry": None}},
+}
+TEXT = "I was charged twice for my order and nobody answers my emails. AAAA"
+PATH = "/v1/decisions"
+
+
+def text_body(folder: Path) -> tuple[str, int]:
+    """A text-only decisions body, with a mutable quad (its text differs in every request)."""
+    body = json.dumps({"state": TEXT, "questions": QUESTIONS})
+    path = folder / "text.json"
+    path.write_text(body)
+    return str(path), body.index("AAAA")
+
+
+def image_body(jpeg: bytes, folder: Path, name: str) -> tuple[str, int]:
+    """A decisions body about one JPEG (with a comment segment whose bytes wrk rewrites)."""
+    encoded = base64.b64encode(jpeg).decode()
+    body = json.dumps(
+        {
+            "state": "What does the picture show?",
+            "questions": QUESTIONS,
+            "images": [f"data:image/jpeg;base64,{encoded}"],
+        }
+    )
+    path = folder / name
+    path.write_text(body)
+    return str(path), body.index(encoded) + 6 // 3 * 4  # the comment's payload starts at byte 6
+
+
+def measure(
+    base: str, text: list[tuple[str, int]], images: list[tuple[str, int]], ns: argparse.Namespace
+) -> tuple[WrkResult, WrkResult, WrkResult]:
+    """(text alone, text under image load, the image load itself)."""
+    run_wrk(base, text, connections=1, seconds=1, path=PATH)  # warm-up
+    run_wrk(base, images, connections=2, seconds=1, path=PATH)
+    alone = run_wrk(base, text, connections=1, seconds=ns.seconds, path=PATH)
+    loaded: dict[str, WrkResult] = {}
+
+    def load() -> None:
+        loaded["images"] = run_wrk(base, images, connections=ns.image_clients, seconds=ns.seconds + 2, path=PATH)
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    threading.Event().wait(1.0)  # the image load is running before text is measured
+    under = run_wrk(base, text, connections=1, seconds=ns.seconds, path=PATH)
+    loader.join()
+    return alone, under, loaded["images"]
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="a decision package that reads images (default: a tiny fixture)")
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--image-clients", type=int, default=4)
+    parser.add_argument("--size", default="640x480")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--profile", default="exact", help="the serving profile (exact: each question its own row)")
+    ns = parser.parse_args()
+    width, height = (int(x) for x in ns.size.split("x"))
+    tmp = Path(tempfile.mkdtemp(prefix="srun-decision-lane-"))
+    model = ns.model or str(write_fixture(tmp / "tiny-qwen3_5-vision", "decision", "qwen3_5_vision", 0, golden=False))
+    text = [text_body(tmp)]
+    images = [image_body(with_comment(image_bytes(s, width, height, fmt="JPEG")), tmp, f"i{s}.json") for s in range(4)]
+    default = default_media_workers(front_cpu_budget())
+    print(
+        f"model {Path(model).name}; profile {ns.profile}; {ns.image_clients} image clients ({width}×{height} JPEG, each "
+        f"request a different file), 1 text client; {len(QUESTIONS)} questions a request"
+    )
+    print(f"{cpu_name()}, {os.cpu_count()} CPUs, CPU budget {front_cpu_budget():g}; load {os.getloadavg()}")
+    print(
+        f"{'round':>5} {'media workers':>13} {'text p50 alone':>15} {'under load':>11} {'ratio':>6} {'text p90':>9} {'images/s':>9}"
+    )
+    ratios: dict[int, list[float]] = {default: [], 0: []}
+    for r in range(ns.rounds):
+        for workers in (default, 0):
+            flags = ("--media-workers", str(workers), "--result-cache-entries", "0", "--profile", ns.profile)
+            with server(model, *flags) as base:
+                if r == 0 and workers == default:
+                    card = json.loads(urlopen(f"{base}/v1/models").read())["data"][0]
+                    print(f"numerics {card.get('numerics')}, merged forward tokens {card.get('merged_forward_tokens')}")
+                alone, under, load = measure(base, text, images, ns)
+            ratio = under.p50_ms / alone.p50_ms
+            ratios[workers].append(ratio)
+            errors = alone.errors + under.errors + load.errors
+            print(
+                f"{r:>5} {workers:>13} {alone.p50_ms:>12.2f} ms {under.p50_ms:>8.2f} ms {ratio:>5.2f}× "
+                f"{under.p90_ms:>6.2f} ms {load.rps:>9.1f}" + (f"  (errors {errors})" if errors else "")
+            )
+    for workers, got in ratios.items():
+        verdict = "ok" if statistics.median(got) <= 2.0 else "over the 2× target"
+        print(
+            f"media workers {workers}: text p50 under image load ÷ alone, median ×{statistics.median(got):.2f} ({verdict})"
+        )
+    print(f"load {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
