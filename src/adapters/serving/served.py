@@ -13,23 +13,22 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from vllm_srun.adapters.call import Call, Disconnected, Held
 from vllm_srun.adapters.cancellation import race
 from vllm_srun.adapters.contracts import Determinism, LoadedModel, MediaLoader, Numerics
 from vllm_srun.adapters.offload import Offload
-from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS, ResponseMeta
 from vllm_srun.adapters.serving.forward_threads import ForwardRunner
 from vllm_srun.adapters.serving.package_facts import PackageFacts, package_facts
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats, SchedulerLoop
 from vllm_srun.domain import bounds
-from vllm_srun.domain.admission import Admission, Ticket
+from vllm_srun.domain.admission import Admission
 from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs
 from vllm_srun.domain.errors import DeadlineExceeded, NotReady, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.lifecycle import ModelState, advance
@@ -37,18 +36,8 @@ from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.profiles import PROFILES, Profile, answer_numerics, enabled, profile_for, serving_profile
 from vllm_srun.domain.rows import RowSpec
 from vllm_srun.domain.scheduler import EXPIRED
-from vllm_srun.domain.tenants import DEFAULT_TENANT, Priority
 
-# set while the readiness (golden) check runs a model's recorded requests through its surfaces:
-# the model may answer while `warming`, and the result cache is bypassed (R-GOLD-1)
-GOLDEN_CHECK: ContextVar[bool] = ContextVar("srun_golden_check", default=False)
-# the tenant a request was admitted for (`ServedModel.admitted`): its rows are scheduled for it (R-FAIR-1)
-ADMITTED_TENANT: ContextVar[str] = ContextVar("srun_admitted_tenant", default=DEFAULT_TENANT)
-# the ticket it holds, with the admission that gave it: the rows it runs on that model are counted
-# into it (`ServedModel.run`, R-ADM-1)
-ADMITTED_TICKET: ContextVar[tuple[Admission, Ticket] | None] = ContextVar("srun_admitted_ticket", default=None)
-
-Disconnected = Callable[[], Awaitable[object]]
+__all__ = ["Disconnected"]  # the disconnect waiter's type, where the surfaces have long found it
 T = TypeVar("T")
 
 
@@ -252,32 +241,27 @@ class ServedModel:
             self.reason = reason
 
     @contextmanager
-    def admitted(self, requests: int, tokens: int, tenant: str = DEFAULT_TENANT) -> Iterator[Ticket | None]:
-        """Hold REQUESTS requests of TOKENS (an upper bound) for TENANT until the block ends, or
-        raise `Overloaded` (R-ADM-1, R-FAIR-4). Leaving the block normally counts them as answered
-        work. Rows run inside the block (`run`) are scheduled for TENANT (R-FAIR-1), and from the
-        first of them on the ticket holds their counted tokens instead of the bound."""
+    def admitted(self, call: Call, requests: int, tokens: int) -> Iterator[Call]:
+        """Hold REQUESTS requests of TOKENS (an upper bound) for CALL's tenant until the block
+        ends, or raise `Overloaded` (R-ADM-1, R-FAIR-4); the block gets CALL holding the ticket.
+        Leaving the block normally counts them as answered work. Rows it runs (`run`) are
+        scheduled for its tenant (R-FAIR-1), and from the first of them on the ticket holds their
+        counted tokens instead of the bound."""
         admission, clock = self.admission, self.clock
-        scoped = ADMITTED_TENANT.set(tenant)
+        if admission is None or clock is None:
+            yield call
+            return
+        ticket = admission.admit(requests, tokens, clock.now(), call.tenant)
+        answered = False
         try:
-            if admission is None or clock is None:
-                yield None
-                return
-            ticket = admission.admit(requests, tokens, clock.now(), tenant)
-            held = ADMITTED_TICKET.set((admission, ticket))
-            answered = False
-            try:
-                yield ticket
-                answered = True
-            finally:
-                ADMITTED_TICKET.reset(held)
-                admission.release(ticket, clock.now(), answered=answered)
+            yield call.holding(Held(admission, ticket))
+            answered = True
         finally:
-            ADMITTED_TENANT.reset(scoped)
+            admission.release(ticket, clock.now(), answered=answered)
 
-    def require_surface(self, surface: str) -> LoadedModel:
-        """The model, when it is ready (or under its golden check) and lists SURFACE."""
-        checking = self.status is ModelState.WARMING and GOLDEN_CHECK.get()
+    def require_surface(self, surface: str, call: Call) -> LoadedModel:
+        """The model, when it is ready (or warming and CALL is its golden check's replay) and lists SURFACE."""
+        checking = self.status is ModelState.WARMING and call.replay
         if self.model is None or not (self.ready or checking):
             raise NotReady(f"model {self.name!r} is {self.status}" + (f": {self.reason}" if self.reason else ""))
         if surface not in self.model.surfaces:
@@ -286,9 +270,9 @@ class ServedModel:
             )
         return self.model
 
-    async def prepare(self, fn: Callable[..., T], *args: Any) -> T:
-        """FN(*ARGS), the CPU work of preparing a request: off the event loop when it is large."""
-        return fn(*args) if self.offload is None else await self.offload.run(fn, *args)
+    async def prepare(self, call: Call, fn: Callable[..., T], *args: Any) -> T:
+        """FN(*ARGS), the CPU work of preparing CALL's request: off the event loop when it is large."""
+        return fn(*args) if self.offload is None else await self.offload.run(fn, *args, size=call.body_bytes)
 
     def token_budget(self) -> TokenBudget:
         return TokenBudget(self.max_request_tokens, self.name)
@@ -296,59 +280,54 @@ class ServedModel:
     async def run(
         self,
         rows: Sequence[RowSpec],
-        deadline_ms: float | Sequence[float | None] | None,
-        timing: RequestTiming | None,
-        disconnected: Disconnected | None = None,
+        call: Call,
         *,
-        tenant: str | None = None,
-        priority: Priority | None = None,
         profile: Profile | None = None,
         expire_rows: bool = False,
+        row_deadlines: Sequence[float | None] | None = None,
     ) -> ForwardStats:
-        """The rows' outputs once the request's last row ran; drops them on deadline or disconnect.
-        TENANT (None: the one it was admitted for) and PRIORITY (None: the scheduler's choice,
-        interactive unless the rows are more than one forward) decide when its rows run among
-        the others' (R-FAIR-2/3). PROFILE (None: the serving one) decides whether its rows may
-        share forwards with other requests' rows (R-PROF-2). DEADLINE_MS counts from the request's
-        arrival. EXPIRE_ROWS (R-API-10): the deadline fails nothing; a row not started by it
-        (DEADLINE_MS may then be one per row) is not run and its output is `EXPIRED`. Without it a
-        passed deadline fails the whole request (`DeadlineExceeded`, 504)."""
+        """The rows' outputs once CALL's last row ran; drops them on its deadline or disconnect.
+        Its tenant and priority (None: the scheduler's choice, interactive unless the rows are
+        more than one forward) decide when its rows run among the others' (R-FAIR-2/3). PROFILE
+        (None: the serving one) decides whether its rows may share forwards with other requests'
+        rows (R-PROF-2). Its deadline counts from its arrival. EXPIRE_ROWS (R-API-10): the deadline
+        fails nothing; a row not started by it (ROW_DEADLINES: one per row instead, in ms from the
+        arrival) is not run and its output is `EXPIRED`. Without it a passed deadline fails the
+        whole request (`DeadlineExceeded`, 504)."""
         loop = self.scheduler_loop
-        tenant = ADMITTED_TENANT.get() if tenant is None else tenant
         assert loop is not None
+        timing = call.timing
         if timing is not None and not timing.run_start:  # the end of its `tokenize` phase
             timing.run_start = time.perf_counter()
-        admitted = ADMITTED_TICKET.get()
-        if admitted is not None and admitted[0] is self.admission:  # its real tokens, no longer the body's bound
-            admitted[0].count_rows(admitted[1], sum(spec.tokens for spec in rows))
-        traced = timing.forwards if timing is not None else None  # a list while the request is traced
-        coalesces = (profile or self.profile).coalesces
+        held = call.held
+        if held is not None and held.admission is self.admission:  # its real tokens, no longer the body's bound
+            held.admission.count_rows(held.ticket, sum(spec.tokens for spec in rows))
+        exact = not (profile or self.profile).coalesces
         if expire_rows:
             spent = time.perf_counter() - timing.start if timing is not None else 0.0
+            deadline_ms = call.deadline_ms if row_deadlines is None else row_deadlines
             stats = await until_deadlines(
                 rows,
                 deadline_ms,
                 spent,
-                lambda live, seconds: loop.submit(
-                    live, tenant=tenant, priority=priority, forwards=traced, exact=not coalesces, deadlines=seconds
-                ),
-                disconnected,
+                lambda live, seconds: loop.submit(live, call, exact=exact, deadlines=seconds),
+                call.disconnected,
             )
             if timing is not None:
                 timing.queue_ms = stats.queue_s * 1000
                 timing.forward_ms = stats.forward_s * 1000
             return stats
-        assert not isinstance(deadline_ms, Sequence), "a deadline per row needs expire_rows"
-        deadline_s = None
+        assert row_deadlines is None, "a deadline per row needs expire_rows"
+        deadline_ms, deadline_s = call.deadline_ms, None
         if deadline_ms is not None:  # counted from the request's arrival: its preparation took part of it
             spent = time.perf_counter() - timing.start if timing is not None else 0.0
             deadline_s = deadline_ms / 1000 - spent
             if deadline_s <= 0:
                 raise DeadlineExceeded(f"no answer within options.deadline_ms={deadline_ms:g} (spent preparing it)")
         stats = await race(
-            lambda: loop.submit(rows, tenant=tenant, priority=priority, forwards=traced, exact=not coalesces),
+            lambda: loop.submit(rows, call, exact=exact),
             deadline_s=deadline_s,
-            disconnected=disconnected,
+            disconnected=call.disconnected,
             deadline_message=f"no answer within options.deadline_ms={deadline_ms:g}" if deadline_ms else "",
         )
         if timing is not None:  # a bundle's models each set them: the last answered's stay
