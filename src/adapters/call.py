@@ -3,14 +3,16 @@ body was, how to tell that its client went away, where its timing goes, and whet
 golden check's replay (R-CALL-1).
 
 The HTTP handler builds it once from what the transport tells (tenant, body size, the
-disconnect waiter, the timing of `request_timing.py`) and the model it resolved; the surface
-adds what the request's own options ask (`under`: priority, deadline); admission adds the ticket
-it holds (`ServedModel.admitted`). It goes by argument to the surface, the served model and the
-scheduler loop, never through a context variable. The golden check replays its recorded requests
-with `Call(replay=True)`; a bundle gives each task a copy with the task's own size (`sized`).
+disconnect waiter, the timing of `request_timing.py`) and the model it resolved; `answer`
+(`surfaces/common.py`) gives it the priority and deadline the request's options ask for;
+admission gives it the ticket it holds (`ServedModel.admitted`). It goes by argument to the
+surface, the served model and the scheduler loop, never through a context variable. The golden
+check replays its recorded requests with `REPLAY` (`Call(replay=True)`); a bundle gives each task
+a copy with the task's own size.
 
-It is a frozen record: a step that learns something makes a copy (`dataclasses.replace`). The
-one mutable part is the timing it refers to (`RequestTiming`: phases marked as they happen).
+It is a frozen record with no behaviour: a step that learns something makes a copy
+(`dataclasses.replace`). The one mutable part is the timing it refers to (`RequestTiming`:
+phases marked as they happen).
 It lives among the adapters, not in the domain, because it carries the disconnect waiter (I/O)
 and the timing (clock reads).
 """
@@ -18,9 +20,9 @@ and the timing (clock reads).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from vllm_srun.adapters.request_timing import ForwardRecord, RequestTiming
+from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.domain.admission import Admission, Ticket
 from vllm_srun.domain.tenants import DEFAULT_TENANT, Priority
 
@@ -48,22 +50,6 @@ class Call:
     model: str = ""  # the name of the model it was resolved to (metrics, logs)
     replay: bool = False  # the golden check's replay (R-GOLD-1): warming answers, no cache, no input budget
     held: Held | None = None  # the admission ticket it holds, once admitted
-
-    def under(self, priority: Priority | None, deadline_ms: float | None) -> Call:
-        """This call with the priority and deadline its request's options ask for."""
-        return replace(self, priority=priority, deadline_ms=deadline_ms)
-
-    def sized(self, body_bytes: int) -> Call:
-        """This call for a part of its body of BODY_BYTES (a bundle's task)."""
-        return replace(self, body_bytes=body_bytes)
-
-    def holding(self, held: Held | None) -> Call:
-        return replace(self, held=held)
-
-    @property
-    def forwards(self) -> list[ForwardRecord] | None:
-        """Where the forwards its rows run in are recorded (a list only while it is traced)."""
-        return self.timing.forwards if self.timing is not None else None
 
 
 REPLAY = Call(replay=True)  # the golden check's (and the golden recorder's) call

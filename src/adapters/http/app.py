@@ -39,10 +39,11 @@ from vllm_srun.adapters.http.request_body import (
     read_body,
 )
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
+from vllm_srun.adapters.model_card import model_card
 from vllm_srun.adapters.offload import TRIM_BYTES, Offload
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
 from vllm_srun.adapters.request_timing import timing_of
-from vllm_srun.adapters.schemas.common import json_encoder
+from vllm_srun.adapters.schemas.common import API_VERSION, json_encoder
 from vllm_srun.adapters.schemas.models_list import ProcessLimits, models_list
 from vllm_srun.adapters.schemas.routes import BUNDLE_PATH, SURFACE_SCHEMAS
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
@@ -218,7 +219,7 @@ def _bundle_handler(
 @get("/v1/models")
 async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
     runtime: Runtime = request.app.state.runtime
-    body = models_list([m.card() for m in runtime.models.values()], request.app.state.process_limits)
+    body = models_list([model_card(m) for m in runtime.models.values()], request.app.state.process_limits)
     return Response(content=msgspec.json.encode(body), media_type=JSON)
 
 
@@ -226,6 +227,7 @@ async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
 async def health(request: Request[Any, Any, Any]) -> Response[bytes]:
     runtime: Runtime = request.app.state.runtime
     ready, body = runtime.health()
+    body = {"api_version": API_VERSION, **body}  # `schemas/health.Health`
     headers = {} if ready else {"retry-after": str(NotReady.default_retry_after_s)}
     return Response(
         content=msgspec.json.encode(body), status_code=200 if ready else 503, media_type=JSON, headers=headers

@@ -112,12 +112,12 @@ class SchedulerLoop:
         deadlines: Sequence[float | None] | None = None,
     ) -> ForwardStats:
         """CALL's rows' outputs; its tenant and priority decide when they run (R-FAIR-2/3), never
-        what they answer. A traced call (`Call.forwards` a list) gets a record of each forward its
+        what they answer. A traced call (its timing's `forwards` a list) gets a record of each forward its
         rows run in. EXACT: the request's profile does not coalesce (R-PROF-2, `Scheduler.submit`).
         DEADLINES (one per row, seconds from now; None: none): a row not started by its deadline
         is not run, its output is `EXPIRED` (R-API-10)."""
         now = self._clock.now()
-        forwards = call.forwards
+        forwards = call.timing.forwards if call.timing is not None else None
         rid = self.scheduler.submit(rows, now, tenant=call.tenant, priority=call.priority, exact=exact)
         loop = asyncio.get_running_loop()
         waiter = _Waiter(loop.create_future(), now, trace=forwards)

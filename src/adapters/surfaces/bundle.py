@@ -196,7 +196,7 @@ async def _prepare(served: ServedModel, tasks: list[_Task], call: Call, status_o
     running = []
     for task in tasks:
         try:  # a small task is prepared on the loop, whatever the bundle's size
-            prepared = await PREPARE[task.surface](served, task.body, call.sized(task.size))
+            prepared = await PREPARE[task.surface](served, task.body, dataclasses.replace(call, body_bytes=task.size))
             hit = await prepared.cached()
             if hit is not None:
                 task.answer(hit)

@@ -20,18 +20,19 @@ its model's `max_request_tokens` when it is prepared (413, before any forward).
 Every surface is `async (served, request, call) -> response` (`surfaces/registry.py`), called
 the same way by the HTTP app, the bundle's tasks and the golden check; the `Call`
 (`adapters/call.py`) is the request's tenant, size, timing, disconnect and replay flag, and
-`answer` adds its options' priority and deadline to it.
+`answer` gives it its options' priority and deadline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 import msgspec
 
 from vllm_srun.adapters.call import Call
+from vllm_srun.adapters.model_card import answer_meta
 from vllm_srun.adapters.schemas.common import CommonOptions, ItemErrorCode
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import ServedModel
@@ -115,7 +116,7 @@ class Prepared(Generic[R]):
         found: Any = cache.get(self._key, served.name)
         if found is None:
             return None
-        meta = served.meta(None, 0, self.profile) if self.options.return_meta else None
+        meta = answer_meta(served, None, 0, self.profile) if self.options.return_meta else None
         hit: R = msgspec.structs.replace(found, model=served.name, meta=meta)
         return self.polish(hit)
 
@@ -127,7 +128,7 @@ class Prepared(Generic[R]):
         if cache is not None and self._key is not None and not any_expired(stats.outputs):
             await served.prepare(call, cache.put, self._key, response)
         if self.options.return_meta:
-            response = msgspec.structs.replace(response, meta=served.meta(stats, len(self.rows), self.profile))
+            response = msgspec.structs.replace(response, meta=answer_meta(served, stats, len(self.rows), self.profile))
         return self.polish(response)
 
 
@@ -142,7 +143,7 @@ async def answer(prepared: Prepared[R]) -> R:
     options = prepared.options
     stats = await prepared.served.run(
         prepared.rows,
-        prepared.call.under(options.priority, options.deadline_ms),
+        replace(prepared.call, priority=options.priority, deadline_ms=options.deadline_ms),
         profile=prepared.profile,
         expire_rows=prepared.expires_rows,
     )
