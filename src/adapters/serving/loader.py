@@ -1,6 +1,6 @@
 """Loading one worker's models (the model table, `runtime.py`, starts it): resolve each package,
 pick its family, place it on its device, load it on the device thread, check its surfaces'
-contracts, warm it up, probe batch invariance (R-BAT-5), set up its forwards (a `ForwardRunner`:
+contracts, warm it up, probe batch invariance (R-BAT-5), set up its forwards (`forward_setup.py`:
 declared thread counts, adaptive threads, R-CPU-2), start its scheduler loop, run the golden
 check (R-GOLD-1) and, on a GPU worker, calibrate an unset token budget (R-DEV-2), whose cost per
 token also seeds the scheduler's cost model (R-BAT-7's device-seconds caps). With
@@ -21,7 +21,6 @@ import asyncio
 import dataclasses
 import gc
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -46,7 +45,7 @@ from vllm_srun.adapters.contracts import (
     surface_contract_problems,
 )
 from vllm_srun.adapters.serving.device_thread import DeviceThread, calls_running
-from vllm_srun.adapters.serving.forward_threads import ForwardRunner, lone_forward_threads
+from vllm_srun.adapters.serving.forward_setup import forward_setup
 from vllm_srun.adapters.serving.load_failures import PackageSnapshot, public_reason, transient_cause
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.model_checks import package_refusal
@@ -54,7 +53,6 @@ from vllm_srun.adapters.serving.model_setup import ForwardSetup, Serving, settle
 from vllm_srun.adapters.serving.package_facts import weights_sha256
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
 from vllm_srun.adapters.serving.served import ServedModel
-from vllm_srun.domain.adaptive_threads import BUCKET_EDGES, Mode, ThreadLearner, bucket_label, candidate_counts
 from vllm_srun.domain.calibration import Calibration, CalibrationFailed
 from vllm_srun.domain.engine_args import BatchingLimits, calibrated_limits, resolve_limits
 from vllm_srun.domain.errors import ModelNotFound, without_paths
@@ -65,7 +63,6 @@ from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.profiles import never_coalesces, runs_alone
 from vllm_srun.domain.scheduler import Scheduler
 from vllm_srun.domain.tenants import TenantTable
-from vllm_srun.domain.threads import express_forward
 from vllm_srun.domain.worker_settings import RuntimeSettings
 
 log = logging.getLogger("vllm_srun.runtime")
@@ -91,11 +88,6 @@ class Calibrator(Protocol):
     def calibrate(
         self, model: LoadedModel, limits: BatchingLimits, device: Device, progress: Progress
     ) -> Calibration: ...
-
-
-def _learned_value(learner: ThreadLearner, bucket: int) -> float:
-    """A bucket's learned thread count (0 until learned), read at every scrape."""
-    return float(learner.learned(bucket) or 0)
 
 
 class Loader:
@@ -316,71 +308,21 @@ class Loader:
         return serving.but(determinism=method, limits=limits)
 
     def _forward_setup(self, served: ServedModel, model: LoadedModel) -> ForwardSetup:
-        """How the model's forwards run: at the configured thread count, and with an adaptive
-        learner where `VLLM_SRUN_CPU_ADAPTIVE_THREADS` asks for one and the engine can vary its count."""
-        engine = model.engine
-        device = self.device_for(served)
-        follows = device.kind == "cpu" and engine.forward_threads and self.settings.threads is not None
-        context = self.thread_context if follows else None
-        learner, why = None, None
-        if self.settings.adaptive_threads is Mode.OFF:
-            why = "off (VLLM_SRUN_CPU_ADAPTIVE_THREADS=0)"
-        elif device.kind != "cpu" or self.settings.threads is None:
-            why = f"no CPU thread count to vary on device {device.name}"
-        elif not engine.forward_threads:
-            why = f"the {engine.name} engine fixes its thread count when it is built"
-        elif context is not None:
-            budget = self.settings.thread_budget or self.settings.threads
-            learner = ThreadLearner(
-                self.settings.adaptive_threads, self.settings.threads, candidate_counts(self.settings.threads, budget)
-            )
-            for index in range(len(BUCKET_EDGES) + 1):
-                self.metrics.adaptive_learned.set_function(
-                    partial(_learned_value, learner, index), {"model": served.name, "bucket": bucket_label(index)}
-                )
+        """How the model's forwards run (`forward_setup.py`), on its device, counting the device's
+        forwards and the express thread's as busy."""
         assert self._loop is not None
-        loop = self._loop
-
-        def on_shadow(count: int, matched: bool, name: str = served.name) -> None:
-            labels = {"model": name, "threads": str(count), "outcome": "match" if matched else "drift"}
-            loop.call_soon_threadsafe(self.metrics.adaptive_shadows.inc, labels)
-
-        lone, why_not_lone = lone_forward_threads(
+        return forward_setup(
+            served.name,
             model,
-            context,
-            team=self.settings.threads,
-            budget=self.settings.thread_budget,
-            workers=self.device_thread.workers,
-            learning=learner is not None,
-            deterministic=self.settings.deterministic,
-            call=self.device_thread.call,
-            env=os.environ,
-        )
-        if lone is not None:
-            self.progress(
-                f"load: a forward alone on the device runs on {lone} threads (same answers as on {self.settings.threads})"
-            )
-        runner = ForwardRunner(
-            model.run,
-            context=context,
-            configured=self.settings.threads if context is not None else None,
-            learner=learner,
+            self.device_for(served),
+            self.settings,
+            self.device_thread,
+            thread_context=self.thread_context,
+            metrics=self.metrics,
             clock=self.clock,
-            submit=self.device_thread.submit,
-            on_shadow=on_shadow,
-            why_not_adaptive=why,
-            lone=lone,
+            loop=self._loop,
             busy=self._forwards_running,
-            why_not_lone=why_not_lone,
-        )
-        cpu = device.kind == "cpu"
-        return ForwardSetup(
-            runner,
-            thread_budget=self.settings.thread_budget,
-            wait_policy=self.settings.wait_policy,
-            concurrent_forwards=self.device_thread.workers if cpu else 1,
-            forward_nice=self.device_thread.nice if cpu else 0,
-            express_forward=cpu and self.device_thread.workers > 1 and express_forward(os.environ),
+            progress=self.progress,
         )
 
     def _forwards_running(self) -> int:
