@@ -168,7 +168,9 @@ class FakeModel(LoadedModel):
         return self.tokenizer.encode(list(texts), max_length=limit, truncate=truncate)
 
     # QuestionAnswerer
-    def prepare(self, state: Any, questions: Sequence[AskedQuestion], overflow: str | None = None) -> PreparedState:
+    def prepare(
+        self, state: Any, questions: Sequence[AskedQuestion], overflow: str | None = None, replay: bool = False
+    ) -> PreparedState:  # no deployment budget of its own: REPLAY changes nothing
         return prepare(
             self.tokens,
             state,

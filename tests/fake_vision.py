@@ -133,6 +133,7 @@ class FakeVisionModel(LoadedModel):
         questions: Sequence[AskedQuestion],
         overflow: str | None = None,
         media: Sequence[StateMedium] = (),
+        replay: bool = False,  # no deployment budget of its own: it changes nothing
     ) -> PreparedState:
         text = self.prompt.text(media)
         prepared = prepare(

@@ -4,8 +4,8 @@ decompressing and decoding the body, tokenizing, cutting overflow windows — an
 large answer.
 
 - Work for a body under `INLINE_BYTES` runs on the loop: a hop to a thread costs more than the
-  work. The HTTP handler sets `REQUEST_BYTES` for the request's task, so the surfaces need not
-  know the body's size.
+  work. The caller says the body's size (`run(..., size=)`: a request's is its `Call.body_bytes`,
+  which `ServedModel.prepare` passes on, so the surfaces need not know it).
 - Larger work runs on one of `threads` threads (`domain.threads.preparation_threads`: a quarter
   of the forward threads, at least 1, at most 4) running at a lower priority (nice 10), so it
   cannot take the CPUs the forwards and the loop need; the worker tells the `tokenizers`
@@ -44,7 +44,6 @@ PREPARING_NICE = 10
 # switch interval each time it wakes (CPython's default is 5 ms); the worker and the front set
 # 1 ms so /health/live and small requests stay prompt (bench/soak.py).
 SWITCH_INTERVAL_S = 0.001
-REQUEST_BYTES: contextvars.ContextVar[int] = contextvars.ContextVar("srun_request_bytes", default=0)
 
 
 def _lower_priority() -> None:
@@ -78,10 +77,10 @@ class Offload:
         self._trim_scheduled = False
         self._last_trim = -TRIM_INTERVAL_S
 
-    async def run(self, fn: Callable[..., T], *args: Any, size: int | None = None) -> T:
-        """FN(*ARGS): on the loop when SIZE (default: the request's body size) is small, else on
-        the pool; 429 when the pool is backed up."""
-        if (REQUEST_BYTES.get() if size is None else size) < self.inline_bytes:
+    async def run(self, fn: Callable[..., T], *args: Any, size: int) -> T:
+        """FN(*ARGS): on the loop when SIZE (the bytes of the request it prepares) is small, else
+        on the pool (with the caller's context variables); 429 when the pool is backed up."""
+        if size < self.inline_bytes:
             return fn(*args)
         if self.waiting >= self.max_waiting:
             raise Overloaded(f"{self.waiting} large requests are being prepared; retry")

@@ -42,6 +42,7 @@ from vllm_srun.adapters.media.service import MediaService
 from vllm_srun.adapters.model_store import LocalModelStore
 from vllm_srun.adapters.offload import Offload
 from vllm_srun.adapters.readiness.golden import LoadTimeChecks
+from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL
 from vllm_srun.adapters.serving.calibration import KneeCalibrator
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
@@ -131,6 +132,7 @@ class WorkerContainer(containers.DeclarativeContainer):
         open_device=providers.Factory(partial, open_device, probe=device_probe, progress=config.progress),
         offload=offload,
         tenants=tenants,
+        default_name=TYPESAFE_DEFAULT_MODEL,  # the typesafe-sdk's `model` when its user names none
     )
 
     # the key check (`http/auth.py`); the CLI's flags give one (R-AUTH)

@@ -4,19 +4,14 @@
 is what is done with a longer input when the request sets no `options.overflow` (reject,
 truncate or window; a surface without windows reads window as reject). The budget is the
 deployment's: it applies to every request of every surface (classify, embeddings, rerank,
-decisions), it is part of the result cache's key, and it is left out while the golden check
-replays its recorded requests (`without_budget`): those were recorded without a budget.
+decisions), it is part of the result cache's key, and it is left out of the golden check's
+replay of its recorded requests (`in_force(budget, replay=True)`; the call says whether it is
+one, `adapters/call.py`): those were recorded without a budget.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
-
-# set while the golden check replays recorded requests (the recording had no budget)
-_REPLAYING: ContextVar[bool] = ContextVar("srun_input_budget_off", default=False)
 
 SOURCE = "the deployment's input.overflow"  # where a default overflow comes from, in messages
 
@@ -42,16 +37,6 @@ class InputBudget:
 NO_BUDGET = InputBudget()
 
 
-def in_force(budget: InputBudget) -> InputBudget:
-    """BUDGET, or no budget while the golden check replays (`without_budget`)."""
-    return NO_BUDGET if _REPLAYING.get() else budget
-
-
-@contextmanager
-def without_budget() -> Iterator[None]:
-    """Within the block, every budget reads as none (the golden check's replay)."""
-    token = _REPLAYING.set(True)
-    try:
-        yield
-    finally:
-        _REPLAYING.reset(token)
+def in_force(budget: InputBudget, replay: bool) -> InputBudget:
+    """BUDGET, or no budget for the golden check's REPLAY of its recorded requests."""
+    return NO_BUDGET if replay else budget

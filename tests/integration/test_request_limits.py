@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tests.integration.serving import serving
+from vllm_srun.adapters.model_card import model_card
 
 
 def forwards(runtime) -> float:  # type: ignore[no-untyped-def]
@@ -30,7 +31,7 @@ def with_deep(body: dict[str, object], levels: int) -> str:
 def test_the_token_budget_is_checked_before_any_forward(encoder_fixture) -> None:  # type: ignore[no-untyped-def]
     fixture = encoder_fixture("embed")
     with serving([fixture], max_request_tokens=40) as (client, runtime):
-        assert runtime.models["tiny-embed"].card()["limits"]["max_request_tokens"] == 40
+        assert model_card(runtime.models["tiny-embed"])["limits"]["max_request_tokens"] == 40
         before = forwards(runtime)
         ok = client.post("/v1/embeddings", json={"input": ["one two"] * 4})
         assert ok.status_code == 200

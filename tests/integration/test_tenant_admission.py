@@ -2,7 +2,7 @@
 its rate gets 429 `overloaded` with Retry-After, the other is served as if it were alone.
 
 HTTP requests are the `default` tenant's until keys name tenants; the other tenant's work is
-admitted through the runtime's submit path (`ServedModel.admitted`, the parameter keys will use).
+admitted through the runtime's submit path (`ServedModel.admitted` with a `Call` of that tenant).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 
 from tests.integration.serving import serving
 from tests.integration.test_fake_family import fake_container
+from vllm_srun.adapters.call import Call
 from vllm_srun.domain.admission import AdmissionLimits
 from vllm_srun.domain.errors import Overloaded
 from vllm_srun.domain.tenants import TenantPolicy, TenantTable
@@ -24,8 +25,9 @@ def test_a_tenant_holding_the_whole_queue_is_refused_and_another_is_served(fake_
         served = rt.models["fake-a"]
         assert served.admission is not None
         served.admission.tenants = TenantTable({"flood": TenantPolicy(weight=1.0)})
-        with served.admitted(1, 50, "flood"):  # flood holds the model's whole queue (--max-queue 1)
-            with pytest.raises(Overloaded) as refused, served.admitted(1, 10, "flood"):
+        flood = Call(tenant="flood")
+        with served.admitted(flood, 1, 50):  # flood holds the model's whole queue (--max-queue 1)
+            with pytest.raises(Overloaded) as refused, served.admitted(flood, 1, 10):
                 pass
             assert "--max-queue 1" in str(refused.value) and refused.value.retry_after_s >= 1
             answered = client.post("/v1/embeddings", json={"input": "a dog"})  # the default tenant: in
@@ -48,5 +50,6 @@ def test_a_tenant_over_its_token_rate_gets_429_with_retry_after_and_the_other_do
         refused = client.post("/v1/embeddings", content=body, headers={"content-type": "application/json"})
         assert refused.status_code == 429 and refused.json()["error"]["code"] == "overloaded"
         assert refused.headers["retry-after"] == "1" and "20 tokens/s" in refused.json()["error"]["message"]
-        with served.admitted(1, 5_000, "steady") as ticket:  # the other tenant: no rate of its own
+        with served.admitted(Call(tenant="steady"), 1, 5_000) as call:  # the other tenant: no rate of its own
+            ticket = call.held.ticket if call.held is not None else None
             assert ticket is not None and ticket.tenant == "steady"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_srun.adapters.serving.runtime import public_reason
+from vllm_srun.adapters.serving.load_failures import public_reason
 from vllm_srun.adapters.serving.served import ServedModel
 from vllm_srun.domain.engine_args import EngineArgs
 from vllm_srun.domain.errors import quoted, without_paths

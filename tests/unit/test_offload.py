@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.waiting import until
-from vllm_srun.adapters.offload import INLINE_BYTES, REQUEST_BYTES, Offload
+from vllm_srun.adapters.offload import INLINE_BYTES, Offload
 from vllm_srun.domain.errors import Overloaded
 from vllm_srun.domain.threads import preparation_threads
 
@@ -24,10 +24,8 @@ def test_small_work_runs_inline_and_large_work_on_the_pool() -> None:
     async def scenario() -> tuple[str, str]:
         offload = Offload(1)
         try:
-            REQUEST_BYTES.set(10)
-            small = await offload.run(lambda: threading.current_thread().name)
-            REQUEST_BYTES.set(INLINE_BYTES)
-            large = await offload.run(lambda: threading.current_thread().name)
+            small = await offload.run(lambda: threading.current_thread().name, size=10)
+            large = await offload.run(lambda: threading.current_thread().name, size=INLINE_BYTES)
             return small, large
         finally:
             offload.shutdown()

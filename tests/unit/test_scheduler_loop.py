@@ -10,6 +10,7 @@ import pytest
 
 from tests.fakes import FakeForward
 from tests.waiting import until
+from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
 from vllm_srun.domain.errors import ForwardFailed
@@ -246,12 +247,12 @@ def test_the_lightest_tenant_is_answered_on_the_express_thread_while_both_slots_
         fast = DeviceThread("express") if express else None
         loop = SchedulerLoop(scheduler, run, device, express=fast)
         loop.start()
-        flood = [asyncio.create_task(loop.submit([RowSpec(5, ("a", i))], tenant="a")) for i in range(12)]
+        flood = [asyncio.create_task(loop.submit([RowSpec(5, ("a", i))], Call(tenant="a"))) for i in range(12)]
         for _ in range(10_000):  # until both slots are taken by a's forwards
             if scheduler.in_flight == 2:
                 break
             await asyncio.sleep(0.001)
-        light = asyncio.create_task(loop.submit([RowSpec(5, ("b", 0))], tenant="b"))
+        light = asyncio.create_task(loop.submit([RowSpec(5, ("b", 0))], Call(tenant="b")))
         done, _ = await asyncio.wait({light}, timeout=2)
         answered_while_held = bool(done)
         gate.set()

@@ -129,7 +129,7 @@ class LoadedModel(abc.ABC):
     """A loaded package, ready to run forwards. Attributes are set by the family's `load` and
     not changed after it: what the runtime finds out later (the probe's verdict, how
     `--deterministic` is honoured, hence `numerics`) is kept in its serving record
-    (`serving/served.Serving`)."""
+    (`serving/model_setup.Serving`)."""
 
     family: str
     surfaces: frozenset[str]

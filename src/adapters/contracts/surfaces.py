@@ -136,11 +136,14 @@ class QuestionAnswerer(Protocol):
         questions: Sequence[AskedQuestion],
         overflow: str | None = None,
         media: Sequence[StateMedium] = (),
+        replay: bool = False,
     ) -> PreparedState:
         """Tokenize STATE (the text the questions read) and each question; a question that
         cannot be asked carries its `QuestionError` instead of ids. OVERFLOW (`reject` or
         `truncate`) replaces the deployment's `input.overflow` for these questions (None: keep it).
-        MEDIA (only for a `MediaQuestionAnswerer`) are read in front of the text, in order."""
+        MEDIA (only for a `MediaQuestionAnswerer`) are read in front of the text, in order.
+        REPLAY: the golden check's replay of recorded requests, read without the deployment's
+        input budget (they were recorded without one)."""
         ...
 
     def share(self, prepared: PreparedState, allowed: bool = True) -> bool:

@@ -173,10 +173,11 @@ class DecisionModel(LoadedModel):
         questions: Sequence[AskedQuestion],
         overflow: str | None = None,
         media: Sequence[StateMedium] = (),
+        replay: bool = False,
     ) -> PreparedState:
         if media:
             raise ValueError("this model reads text only")  # the surface never gives it media
-        return self._prepare(state, questions, overflow)
+        return self._prepare(state, questions, overflow, replay=replay)
 
     def _prepare(
         self,
@@ -185,8 +186,10 @@ class DecisionModel(LoadedModel):
         overflow: str | None,
         media: Sequence[StateMedium] = (),
         media_text: str = "",
+        *,
+        replay: bool = False,
     ) -> PreparedState:
-        budget = in_force(self.budget)  # none while the golden check replays its recorded requests
+        budget = in_force(self.budget, replay)  # none for the golden check's replay of its recorded requests
         if overflow is not None:  # the questions' own (require_full_input: reject; overflow: truncate)
             budget = InputBudget(budget.max_tokens, overflow)
         return prepare(

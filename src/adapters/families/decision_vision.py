@@ -212,9 +212,10 @@ class VisionDecisionModel(DecisionModel):
         questions: Sequence[AskedQuestion],
         overflow: str | None = None,
         media: Sequence[StateMedium] = (),
+        replay: bool = False,
     ) -> PreparedState:
         media_text = self.prompt.text(media)
-        prepared = self._prepare(state, questions, overflow, media, media_text)
+        prepared = self._prepare(state, questions, overflow, media, media_text, replay=replay)
         return self.prompt.check(prepared, media_text)
 
     # ---- forwards (device thread) -----------------------------------------------------------

@@ -1,9 +1,10 @@
 """The worker's HTTP app (litestar + msgspec): surfaces, models, health, metrics, OpenAPI.
 
 Handlers read and decode bodies the way the front does (`request_body.py`: size, content
-encoding, JSON limits; decoders built once, unknown fields refused), admit the request to its
-model (R-ADM-1, before any tokenizing), hand it to its surface (`surfaces/registry.py`) or to the
-bundle (`surfaces/bundle.py`), and encode the answer. A large body is decoded, prepared and
+encoding, JSON limits; decoders built once, unknown fields refused), build the request's `Call`
+(`adapters/call.py`: tenant, body size, disconnect, timing, model), admit it to its model
+(R-ADM-1, before any tokenizing), hand it to its surface (`surfaces/registry.py`:
+`surface(served, request, call)`) or to the bundle (`surfaces/bundle.py`), and encode the answer. A large body is decoded, prepared and
 answered off the event loop (`adapters/offload.py`). Errors leave through litestar's exception
 handlers, which use the one error table (`errors.py`).
 """
@@ -14,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgspec
@@ -21,6 +23,7 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
 from litestar.middleware import DefineMiddleware
 
+from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.cancellation import wait_disconnect
 from vllm_srun.adapters.http.auth import Authenticator, AuthMiddleware, tenant_of
 from vllm_srun.adapters.http.errors import JSON, code_of, exception_handlers, status_for
@@ -36,10 +39,11 @@ from vllm_srun.adapters.http.request_body import (
     read_body,
 )
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
-from vllm_srun.adapters.offload import REQUEST_BYTES, TRIM_BYTES, Offload
+from vllm_srun.adapters.model_card import model_card
+from vllm_srun.adapters.offload import TRIM_BYTES, Offload
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
-from vllm_srun.adapters.request_timing import RequestTiming, timing_of
-from vllm_srun.adapters.schemas.common import json_encoder
+from vllm_srun.adapters.request_timing import timing_of
+from vllm_srun.adapters.schemas.common import API_VERSION, json_encoder
 from vllm_srun.adapters.schemas.models_list import ProcessLimits, models_list
 from vllm_srun.adapters.schemas.routes import BUNDLE_PATH, SURFACE_SCHEMAS
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
@@ -87,43 +91,57 @@ def _decode(
     return decode_request(decoder, body, None, limit), len(body)
 
 
-# what a POST route does once its body is read (the body as sent, timing, disconnected, the model
-# label for metrics, the TCP peer or None, the tenant `http/auth.py` found): the answer
-Work = Callable[[Body, RequestTiming, Callable[[], Awaitable[None]], list[str], object, str], Awaitable[msgspec.Struct]]
+@dataclass(frozen=True, slots=True)
+class Posted:
+    """A POST as its route's WORK gets it: the body as sent (WORK decodes it), the request's
+    `Call` as far as the transport tells (tenant, body size, disconnect, timing; WORK adds the
+    model), and the TCP peer it came from (None over a Unix socket)."""
+
+    body: Body
+    call: Call
+    peer: object
+
+
+# what a POST route does once its body is read: the answer
+Work = Callable[[Posted], Awaitable[msgspec.Struct]]
 
 
 def _post_handler(
     path: str, surface: str, metrics: RuntimeMetrics, offload: Offload, max_request_bytes: int, work: Work
 ) -> HTTPRouteHandler:
-    """A POST route: read the body, run WORK (which decodes it), encode the answer; count every
-    request; release the memory a large one freed."""
+    """A POST route: read the body, build the request's `Call`, run WORK (which decodes it),
+    encode the answer; count every request (by the model WORK resolved, `RequestTiming.model`);
+    release the memory a large one freed."""
 
     async def handle(request: Request[Any, Any, Any]) -> Response[bytes]:
         timing = timing_of(request.scope)
-        label = ["-"]  # the model, once WORK knows it
         code = "ok"
         size = 0
         try:
             raw = await read_body(request.scope, request.receive, max_request_bytes)
             encoding = content_encoding(request.scope)  # e.g. typesafe-sdk's zstd bodies
             size = inflated_size(len(raw), encoding, max_request_bytes)  # a small compressed body may inflate
-            REQUEST_BYTES.set(size)  # the surfaces prepare a large request off the loop
             body = Body(raw, encoding, max_request_bytes, size, content_type(request.scope))
             del raw
-            disconnected: Callable[[], Awaitable[None]] = lambda: wait_disconnect(request.receive)  # noqa: E731
-            result = await work(body, timing, disconnected, label, _tcp_peer(request.scope), tenant_of(request.scope))
+            call = Call(
+                tenant=tenant_of(request.scope),
+                body_bytes=size,  # the surfaces prepare a large request off the loop
+                disconnected=lambda: wait_disconnect(request.receive),
+                timing=timing,
+            )
+            result = await work(Posted(body, call, _tcp_peer(request.scope)))
             timing.encode_start = time.perf_counter()
-            content = await offload.run(json_encoder.encode, result)
+            content = await offload.run(json_encoder.encode, result, size=size)
             timing.encode_end = time.perf_counter()
             return Response(content=content, media_type=JSON)
         except BaseException as exc:  # answered by the exception handlers; counted here
             code = code_of(exc) if not isinstance(exc, asyncio.CancelledError) else "client_closed_request"
             if isinstance(exc, Cancelled):
                 log.info("499 %s: client went away, its queued rows were dropped", path)
-                metrics.cancelled_rows.inc({"model": label[0]})
+                metrics.cancelled_rows.inc({"model": timing.model or "-"})
             raise
         finally:
-            metrics.requests.inc({"model": label[0], "surface": surface, "code": code})
+            metrics.requests.inc({"model": timing.model or "-", "surface": surface, "code": code})
             if code != "ok":
                 metrics.errors.inc({"code": code})
             metrics.request_seconds.observe(time.perf_counter() - timing.start, {"surface": surface})
@@ -150,26 +168,23 @@ def _surface_handler(
     discipline: RetryDiscipline,
     clock: Callable[[], float],
 ) -> HTTPRouteHandler:
-    async def work(
-        body: Body,
-        timing: RequestTiming,
-        disconnected: Callable[[], Awaitable[None]],
-        label: list[str],
-        peer: object,
-        tenant: str,
-    ) -> msgspec.Struct:
-        req, plain_bytes = await body.decode(offload, route.decoder)
+    async def work(posted: Posted) -> msgspec.Struct:
+        req, plain_bytes = await posted.body.decode(offload, route.decoder)
         served = runtime.get(req.model)
-        label[0] = timing.model = served.name
+        call, peer = replace(posted.call, model=served.name), posted.peer
+        timing = call.timing
+        assert timing is not None
+        timing.model = served.name
         timing.parse_ms = (time.perf_counter() - timing.start) * 1000
         if peer is not None and (wait := discipline.wait_s(peer, clock())) > 0:
             await asyncio.sleep(wait)  # it asked again before its Retry-After: it waits that out here
         try:
-            with served.admitted(1, admission_tokens(served, req, plain_bytes), tenant):  # R-ADM-1, R-FAIR-1
+            tokens = admission_tokens(served, req, plain_bytes)
+            with served.admitted(call, 1, tokens) as admitted:  # R-ADM-1, R-FAIR-1
                 timing.admitted = time.perf_counter()
-                return await route.handler(served, req, timing, disconnected)
+                return await route.handler(served, req, admitted)
         except Overloaded as refusal:
-            metrics.tenant_refusals.inc({"model": served.name, "tenant": tenant})  # R-FAIR-4
+            metrics.tenant_refusals.inc({"model": served.name, "tenant": call.tenant})  # R-FAIR-4
             if peer is not None:
                 discipline.refused(peer, clock(), refusal.retry_after_s)
             raise
@@ -183,26 +198,19 @@ def _bundle_handler(
     """POST /v1/bundle (R-PERF-1): each model's tasks are admitted and run as one unit."""
     schema = next(s for s in SURFACE_SCHEMAS if s.path == BUNDLE_PATH)
 
-    async def work(
-        body: Body,
-        timing: RequestTiming,
-        disconnected: Callable[[], Awaitable[None]],
-        label: list[str],
-        peer: object,
-        tenant: str,  # a bundle's tasks are admitted in `surfaces/bundle.py`, for this tenant
-    ) -> msgspec.Struct:
-        req, _ = await body.decode(offload, schema.decoder)  # the same body decoding and JSON limits
-        timing.parse_ms = (time.perf_counter() - timing.start) * 1000
-        metrics.bundle_tasks.observe(len(req.tasks), {"tenant": tenant})
+    async def work(posted: Posted) -> msgspec.Struct:
+        call = posted.call  # a bundle's tasks are admitted in `surfaces/bundle.py`, for its tenant
+        req, _ = await posted.body.decode(offload, schema.decoder)  # the same body decoding and JSON limits
+        if call.timing is not None:
+            call.timing.parse_ms = (time.perf_counter() - call.timing.start) * 1000
+        metrics.bundle_tasks.observe(len(req.tasks), {"tenant": call.tenant})
         return await bundle(
             runtime.get,
             req,
-            timing,
-            disconnected,
+            call,
             max_tasks=max_bundle_tasks,
             status_of=status_for,
-            tenant=tenant,
-            refused=lambda model: metrics.tenant_refusals.inc({"model": model, "tenant": tenant}),
+            refused=lambda model: metrics.tenant_refusals.inc({"model": model, "tenant": call.tenant}),
         )
 
     return _post_handler(schema.path, schema.surface, metrics, offload, max_request_bytes, work)
@@ -211,7 +219,7 @@ def _bundle_handler(
 @get("/v1/models")
 async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
     runtime: Runtime = request.app.state.runtime
-    body = models_list([m.card() for m in runtime.models.values()], request.app.state.process_limits)
+    body = models_list([model_card(m) for m in runtime.models.values()], request.app.state.process_limits)
     return Response(content=msgspec.json.encode(body), media_type=JSON)
 
 
@@ -219,6 +227,7 @@ async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
 async def health(request: Request[Any, Any, Any]) -> Response[bytes]:
     runtime: Runtime = request.app.state.runtime
     ready, body = runtime.health()
+    body = {"api_version": API_VERSION, **body}  # `schemas/health.Health`
     headers = {} if ready else {"retry-after": str(NotReady.default_retry_after_s)}
     return Response(
         content=msgspec.json.encode(body), status_code=200 if ready else 503, media_type=JSON, headers=headers

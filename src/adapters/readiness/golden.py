@@ -6,8 +6,9 @@ run twice through the serving path (the surface functions and the scheduler). Th
 must be identical and, where a reference for this dtype exists, match it within the device
 class's tolerance. `matched`: both hold; `unverified`: identical, but no reference applies
 (no golden file, or none recorded at this dtype); `failed`: final, the model never serves.
-The requests were recorded without a deployment's input budget (`input: {max_tokens, overflow}`),
-so they are replayed without it (`domain/input_budget.without_budget`): a budget below a recorded
+They run with the replay's `Call` (`adapters/call.REPLAY`: `replay=True`), which lets a `warming`
+model answer, bypasses the result cache and leaves out the deployment's input budget (`input:
+{max_tokens, overflow}`): the requests were recorded without one, and a budget below a recorded
 input changes what the model serves, not whether its weights answer as recorded.
 Catalog models whose folder lacks a golden file use the one shipped in `families/golden/`.
 """
@@ -21,12 +22,12 @@ from typing import Any
 
 import msgspec
 
+from vllm_srun.adapters.call import REPLAY
 from vllm_srun.adapters.contracts import LoadedModel
 from vllm_srun.adapters.readiness.probe import probe_model
-from vllm_srun.adapters.serving.served import GOLDEN_CHECK, ServedModel
-from vllm_srun.adapters.surfaces.registry import SURFACE_ROUTES
+from vllm_srun.adapters.serving.served import ServedModel
+from vllm_srun.adapters.surfaces.registry import SURFACE_ROUTES, SurfaceHandler
 from vllm_srun.domain.dtypes import device_class
-from vllm_srun.domain.input_budget import without_budget
 
 GOLDEN_FILE = "golden.json"
 FORMAT = "vllm-srun-golden/1"
@@ -105,25 +106,20 @@ def pick_reference(golden: dict[str, Any], device: str, dtype: str) -> dict[str,
     return refs[0] if refs else None
 
 
-def surface_table() -> dict[str, tuple[Any, Any]]:
+def surface_table() -> dict[str, tuple[msgspec.json.Decoder[Any], SurfaceHandler[Any]]]:
     return {r.surface: (r.decoder, r.handler) for r in SURFACE_ROUTES}
 
 
 async def run_requests(served: ServedModel, requests: list[dict[str, Any]]) -> list[Any]:
-    """The recorded requests, one at a time, through the surfaces (result cache bypassed), without
-    the deployment's input budget (they were recorded without one)."""
+    """The recorded requests, one at a time, through the surfaces as the replay (`REPLAY`: result
+    cache bypassed, no input budget: they were recorded without one)."""
     table = surface_table()
-    token = GOLDEN_CHECK.set(True)
-    try:
-        out = []
-        with without_budget():
-            for item in requests:
-                decoder, handler = table[item["surface"]]
-                request = decoder.decode(json.dumps(item["body"]).encode())
-                out.append(project(await handler(served, request, None, None)))
-        return out
-    finally:
-        GOLDEN_CHECK.reset(token)
+    out = []
+    for item in requests:
+        decoder, handler = table[item["surface"]]
+        request = decoder.decode(json.dumps(item["body"]).encode())
+        out.append(project(await handler(served, request, REPLAY)))
+    return out
 
 
 def _status(status: str, checked: int = 0, matched: int = 0, reason: str | None = None, **extra: Any) -> dict[str, Any]:

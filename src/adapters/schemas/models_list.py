@@ -4,7 +4,7 @@ the `models` list the `typesafe-sdk` client's `models.list()` reads
 (`[{name, description, release_date}]`).
 
 The Structs below describe a card as the worker sends it (the OpenAPI document is generated from
-them, `http/openapi.py`); the cards themselves are built as dicts (`ServedModel.card`, the
+them, `http/openapi.py`); the cards themselves are built as dicts (`model_card.model_card`, the
 families' `card_section`), so a family's own sections (`kernels`, `decision`, `media`, …) ride
 along as fields the Structs leave open. Tests check every card against these schemas.
 

@@ -12,6 +12,8 @@ Transient:
 Everything else is final: a package no family reads or that refuses its settings (`DomainError`,
 `ValueError`), a missing capability, an engine or device refused, a golden check that failed
 (that one never raises: the runtime ends the model itself).
+
+`public_reason` is how a failure reads to clients (the card, /health): no filesystem path.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_srun.domain.errors import DomainError
+from vllm_srun.adapters.serving.served import ServedModel
+from vllm_srun.domain.errors import DomainError, without_paths
 
 TRANSIENT_ERRNOS = frozenset(
     {errno.EIO, errno.EAGAIN, errno.EBUSY, errno.ETXTBSY, errno.ESTALE, errno.EINTR, errno.ENFILE, errno.EMFILE}
@@ -89,3 +92,14 @@ def _own_cause(exc: BaseException) -> str | None:
     if isinstance(exc, RuntimeError) and _DEVICE_BUSY.search(str(exc)):
         return "the device is busy or out of memory"
     return None
+
+
+def public_reason(exc: BaseException, served: ServedModel) -> str:
+    """Why a model failed, as clients see it (the card, /health, 503 bodies): the model's name
+    for its folder and no other filesystem path; the log keeps the full text (R-API-9)."""
+    text = f"{type(exc).__name__}: {exc}"
+    places = {str(served.folder) if served.folder else "", served.artifact} - {"", served.name}
+    for place in sorted(places, key=len, reverse=True):  # the longest first: one may hold the other
+        if "/" in place:
+            text = text.replace(place.rstrip("/"), served.name)
+    return without_paths(text)[:500]

@@ -2,7 +2,7 @@
 read: the family's options (`Family.options`), a profile that needs a path the family lacks
 (R-PROF-3), and the memory budget (`memory_budget_gib`: the estimated resident size of the
 weights at the precision the model computes in). Both the worker's preflight
-(`app/server.check_worker`, one line and exit 2) and the load (`Runtime._load`, the card's reason)
+(`app/server.check_worker`, one line and exit 2) and the load (`Loader._load`, the card's reason)
 ask it.
 """
 

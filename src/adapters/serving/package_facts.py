@@ -1,11 +1,15 @@
-"""What a card tells about a package besides its weights hash (R-API-6): the manifest hash, where
-it comes from (`repo`, `revision`), its weight count, and the bytes its loaded weights hold.
+"""What a card tells about a package (R-API-6): its weights hash, the manifest hash, where it
+comes from (`repo`, `revision`), its weight count, and the bytes its loaded weights hold.
+
+- `weights_sha256` (the card's `model_sha256`): the SHA-256 of the files that decide the answers
+  (weights, config, tokenizer, prompts, a ColBERT head, int8 calibration ranges), read before the
+  load (engines key their caches by it).
 
 - `manifest_sha256` identifies the package as a whole, cheaply (no weight is read): the SHA-256
   of srun.json's bytes (none when the package has no srun.json), then one `path<TAB>size` line
   per file of the package, sorted by path (POSIX, relative to the package folder). It changes when
   the manifest changes or a file is added, removed or resized; `model_sha256` (the weights hash,
-  `served.weights_sha256`) is what says two packages answer alike.
+  `weights_sha256` below) is what says two packages answer alike.
 - `repo` and `revision`: a Hub snapshot's repository and commit (read from its cache path,
   `hub.hub_origin`), else what srun.json declares (`repo`: a Hub repository id; `revision`: its
   40-hex commit), else a built-in catalog model's repository (revision null), else null (a local
@@ -36,6 +40,30 @@ from vllm_srun.adapters.hub import hub_origin
 REVISION = re.compile(r"^[0-9a-f]{40}$")
 SAFETENSORS_HEADER_MAX = 100 << 20  # a header larger than this is not a safetensors header
 WALK_DEPTH = 4  # attribute hops from the loaded model to the tensors it holds
+
+ANSWER_FILES = frozenset(
+    {
+        "config.json",
+        "tokenizer.json",
+        "preprocessor_config.json",
+        "config_sentence_transformers.json",  # prompts
+        "colbert_linear.pt",  # multi-vector head (BGE-M3 layout)
+        "embedding_ranges.json",  # int8/uint8 calibration ranges
+    }
+)
+
+
+def weights_sha256(folder: Path) -> str:
+    """Hash of the files that decide the model's answers (weights, config, tokenizer, prompts, a
+    ColBERT head, int8 calibration ranges)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and (path.suffix in {".safetensors", ".onnx"} or path.name in ANSWER_FILES):
+            digest.update(path.name.encode())
+            with path.open("rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

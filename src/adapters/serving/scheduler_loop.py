@@ -1,14 +1,14 @@
 """Drives one model's scheduler on the event loop and its forwards on the device thread.
 
-`submit(rows)` returns the rows' outputs in order once the request's last row ran. A forward is
+`submit(rows, call)` returns the rows' outputs in order once the request's last row ran. A forward is
 `run_batch(batch, payloads)` on the device thread (the batch says its lane and counted tokens);
 as many run at once as the scheduler has slots (`Scheduler.max_in_flight`, the device's
 concurrent forwards), each as its own task, and the driver plans again as soon as one ends. A caller
 that goes away (cancellation, deadline) cancels its request: its rows that have not reached
 the device never will. With an EXPRESS device thread, while every slot is busy the scheduler's
 express forward (`Scheduler.next_express`, R-FAIR-7: the lightest tenant's next turn) runs there,
-beside them. Every forward has a batch id, unique in the process; a traced request
-(`submit(forwards=[...])`) gets a `ForwardRecord` of each forward its rows ran in.
+beside them. Every forward has a batch id, unique in the process; a traced request (its `Call`'s
+timing holds a `forwards` list) gets a `ForwardRecord` of each forward its rows ran in.
 
 Row deadlines (R-API-10): `submit(deadlines=[...])` gives each row the seconds it may wait; at its
 deadline a row that has not reached the device never will (`Scheduler.expire`): its output is
@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.clock import MonotonicClock
 from vllm_srun.adapters.request_timing import ForwardRecord
 from vllm_srun.adapters.serving.device_thread import DeviceThread
@@ -33,10 +34,10 @@ from vllm_srun.domain.planning import ForwardBatch
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.rows import RowSpec
 from vllm_srun.domain.scheduler import Scheduler
-from vllm_srun.domain.tenants import DEFAULT_TENANT, Priority
 
 log = logging.getLogger("vllm_srun.scheduler_loop")
 _BATCH_IDS = itertools.count(1)  # every forward of the process, whatever its model
+UNTRACED = Call()  # rows of no request in particular (tests, calibration): the default tenant, untraced
 
 
 @dataclass(slots=True)
@@ -105,20 +106,19 @@ class SchedulerLoop:
     async def submit(
         self,
         rows: Sequence[RowSpec],
+        call: Call = UNTRACED,
         *,
-        tenant: str = DEFAULT_TENANT,
-        priority: Priority | None = None,
-        forwards: list[ForwardRecord] | None = None,
         exact: bool = False,
         deadlines: Sequence[float | None] | None = None,
     ) -> ForwardStats:
-        """The rows' outputs; TENANT and PRIORITY decide when they run (R-FAIR-2/3), never what they
-        answer. FORWARDS (a traced request's): a record of each forward its rows run in is added.
-        EXACT: the request's profile does not coalesce (R-PROF-2, `Scheduler.submit`).
+        """CALL's rows' outputs; its tenant and priority decide when they run (R-FAIR-2/3), never
+        what they answer. A traced call (its timing's `forwards` a list) gets a record of each forward its
+        rows run in. EXACT: the request's profile does not coalesce (R-PROF-2, `Scheduler.submit`).
         DEADLINES (one per row, seconds from now; None: none): a row not started by its deadline
         is not run, its output is `EXPIRED` (R-API-10)."""
         now = self._clock.now()
-        rid = self.scheduler.submit(rows, now, tenant=tenant, priority=priority, exact=exact)
+        forwards = call.timing.forwards if call.timing is not None else None
+        rid = self.scheduler.submit(rows, now, tenant=call.tenant, priority=call.priority, exact=exact)
         loop = asyncio.get_running_loop()
         waiter = _Waiter(loop.create_future(), now, trace=forwards)
         self._waiters[rid] = waiter

@@ -34,9 +34,8 @@ from typing import Any
 
 import msgspec
 
+from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.cancellation import race
-from vllm_srun.adapters.offload import REQUEST_BYTES
-from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.bundle import (
     TASK_SURFACES,
     BundleOptions,
@@ -46,7 +45,7 @@ from vllm_srun.adapters.schemas.bundle import (
     TaskResult,
 )
 from vllm_srun.adapters.schemas.common import json_encoder
-from vllm_srun.adapters.serving.served import Disconnected, ServedModel
+from vllm_srun.adapters.serving.served import ServedModel
 from vllm_srun.adapters.surfaces.admission import admission_tokens
 from vllm_srun.adapters.surfaces.classify import prepare_classify
 from vllm_srun.adapters.surfaces.common import NO_FORWARD, Prepared, any_expired
@@ -63,13 +62,12 @@ from vllm_srun.domain.errors import (
     quoted,
 )
 from vllm_srun.domain.rows import RowSpec
-from vllm_srun.domain.tenants import DEFAULT_TENANT
 
 log = logging.getLogger("vllm_srun.bundle")
 
 # a surface's prepare step (its CPU work off the event loop when the task is large; embeddings'
-# also awaits media decoding)
-PREPARE: dict[str, Callable[[ServedModel, Any], Awaitable[Prepared[Any]]]] = {
+# also awaits media decoding), for the task's own `Call` (the bundle's, with the task's size)
+PREPARE: dict[str, Callable[[ServedModel, Any, Call], Awaitable[Prepared[Any]]]] = {
     "embeddings": prepare_embeddings,
     "classify": prepare_classify,
     "rerank": prepare_rerank,
@@ -126,16 +124,14 @@ def parse_tasks(req: ReadBundle, max_tasks: int, status_of: StatusOf) -> list[_T
 async def bundle(
     lookup: Lookup,
     req: ReadBundle,
-    timing: RequestTiming | None,
-    disconnected: Disconnected | None,
+    call: Call,
     *,
     max_tasks: int,
     status_of: StatusOf,
-    tenant: str = DEFAULT_TENANT,
     refused: Callable[[str], None] = lambda model: None,
 ) -> BundleResponse:
-    """The answers of REQ's tasks, each model's admitted for TENANT as one unit; REFUSED(model) is
-    told of each unit refused 429 overloaded (`/metrics`)."""
+    """The answers of REQ's tasks, each model's admitted for CALL's tenant as one unit;
+    REFUSED(model) is told of each unit refused 429 overloaded (`/metrics`)."""
     tasks = parse_tasks(req, max_tasks, status_of)
     units: dict[str, tuple[ServedModel, list[_Task]]] = {}
     for task in tasks:
@@ -148,12 +144,12 @@ async def bundle(
             continue
         units.setdefault(served.name, (served, []))[1].append(task)
     options = req.options or BundleOptions()
-    runs = [_run_unit(served, unit, options, timing, status_of, tenant, refused) for served, unit in units.values()]
+    runs = [_run_unit(served, unit, options, call, status_of, refused) for served, unit in units.values()]
     if runs:
         await race(
             lambda: asyncio.gather(*runs),
             deadline_s=None,
-            disconnected=disconnected,
+            disconnected=call.disconnected,
             deadline_message="",
         )
     assert all(task.result is not None for task in tasks)
@@ -164,18 +160,17 @@ async def _run_unit(
     served: ServedModel,
     tasks: list[_Task],
     options: BundleOptions,
-    timing: RequestTiming | None,
+    call: Call,
     status_of: StatusOf,
-    tenant: str,
     refused: Callable[[str], None],
 ) -> None:
     """One model's tasks: admitted together, prepared each, their rows in one submit."""
     try:
-        tokens = await served.prepare(_admission_tokens, served, tasks)  # off the loop for a large bundle
-        with served.admitted(len(tasks), tokens, tenant):  # its rows are scheduled for TENANT too
-            running = await _prepare(served, tasks, status_of)
+        tokens = await served.prepare(call, _admission_tokens, served, tasks)  # off the loop for a large bundle
+        with served.admitted(call, len(tasks), tokens) as admitted:  # its rows are scheduled for its tenant too
+            running = await _prepare(served, tasks, admitted, status_of)
             if running:
-                await _run_rows(served, running, options.deadline_ms, timing, status_of)
+                await _run_rows(served, running, options.deadline_ms, admitted, status_of)
     except Cancelled:  # the client went away: the whole bundle is cancelled (499)
         raise
     except Exception as exc:  # the unit failed as a whole: overloaded, deadline, forward failed
@@ -195,13 +190,13 @@ def _admission_tokens(served: ServedModel, tasks: list[_Task]) -> int:
     return total
 
 
-async def _prepare(served: ServedModel, tasks: list[_Task], status_of: StatusOf) -> list[_Task]:
-    """Prepare each task (errors in its slot; cached answers done); the tasks left to run."""
+async def _prepare(served: ServedModel, tasks: list[_Task], call: Call, status_of: StatusOf) -> list[_Task]:
+    """Prepare each task for CALL, sized as the task (errors in its slot; cached answers done);
+    the tasks left to run."""
     running = []
     for task in tasks:
-        try:
-            REQUEST_BYTES.set(task.size)  # this unit's own context: a small task is prepared on the loop
-            prepared = await PREPARE[task.surface](served, task.body)
+        try:  # a small task is prepared on the loop, whatever the bundle's size
+            prepared = await PREPARE[task.surface](served, task.body, dataclasses.replace(call, body_bytes=task.size))
             hit = await prepared.cached()
             if hit is not None:
                 task.answer(hit)
@@ -235,7 +230,7 @@ async def _run_rows(
     served: ServedModel,
     tasks: list[_Task],
     bundle_ms: float | None,
-    timing: RequestTiming | None,
+    call: Call,
     status_of: StatusOf,
 ) -> None:
     """The unit's rows in one submit (R-PERF-1), each row not started by its deadline not run
@@ -249,12 +244,11 @@ async def _run_rows(
         (t.prepared.profile for t in tasks if t.prepared is not None and not t.prepared.profile.coalesces), None
     )
     per_row = row_deadlines(deadlines, where, len(rows))
-    stats = await served.run(rows, per_row, timing, profile=strict, expire_rows=True)
+    stats = await served.run(rows, call, profile=strict, expire_rows=True, row_deadlines=per_row)
     for task, indices, deadline in zip(tasks, where, deadlines):
         assert task.prepared is not None
         own = dataclasses.replace(stats, outputs=tuple(stats.outputs[i] for i in indices))
-        try:
-            REQUEST_BYTES.set(task.size)
+        try:  # its answer is built for its own call (`Prepared.call`: its size)
             if not task.prepared.expires_rows and any_expired(own.outputs):
                 raise DeadlineExceeded(f"no answer within options.deadline_ms={deadline:g}")
             task.answer(await task.prepared.complete(own))

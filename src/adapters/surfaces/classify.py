@@ -24,8 +24,8 @@ from functools import partial
 
 import numpy as np
 
+from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.contracts import Encoded, LogitsRow, is_text_classifier
-from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.encoder import (
     ClassifyOptions,
@@ -38,7 +38,7 @@ from vllm_srun.adapters.schemas.encoder import (
     WindowOptions,
 )
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
-from vllm_srun.adapters.serving.served import Disconnected, ServedModel
+from vllm_srun.adapters.serving.served import ServedModel
 from vllm_srun.adapters.surfaces.classify_heads import HEAD_NAME, check_head, check_options, head_kind, with_head
 from vllm_srun.adapters.surfaces.common import ItemFailure, Prepared, answer, any_expired, expired
 from vllm_srun.adapters.surfaces.overflow import (
@@ -97,30 +97,29 @@ def selected(p: np.ndarray, labels: list[str], threshold: float) -> list[str]:
     return [labels[j] for j in order if p[j] >= threshold]
 
 
-async def classify(
-    served: ServedModel, req: ClassifyRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
-) -> ClassifyResponse:
-    return await answer(await prepare_classify(served, req), timing, disconnected)
+async def classify(served: ServedModel, req: ClassifyRequest, call: Call) -> ClassifyResponse:
+    return await answer(await prepare_classify(served, req, call))
 
 
-async def prepare_classify(served: ServedModel, req: ClassifyRequest) -> Prepared[ClassifyResponse]:
-    model = served.require_surface("classify")
+async def prepare_classify(served: ServedModel, req: ClassifyRequest, call: Call) -> Prepared[ClassifyResponse]:
+    model = served.require_surface("classify", call)
     assert is_text_classifier(model)  # checked when the model loaded
     check_head(req.head)
     items = _items(req)
     options = req.options or ClassifyOptions()
-    mode = overflow_mode(options, input_budget(served).overflow)
-    limit = token_limit(served, model.max_input_tokens, options)
+    mode = overflow_mode(options, input_budget(served, call).overflow)
+    limit = token_limit(served, call, model.max_input_tokens, options)
     kind = head_kind(model)
     check_options(options, kind)
     if kind == "token":  # token heads: token_spans.py
-        return await prepare_tokens(served, model, req, items, options, mode, limit)
+        return await prepare_tokens(served, call, model, req, items, options, mode, limit)
     threshold = DEFAULT_THRESHOLD if options.threshold is None else options.threshold
     budget = served.token_budget()
     windowed: list[WindowedInput | ItemFailure] = []
     if mode == "window":
         window = options.window or WindowOptions(tokens=limit.tokens)
         windowed = await served.prepare(
+            call,
             partial(
                 split_overflow_windows,
                 model,
@@ -130,14 +129,14 @@ async def prepare_classify(served: ServedModel, req: ClassifyRequest) -> Prepare
                 budget,
                 limit=limit,
                 origin=overflow_origin(options),
-            )
+            ),
         )
         groups = [[] if isinstance(s, ItemFailure) else [w.encoded for w in s.windows] for s in windowed]
         failures = [s if isinstance(s, ItemFailure) else None for s in windowed]
         full = [0 if isinstance(s, ItemFailure) else s.n_tokens for s in windowed]
     else:
         encoded = await served.prepare(
-            partial(encode_items, model, items, truncate=mode == "truncate", budget=budget, limit=limit)
+            call, partial(encode_items, model, items, truncate=mode == "truncate", budget=budget, limit=limit)
         )
         groups = [[e] if isinstance(e, Encoded) else [] for e in encoded]
         failures = [e if isinstance(e, ItemFailure) else None for e in encoded]
@@ -205,4 +204,4 @@ async def prepare_classify(served: ServedModel, req: ClassifyRequest) -> Prepare
             multi_label=model.multi_label,
         )
 
-    return Prepared(served, "classify", req, options, rows, finish, with_head, expires_rows=True)
+    return Prepared(served, call, "classify", req, options, rows, finish, with_head, expires_rows=True)

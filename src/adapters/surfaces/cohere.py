@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.contracts import TextEmbedder, is_prompted_embedder
-from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.cohere import (
     ApiVersion,
     BilledUnits,
@@ -30,7 +30,7 @@ from vllm_srun.adapters.schemas.cohere import (
     EmbedV2Response,
 )
 from vllm_srun.adapters.schemas.embeddings import EmbeddingsOptions, EmbeddingsRequest
-from vllm_srun.adapters.serving.served import Disconnected, ServedModel
+from vllm_srun.adapters.serving.served import ServedModel
 from vllm_srun.adapters.surfaces.embedding_outputs import model_outputs
 from vllm_srun.adapters.surfaces.embeddings import DOCUMENT_PROMPTS, embedder, embeddings
 from vllm_srun.adapters.surfaces.encodings import quantize, ranges_for, wire
@@ -79,10 +79,8 @@ def _texts(model: TextEmbedder, req: EmbedV2Request) -> list[str]:
     return texts
 
 
-async def embed_v2(
-    served: ServedModel, req: EmbedV2Request, timing: RequestTiming | None, disconnected: Disconnected | None = None
-) -> EmbedV2Response:
-    model = embedder(served)
+async def embed_v2(served: ServedModel, req: EmbedV2Request, call: Call) -> EmbedV2Response:
+    model = embedder(served, call)
     for name, given in (("images", req.images), ("inputs", req.inputs)):
         if given:
             raise InvalidRequest(f"{name}: this server embeds texts only (send texts)")
@@ -95,7 +93,7 @@ async def embed_v2(
     types = list(dict.fromkeys(req.embedding_types or ["float"]))
     dims = req.output_dimension or model.dimensions
     ranges = {t: ranges_for(model, t, dims, model.normalized, "embedding_types")[0] for t in types}
-    texts: list[str] = await served.prepare(_texts, model, req)
+    texts: list[str] = await served.prepare(call, _texts, model, req)
     inner = EmbeddingsRequest(
         input=list(texts),
         model=req.model,
@@ -104,7 +102,7 @@ async def embed_v2(
         options=EmbeddingsOptions(overflow="reject" if req.truncate == "NONE" else "truncate"),
     )
     try:
-        answer = await embeddings(served, inner, timing, disconnected)
+        answer = await embeddings(served, inner, call)
         failed = next((d for d in answer.data if d.error is not None), None)
         if failed is not None:  # Cohere's answer has no per-text errors: the first one fails the request
             if failed.error == "deadline_exceeded":

@@ -16,20 +16,26 @@ The CPU work of both steps (tokenizing, cutting windows, the cache key, building
 answer) runs through `ServedModel.prepare`: on the event loop for a small request, on the
 preparation pool for a large one (`adapters/offload.py`, R-API-9). A request's rows are held to
 its model's `max_request_tokens` when it is prepared (413, before any forward).
+
+Every surface is `async (served, request, call) -> response` (`surfaces/registry.py`), called
+the same way by the HTTP app, the bundle's tasks and the golden check; the `Call`
+(`adapters/call.py`) is the request's tenant, size, timing, disconnect and replay flag, and
+`answer` gives it its options' priority and deadline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from vllm_srun.adapters.request_timing import RequestTiming
+from vllm_srun.adapters.call import Call
+from vllm_srun.adapters.model_card import answer_meta
 from vllm_srun.adapters.schemas.common import CommonOptions, ItemErrorCode
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
-from vllm_srun.adapters.serving.served import GOLDEN_CHECK, Disconnected, ServedModel
+from vllm_srun.adapters.serving.served import ServedModel
 from vllm_srun.domain.input_budget import InputBudget, in_force
 from vllm_srun.domain.profiles import Profile
 from vllm_srun.domain.rows import RowSpec
@@ -40,10 +46,10 @@ NO_FORWARD = ForwardStats((), 0.0, 0.0, 0, 0)
 TOKENIZE_CHUNK = 64  # inputs tokenized at once: bounds a request's transient memory and when its budget stops it
 
 
-def input_budget(served: ServedModel) -> InputBudget:
-    """SERVED's input budget in force (`input: {max_tokens, overflow}`; none while the golden
-    check replays its recorded requests, which were recorded without one)."""
-    return in_force(InputBudget(served.args.input_max_tokens, served.args.input_overflow))
+def input_budget(served: ServedModel, call: Call) -> InputBudget:
+    """SERVED's input budget in force for CALL (`input: {max_tokens, overflow}`; none for the
+    golden check's replay of its recorded requests, which were recorded without one)."""
+    return in_force(InputBudget(served.args.input_max_tokens, served.args.input_overflow), call.replay)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,7 @@ class Prepared(Generic[R]):
     """
 
     served: ServedModel
+    call: Call  # the request it was prepared for (its size decides where its CPU work runs)
     cache_tag: str  # the surface's part of the cache key
     req: msgspec.Struct
     options: CommonOptions
@@ -99,34 +106,35 @@ class Prepared(Generic[R]):
 
     async def cached(self) -> R | None:
         """The answer from the result cache (no forward), or None."""
-        served = self.served
+        served, call = self.served, self.call
         cache = served.cache
-        if cache is None or not cache.enabled or not served.sha256 or GOLDEN_CHECK.get():
+        if cache is None or not cache.enabled or not served.sha256 or call.replay:  # the golden check computes
             return None
         # the input budget is part of the key: two names of the same weights may cut or refuse differently
-        tag = f"{input_budget(served).tag()}|profile={self.profile.name}"  # answers differ by profile
-        self._key = await served.prepare(cache.key, served.sha256, self.cache_tag, self.req, tag)
+        tag = f"{input_budget(served, call).tag()}|profile={self.profile.name}"  # answers differ by profile
+        self._key = await served.prepare(call, cache.key, served.sha256, self.cache_tag, self.req, tag)
         found: Any = cache.get(self._key, served.name)
         if found is None:
             return None
-        meta = served.meta(None, 0, self.profile) if self.options.return_meta else None
+        meta = answer_meta(served, None, 0, self.profile) if self.options.return_meta else None
         hit: R = msgspec.structs.replace(found, model=served.name, meta=meta)
         return self.polish(hit)
 
     async def complete(self, stats: ForwardStats) -> R:
         """The answer from the rows' outputs: remembered in the cache, with meta when asked."""
-        served = self.served
-        response = await served.prepare(self.finish, stats)
+        served, call = self.served, self.call
+        response = await served.prepare(call, self.finish, stats)
         cache = served.cache
         if cache is not None and self._key is not None and not any_expired(stats.outputs):
-            await served.prepare(cache.put, self._key, response)
+            await served.prepare(call, cache.put, self._key, response)
         if self.options.return_meta:
-            response = msgspec.structs.replace(response, meta=served.meta(stats, len(self.rows), self.profile))
+            response = msgspec.structs.replace(response, meta=answer_meta(served, stats, len(self.rows), self.profile))
         return self.polish(response)
 
 
-async def answer(prepared: Prepared[R], timing: RequestTiming | None, disconnected: Disconnected | None) -> R:
-    """Answer one prepared request: from the result cache when it can, else its rows alone."""
+async def answer(prepared: Prepared[R]) -> R:
+    """Answer one prepared request: from the result cache when it can, else its rows alone, at
+    the priority and by the deadline its options ask for."""
     hit = await prepared.cached()
     if hit is not None:
         return hit
@@ -135,10 +143,7 @@ async def answer(prepared: Prepared[R], timing: RequestTiming | None, disconnect
     options = prepared.options
     stats = await prepared.served.run(
         prepared.rows,
-        options.deadline_ms,
-        timing,
-        disconnected,
-        priority=options.priority,
+        replace(prepared.call, priority=options.priority, deadline_ms=options.deadline_ms),
         profile=prepared.profile,
         expire_rows=prepared.expires_rows,
     )

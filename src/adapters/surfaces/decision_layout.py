@@ -131,14 +131,16 @@ def lay_out(read: Mapping[str, ReadQuestion | QuestionError], sent: Mapping[str,
     return entry
 
 
-def prepare_entry(model: QuestionAnswerer, entry: Entry) -> Entry:
+def prepare_entry(model: QuestionAnswerer, entry: Entry, replay: bool = False) -> Entry:
     """Tokenize every view (CPU work: run it through `ServedModel.prepare`); a question whose
-    rows cannot be asked takes its error into its slot."""
+    rows cannot be asked takes its error into its slot. REPLAY: the golden check's (no input budget)."""
     for view in entry.views:
         if entry.media:  # only a model that reads media is given any (surfaces/decision_media.py)
-            view.prepared = model.prepare(view.text, view.asked, overflow=view.overflow, media=entry.media)
+            view.prepared = model.prepare(
+                view.text, view.asked, overflow=view.overflow, media=entry.media, replay=replay
+            )
         else:
-            view.prepared = model.prepare(view.text, view.asked, overflow=view.overflow)
+            view.prepared = model.prepare(view.text, view.asked, overflow=view.overflow, replay=replay)
     for slot in entry.slots:
         mine = _prepared_of(entry, slot)
         if slot.error is not None or slot.plan is None:

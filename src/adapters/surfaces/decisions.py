@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.contracts import QuestionAnswerer, QuestionError, StateMedium, is_question_answerer
-from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.decisions import (
     MAX_QUESTIONS,
     MAX_ROWS,
@@ -40,7 +40,7 @@ from vllm_srun.adapters.schemas.decisions import (
     Usage,
 )
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
-from vllm_srun.adapters.serving.served import Disconnected, ServedModel
+from vllm_srun.adapters.serving.served import ServedModel
 from vllm_srun.adapters.surfaces.common import Prepared, answer
 from vllm_srun.adapters.surfaces.decision_layout import (
     Answered,
@@ -62,8 +62,8 @@ NO_SCAN_BUDGET = (
 )
 
 
-def answerer(served: ServedModel) -> QuestionAnswerer:
-    model = served.require_surface("decisions")
+def answerer(served: ServedModel, call: Call) -> QuestionAnswerer:
+    model = served.require_surface("decisions", call)
     assert is_question_answerer(model)  # checked when the model loaded
     return model
 
@@ -98,10 +98,11 @@ def _laid_out(parts: Sequence[Part]) -> list[Entry]:
     return entries
 
 
-def _prepared(model: QuestionAnswerer, entries: list[Entry], names: Sequence[str]) -> list[Entry]:
-    """Every entry tokenized; 400 when no question of any entry is valid (CPU work)."""
+def _prepared(model: QuestionAnswerer, entries: list[Entry], names: Sequence[str], replay: bool) -> list[Entry]:
+    """Every entry tokenized (REPLAY: the golden check's, without the input budget); 400 when no
+    question of any entry is valid (CPU work)."""
     for entry in entries:
-        prepare_entry(model, entry)
+        prepare_entry(model, entry, replay)
     reasons = all_invalid(list(zip(names, entries)))
     if reasons is not None:
         raise InvalidRequest(f"no question is valid ({reasons})")
@@ -118,22 +119,22 @@ def _own(got: Answered) -> dict[str, Any]:
     }
 
 
-async def prepare_decisions(served: ServedModel, req: DecisionsBody) -> Prepared[DecisionsResponse]:
+async def prepare_decisions(served: ServedModel, req: DecisionsBody, call: Call) -> Prepared[DecisionsResponse]:
     """/v1/decisions (and /v1/systemone, /v1/bundle's decisions tasks): validated and tokenized."""
-    model = answerer(served)
+    model = answerer(served, call)
     options = req.options or DecisionsOptions()
     shares = served.profile_for(options.profile).shares_context  # R-PROF-1: exact never shares
     states = req.states or {}
     asked = [req.questions] + [s.questions for s in states.values()]
     _check_request(options, sum(len(qs) for qs in asked))
-    sent = await served.prepare(read_sent, model, req)  # 400 for bad media, before anything decodes
+    sent = await served.prepare(call, read_sent, model, req)  # 400 for bad media, before anything decodes
     media = await decode_all(served, model, sent)  # once per content, in the media workers
     parts: list[Part] = [(s.state, qs, asset_errors(s), m) for s, qs, m in zip(sent, asked, media)]
-    entries = await served.prepare(_laid_out, parts)
+    entries = await served.prepare(call, _laid_out, parts)
     _check_rows(entries)
     names = ["", *(f"states.{name[:64]}." for name in states)]
-    entries = await served.prepare(_prepared, model, entries, names)
-    rows, spans = await served.prepare(rows_of, model, entries, shares)
+    entries = await served.prepare(call, _prepared, model, entries, names, call.replay)
+    rows, spans = await served.prepare(call, rows_of, model, entries, shares)
 
     def finish(stats: ForwardStats) -> DecisionsResponse:
         own, *others = answers_of(entries, rows, spans, stats.outputs)
@@ -144,26 +145,19 @@ async def prepare_decisions(served: ServedModel, req: DecisionsBody) -> Prepared
             or None,
         )
 
-    return Prepared(served, f"decisions:{model.cache_tag}", req, options, rows, finish, expires_rows=True)
+    return Prepared(served, call, f"decisions:{model.cache_tag}", req, options, rows, finish, expires_rows=True)
 
 
-async def decisions(
-    served: ServedModel, req: DecisionsBody, timing: RequestTiming | None, disconnected: Disconnected | None = None
-) -> DecisionsResponse:
-    return await answer(await prepare_decisions(served, req), timing, disconnected)
+async def decisions(served: ServedModel, req: DecisionsBody, call: Call) -> DecisionsResponse:
+    return await answer(await prepare_decisions(served, req, call))
 
 
 systemone = decisions  # the contract's alias: the same request, the same answer
 
 
-async def systemone_batches(
-    served: ServedModel,
-    req: DecisionsBatchBody,
-    timing: RequestTiming | None,
-    disconnected: Disconnected | None = None,
-) -> DecisionsBatchResponse:
+async def systemone_batches(served: ServedModel, req: DecisionsBatchBody, call: Call) -> DecisionsBatchResponse:
     """/v1/systemone/batches: many states, the same questions; question errors stay in place."""
-    model = answerer(served)
+    model = answerer(served, call)
     options = req.options or DecisionsOptions()
     shares = served.profile_for(options.profile).shares_context  # R-PROF-1: exact never shares
     _check_request(options, len(req.states) * len(req.questions))
@@ -171,11 +165,11 @@ async def systemone_batches(
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise InvalidRequest(f"states[].id must be unique ({quoted(dup)} appears more than once)")
-    entries = await served.prepare(_laid_out, [(s.state, req.questions, {}, ()) for s in req.states])
+    entries = await served.prepare(call, _laid_out, [(s.state, req.questions, {}, ()) for s in req.states])
     _check_rows(entries)
     names = [f"states[{i}]." for i in range(len(entries))]
-    entries = await served.prepare(_prepared, model, entries, names)
-    rows, spans = await served.prepare(rows_of, model, entries, shares)
+    entries = await served.prepare(call, _prepared, model, entries, names, call.replay)
+    rows, spans = await served.prepare(call, rows_of, model, entries, shares)
 
     def finish(stats: ForwardStats) -> DecisionsBatchResponse:
         answered = answers_of(entries, rows, spans, stats.outputs)
@@ -187,5 +181,5 @@ async def systemone_batches(
         return DecisionsBatchResponse(model=served.name, results=results, usage=total)
 
     cache_tag = f"systemone_batches:{model.cache_tag}"
-    prepared = Prepared(served, cache_tag, req, options, rows, finish, expires_rows=True)
-    return await answer(prepared, timing, disconnected)
+    prepared = Prepared(served, call, cache_tag, req, options, rows, finish, expires_rows=True)
+    return await answer(prepared)

@@ -46,6 +46,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.contracts import (
     Encoded,
     MediaError,
@@ -59,7 +60,6 @@ from vllm_srun.adapters.contracts import (
 from vllm_srun.adapters.contracts.outputs import TokenOutputRow
 from vllm_srun.adapters.media.audio_input import audio_data_bytes
 from vllm_srun.adapters.media.data_url import data_url_bytes
-from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS, Representation
 from vllm_srun.adapters.schemas.embeddings import (
     AudioInput,
@@ -75,7 +75,7 @@ from vllm_srun.adapters.schemas.embeddings import (
 )
 from vllm_srun.adapters.schemas.encoder import InputUsage
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
-from vllm_srun.adapters.serving.served import Disconnected, ServedModel, TokenBudget
+from vllm_srun.adapters.serving.served import ServedModel, TokenBudget
 from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK, ItemFailure, Prepared, answer, any_expired, expired
 from vllm_srun.adapters.surfaces.embedding_outputs import (
     OutputPlan,
@@ -177,8 +177,8 @@ def resolve_prompt(model: object, input_type: str | None, prompt_name: str | Non
     return prompts.get(chosen, "") if chosen is not None else ""
 
 
-def embedder(served: ServedModel) -> TextEmbedder:
-    model = served.require_surface("embeddings")
+def embedder(served: ServedModel, call: Call) -> TextEmbedder:
+    model = served.require_surface("embeddings", call)
     assert is_text_embedder(model)  # checked when the model loaded
     return model
 
@@ -255,12 +255,12 @@ class _Input:
     failure: ItemFailure | None = None
 
 
-async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Prepared[EmbeddingsResponse]:
+async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest, call: Call) -> Prepared[EmbeddingsResponse]:
     """REQ validated into its rows: text rows tokenized (off the event loop for a large request,
     R-API-9), media decoded (off the request path when media workers run, R-MEDIA; the decode
     cache answers repeats, R-PERF-4), every request-level failure raised and every item's failure
     kept in its slot before any row reaches a scheduler."""
-    model = embedder(served)
+    model = embedder(served, call)
     items = _items(req)
     options = req.options or EmbeddingsOptions()
     if req.dimensions is not None and req.dimensions > model.dimensions and req.embedding_type == "dense":
@@ -270,13 +270,15 @@ async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Pre
     prompt = resolve_prompt(model, req.input_type, req.prompt_name)
     media_model = model if is_media_embedder(model) else None
     frames = (options.frames or media_model.video_frames) if media_model is not None else 0
-    limit = token_limit(served, model.max_input_tokens, options)
+    limit = token_limit(served, call, model.max_input_tokens, options)
     text_rows, media, failed = await served.prepare(
+        call,
         _inputs,
         model,
         items,
         frames,
-        (options.overflow or input_budget(served).overflow) == "truncate",  # window: embeddings have none, it rejects
+        (options.overflow or input_budget(served, call).overflow)
+        == "truncate",  # window: embeddings have none, it rejects
         served.token_budget(),
         prompt,
         limit,
@@ -317,6 +319,7 @@ async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Pre
     representation = _representation(served, model, req, plan, items, layer)
     return Prepared(
         served,
+        call,
         "embeddings",
         req,
         options,
@@ -327,10 +330,8 @@ async def prepare_embeddings(served: ServedModel, req: EmbeddingsRequest) -> Pre
     )
 
 
-async def embeddings(
-    served: ServedModel, req: EmbeddingsRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
-) -> EmbeddingsResponse:
-    return await answer(await prepare_embeddings(served, req), timing, disconnected)
+async def embeddings(served: ServedModel, req: EmbeddingsRequest, call: Call) -> EmbeddingsResponse:
+    return await answer(await prepare_embeddings(served, req, call))
 
 
 def _modality(item: InputItem) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.contracts import Encoded, PairScorer
 from vllm_srun.adapters.schemas.embeddings import EmbeddingsOptions
 from vllm_srun.adapters.schemas.encoder import ClassifyOptions, RerankOptions
@@ -48,11 +49,12 @@ class TokenLimit:
 
 
 def token_limit(
-    served: ServedModel, model_limit: int, options: ClassifyOptions | RerankOptions | EmbeddingsOptions
+    served: ServedModel, call: Call, model_limit: int, options: ClassifyOptions | RerankOptions | EmbeddingsOptions
 ) -> TokenLimit:
     """The request's per-input limit: `options.max_tokens`, at most the deployment's input budget
-    and the model's limit (400 above either: a request may lower the limit, never raise it)."""
-    budget = input_budget(served)
+    in force for CALL and the model's limit (400 above either: a request may lower the limit,
+    never raise it)."""
+    budget = input_budget(served, call)
     ceiling = TokenLimit(model_limit)
     if budget.capped(model_limit):
         ceiling = TokenLimit(budget.limit(model_limit), "the deployment's input.max_tokens")

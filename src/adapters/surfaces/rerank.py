@@ -30,9 +30,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.contracts import Encoded, LogitsRow, PairScorer, is_pair_scorer, is_text_embedder
 from vllm_srun.adapters.contracts.outputs import is_maxsim_scorer
-from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.schemas.common import MAX_INPUTS
 from vllm_srun.adapters.schemas.encoder import (
     EncoderUsage,
@@ -44,7 +44,7 @@ from vllm_srun.adapters.schemas.encoder import (
     WindowOptions,
 )
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
-from vllm_srun.adapters.serving.served import Disconnected, ServedModel, TokenBudget
+from vllm_srun.adapters.serving.served import ServedModel, TokenBudget
 from vllm_srun.adapters.surfaces.common import ItemFailure, Prepared, answer, any_expired, expired
 from vllm_srun.adapters.surfaces.embeddings import card_section
 from vllm_srun.adapters.surfaces.maxsim import maxsim_rows, maxsim_scores
@@ -144,17 +144,13 @@ def _usage(group: list[Encoded], whole: int, windowed: bool) -> InputUsage:
     return InputUsage(tokens=row.n_tokens, processed_tokens=len(row.ids), truncated=row.truncated)
 
 
-async def rerank(
-    served: ServedModel, req: RerankRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
-) -> RerankResponse:
-    return await answer(await prepare_rerank(served, req), timing, disconnected)
+async def rerank(served: ServedModel, req: RerankRequest, call: Call) -> RerankResponse:
+    return await answer(await prepare_rerank(served, req, call))
 
 
-async def rerank_v2(
-    served: ServedModel, req: RerankRequest, timing: RequestTiming | None, disconnected: Disconnected | None = None
-) -> RerankResponse:
+async def rerank_v2(served: ServedModel, req: RerankRequest, call: Call) -> RerankResponse:
     """Cohere's /v2/rerank: Cohere's document form, and a document that fails fails the request."""
-    response = await answer(await prepare_rerank(served, req, cohere=True), timing, disconnected)
+    response = await answer(await prepare_rerank(served, req, call, cohere=True))
     failed = next((r for r in response.results if r.error is not None), None)
     if failed is not None:
         message = failed.message or failed.error or "the document failed"
@@ -164,19 +160,21 @@ async def rerank_v2(
     return response
 
 
-async def prepare_rerank(served: ServedModel, req: RerankRequest, cohere: bool = False) -> Prepared[RerankResponse]:
+async def prepare_rerank(
+    served: ServedModel, req: RerankRequest, call: Call, cohere: bool = False
+) -> Prepared[RerankResponse]:
     """REQ's rows; COHERE: the request came to Cohere's route (its documents in Cohere's form)."""
-    model = served.require_surface("rerank")
+    model = served.require_surface("rerank", call)
     assert is_pair_scorer(model)  # checked when the model loaded
     if len(req.documents) > MAX_INPUTS:
         raise RequestTooLarge(f"too many documents: {len(req.documents)} (at most {MAX_INPUTS})")
     check_exit(model, req.layer, req.dimensions)
     options = req.options or RerankOptions()
-    mode = overflow_mode(options, input_budget(served).overflow)
+    mode = overflow_mode(options, input_budget(served, call).overflow)
     origin = overflow_origin(options)
     if req.max_tokens_per_doc is not None and options.overflow is None and options.window is None:
         mode = "truncate"  # the client asked for cut documents
-    limit = token_limit(served, model.max_input_tokens, options)
+    limit = token_limit(served, call, model.max_input_tokens, options)
     window = options.window or WindowOptions(tokens=limit.tokens)
     by_maxsim = is_maxsim_scorer(scorer := model) and scorer.rerank_scoring == "maxsim"
     groups: list[list[Encoded] | ItemFailure] = []
@@ -193,11 +191,13 @@ async def prepare_rerank(served: ServedModel, req: RerankRequest, cohere: bool =
         if req.max_tokens_per_doc is not None:
             texts = [_cut(model, t, req.max_tokens_per_doc) for t in texts]
         entries = await served.prepare(
-            maxsim_rows, embedder, req.query, texts, mode == "truncate", served.token_budget(), limit
+            call, maxsim_rows, embedder, req.query, texts, mode == "truncate", served.token_budget(), limit
         )
         rows = [e for e in entries if isinstance(e, RowSpec)]
     else:
-        groups, wholes = await served.prepare(_groups, model, req, mode, window, served.token_budget(), limit, origin)
+        groups, wholes = await served.prepare(
+            call, _groups, model, req, mode, window, served.token_budget(), limit, origin
+        )
         rows = [RowSpec(len(e.ids), LogitsRow(e)) for group in groups if isinstance(group, list) for e in group]
 
     def finish_maxsim(stats: ForwardStats) -> RerankResponse:
@@ -257,7 +257,7 @@ async def prepare_rerank(served: ServedModel, req: RerankRequest, cohere: bool =
             results = [r if r.error is not None else _with_document(r, req, documents_as_cohere) for r in results]
         return msgspec.structs.replace(response, results=results, id=str(uuid.uuid4()))
 
-    return Prepared(served, "rerank", req, options, rows, finish, polish, expires_rows=True)
+    return Prepared(served, call, "rerank", req, options, rows, finish, polish, expires_rows=True)
 
 
 def _with_document(result: RerankResult, req: RerankRequest, cohere: bool) -> RerankResult:

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.contracts.token_heads import TokenLogitsRow
 from vllm_srun.adapters.schemas.encoder import (
     ClassifyOptions,
@@ -391,6 +392,7 @@ def build(
 
 async def prepare_tokens(
     served: ServedModel,
+    call: Call,
     model: Any,
     req: ClassifyRequest,
     items: Sequence[Item | ItemFailure],
@@ -401,7 +403,7 @@ async def prepare_tokens(
     """A token head's classify request; LIMIT is the most tokens a row may have (the model's, the
     deployment's input budget or the request's `options.max_tokens` below it, R-PERF-5)."""
     texts, how, window, labels, rule = _settings(model, items, options, mode, limit)
-    inputs = await served.prepare(encode_token_inputs, model, texts, mode, window, served.token_budget(), limit)
+    inputs = await served.prepare(call, encode_token_inputs, model, texts, mode, window, served.token_budget(), limit)
     rows, finish = build(
         served,
         inputs,
@@ -412,4 +414,4 @@ async def prepare_tokens(
         return_tokens=bool(options.return_tokens),
         threshold=options.threshold,
     )
-    return Prepared(served, "classify", req, options, rows, finish, with_head, expires_rows=True)
+    return Prepared(served, call, "classify", req, options, rows, finish, with_head, expires_rows=True)
