@@ -22,6 +22,12 @@ back to the queue when rows of another tenant (or interactive rows of its batch 
 so they never wait behind it. While every slot is busy, `next_express` hands out the rows of the
 tenant asking least (its next turn, had early) to run beside them when another tenant asks more
 (R-FAIR-7), one at a time: it does not count against the slots.
+
+Lanes (R-BAT-6): before a plan's next forward, the plan is given back when rows of a lane that
+costs less per token than a lane it still holds have queued, so a new round runs them first (a
+text row waits for at most one image forward besides the one running); it gives way again only
+after a forward of the costlier lane has run, so a stream of cheap rows never starves the costly
+lane.
 """
 
 from __future__ import annotations
@@ -98,6 +104,9 @@ class Scheduler:
         self._plan: deque[ForwardBatch] = deque()
         self._plan_kind: tuple[str, Priority] | None = None  # the one (tenant, priority) a whole-queue plan holds
         self._may_cut_in = True  # no cut-in forward since the plan's last one (`_cut_in`)
+        # the cost per token of the lane the plan last gave way to (R-BAT-6), until a forward of a
+        # costlier lane runs (`_gives_way`)
+        self._gave_way_to: float | None = None
         # forwards handed out and not completed yet: at most MAX_IN_FLIGHT (concurrent forwards of
         # one CPU worker, each on its own share of the cores; 1 elsewhere)
         self.max_in_flight = max_in_flight
@@ -151,6 +160,28 @@ class Scheduler:
             self._limit(lane) for lane in self.lanes.values()
         )
         return Priority.INTERACTIVE if fits else Priority.BATCH
+
+    def _gives_way(self, lanes: Collection[str]) -> bool:
+        """Whether the waiting plan goes back to the queue for the queued rows of LANES: one of
+        them costs less per token than a lane the plan holds, and a forward of a costlier lane
+        has run since the plan last gave way (module doc). Records the give-way."""
+        if not self._plan or not lanes or self._gave_way_to is not None:
+            return False
+        cheapest = min(self.costs.seconds_per_token(name) for name in lanes)
+        if not any(self.costs.seconds_per_token(b.lane) > cheapest for b in self._plan):
+            return False
+        self._gave_way_to = cheapest
+        return True
+
+    def _ran(self, batch: ForwardBatch) -> None:
+        """BATCH leaves the plan for a device: a forward of a lane costlier than the one the plan
+        last gave way to (or nothing costlier left waiting in the plan) lets it give way again."""
+        cheap = self._gave_way_to
+        if cheap is not None and (
+            self.costs.seconds_per_token(batch.lane) > cheap
+            or not any(self.costs.seconds_per_token(b.lane) > cheap for b in self._plan)
+        ):
+            self._gave_way_to = None
 
     def _unplan(self) -> None:
         """Give the waiting whole-queue plan back to the queue: the next rounds share it fairly."""
@@ -273,10 +304,13 @@ class Scheduler:
             if cut is not None:
                 self._in_flight.append(cut)
                 return cut
+            if self._gives_way({r.lane for r in self._queue.rows()}):
+                self._unplan()  # a cheaper lane queued: this round runs its rows first (R-BAT-6)
             while self._plan:
                 batch = self._live(self._plan.popleft())
                 if batch is not None:
                     self._may_cut_in = True
+                    self._ran(batch)
                     self._in_flight.append(batch)
                     return batch
             if self.window_state(now) is not WindowState.DUE:
