@@ -8,7 +8,8 @@ attention; `qwen3_5-torch` serves the same package with the C++ ops turned off, 
 Python on torch's kernels, `VLLM_SRUN_CPU_ATTENTION=0`) is written by our
 fixture writer (`families/encoder_fixture.write_arch_package`: the architecture's real tokenizer
 kind, its config as transformers writes it, sentence-transformers pooling files). Then:
-  - ours:    `vllm-srun serve FOLDER` (result cache off), `wrk` with CONNECTIONS connections for
+  - ours:    `vllm-srun serve FOLDER --profile PROFILE` (result cache off; `batching` unless
+             --profile says otherwise), `wrk` with CONNECTIONS connections for
              SECONDS on /v1/embeddings, one text per request, cycling over TEXTS distinct texts;
   - offline: transformers' `AutoModel` + `AutoTokenizer` in this process, the same texts, sorted by
              length and padded per batch (what sentence-transformers does), pooled as the package
@@ -17,7 +18,7 @@ kind, its config as transformers writes it, sentence-transformers pooling files)
 Prints req/s of both and ours ÷ offline per architecture, with the machine's load before and after.
 
     python bench/architectures.py [--seconds 10] [--connections 32] [--shape mixed|short]
-                                  [--arch bert --arch modernbert ...] [--texts 256]
+                                  [--arch bert --arch modernbert ...] [--texts 256] [--profile exact]
 """
 
 from __future__ import annotations
@@ -141,6 +142,12 @@ def main() -> None:
     ap.add_argument("--shape", choices=["short", "mixed"], default="mixed")
     ap.add_argument("--arch", action="append", choices=ARCHES, help="architectures to run (default: all)")
     ap.add_argument("--batches", default="16,32,64", help="offline batch sizes tried (the best is kept)")
+    ap.add_argument(
+        "--profile",
+        default="batching",
+        help="our server's --profile (batching: rows of concurrent requests merge on any kernels; exact, the "
+        "server's default, asks for the batch-invariant packed kernels at every size)",
+    )
     args = ap.parse_args()
     arches = args.arch or ARCHES
     texts = make_texts(args.shape, args.texts, seed=3)
@@ -160,7 +167,7 @@ def main() -> None:
             else:
                 folder = bert_package(Path(tmp)) if arch == "bert" else write_package(Path(tmp) / package, package)
             before = offline_rate(folder, texts, batches)
-            argv = (str(folder), "--result-cache-entries", "0", "--profile", "batching")
+            argv = (str(folder), "--result-cache-entries", "0", "--profile", args.profile)
             with process("vllm_srun.app.cli", *argv, env=SERVER_ENV.get(arch)) as (base, _pid):
                 check_answers(base, bodies)
                 warm_up(base, bodies, 3)

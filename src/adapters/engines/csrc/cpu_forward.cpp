@@ -25,7 +25,7 @@
 
 #include "cpu_forward.h"
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -179,6 +179,111 @@ inline void weighted_values(const float* st, const float* inv, int64_t length, c
     for (int a = 0; a < QA && a0 + a < count; ++a) {
       const __m512 scale = _mm512_set1_ps(inv[a0 + a]);
       for (int w = 0; w < W; ++w) _mm512_storeu_ps(out + (a0 + a) * width + 16 * w, _mm512_mul_ps(acc[a][w], scale));
+    }
+  }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+// AVX2 + FMA (Zen 1-3, Intel before AVX-512): the same blocks of QB = 16 queries, each a pair of
+// 256-bit halves; the same exp, the same order of every sum per lane, so a row's bits still depend
+// on its own tokens only. Four keys at a time (16 registers: 8 accumulators per block).
+inline __m256 exp_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.3981999507e-3f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+// QT[c][a] = SCALE · Q[a][c] for the COUNT queries at Q0 (rows STRIDE apart); zeros past COUNT.
+template <int D>
+inline void load_queries(const float* q0, int64_t stride, int count, float scale, float* qt) {
+  for (int c = 0; c < D; ++c)
+    for (int a = 0; a < QB; ++a) qt[c * QB + a] = a < count ? q0[a * stride + c] * scale : 0.0f;
+}
+
+// As the AVX-512 `score_keys`: ST[j] = Σ_c QT[c] · K[j][c] (plus MODE's terms), KA keys at a time.
+constexpr int KA = 4;
+template <int D, int NB, int MODE>
+inline void score_keys(const float* qt, const float* k0, int64_t stride, int64_t length, int64_t keys, float* st,
+                       const float* rel, const float* kr, const float* qr, int64_t width) {
+  for (int64_t j = 0; j < length; j += KA) {
+    const float* k[KA];
+    for (int t = 0; t < KA; ++t) k[t] = k0 + std::min<int64_t>(j + t, length - 1) * stride;
+    for (int b = 0; b < NB; ++b) {
+      __m256 acc[KA][2];
+      for (int t = 0; t < KA; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+      const float* qb = qt + b * D * QB;
+      for (int c = 0; c < D; ++c) {
+        const __m256 lo = _mm256_loadu_ps(qb + c * QB), hi = _mm256_loadu_ps(qb + c * QB + 8);
+        for (int t = 0; t < KA; ++t) {
+          const __m256 kc = _mm256_set1_ps(k[t][c]);
+          acc[t][0] = _mm256_fmadd_ps(lo, kc, acc[t][0]);
+          acc[t][1] = _mm256_fmadd_ps(hi, kc, acc[t][1]);
+          if (MODE == kContent) {
+            const int64_t at = c * width + b * QB - (j + t);
+            acc[t][0] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(kr + at), acc[t][0]);
+            acc[t][1] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(kr + at + 8), acc[t][1]);
+            acc[t][0] = _mm256_fmadd_ps(kc, _mm256_loadu_ps(qr + at), acc[t][0]);
+            acc[t][1] = _mm256_fmadd_ps(kc, _mm256_loadu_ps(qr + at + 8), acc[t][1]);
+          }
+        }
+      }
+      for (int t = 0; t < KA; ++t) {
+        if (MODE == kDistance) {
+          acc[t][0] = _mm256_add_ps(acc[t][0], _mm256_loadu_ps(rel + b * QB - (j + t)));
+          acc[t][1] = _mm256_add_ps(acc[t][1], _mm256_loadu_ps(rel + b * QB - (j + t) + 8));
+        }
+        _mm256_storeu_ps(st + b * keys * QB + (j + t) * QB, acc[t][0]);
+        _mm256_storeu_ps(st + b * keys * QB + (j + t) * QB + 8, acc[t][1]);
+      }
+    }
+  }
+}
+
+// ST[j] = exp(ST[j] - max_j ST[j]) column-wise (each lane a query); writes each lane's 1 / Σ_j to INV.
+inline void softmax_columns(float* st, int64_t length, float* inv) {
+  for (int h = 0; h < QB; h += 8) {
+    __m256 most = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < length; ++j) most = _mm256_max_ps(most, _mm256_loadu_ps(st + j * QB + h));
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t j = 0; j < length; ++j) {
+      const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(st + j * QB + h), most));
+      _mm256_storeu_ps(st + j * QB + h, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    _mm256_storeu_ps(inv + h, _mm256_div_ps(_mm256_set1_ps(1.0f), sum));
+  }
+}
+
+// OUT[a] = INV[a] · Σ_j ST[j][a] · V[j] for the COUNT queries (output rows WIDTH apart), QA queries
+// of D / 8 vectors each at a time.
+template <int D>
+inline void weighted_values(const float* st, const float* inv, int64_t length, const float* v, int64_t stride,
+                            int count, float* out, int64_t width) {
+  constexpr int W = D / 8;
+  constexpr int QA = W <= 2 ? 4 : W <= 4 ? 2 : 1;
+  for (int a0 = 0; a0 < count; a0 += QA) {
+    __m256 acc[QA][W];
+    for (int a = 0; a < QA; ++a)
+      for (int w = 0; w < W; ++w) acc[a][w] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < length; ++j) {
+      const float* vj = v + j * stride;
+      for (int w = 0; w < W; ++w) {
+        const __m256 row = _mm256_loadu_ps(vj + 8 * w);
+        for (int a = 0; a < QA; ++a) acc[a][w] = _mm256_fmadd_ps(_mm256_set1_ps(st[j * QB + a0 + a]), row, acc[a][w]);
+      }
+    }
+    for (int a = 0; a < QA && a0 + a < count; ++a) {
+      const __m256 scale = _mm256_set1_ps(inv[a0 + a]);
+      for (int w = 0; w < W; ++w) _mm256_storeu_ps(out + (a0 + a) * width + 8 * w, _mm256_mul_ps(acc[a][w], scale));
     }
   }
 }
