@@ -106,12 +106,10 @@ def package_folder(layers: int, seed: int) -> Path:
 def write_package(folder: Path, layers: int, seed: int) -> Path:
     """The random-weight Qwen3 decision package (module doc), written once; returns FOLDER."""
     import numpy as np
-    from safetensors.numpy import save_file
 
     from vllm_srun.adapters.families.decision_fixture import WORDS
-    from vllm_srun.adapters.families.decision_prompts import DEFAULT_SYSTEM, TEMPLATES
+    from vllm_srun.adapters.families.decision_package import write_decision_package
     from vllm_srun.adapters.models.fixture_tokenizers import write_fixture_tokenizer
-    from vllm_srun.adapters.models.manifest import write_manifest
 
     done = folder / ".written"
     if done.exists():
@@ -166,23 +164,8 @@ def write_package(folder: Path, layers: int, seed: int) -> Path:
             ("mlp.down_proj", h, inter),
         ):
             tensors[f"{p}{name}.weight"] = matrix(rows, cols)
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    template = TEMPLATES["chatml-think"]
-    write_manifest(
-        folder,
-        {
-            "family": "decision",
-            "surfaces": ["decisions"],
-            "dtype": "float32",
-            "max_input_tokens": POSITIONS,
-            "prompt_template": {
-                "state": template["state"],
-                "question": template["question"],
-                "system": DEFAULT_SYSTEM,
-                "answer_prefix": template.get("answer_prefix", ""),
-            },
-        },
+    write_decision_package(
+        folder, config, tensors, template="chatml-think", max_input_tokens=POSITIONS, dtype="float32"
     )
     done.write_text("ok\n")
     return folder

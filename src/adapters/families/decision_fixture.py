@@ -22,8 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.families.decision_prompts import DEFAULT_SYSTEM, TEMPLATES
-from vllm_srun.adapters.models.manifest import write_manifest
+from vllm_srun.adapters.families.decision_package import write_decision_package
 
 VARIANTS = ("llama", "qwen3", "qwen3_5", "qwen3_5_mm", "qwen3_5_vision")
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, POSITIONS = 64, 2, 4, 2, 16, 128, 1024
@@ -311,7 +310,6 @@ def golden_requests() -> list[dict[str, Any]]:
 
 
 def write_decision_fixture(out: Path, variant: str | None, seed: int) -> list[dict[str, Any]]:
-    from safetensors.numpy import save_file
 
     variant = variant or "llama"
     if variant not in VARIANTS:
@@ -331,23 +329,12 @@ def write_decision_fixture(out: Path, variant: str | None, seed: int) -> list[di
     specials = CHAT_TOKENS + (THINK_TOKENS if variant == "qwen3" else ())
     vocab = write_decoder_tokenizer(out, specials)
     config = decoder_config(variant, vocab)
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    save_file(_tensors(config, seed), str(out / "model.safetensors"), metadata={"format": "pt"})
-    template = TEMPLATES["chatml-think" if variant == "qwen3" else "chatml"]
-    write_manifest(
+    write_decision_package(
         out,
-        {
-            "family": "decision",
-            "surfaces": ["decisions"],
-            "dtype": "bfloat16",
-            "max_input_tokens": POSITIONS,
-            "prompt_template": {
-                "state": template["state"],
-                "question": template["question"],
-                "system": DEFAULT_SYSTEM,
-                "answer_prefix": template.get("answer_prefix", ""),
-            },
-            "fixture": {"variant": variant, "seed": seed},
-        },
+        config,
+        _tensors(config, seed),
+        template="chatml-think" if variant == "qwen3" else "chatml",
+        max_input_tokens=POSITIONS,
+        fixture={"variant": variant, "seed": seed},
     )
     return golden_requests()

@@ -19,15 +19,13 @@ at FP32 on a CPU like every decision fixture's.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.families.decision_prompts import DEFAULT_SYSTEM, TEMPLATES
-from vllm_srun.adapters.models.manifest import write_manifest
+from vllm_srun.adapters.families.decision_package import write_decision_package
 
 VARIANTS = ("qwen3_5", "qwen3_5_mm")
 SIZES = {
@@ -179,7 +177,6 @@ _vision_tensors = vision_tensors  # the old name, until qwen3_5_encoder_fixture.
 
 def write_qwen3_5_fixture(out: Path, variant: str, seed: int, words: Sequence[str]) -> None:
     """Write VARIANT into OUT (module doc), WORDS whole tokens of its tokenizer."""
-    from safetensors.numpy import save_file
 
     from vllm_srun.adapters.models.fixture_tokenizers import write_fixture_tokenizer
 
@@ -210,24 +207,13 @@ def write_qwen3_5_fixture(out: Path, variant: str, seed: int, words: Sequence[st
         tensors = text_tensors(text, seed, prefix="model.language_model.")
         tensors.update(vision_tensors(text["hidden_size"], seed))
         tensors["mtp.fc.weight"] = rng_matrix(seed + 2, text["hidden_size"], 2 * text["hidden_size"])
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    template = TEMPLATES["chatml-think"]
-    write_manifest(
+    write_decision_package(
         out,
-        {
-            "family": "decision",
-            "surfaces": ["decisions"],
-            "dtype": "bfloat16",
-            "max_input_tokens": POSITIONS,
-            "prompt_template": {
-                "state": template["state"],
-                "question": template["question"],
-                "system": DEFAULT_SYSTEM,
-                "answer_prefix": template.get("answer_prefix", ""),
-            },
-            "fixture": {"variant": variant, "seed": seed},
-        },
+        config,
+        tensors,
+        template="chatml-think",
+        max_input_tokens=POSITIONS,
+        fixture={"variant": variant, "seed": seed},
     )
 
 

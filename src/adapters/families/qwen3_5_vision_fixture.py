@@ -29,9 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from vllm_srun.adapters.families.decision_prompts import DEFAULT_SYSTEM, TEMPLATES
+from vllm_srun.adapters.families.decision_package import write_decision_package
 from vllm_srun.adapters.families.qwen3_5_fixture import ANSWER_WORDS, POSITIONS, text_config, text_tensors
-from vllm_srun.adapters.models.manifest import write_manifest
 
 VARIANT = "qwen3_5_vision"
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
@@ -158,7 +157,6 @@ def _add_vision_tokens(out: Path) -> dict[str, int]:
 
 def write_qwen3_5_vision_fixture(out: Path, seed: int, words: Sequence[str]) -> None:
     """Write the package (module doc) into OUT, WORDS whole tokens of its tokenizer."""
-    from safetensors.numpy import save_file
 
     from vllm_srun.adapters.models.fixture_tokenizers import write_fixture_tokenizer
 
@@ -199,26 +197,15 @@ def write_qwen3_5_vision_fixture(out: Path, seed: int, words: Sequence[str]) -> 
         elif value.ndim == 2:
             tensors[name] = value * np.float32(0.7)
     tensors.update(vision_tensors(vision, text["hidden_size"], seed))
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (out / "preprocessor_config.json").write_text(json.dumps(IMAGE_PROCESSOR, indent=2) + "\n", encoding="utf-8")
     (out / "video_preprocessor_config.json").write_text(json.dumps(VIDEO_PROCESSOR, indent=2) + "\n", encoding="utf-8")
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    template = TEMPLATES["chatml-think"]
-    write_manifest(
+    write_decision_package(
         out,
-        {
-            "family": "decision",
-            "surfaces": ["decisions"],
-            "dtype": "bfloat16",
-            "max_input_tokens": POSITIONS,
-            "prompt_template": {
-                "state": template["state"],
-                "question": template["question"],
-                "system": DEFAULT_SYSTEM,
-                "answer_prefix": template.get("answer_prefix", ""),
-            },
-            "fixture": {"variant": VARIANT, "seed": seed},
-        },
+        config,
+        tensors,
+        template="chatml-think",
+        max_input_tokens=POSITIONS,
+        fixture={"variant": VARIANT, "seed": seed},
     )
 
 
