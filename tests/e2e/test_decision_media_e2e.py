@@ -272,3 +272,21 @@ def test_a_state_with_media_runs_once_under_shared_context(server: str, referenc
         f"input_tokens {once} (state {state_tokens}) both"
     )
     assert gap <= TOL and to_reference <= TOL
+
+
+def test_the_docs_image_example_runs_as_written(server: str, tmp_path: Path) -> None:
+    picture = tmp_path / "picture.png"
+    picture.write_bytes(IMAGE_PNG)
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "decision_image.py"
+    done = subprocess.run(
+        [sys.executable, str(example), server, MODEL, str(picture)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("outdoors: P(yes) = 0.") and "input tokens: " in done.stdout
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(IMAGE_PNG[:40])  # a truncated picture: one line, the status and why
+    refused = subprocess.run(
+        [sys.executable, str(example), server, MODEL, str(broken)], capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 1 and refused.stderr.startswith("400: images[0]"), refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
