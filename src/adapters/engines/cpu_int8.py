@@ -18,7 +18,7 @@ One linear, for X [M, in]:
 Steps 1 and 3 are one pass each in a C++ op built once per machine (`int8_kernels.py`), else the
 same arithmetic in torch ops (`quantize_tokens`, `finish_rows`): the same bits either way. With the
 C++ op, BERT-shaped packages (BERT, RoBERTa / XLM-RoBERTa, DistilBERT) run every forward whole in
-one call of `srun_cpu::encode` (`cpu_attention.py`: the same linears, attention and norms in the
+one call of `srun_cpu::encode` (`cpu_op_library.py`: the same linears, attention and norms in the
 layer loop's order, so the same hidden states, and no GIL taken in it); cls and mean are pooled in
 the call, the other outputs read its hidden states.
 Every row's answer depends on its own tokens only (integer accumulation is exact, the rest is
@@ -265,7 +265,7 @@ def int8_encoder(
 ) -> Int8Encoder:
     """The engine of an int8 package: int8 linears on a CPU with VNNI or AMX, else EngineRefused in
     one line (a GPU, another CPU, a dtype other than float32). CPU_OPS gives the forward's
-    attention ops (the FP32 path's: `cpu_attention.cpu_ops`), called once the package is accepted;
+    attention ops (the FP32 path's: `cpu_op_library.cpu_ops`), called once the package is accepted;
     the per-token steps run on the C++ op where it builds (`int8_kernels.py`), else on torch ops."""
     from vllm_srun.adapters.contracts import EngineRefused
 

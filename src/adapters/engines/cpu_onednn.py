@@ -142,7 +142,7 @@ class PackedEncoder:
         self.dtype = next(encoder.parameters()).dtype
         self.layers = [PackedLayer(layer) for layer in encoder.blocks]
         # the block linears as the forwards take them: one list, so ops that keep per-linears state
-        # (`cpu_attention.VarlenOps`) find it again on every forward
+        # (`cpu_op_library.VarlenOps`) find it again on every forward
         self.layer_linears = [LayerLinears(x.qkv, x.attn_out, x.ffn_in, x.ffn_out) for x in self.layers]
         # BERT's head (dense + tanh on the first token, then the classifier) is packed too; other
         # architectures' heads run eagerly on their few rows

@@ -1,5 +1,6 @@
-"""The unpadded CPU forward's own C++ ops (R-BAT-2's packed forward): attention of every row in one
-call, and each residual add + LayerNorm in one pass.
+"""The CPU forward's C++ op library (`srun_cpu`, the sources in `csrc/`): built and loaded here, and
+the Python side of every op in it. First the unpadded forward's own ops (R-BAT-2's packed
+forward): attention of every row in one call, and each residual add + LayerNorm in one pass.
 
 The eager ops (`models/unpadded.ForwardOps`) run one SDPA per run of equal-length rows: a merged
 forward of short texts makes dozens of calls per layer, each paying torch's dispatch and the
