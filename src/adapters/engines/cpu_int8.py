@@ -24,14 +24,14 @@ the call, the other outputs read its hidden states.
 Every row's answer depends on its own tokens only (integer accumulation is exact, the rest is
 element by element), whatever the forward holds; the load-time probe still decides `exact`.
 The GEMM's rows are padded to a bucket (`domain.kernels.bucket_rows`, zero rows of uint8) so
-oneDNN builds one primitive per bucket, not per forward (about 1 ms each, measured here).
+oneDNN builds one primitive per bucket, not per forward (each build costs time:
+docs/performance.md).
 
-Why these kernels (measured on the 2-core AVX-512/VNNI development VM; docs/quantization.md):
-per-token *asymmetric* activations keep every bench text of MiniLM within cosine 0.99 of FP32
-where per-token symmetric ones did not (0.98 on one-word texts: the LayerNorm outputs that feed
-Q/K/V are lopsided); `torch._int_mm` (s8 × s8) was no faster and fbgemm's dynamic linear (one
-activation scale per tensor) less accurate (0.96); oneDNN's u8 GEMM is 3-4× its FP32 GEMM on
-MiniLM's shapes.
+Why these kernels (docs/quantization.md; the figures: docs/performance.md): per-token *asymmetric*
+activations keep every bench text of MiniLM within cosine 0.99 of FP32 where per-token symmetric
+ones did not (one-word texts: the LayerNorm outputs that feed Q/K/V are lopsided);
+`torch._int_mm` (s8 × s8) was no faster and fbgemm's dynamic linear (one activation scale per
+tensor) less accurate; oneDNN's u8 GEMM is faster than its FP32 GEMM on MiniLM's shapes.
 """
 
 from __future__ import annotations
