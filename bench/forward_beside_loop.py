@@ -1,7 +1,7 @@
 """A CPU forward beside a busy event loop: what the GIL costs it, with the layer loop in Python, with
 every layer in one C++ call (`srun_cpu::encoder_layers`), with the hidden states from one C++ call
 pooled in torch (how outputs other than cls or mean pooling run) and with the whole forward in one
-C++ call (`srun_cpu::encode`: the embeddings, the layers and the pooling, engines/cpu_attention.py).
+C++ call (`srun_cpu::encode`: the embeddings, the layers and the pooling, engines/cpu_op_library.py).
 
 A worker's forwards run on device threads of the same process as its event loop. Every torch op
 called from Python releases the GIL and takes it back; while the loop runs Python (parsing and
@@ -82,8 +82,8 @@ def stacked(arch: str, rows: int, repeats: int) -> int:
     import torch
     from architectures import write_package
 
-    from vllm_srun.adapters.engines.cpu_attention import VarlenOps, cpu_ops
     from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder
+    from vllm_srun.adapters.engines.cpu_op_library import VarlenOps, cpu_ops
     from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
     from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import TextTokenizer
@@ -151,8 +151,8 @@ def main() -> int:
 
     import torch
 
-    from vllm_srun.adapters.engines.cpu_attention import cpu_ops
     from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder
+    from vllm_srun.adapters.engines.cpu_op_library import cpu_ops
     from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
     from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import TextTokenizer

@@ -2,7 +2,7 @@
 
   per-run   rows padded per linear call, one SDPA per run of equal-length rows (the path before);
   pad-once  the forward padded to its bucket once (no linear copies its input), SDPA per run;
-  one-call  pad-once, and attention for every row and head in one call (engines/cpu_attention.py);
+  one-call  pad-once, and attention for every row and head in one call (engines/cpu_op_library.py);
   add-norm  one-call, and each residual add + LayerNorm in one pass (the same C++ ops: the serving path).
 
 MiniLM (the embedded default), texts of the load benchmarks' shapes (bench/_texts.py), merged
@@ -49,8 +49,8 @@ def main() -> None:
 
     import torch
 
-    from vllm_srun.adapters.engines.cpu_attention import cpu_ops
     from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder
+    from vllm_srun.adapters.engines.cpu_op_library import cpu_ops
     from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
     from vllm_srun.adapters.models.encoder_arch import hidden_states
     from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder

@@ -37,8 +37,8 @@ import time
 
 import torch
 
-from vllm_srun.adapters.engines.cpu_attention import load_varlen_attention
 from vllm_srun.adapters.engines.cpu_hybrid import CppHybridKernels
+from vllm_srun.adapters.engines.cpu_op_library import load_varlen_attention
 from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
 from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS
 from vllm_srun.domain.shared_context import break_even_tokens

@@ -1,4 +1,4 @@
-"""The one-call attention op (`srun_cpu::varlen_attention`, engines/cpu_attention.py) against the
+"""The one-call attention op (`srun_cpu::varlen_attention`, engines/cpu_op_library.py) against the
 per-run SDPA of the eager ops (`models/unpadded.ForwardOps.attention`), on the same rows.
 
 Rows of the load benchmarks' three shapes (token counts drawn like MiniLM's tokens of
@@ -54,7 +54,7 @@ def main() -> None:
 
     import torch
 
-    from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
+    from vllm_srun.adapters.engines.cpu_op_library import VarlenOps, load_varlen_attention
     from vllm_srun.adapters.models.mpnet import distance_buckets
     from vllm_srun.adapters.models.tokenization import Encoded
     from vllm_srun.adapters.models.unpadded import EAGER_OPS, PackedRows, RelativeBias
@@ -129,7 +129,7 @@ class DebertaPath:
     def __call__(self, qkv, packed, heads, prepared):  # type: ignore[no-untyped-def]
         from functools import partial
 
-        from vllm_srun.adapters.engines.cpu_attention import VarlenOps
+        from vllm_srun.adapters.engines.cpu_op_library import VarlenOps
         from vllm_srun.adapters.models.unpadded import attend_runs
 
         layer = self.layer
@@ -177,7 +177,7 @@ def other_build(source: Path):  # type: ignore[no-untyped-def]
     import torch
 
     from vllm_srun.adapters.engines.cpp_ops import CppOp
-    from vllm_srun.adapters.engines.cpu_attention import OP
+    from vllm_srun.adapters.engines.cpu_op_library import OP
 
     renamed = Path(tempfile.mkdtemp(prefix="srun-against-")) / "cpu_forward_against.cpp"
     renamed.write_text(source.read_text().replace("srun_cpu", "srun_cpu_against"))

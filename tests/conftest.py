@@ -95,11 +95,12 @@ def server_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def cpu_attention_op() -> None:
-    """Build the one-call CPU attention op once before any test loads a model (it is built at the
-    first load on a machine, into the user's kernel cache, and servers the tests start would
-    otherwise each wait for that build on a clean machine)."""
-    from vllm_srun.adapters.engines.cpu_attention import load_varlen_attention
+def cpu_op_library_built() -> None:
+    """Build the C++ op library (one-call attention and the rest, engines/cpu_op_library.py) once
+    before any test loads a model (it is built at the first load on a machine, into the user's
+    kernel cache, and servers the tests start would otherwise each wait for that build on a clean
+    machine)."""
+    from vllm_srun.adapters.engines.cpu_op_library import load_varlen_attention
 
     load_varlen_attention(lambda line: print(line, flush=True))
 

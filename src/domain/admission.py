@@ -10,9 +10,9 @@ Tokens are counted before any tokenization: the caller passes a cheap upper boun
 the request body (the HTTP adapter uses its size in bytes; a token covers at least one byte of
 the text it reads, so the bytes bound the text's tokens). Once the request's rows are made, the
 ticket holds their tokens instead (`count_rows`; never more than the bound): English text is
-about four bytes a token, so held at the bound, 64 concurrent requests of 230-token texts (about
-1 KB each) passed the default 65,536 tokens that their 15,000 real tokens are far within, and a
-fifth of them were refused (measured: 61 of 294 under `wrk` 64 connections on long texts).
+about four bytes a token, so held at the bound, concurrent requests of long texts passed the
+default 65,536 tokens that their real tokens are far within, and some of them were refused (the
+measurement: docs/performance.md).
 
 `Retry-After` comes from the measured drain rate: the work answered in the last `horizon_s`
 seconds divided by the time the model had work pending in that span. The suggestion is the

@@ -3,8 +3,8 @@
 The scheduler orders rows fairly (R-FAIR-2) only once they are queued; before that, the event
 loop reads, checks and parses every request in arrival order. Under a flood of small requests
 the loop itself is the bottleneck, so another tenant's request waits behind the flood's to be
-*read* — measured: B's server-side time 7 ms, its client-side latency 117 ms, and a `GET
-/health/live` beside the flood 100-300 ms (bench/tenants.py).
+*read*: its client-side latency is many times its server-side time, and a `GET /health/live`
+beside the flood waits too (bench/tenants.py; the figures: docs/performance.md).
 
 So the HTTP layer asks this table, when a connection that a key bound to a tenant sends its next
 request, whether that tenant is `paced`: true when at least two tenants are active (holding a

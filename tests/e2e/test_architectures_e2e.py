@@ -206,7 +206,7 @@ def test_the_one_call_forward_serves_bert_shaped_architectures_like_transformers
     classifiers' first tokens come from one C++ call (`srun_cpu::encode`: these fixtures have heads
     of 16; DistilBERT's classifier keeps the packed layer loop): the same answers as
     sentence-transformers and transformers, tokenizer included."""
-    from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
+    from vllm_srun.adapters.engines.cpu_op_library import VarlenOps, load_varlen_attention
 
     if load_varlen_attention(lambda _msg: None) is not None:
         pytest.skip("no C++ ops on this machine: the layer loop serves these")
@@ -237,7 +237,7 @@ def test_the_one_call_stacks_serve_modernbert_deberta_and_decoders_like_transfor
     forwards runs in one C++ call (`srun_cpu::modernbert_layers`, `deberta_layers`,
     `decoder_layers`; the card says so): the same answers as sentence-transformers and
     transformers, tokenizer included."""
-    from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
+    from vllm_srun.adapters.engines.cpu_op_library import VarlenOps, load_varlen_attention
     from vllm_srun.adapters.families.encoder_fixture import write_arch_package
 
     if load_varlen_attention(lambda _msg: None) is not None:

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_srun.adapters.engines.cpu_attention import VarlenOps, cpu_ops
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
+from vllm_srun.adapters.engines.cpu_op_library import VarlenOps, cpu_ops
 from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
 from vllm_srun.adapters.models.pooling import PoolingConfig
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder

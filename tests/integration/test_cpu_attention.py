@@ -1,4 +1,4 @@
-"""The CPU forward's C++ ops (engines/cpu_attention.py). The one-call attention: SDPA's answers per
+"""The CPU forward's C++ ops (engines/cpu_op_library.py). The one-call attention: SDPA's answers per
 row, a row's bits independent of the rest of the forward and of the thread count, padding rows left
 zero, bad input refused, and every reason not to use it turned into the per-run path with one line.
 The one-pass residual add + LayerNorm: eager's answers, a row's bits its own, eager kept where the
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vllm_srun.adapters.engines import cpp_ops, cpu_attention
-from vllm_srun.adapters.engines.cpu_attention import VarlenOps, cpu_ops, load_varlen_attention
+from vllm_srun.adapters.engines import cpp_ops, cpu_op_library
+from vllm_srun.adapters.engines.cpu_op_library import VarlenOps, cpu_ops, load_varlen_attention
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import EAGER_OPS, DisentangledTables, PackedRows, RelativeBias, reach
 
@@ -258,7 +258,7 @@ def test_the_op_is_built_once_per_cache_and_keyed_by_source_torch_and_cpu(tmp_pa
     lines: list[str] = []
     env = {**os.environ, cpp_ops.CACHE_ENV: str(tmp_path)}
     assert load_varlen_attention(lines.append, env) is None
-    built = cpu_attention.OP.library_path(tmp_path)
+    built = cpu_op_library.OP.library_path(tmp_path)
     assert built.exists() and len(lines) == 1 and "building" in lines[0] and str(tmp_path) in lines[0]
     assert load_varlen_attention(lines.append, env) is None and len(lines) == 1  # loaded, not rebuilt
     assert [p.name for p in tmp_path.iterdir()] == [built.name]  # no temporary file left behind
@@ -266,7 +266,7 @@ def test_the_op_is_built_once_per_cache_and_keyed_by_source_torch_and_cpu(tmp_pa
 
 def test_every_reason_not_to_use_it_keeps_per_run_attention_with_one_line(tmp_path: Path) -> None:
     lines: list[str] = []
-    ops, card = cpu_ops(torch.float32, lines.append, {**os.environ, cpu_attention.ENV: "0"})
+    ops, card = cpu_ops(torch.float32, lines.append, {**os.environ, cpu_op_library.ENV: "0"})
     assert ops is EAGER_OPS and "VLLM_SRUN_CPU_ATTENTION=0" in card and len(lines) == 1
     lines.clear()
     no_compiler = {**os.environ, cpp_ops.CACHE_ENV: str(tmp_path / "empty"), "CXX": "/nonexistent/c++"}

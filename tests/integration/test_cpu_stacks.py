@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from vllm_srun.adapters.engines import cpp_ops
-from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
+from vllm_srun.adapters.engines.cpu_op_library import VarlenOps, load_varlen_attention
 from vllm_srun.adapters.engines.cpu_stacks import NO_TENSOR, STACKS
 from vllm_srun.adapters.families.encoder_fixture import write_arch_package
 from vllm_srun.adapters.models.deberta_v2 import load_deberta_v2

@@ -334,7 +334,7 @@ def test_the_one_call_attention_serves_the_position_terms(
     op's disentangled attention (conv: the convolution after the first layer keeps the loop), and
     every path matches transformers on rows past the buckets and the clamped span, across the op's
     16-query blocks and 8-key groups, with one row alone as in a crowd."""
-    from vllm_srun.adapters.engines.cpu_attention import VarlenOps
+    from vllm_srun.adapters.engines.cpu_op_library import VarlenOps
 
     served: list[int] = []
     plain = VarlenOps.disentangled_attention

@@ -595,7 +595,7 @@ def test_the_one_call_layers_serve_causal_rows_with_grouped_kv_heads(
 
     from tests.integration.encoder_parity import LayerLoop, spy_stacks
     from vllm_srun.adapters.engines import cpp_ops
-    from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
+    from vllm_srun.adapters.engines.cpu_op_library import VarlenOps, load_varlen_attention
 
     if onednn_unsupported("cpu", torch.float32) or cpp_ops.compiler(os.environ) is None:
         pytest.skip("no oneDNN packed path or no C++ compiler here")

@@ -167,8 +167,8 @@ def test_the_whole_forward_in_one_call_gives_the_int8_layer_loops_bits(minilm_in
     """`srun_cpu::encode` on an int8 package's linears (`int8_layers`): each row's hidden states are
     the Python layer loop's bits on 1 and 2 threads, the engine serves embeddings through it (the card
     says so), and int8 linears whose row steps are torch ops keep the loop."""
-    from vllm_srun.adapters.engines.cpu_attention import cpu_ops, load_varlen_attention
     from vllm_srun.adapters.engines.cpu_int8 import ONE_CALL_CARD
+    from vllm_srun.adapters.engines.cpu_op_library import cpu_ops, load_varlen_attention
     from vllm_srun.adapters.models.encoder_arch import hidden_states
     from vllm_srun.adapters.models.unpadded import PackedRows
     from vllm_srun.domain.kernels import bucket_rows
@@ -218,7 +218,7 @@ def test_the_golden_check_holds_when_fp32_kernels_round_differently(
     """Recorded with the one-call attention op, checked with SDPA per run (a machine without a
     compiler): last-bit differences around the int8 linears move MiniLM's answers past the CPU
     class's 1e-3, not past the package's own tolerance."""
-    from vllm_srun.adapters.engines.cpu_attention import load_varlen_attention
+    from vllm_srun.adapters.engines.cpu_op_library import load_varlen_attention
 
     if load_varlen_attention(QUIET) is not None:
         pytest.skip("no one-call attention op here: nothing rounds differently")

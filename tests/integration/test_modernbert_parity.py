@@ -269,7 +269,7 @@ def test_every_layer_runs_in_one_call_with_the_sliding_window(
     gives it to its sliding layers only) and rows within it, and match transformers. BIASES: the
     norms' and the linears' biases (ModernBERT's own have none)."""
     from vllm_srun.adapters.engines import cpp_ops
-    from vllm_srun.adapters.engines.cpu_attention import VarlenOps, load_varlen_attention
+    from vllm_srun.adapters.engines.cpu_op_library import VarlenOps, load_varlen_attention
 
     if ONEDNN is not None or cpp_ops.compiler(os.environ) is None or load_varlen_attention(lambda _m: None):
         pytest.skip("no oneDNN packed path or no C++ op here")

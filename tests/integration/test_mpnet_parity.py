@@ -159,7 +159,7 @@ def test_the_one_call_forward_serves_mpnets_relative_bias(tmp_path: Path, monkey
     the relative bias a distance table held with the weights) and gives each row the bits of the
     Python layer loop on the biased attention op (spied); every path matches transformers on rows
     past the buckets' 128-token cap and across the op's 16-query blocks and 8-key groups."""
-    from vllm_srun.adapters.engines.cpu_attention import VarlenOps
+    from vllm_srun.adapters.engines.cpu_op_library import VarlenOps
     from vllm_srun.adapters.models.encoder_arch import hidden_states
     from vllm_srun.adapters.models.unpadded import PackedRows
     from vllm_srun.domain.kernels import bucket_rows

@@ -19,8 +19,8 @@ from tests.integration.test_qwen3_5_parity import TEXT as REFERENCE_TEXT
 from tests.integration.test_qwen3_5_parity import _rows as reference_rows
 from vllm_srun.adapters.devices.torch_devices import CpuDevice
 from vllm_srun.adapters.engines import cpp_ops
-from vllm_srun.adapters.engines.cpu_attention import VarlenOps, hybrid_kernels, load_varlen_attention
 from vllm_srun.adapters.engines.cpu_hybrid import NO_TENSOR, CppHybridKernels
+from vllm_srun.adapters.engines.cpu_op_library import VarlenOps, hybrid_kernels, load_varlen_attention
 from vllm_srun.adapters.engines.native import native_encoder
 from vllm_srun.adapters.engines.native_decoder import native_decoder
 from vllm_srun.adapters.families.encoder_fixture import write_arch_package

@@ -1,11 +1,11 @@
 """A runtime-checkable Protocol's `isinstance`, remembered per object: what a surface asks of a
 model on every request.
 
-On Python 3.11 `isinstance(model, SomeProtocol)` walks the protocol's members each time (about
-25 µs each here; an embeddings request asked eight of them, a sixth of the event loop's time under
-a load of short texts, py-spy). A loaded model does not change what it provides, so the answer
-is kept per object, held by a weak reference (a model unloaded and another made at the same
-address is asked afresh). An object that takes no weak reference is asked every time.
+On Python 3.11 `isinstance(model, SomeProtocol)` walks the protocol's members each time, and a
+request asks several of them: a visible share of the event loop's time under a load of short texts
+(the profile's figures: docs/performance.md). A loaded model does not change what it provides, so
+the answer is kept per object, held by a weak reference (a model unloaded and another made at the
+same address is asked afresh). An object that takes no weak reference is asked every time.
 
     is_text_embedder: Capability[TextEmbedder] = Capability(TextEmbedder)
     if is_text_embedder(model):  # narrows like isinstance

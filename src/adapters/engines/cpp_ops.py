@@ -1,7 +1,8 @@
 """Our C++ ops (`engines/csrc/`): each built once per machine, loaded once per process.
 
 An op is compiled at the first load that needs it (`c++ -O3 -march=native` against torch's
-headers and libraries, about 15 s) into the kernel cache (`$VLLM_SRUN_KERNEL_CACHE`, else
+headers and libraries; its time: docs/performance.md) into the kernel cache
+(`$VLLM_SRUN_KERNEL_CACHE`, else
 `$XDG_CACHE_HOME/vllm-srun/kernels` or `~/.cache/vllm-srun/kernels`), under a name keyed by its
 source, torch's version, the flags and this CPU's flags, written to a temporary file and renamed
 (two processes building at once write the same bytes). Later loads read it from there. A process

@@ -1,7 +1,7 @@
 """The Qwen3.5 backbone's C++ kernels on a CPU (`HybridKernels`, models/qwen3_5_kernels.py): the
 Gated DeltaNet's convolution and delta rule (`csrc/gated_delta.cpp`) and every layer in one call
 (`csrc/qwen3_5_layers.cpp`), built into the `srun_cpu` library with the other CPU ops
-(engines/cpu_attention.py).
+(engines/cpu_op_library.py).
 
 torch's chunked delta rule spends most of its time outside its products on a CPU: the UT
 transform's batched triangular solves, the gathers into and out of the chunk layout, a dozen

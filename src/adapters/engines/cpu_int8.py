@@ -18,20 +18,20 @@ One linear, for X [M, in]:
 Steps 1 and 3 are one pass each in a C++ op built once per machine (`int8_kernels.py`), else the
 same arithmetic in torch ops (`quantize_tokens`, `finish_rows`): the same bits either way. With the
 C++ op, BERT-shaped packages (BERT, RoBERTa / XLM-RoBERTa, DistilBERT) run every forward whole in
-one call of `srun_cpu::encode` (`cpu_attention.py`: the same linears, attention and norms in the
+one call of `srun_cpu::encode` (`cpu_op_library.py`: the same linears, attention and norms in the
 layer loop's order, so the same hidden states, and no GIL taken in it); cls and mean are pooled in
 the call, the other outputs read its hidden states.
 Every row's answer depends on its own tokens only (integer accumulation is exact, the rest is
 element by element), whatever the forward holds; the load-time probe still decides `exact`.
 The GEMM's rows are padded to a bucket (`domain.kernels.bucket_rows`, zero rows of uint8) so
-oneDNN builds one primitive per bucket, not per forward (about 1 ms each, measured here).
+oneDNN builds one primitive per bucket, not per forward (each build costs time:
+docs/performance.md).
 
-Why these kernels (measured on the 2-core AVX-512/VNNI development VM; docs/quantization.md):
-per-token *asymmetric* activations keep every bench text of MiniLM within cosine 0.99 of FP32
-where per-token symmetric ones did not (0.98 on one-word texts: the LayerNorm outputs that feed
-Q/K/V are lopsided); `torch._int_mm` (s8 × s8) was no faster and fbgemm's dynamic linear (one
-activation scale per tensor) less accurate (0.96); oneDNN's u8 GEMM is 3-4× its FP32 GEMM on
-MiniLM's shapes.
+Why these kernels (docs/quantization.md; the figures: docs/performance.md): per-token *asymmetric*
+activations keep every bench text of MiniLM within cosine 0.99 of FP32 where per-token symmetric
+ones did not (one-word texts: the LayerNorm outputs that feed Q/K/V are lopsided);
+`torch._int_mm` (s8 × s8) was no faster and fbgemm's dynamic linear (one activation scale per
+tensor) less accurate; oneDNN's u8 GEMM is faster than its FP32 GEMM on MiniLM's shapes.
 """
 
 from __future__ import annotations
@@ -265,7 +265,7 @@ def int8_encoder(
 ) -> Int8Encoder:
     """The engine of an int8 package: int8 linears on a CPU with VNNI or AMX, else EngineRefused in
     one line (a GPU, another CPU, a dtype other than float32). CPU_OPS gives the forward's
-    attention ops (the FP32 path's: `cpu_attention.cpu_ops`), called once the package is accepted;
+    attention ops (the FP32 path's: `cpu_op_library.cpu_ops`), called once the package is accepted;
     the per-token steps run on the C++ op where it builds (`int8_kernels.py`), else on torch ops."""
     from vllm_srun.adapters.contracts import EngineRefused
 

@@ -11,8 +11,9 @@ The packed linears give every row of their input the same bits whatever the row 
 here, oneDNN 3.x: eager `F.linear` does not), so such forwards are batch-invariant; whether a
 model ends up `exact` is still decided by the load-time probe. `PackedLinear` pads its rows with
 zero rows up to a bucket (`domain.kernels.bucket_rows`, at least 2: a lone row is the one case
-where oneDNN picks another kernel): oneDNN builds a primitive per input shape (about 1 ms each,
-measured here), so serving sees a bounded set of shapes, built for short forwards at load (`warm`).
+where oneDNN picks another kernel): oneDNN builds a primitive per input shape (each build costs
+time: docs/performance.md), so serving sees a bounded set of shapes, built for short forwards at
+load (`warm`).
 
 The copies are FP32, or BF16 on a CPU with native BF16 (AVX512-BF16 or AMX; `--dtype bfloat16`):
 oneDNN's BF16 kernels then do the linears (BF16 inputs and weights, FP32 accumulation), as torch's
@@ -142,7 +143,7 @@ class PackedEncoder:
         self.dtype = next(encoder.parameters()).dtype
         self.layers = [PackedLayer(layer) for layer in encoder.blocks]
         # the block linears as the forwards take them: one list, so ops that keep per-linears state
-        # (`cpu_attention.VarlenOps`) find it again on every forward
+        # (`cpu_op_library.VarlenOps`) find it again on every forward
         self.layer_linears = [LayerLinears(x.qkv, x.attn_out, x.ffn_in, x.ffn_out) for x in self.layers]
         # BERT's head (dense + tanh on the first token, then the classifier) is packed too; other
         # architectures' heads run eagerly on their few rows

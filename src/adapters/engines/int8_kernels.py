@@ -3,7 +3,7 @@
 An int8 linear (`cpu_int8.Int8Linear`) quantizes its input row by row and finishes the GEMM's
 output row by row; in torch ops that is about ten passes over the activations per linear (min,
 max, scale, shift, convert; rank-1 update, scale, bias), which cost about as much as the int8 GEMM
-itself on MiniLM (profiled here: 36 % of a forward of short texts). The C++ op does each in one
+itself on MiniLM (the profile: docs/performance.md). The C++ op does each in one
 pass, a row per task (`at::parallel_for`), with the same float operations in the same order as the
 torch path (`-ffp-contract=off`), so answers do not depend on which one ran.
 

@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from vllm_srun.adapters.contracts import Device
-from vllm_srun.adapters.engines.cpu_attention import cpu_ops
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
+from vllm_srun.adapters.engines.cpu_op_library import cpu_ops
 from vllm_srun.adapters.engines.encoder_engine import FORCED_UP_TO, NativeEncoder
 from vllm_srun.adapters.engines.onednn_timing import measure
 from vllm_srun.adapters.engines.triton_encoder import encoder_kernels

@@ -138,7 +138,7 @@ def native_decoder(
     if isinstance(lm, Qwen35LM):
         if device.kind != "cpu":
             return NativeHybridDecoder(lm)
-        from vllm_srun.adapters.engines.cpu_attention import hybrid_kernels
+        from vllm_srun.adapters.engines.cpu_op_library import hybrid_kernels
 
         lm.kernels, why = hybrid_kernels(lm.dtype, progress, os.environ if env is None else env)
         return NativeHybridDecoder(lm, why)

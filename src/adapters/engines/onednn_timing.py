@@ -4,7 +4,7 @@
 linears at a grid of token-row counts (`timed_sizes`), and where they came from. What a kernel
 costs depends on the CPU, the thread count, torch/oneDNN and the layer shapes, not on the
 weights, so timings are kept under `<cache>/kernels/` keyed by exactly those: the first start on
-a machine measures (about 1 s for MiniLM on 2 cores), later starts and replicas reuse it. Delete
+a machine measures (its time: docs/performance.md), later starts and replicas reuse it. Delete
 the folder to measure again.
 """
 

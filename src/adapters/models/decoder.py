@@ -8,10 +8,9 @@ runs the questions as rows of one batch, each attending to [state K/V ; itself c
 to another question. `packed_tree_logits` is the other layout (one row: state then every question,
 under a tree mask). The branch layout is the default: both do the same linear-layer work, but the
 packed tree's attention is dense over (S+N)² while the branch's is Q·L·(S+L), so the packed tree
-falls behind as questions grow (bench/shared_context.py: 128 questions on a 512-token state,
-SmolLM2-135M shape, one CPU thread: branch 10.8 s, packed 15.9 s, unshared 168 s; equal up to 32),
-and a branch state's K/V can be kept and reused. On a CPU the state part is attended once for all
-rows (`attend_split`, no per-row copy of the state's K/V: 1.4× faster at a 2048-token state).
+falls behind as questions grow (bench/shared_context.py; its figures: docs/performance.md), and a
+branch state's K/V can be kept and reused. On a CPU the state part is attended once for all rows
+(`attend_split`, no per-row copy of the state's K/V; timed faster at a 2048-token state, ibid.).
 
 The residual adds with their RMSNorms and the SwiGLU product go through a `DecoderOps` (eager
 torch here; fused Triton kernels on GPUs, `engines/triton_decoder.py`), chosen per call. Weights and

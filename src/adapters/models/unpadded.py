@@ -14,7 +14,7 @@ The linears are passed in (`LayerLinears`), so the same forward runs on eager `n
 pre-packed oneDNN copies; so are attention and the residual + norm steps (`ForwardOps`), so on a
 GPU one launch of a variable-length attention kernel can serve every row and head instead of one
 SDPA per run (`engines/gpu_kernels.py`), and on a CPU one C++ op serves every row and head
-(`engines/cpu_attention.py`). `PackedRows.build(batch, device)` puts every index tensor the
+(`engines/cpu_op_library.py`). `PackedRows.build(batch, device)` puts every index tensor the
 forward uses on the model's device.
 
 Linears that run on a bounded set of row counts (oneDNN's primitives, `domain.kernels.bucket_rows`)

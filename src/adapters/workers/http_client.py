@@ -1,8 +1,8 @@
 """A small keep-alive HTTP/1.1 client for talking to workers, over a Unix socket or TCP.
 
-Why not httpx: measured on this project's 2-core dev box against one worker over a Unix
-socket, sequential requests took 3.07 ms each with `httpx.AsyncClient` and 0.94 ms with this
-client, so httpx alone would spend twice the millisecond the front may add. This client
+Why not httpx: against one worker over a Unix socket, `httpx.AsyncClient` alone took more than
+the millisecond the front may add to a request, and this client less (the figures:
+docs/performance.md). This client
 writes one request and reads one response with two stream calls (`readuntil` for the head,
 `readexactly` for the body); `bench/front_overhead.py` measures the front end to end.
 

@@ -1,4 +1,4 @@
-// The unpadded CPU forward's own ops (vllm-srun, engines/cpu_attention.py): attention of every row
+// The unpadded CPU forward's own ops (vllm-srun, engines/cpu_op_library.py): attention of every row
 // in one call, and the residual add + LayerNorm in one pass.
 //
 // Attention: QKV is [N, 3 * heads * dim] (Q, K, V of a token side by side, heads

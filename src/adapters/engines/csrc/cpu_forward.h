@@ -1,4 +1,4 @@
-// What the C++ files of the `srun_cpu` library share (engines/cpu_attention.py builds them into one
+// What the C++ files of the `srun_cpu` library share (engines/cpu_op_library.py builds them into one
 // library): cpu_forward.cpp defines these, cpu_stacks.cpp calls them.
 #pragma once
 

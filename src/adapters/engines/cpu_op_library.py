@@ -1,36 +1,35 @@
-"""The unpadded CPU forward's own C++ ops (R-BAT-2's packed forward): attention of every row in one
-call, and each residual add + LayerNorm in one pass.
+"""The CPU forward's C++ op library (`srun_cpu`, the sources in `csrc/`): built and loaded here, and
+the Python side of every op in it. First the unpadded forward's own ops (R-BAT-2's packed
+forward): attention of every row in one call, and each residual add + LayerNorm in one pass.
 
 The eager ops (`models/unpadded.ForwardOps`) run one SDPA per run of equal-length rows: a merged
-forward of short texts makes dozens of calls per layer, each paying torch's dispatch and the
-flash kernel's set-up, and with a head size of 32 the flash kernel's blocking does little.
-`csrc/cpu_forward.cpp` holds one op for the whole forward: one task per (row, head), spread
-over the forward's OpenMP team (`at::parallel_for`), each computed the same way whatever else the
-forward holds and whichever thread runs it, so a row's answer depends on its own tokens only
-(batch- and thread-count-invariant by construction; the load-time probe still decides `exact`).
-Each task scores 16 queries at once (32 while two blocks are left): every key's scores for the
-block fill one vector, so the softmax runs down columns with no horizontal sums, and keys are read
-in place. `bench/varlen_attention.py` (1 thread, MiniLM's 12 heads × 32, rows of the three bench
-shapes): 0.84 / 6.7 / 9.8 ms for short / mixed / long rows against 3.8 / 10.5 / 15.2 ms for the
-per-run SDPA, and 0.54 / 0.88 / 0.81 of the previous kernel's time (one query and 16 keys at a
-time, keys transposed); `bench/packed_forward.py` times whole forwards. Head sizes that are not a
-whole number of 16 floats keep SDPA (8 was 9× slower on this op). `varlen_attention_biased` is the
-same op with a score bias that depends on the distance query − key only (`unpadded.RelativeBias`:
-MPNet's relative positions, ModernBERT's sliding windows, a decoder's causal mask): for one key its
-16 queries' biases are 16 consecutive floats of the head's table, one load added to the scores
-before the softmax. `varlen_attention_disentangled` adds DeBERTa's two position terms
+forward of short texts makes dozens of calls per layer, each paying torch's dispatch and the flash
+kernel's set-up, and with a head size of 32 the flash kernel's blocking does little.
+`csrc/cpu_forward.cpp` holds one op for the whole forward: one task per (row, head), spread over the
+forward's OpenMP team (`at::parallel_for`), each computed the same way whatever else the forward
+holds and whichever thread runs it, so a row's answer depends on its own tokens only (batch- and
+thread-count-invariant by construction; the load-time probe still decides `exact`). Each task scores
+16 queries at once (32 while two blocks are left): every key's scores for the block fill one vector,
+so the softmax runs down columns with no horizontal sums, and keys are read in place.
+`bench/varlen_attention.py` times the op against the per-run SDPA and `bench/packed_forward.py`
+whole forwards (their figures: docs/performance.md). Head sizes that are not a whole number of 16
+floats keep SDPA (head size 8 was slower on this op). `varlen_attention_biased` is the same op with
+a score bias that depends on the distance query − key only (`unpadded.RelativeBias`: MPNet's
+relative positions, ModernBERT's sliding windows, a decoder's causal mask): for one key its 16
+queries' biases are 16 consecutive floats of the head's table, one load added to the scores before
+the softmax. `varlen_attention_disentangled` adds DeBERTa's two position terms
 (`unpadded.DisentangledTables`): with the layer's relative keys and queries laid out by distance,
 [heads, head_dim, distance], a key's c2p terms for the block are the block's queries times 16
 consecutive floats of each dimension's row, and its p2c terms the key times 16 more, two more
-multiply-adds per dimension beside q · k, where the per-run path multiplied every query and key
-by every relative row and gathered the [L, L] scores it needed.
+multiply-adds per dimension beside q · k, where the per-run path multiplied every query and key by
+every relative row and gathered the [L, L] scores it needed.
 
 `add_norm` (twice per block) adds the residual into the linear's fresh output and normalises each
 row in the same pass, over 16 lanes in a fixed order (a row's bits are its own, on any thread
-count): 512 × 384 rows, 1 thread, 0.11-0.13 ms against eager's 0.17-0.21 ms (`x + r`, then
-`LayerNorm`), ≤ 2e-6 from eager. Norms without a bias (ModernBERT), other dtypes and other shapes
-keep eager. oneDNN's own fusion of the residual into the linear (`_linear_pointwise.binary` "add")
-was measured slower here: 6.0-7.4 ms against 4.3-5.1 ms for the packed linear then `+`.
+count), ≤ 2e-6 from eager's `x + r` then `LayerNorm` (its time against eager's:
+docs/performance.md). Norms without a bias (ModernBERT), other dtypes and other shapes keep eager.
+oneDNN's own fusion of the residual into the linear (`_linear_pointwise.binary` "add") was measured
+slower than the packed linear then `+` (docs/performance.md).
 
 `encoder_layers` runs every layer of a BERT-shaped encoder in one call, and `encode` the whole
 forward (the embeddings, those layers, then cls or mean pooling and the L2 norm, or the hidden
