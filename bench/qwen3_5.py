@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -43,23 +45,11 @@ from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
 from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS
 from vllm_srun.domain.shared_context import break_even_tokens
 
-TEXT_08B = dict(  # Qwen3.5-0.8B's text model as its config.json says it
-    vocab_size=248320,
-    hidden_size=1024,
-    intermediate_size=3584,
-    num_hidden_layers=24,
-    num_attention_heads=8,
-    num_key_value_heads=2,
-    head_dim=256,
-    linear_conv_kernel_dim=4,
-    linear_key_head_dim=128,
-    linear_value_head_dim=128,
-    linear_num_key_heads=16,
-    linear_num_value_heads=16,
-    rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
-    max_position_embeddings=262144,
-    tie_word_embeddings=True,
-)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from shared_context import QWEN3_5_08B  # Qwen3.5-0.8B's text model as its config.json says it
+
+TEXT_08B = {k: v for k, v in QWEN3_5_08B.items() if k != "model_type"}  # as transformers' config takes it
 
 
 def load() -> str:

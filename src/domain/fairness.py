@@ -143,6 +143,10 @@ class FairQueue:
             sorted((e.row for t in self._tenants.values() for q in (t.interactive, t.batch) for e in q), key=_seq)
         )
 
+    def lanes(self) -> set[str]:
+        """The lanes of the queued rows."""
+        return {e.row.lane for t in self._tenants.values() for q in (t.interactive, t.batch) for e in q}
+
     def oldest(self) -> Row | None:
         """The queued row that arrived first."""
         heads = [q[0].row for t in self._tenants.values() for q in (t.interactive, t.batch) if q]

@@ -161,13 +161,13 @@ class Scheduler:
         )
         return Priority.INTERACTIVE if fits else Priority.BATCH
 
-    def _gives_way(self, lanes: Collection[str]) -> bool:
-        """Whether the waiting plan goes back to the queue for the queued rows of LANES: one of
-        them costs less per token than a lane the plan holds, and a forward of a costlier lane
+    def _gives_way(self) -> bool:
+        """Whether the waiting plan goes back to the queue for the rows queued since: one of their
+        lanes costs less per token than a lane the plan holds, and a forward of a costlier lane
         has run since the plan last gave way (module doc). Records the give-way."""
-        if not self._plan or not lanes or self._gave_way_to is not None:
+        if not self._plan or len(self.lanes) < 2 or self._gave_way_to is not None or not self._queue:
             return False
-        cheapest = min(self.costs.seconds_per_token(name) for name in lanes)
+        cheapest = min(self.costs.seconds_per_token(name) for name in self._queue.lanes())
         if not any(self.costs.seconds_per_token(b.lane) > cheapest for b in self._plan):
             return False
         self._gave_way_to = cheapest
@@ -304,7 +304,7 @@ class Scheduler:
             if cut is not None:
                 self._in_flight.append(cut)
                 return cut
-            if self._gives_way({r.lane for r in self._queue.rows()}):
+            if self._gives_way():
                 self._unplan()  # a cheaper lane queued: this round runs its rows first (R-BAT-6)
             while self._plan:
                 batch = self._live(self._plan.popleft())

@@ -52,7 +52,7 @@ from vllm_srun.adapters.models.decoder_heads import (
     labelled,
     tokenizer_pad_id,
 )
-from vllm_srun.adapters.models.encoder_parts import ConfigBase, config_labels
+from vllm_srun.adapters.models.encoder_parts import ConfigBase, config_labels, decoder_pad_ids
 from vllm_srun.adapters.models.manifest import read_config
 from vllm_srun.adapters.models.unpadded import RelativeBias, attend_runs
 from vllm_srun.adapters.models.weights import WeightsError, load_weights
@@ -97,11 +97,7 @@ class DecoderEncoderConfig(ConfigBase):
                 f"num_key_value_heads {decoder.num_kv_heads} does not divide num_attention_heads {decoder.num_heads}"
             )
         num_labels, id2label = config_labels(raw)
-        own = raw.get("pad_token_id")
-        own = own if isinstance(own, int) and not isinstance(own, bool) else None
-        pad = own if own is not None else pad_token_id
-        if not isinstance(pad, int) or not 0 <= pad < decoder.vocab_size:
-            pad = 0  # any id in the vocabulary pads right-padded causal rows
+        pad, own = decoder_pad_ids(raw.get("pad_token_id"), pad_token_id, decoder.vocab_size)
         return cls(
             decoder=decoder,
             model_type=kind,

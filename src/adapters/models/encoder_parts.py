@@ -80,6 +80,17 @@ def config_labels(raw: dict[str, Any]) -> tuple[int, dict[int, str]]:
     return num_labels, id2label
 
 
+def decoder_pad_ids(own: Any, fallback: Any, vocab_size: int) -> tuple[int, int | None]:
+    """(the id that pads a decoder's right-padded rows, the config's own pad_token_id or None):
+    OWN (config.json's) when it is an int, else FALLBACK (the tokenizer's), else 0 when neither
+    is an id of the vocabulary (any id pads right-padded causal rows)."""
+    own = own if isinstance(own, int) and not isinstance(own, bool) else None
+    pad = own if own is not None else fallback
+    if not isinstance(pad, int) or not 0 <= pad < vocab_size:
+        pad = 0
+    return pad, own
+
+
 def read_model_type(raw: dict[str, Any], expected: str) -> str:
     """RAW's model_type (EXPECTED when it has none); a ValueError naming the field when it is another."""
     model_type = str(raw.get("model_type", expected))

@@ -42,7 +42,7 @@ from vllm_srun.adapters.models.decoder_heads import (
     labelled,
     tokenizer_pad_id,
 )
-from vllm_srun.adapters.models.encoder_parts import ConfigBase, config_labels
+from vllm_srun.adapters.models.encoder_parts import ConfigBase, config_labels, decoder_pad_ids
 from vllm_srun.adapters.models.manifest import read_config
 from vllm_srun.adapters.models.weights import Weights, WeightsError, safetensors_files
 
@@ -89,11 +89,7 @@ class Qwen35EncoderConfig(ConfigBase):
             raise ValueError(f"model_type {kind!r} is not a Qwen3.5 backbone ({', '.join(MODEL_TYPES)})")
         backbone = Qwen35Config.from_dict(raw)
         num_labels, id2label = config_labels(raw)  # the top level's (a multimodal config keeps them there)
-        own = _text_part(raw).get("pad_token_id")
-        own = own if isinstance(own, int) and not isinstance(own, bool) else None
-        pad = own if own is not None else pad_token_id
-        if not isinstance(pad, int) or not 0 <= pad < backbone.vocab_size:
-            pad = 0  # any id in the vocabulary pads right-padded causal rows
+        pad, own = decoder_pad_ids(_text_part(raw).get("pad_token_id"), pad_token_id, backbone.vocab_size)
         return cls(
             backbone=backbone,
             model_type=kind,
