@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from vllm_srun.adapters.serving.device_thread import DeviceThread, calls_running
+from vllm_srun.adapters.serving.device_thread import BusyCount, DeviceThread, calls_running
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
 
@@ -105,6 +105,22 @@ def test_calls_running_adds_up_the_devices_there() -> None:
 
         futures = [slots.submit(seen_together), express.submit(seen_together)]
         assert [f.result(timeout=10) for f in futures] == [2, 2]
+    finally:
+        slots.shutdown()
+        express.shutdown()
+
+
+def test_busy_count_adds_the_express_thread_once_it_is_made() -> None:
+    """The loader hands a forward its device's `BusyCount` before the express thread exists; the
+    express thread's calls count from when it is added."""
+    slots, express = DeviceThread(workers=2), DeviceThread("express")
+    try:
+        count = BusyCount(slots)
+        assert count() == 0
+        assert express.call(count) == 0  # not added yet: the express thread's call is not counted
+        count.add(express)
+        assert express.call(count) == 1
+        assert slots.call(count) == 1
     finally:
         slots.shutdown()
         express.shutdown()

@@ -45,6 +45,20 @@ def calls_running(*devices: DeviceThread | None) -> int:
     return sum(device.busy() for device in devices if device is not None)
 
 
+class BusyCount:
+    """Calls running now on one device's threads, its express thread's too once it is made
+    (`add`): what a forward asks before it runs (`ForwardRunner`'s lone count)."""
+
+    def __init__(self, device: DeviceThread) -> None:
+        self._devices: list[DeviceThread] = [device]
+
+    def add(self, device: DeviceThread) -> None:
+        self._devices.append(device)
+
+    def __call__(self) -> int:
+        return calls_running(*self._devices)
+
+
 class DeviceThread:
     def __init__(
         self,

@@ -44,7 +44,7 @@ from vllm_srun.adapters.contracts import (
     ThreadContext,
     surface_contract_problems,
 )
-from vllm_srun.adapters.serving.device_thread import DeviceThread, calls_running
+from vllm_srun.adapters.serving.device_thread import BusyCount, DeviceThread
 from vllm_srun.adapters.serving.forward_setup import forward_setup
 from vllm_srun.adapters.serving.load_failures import PackageSnapshot, public_reason, transient_cause
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
@@ -58,7 +58,7 @@ from vllm_srun.domain.engine_args import BatchingLimits, calibrated_limits, reso
 from vllm_srun.domain.errors import ModelNotFound, without_paths
 from vllm_srun.domain.lifecycle import ModelState, decide_determinism
 from vllm_srun.domain.load_retries import attempt_reason, final_reason, waiting_reason
-from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget, ForwardBatch
+from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.profiles import never_coalesces, runs_alone
 from vllm_srun.domain.scheduler import Scheduler
@@ -130,6 +130,9 @@ class Loader:
         self.thread_context = thread_context
         self.tenants = tenants
         self.express_thread: DeviceThread | None = None  # `_express_thread`
+        # calls running on the device's threads, the express thread's included: a forward that
+        # starts beside an express forward is not alone (`ForwardRunner`'s lone count)
+        self._busy = BusyCount(device_thread)
         self._open_device = open_device
         self._devices: dict[str, Device] = {device.name: device}
         self._named = named
@@ -321,14 +324,9 @@ class Loader:
             metrics=self.metrics,
             clock=self.clock,
             loop=self._loop,
-            busy=self._forwards_running,
+            busy=self._busy,
             progress=self.progress,
         )
-
-    def _forwards_running(self) -> int:
-        """Calls running on the device's threads, the express thread's included: a forward that
-        starts beside an express forward is not alone (`ForwardRunner`'s lone count)."""
-        return calls_running(self.device_thread, self.express_thread)
 
     def _express_thread(self) -> DeviceThread:
         """The device's express thread (R-FAIR-7), made at its first use: one more forward thread,
@@ -337,6 +335,7 @@ class Loader:
             context, threads = self.thread_context, self.settings.threads
             declare = partial(context.declare, threads) if context is not None and threads is not None else None
             self.express_thread = DeviceThread("srun-express", initializer=declare)
+            self._busy.add(self.express_thread)
         return self.express_thread
 
     def _golden_check(self, served: ServedModel) -> bool:
@@ -406,22 +405,12 @@ class Loader:
             tenants=self.tenants,
         )
 
-        def observe(batch: ForwardBatch, seconds: float, ok: bool, name: str = served.name) -> None:
-            labels = {"model": name, "lane": batch.lane}
-            self.metrics.forwards.inc({**labels, "outcome": "ok" if ok else "error"})
-            self.metrics.forward_seconds.observe(seconds, labels)
-            self.metrics.batch_rows.observe(len(batch.rows), labels)
-            self.metrics.batch_tokens.observe(batch.tokens, labels)
-            self.metrics.rows.inc(labels, len(batch.rows))
-            if batch.tokens:
-                self.metrics.batch_fill.observe(sum(r.tokens for r in batch.rows) / batch.tokens, labels)
-
         served.scheduler_loop = SchedulerLoop(
             scheduler,
             forwards.runner.run,
             self.device_thread,
             clock=self.clock,
-            on_forward=observe,
+            on_forward=partial(self.metrics.observe_forward, served.name),
             express=self._express_thread() if forwards.express_forward else None,
         )
         served.scheduler_loop.start()

@@ -15,6 +15,7 @@ from vllm_srun.adapters.serving.package_facts import resident_weight_bytes
 
 if TYPE_CHECKING:
     from vllm_srun.adapters.serving.served import ServedModel
+    from vllm_srun.domain.planning import ForwardBatch
 
 ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 TOKENS_BUCKETS = (8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -143,6 +144,18 @@ class RuntimeMetrics:
             "Shadow forwards of adaptive threads, by thread count and outcome (match|drift)",
             ("model", "threads", "outcome"),
         )
+
+    def observe_forward(self, model: str, batch: ForwardBatch, seconds: float, ok: bool) -> None:
+        """One forward of MODEL's scheduler loop (its `on_forward`, bound to the model's name when
+        the loop starts): its outcome, time, rows, counted tokens and fill."""
+        labels = {"model": model, "lane": batch.lane}
+        self.forwards.inc({**labels, "outcome": "ok" if ok else "error"})
+        self.forward_seconds.observe(seconds, labels)
+        self.batch_rows.observe(len(batch.rows), labels)
+        self.batch_tokens.observe(batch.tokens, labels)
+        self.rows.inc(labels, len(batch.rows))
+        if batch.tokens:
+            self.batch_fill.observe(sum(r.tokens for r in batch.rows) / batch.tokens, labels)
 
     def describe_models(self, models: Iterable[ServedModel]) -> None:
         """`vllm_srun_model_info` and `vllm_srun_model_memory_bytes` of each loaded model (its
