@@ -9,7 +9,8 @@ dependency-injector stays, for what it still does here (docs/design.md, "Composi
 part is a lazy singleton built in dependency order on first use, so `vllm-srun pull` builds only
 the store, `check_worker` reads the plugins before the runtime opens a device, and a test that
 replaces the device never probes torch; `bootstrap_*`'s keywords map one to one onto its
-overrides. What it no longer does is relay settings: the containers read the one record.
+overrides. What it no longer does is relay settings: the worker container holds the one record
+(its `settings` provider) and each provider reads its field there, no config dict between them.
 """
 
 from __future__ import annotations
@@ -65,12 +66,14 @@ def offload_for(forward_threads: int | None) -> Offload:
 
 
 def device_thread_for(
-    device: Device, concurrent: int, threads: int | None, nice: int, context: ThreadContext, progress: Progress
+    device: Device, cpu: CpuPlan | None, threads: int | None, context: ThreadContext, progress: Progress
 ) -> DeviceThread:
-    """The device's forward threads: CONCURRENT on a CPU (`--concurrent-forwards`), each declaring
-    THREADS (one forward's team) when it starts, so loading and the readiness checks run on the
-    count forwards serve at, and each NICE below the event loop's priority; one on a GPU (its
-    launches are serialised anyway; its thread mostly waits, so it keeps the loop's priority)."""
+    """The device's forward threads: the CPU plan's concurrent forwards on a CPU
+    (`--concurrent-forwards`; no plan: one), each declaring THREADS (one forward's team) when it
+    starts, so loading and the readiness checks run on the count forwards serve at, and each the
+    plan's nice increment below the event loop's priority; one on a GPU (its launches are
+    serialised anyway; its thread mostly waits, so it keeps the loop's priority)."""
+    concurrent, nice = (cpu.concurrent, cpu.forward_nice) if cpu is not None else (1, 0)
     if device.kind != "cpu":
         if concurrent > 1:
             progress(f"load: --concurrent-forwards {concurrent} applies to CPUs; {device.name} runs one at a time")
@@ -79,129 +82,14 @@ def device_thread_for(
     return DeviceThread(workers=concurrent, initializer=declare, nice=nice)
 
 
-class WorkerContainer(containers.DeclarativeContainer):
-    """`vllm-srun serve`: store, plugins, device, device thread, metrics, cache, readiness checks,
-    the GPU calibration, the runtime and its HTTP app."""
+def media_service(settings: WorkerSettings, metrics: RuntimeMetrics) -> MediaService:
+    """The media decoders: `--media-workers`, else one per 16 CPUs of the budget (R-MEDIA)."""
+    if settings.media_workers is not None:
+        return MediaService(settings.media_workers, metrics=metrics, workers_source="set")
+    from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
+    from vllm_srun.domain.media import default_media_workers
 
-    config = providers.Configuration()
-
-    clock = providers.Singleton(MonotonicClock)
-    # Hub ids resolve in `--cache-dir` (default huggingface_hub's), never fetched with `--offline` (R-PKG-5)
-    store = providers.Singleton(LocalModelStore.from_env, hub_cache=config.hub_cache, offline=config.offline)
-    families = providers.Singleton(FamilyRegistry)
-    engines = providers.Callable(installed_engines)  # read once per process (cached)
-    device_probe = providers.Singleton(TorchProbe)  # what torch says the machine has (tests: a fake)
-    device = providers.Singleton(open_device, config.device, probe=device_probe, progress=config.progress)
-    thread_context = providers.Singleton(TorchThreadContext)  # every forward declares its count (R-CPU-2)
-    device_thread = providers.Singleton(
-        device_thread_for,
-        device,
-        config.concurrent_forwards,
-        config.threads,
-        config.forward_nice,
-        thread_context,
-        config.progress,
-    )
-    metrics = providers.Singleton(RuntimeMetrics)
-    result_cache = providers.Singleton(ResultCache, config.result_cache_entries, metrics.provided.cache)
-    readiness = providers.Singleton(LoadTimeChecks, check_golden=config.check_golden)
-    calibrator = providers.Singleton(KneeCalibrator)
-    media = providers.Singleton(
-        MediaService, config.media_workers, metrics=metrics, workers_source=config.media_workers_source
-    )
-    offload = providers.Singleton(offload_for, config.threads)
-    retry_clock = providers.Callable(getattr, clock, "now")
-
-    tenants = providers.Object(DEFAULT_TENANTS)  # weights and limits by tenant: the key file's (R-FAIR-1)
-    runtime = providers.Singleton(
-        Runtime,
-        config.runtime,
-        store=store,
-        families=families,
-        engines=engines,
-        device=device,
-        device_thread=device_thread,
-        metrics=metrics,
-        result_cache=result_cache,
-        clock=clock,
-        readiness=readiness,
-        calibrator=calibrator,
-        media=media,
-        progress=config.progress,
-        thread_context=thread_context,
-        open_device=providers.Factory(partial, open_device, probe=device_probe, progress=config.progress),
-        offload=offload,
-        tenants=tenants,
-        default_name=TYPESAFE_DEFAULT_MODEL,  # the typesafe-sdk's `model` when its user names none
-    )
-
-    # the key check (`http/auth.py`); the CLI's flags give one (R-AUTH)
-    auth: providers.Object[Authenticator | None] = providers.Object(None)
-    # spans from the OTEL_* variables (`adapters/tracing`; off unless OTEL_TRACES_EXPORTER names an exporter)
-    tracer = providers.Singleton(tracer_from_env, providers.Object(os.environ), "vllm-srun")
-    app = providers.Singleton(
-        create_app,
-        runtime=runtime,
-        runtime_metrics=metrics,
-        offload=offload,
-        max_request_bytes=config.max_request_bytes,
-        max_bundle_tasks=config.max_bundle_tasks,
-        clock=retry_clock,  # the Retry-After holds: the runtime's clock (tests: a fake one)
-        auth=auth,
-        tracer=tracer,
-    )
-    # one guard for every listener; requests read in turn by the tenants' weights (R-FAIR-5)
-    connection_guard = providers.Singleton(
-        watched_guard, config.connection_limits, metrics, offload.provided.release_memory, tenants, config.read_floor
-    )
-
-
-def bootstrap_worker(
-    settings: WorkerSettings | None = None,
-    *,
-    specs: Sequence[ModelSpec] | None = None,
-    cpu: CpuPlan | None = None,
-    adaptive_threads: Mode = Mode.OFF,
-    wait_policy: str | None = None,
-    progress: Progress = quiet,
-    check_golden: bool = True,
-    **adapters: Any,
-) -> WorkerContainer:
-    """The worker of SETTINGS (default: the CLI's defaults). SPECS: the models to serve (default:
-    SETTINGS' MODEL arguments with its per-model settings); CPU: how the forwards use the CPUs
-    (default: SETTINGS' threads, one forward at a time at the loop's priority: the CLI decides
-    those from the CPUs, `cli.cpu_settings`); ADAPTERS: providers replaced by ready objects."""
-    settings = settings or WorkerSettings()
-    media_workers, source = settings.media_workers, "set"
-    if media_workers is None:
-        from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
-        from vllm_srun.domain.media import default_media_workers
-
-        media_workers, source = default_media_workers(front_cpu_budget()), "default"
-    runtime = runtime_settings(settings, specs, cpu, adaptive_threads, wait_policy)
-    container = WorkerContainer()
-    container.config.from_dict(
-        {
-            "runtime": runtime,
-            "device": settings.device,
-            "threads": runtime.threads,
-            "concurrent_forwards": cpu.concurrent if cpu is not None else 1,
-            "forward_nice": cpu.forward_nice if cpu is not None else 0,
-            "progress": progress,
-            "max_request_bytes": settings.max_request_bytes,
-            "result_cache_entries": _or(settings.result_cache_entries, bounds.RESULT_CACHE_ENTRIES.default),
-            "check_golden": check_golden,
-            "media_workers": media_workers,
-            "media_workers_source": source,
-            "max_bundle_tasks": settings.max_bundle_tasks,
-            "connection_limits": settings.connections,
-            "read_floor": read_floor(runtime),
-            "hub_cache": Path(settings.cache_dir).expanduser() if settings.cache_dir else None,
-            "offline": settings.offline,
-        }
-    )
-    _override(container, adapters)
-    return container
+    return MediaService(default_media_workers(front_cpu_budget()), metrics=metrics, workers_source="default")
 
 
 def runtime_settings(
@@ -235,11 +123,134 @@ def read_floor(runtime: RuntimeSettings) -> int:
     return floor_for(min(limits, default=runtime.admission.max_queue))
 
 
+class WorkerContainer(containers.DeclarativeContainer):
+    """`vllm-srun serve`: store, plugins, device, device thread, metrics, cache, readiness checks,
+    the GPU calibration, the runtime and its HTTP app. Its settings are the one record
+    (`settings`, a `WorkerSettings`) and what `bootstrap_worker` is told besides it (the models'
+    specs, the CPU plan, the adaptive mode, the wait policy, progress), each read where it is used."""
+
+    settings = providers.Dependency(instance_of=WorkerSettings)
+    specs: providers.Object[Sequence[ModelSpec] | None] = providers.Object(None)  # None: the record's MODELs
+    cpu: providers.Object[CpuPlan | None] = providers.Object(None)  # None: `--threads`, one forward at a time
+    adaptive_threads = providers.Object(Mode.OFF)
+    wait_policy: providers.Object[str | None] = providers.Object(None)
+    progress: providers.Object[Progress] = providers.Object(quiet)
+    check_golden = providers.Object(True)
+
+    clock = providers.Singleton(MonotonicClock)
+    # Hub ids resolve in `--cache-dir` (default huggingface_hub's), never fetched with `--offline` (R-PKG-5)
+    store = providers.Singleton(
+        LocalModelStore.from_env, hub_cache=settings.provided.hub_cache, offline=settings.provided.offline
+    )
+    families = providers.Singleton(FamilyRegistry)
+    engines = providers.Callable(installed_engines)  # read once per process (cached)
+    device_probe = providers.Singleton(TorchProbe)  # what torch says the machine has (tests: a fake)
+    device = providers.Singleton(open_device, settings.provided.device, probe=device_probe, progress=progress)
+    thread_context = providers.Singleton(TorchThreadContext)  # every forward declares its count (R-CPU-2)
+    # the runtime's settings, derived from the record (and the CPU plan) in one place
+    derived_settings = providers.Singleton(
+        runtime_settings,
+        settings,
+        specs,
+        cpu,
+        adaptive_threads,
+        wait_policy,
+    )
+    device_thread = providers.Singleton(
+        device_thread_for, device, cpu, derived_settings.provided.threads, thread_context, progress
+    )
+    metrics = providers.Singleton(RuntimeMetrics)
+    result_cache = providers.Singleton(ResultCache, settings.provided.result_cache_size, metrics.provided.cache)
+    readiness = providers.Singleton(LoadTimeChecks, check_golden=check_golden)
+    calibrator = providers.Singleton(KneeCalibrator)
+    media = providers.Singleton(media_service, settings, metrics)
+    offload = providers.Singleton(offload_for, derived_settings.provided.threads)
+    retry_clock = providers.Callable(getattr, clock, "now")
+
+    tenants = providers.Object(DEFAULT_TENANTS)  # weights and limits by tenant: the key file's (R-FAIR-1)
+    runtime = providers.Singleton(
+        Runtime,
+        derived_settings,
+        store=store,
+        families=families,
+        engines=engines,
+        device=device,
+        device_thread=device_thread,
+        metrics=metrics,
+        result_cache=result_cache,
+        clock=clock,
+        readiness=readiness,
+        calibrator=calibrator,
+        media=media,
+        progress=progress,
+        thread_context=thread_context,
+        open_device=providers.Factory(partial, open_device, probe=device_probe, progress=progress),
+        offload=offload,
+        tenants=tenants,
+        default_name=TYPESAFE_DEFAULT_MODEL,  # the typesafe-sdk's `model` when its user names none
+    )
+
+    # the key check (`http/auth.py`); the CLI's flags give one (R-AUTH)
+    auth: providers.Object[Authenticator | None] = providers.Object(None)
+    # spans from the OTEL_* variables (`adapters/tracing`; off unless OTEL_TRACES_EXPORTER names an exporter)
+    tracer = providers.Singleton(tracer_from_env, providers.Object(os.environ), "vllm-srun")
+    app = providers.Singleton(
+        create_app,
+        runtime=runtime,
+        runtime_metrics=metrics,
+        offload=offload,
+        max_request_bytes=settings.provided.max_request_bytes,
+        max_bundle_tasks=settings.provided.max_bundle_tasks,
+        clock=retry_clock,  # the Retry-After holds: the runtime's clock (tests: a fake one)
+        auth=auth,
+        tracer=tracer,
+    )
+    # the record's connection limits; `check_worker` may lower max_connections to the descriptors there are
+    connection_limits = providers.Singleton(getattr, settings, "connections")
+    floor = providers.Singleton(read_floor, derived_settings)
+    # one guard for every listener; requests read in turn by the tenants' weights (R-FAIR-5)
+    connection_guard = providers.Singleton(
+        watched_guard, connection_limits, metrics, offload.provided.release_memory, tenants, floor
+    )
+
+
+def bootstrap_worker(
+    settings: WorkerSettings | None = None,
+    *,
+    specs: Sequence[ModelSpec] | None = None,
+    cpu: CpuPlan | None = None,
+    adaptive_threads: Mode = Mode.OFF,
+    wait_policy: str | None = None,
+    progress: Progress = quiet,
+    check_golden: bool = True,
+    **adapters: Any,
+) -> WorkerContainer:
+    """The worker of SETTINGS (default: the CLI's defaults). SPECS: the models to serve (default:
+    SETTINGS' MODEL arguments with its per-model settings); CPU: how the forwards use the CPUs
+    (default: SETTINGS' threads, one forward at a time at the loop's priority: the CLI decides
+    those from the CPUs, `cli.cpu_settings`); ADAPTERS: providers replaced by ready objects."""
+    container = WorkerContainer()
+    container.settings.override(settings or WorkerSettings())
+    given = {
+        "specs": specs,
+        "cpu": cpu,
+        "adaptive_threads": adaptive_threads,
+        "wait_policy": wait_policy,
+        "progress": progress,
+        "check_golden": check_golden,
+    }
+    for name, value in given.items():
+        getattr(container, name).override(providers.Object(value))
+    container.derived_settings()  # a combination the runtime cannot honour is refused now, before anything is built
+    _override(container, adapters)
+    return container
+
+
 def _override(container: containers.Container, adapters: dict[str, Any]) -> None:
     """Replace each named provider by its ready object; an unknown name is a TypeError."""
     for name, value in adapters.items():
         provider = getattr(container, name, None)
-        if not isinstance(provider, providers.Provider) or name == "config":
+        if not isinstance(provider, providers.Provider) or name in ("config", "settings"):
             raise TypeError(f"{type(container).__name__} has no adapter {name!r}")
         provider.override(providers.Object(value))
 

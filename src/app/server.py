@@ -13,6 +13,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import uvicorn
+from dependency_injector import providers
 
 from vllm_srun.adapters.contracts import EngineSettings
 from vllm_srun.adapters.http.connection_guard import ConnectionGuard
@@ -42,11 +43,11 @@ def check_worker(container: WorkerContainer) -> list[str]:
     except DomainError as exc:  # e.g. a served name given twice
         raise ValueError(exc.message) from None
     warnings = []
-    limits = container.config.connection_limits()
+    limits = container.connection_limits()
     cap, warning = ensure_descriptors(limits.max_connections, limits.max_connections != bounds.MAX_CONNECTIONS.default)
     if warning:
         warnings.append(warning)
-        container.config.connection_limits.from_value(dataclasses.replace(limits, max_connections=cap))
+        container.connection_limits.override(providers.Object(dataclasses.replace(limits, max_connections=cap)))
     for served in runtime.models.values():
         device = runtime.device_for(served)
         where = f"model {served.name}: " if len(runtime.models) > 1 else ""
@@ -56,12 +57,10 @@ def check_worker(container: WorkerContainer) -> list[str]:
         refusal = refusal or engines.flag_refusal(engine, settings) or engines.device_refusal(engine, device)
         if refusal:
             raise ValueError(where + refusal)
-        refusal = engine_arg_refusal(
-            [served.target], served.args, container.store(), families, container.config.progress()
-        )
+        refusal = engine_arg_refusal([served.target], served.args, container.store(), families, container.progress())
         if refusal:
             raise ValueError(where + refusal)
-        refusal = model_refusal(served, device, container.store(), families, container.config.progress())
+        refusal = model_refusal(served, device, container.store(), families, container.progress())
         if refusal:
             raise ValueError(where + refusal)
         if needs_bf16_warning(served.args.dtype, device.name, "bfloat16" in device.native_dtypes):

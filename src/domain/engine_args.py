@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from vllm_srun.domain import bounds
 from vllm_srun.domain.devices import class_limits
+from vllm_srun.domain.planning import Budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,11 @@ class BatchingLimits:
     seqs_source: str  # set | class
     tokens_source: str  # set | class | calibrated
     memory_class: str
+
+    @property
+    def budget(self) -> Budget:
+        """The limits as the planner holds them (the forward budget)."""
+        return Budget(self.max_num_seqs, self.max_num_batched_tokens)
 
 
 def resolve_limits(args: EngineArgs, device_kind: str, memory_bytes: int | None) -> BatchingLimits:

@@ -263,7 +263,18 @@ class ModelArgs(Settings, frozen=True, kw_only=True):
 
     def engine_args(self) -> EngineArgs:
         """The domain's engine arguments: the set values, the domain's defaults for the rest."""
-        return EngineArgs(**_set_values(self, ENGINE_ARG_NAMES))
+        default = _ENGINE_ARGS
+        return EngineArgs(
+            max_num_seqs=_or(self.max_num_seqs, default.max_num_seqs),
+            max_num_batched_tokens=_or(self.max_num_batched_tokens, default.max_num_batched_tokens),
+            batch_window_ms=_or(self.batch_window_ms, default.batch_window_ms),
+            dtype=_or(self.dtype, default.dtype),
+            enable_shared_context=_or(self.enable_shared_context, default.enable_shared_context),
+            max_model_len=_or(self.max_model_len, default.max_model_len),
+            input_max_tokens=_or(self.input_max_tokens, default.input_max_tokens),
+            input_overflow=_or(self.input_overflow, default.input_overflow),
+            profile=_or(self.profile, default.profile),
+        )
 
     def admission(self) -> AdmissionLimits:
         """The domain's admission limits (R-ADM-1)."""
@@ -454,6 +465,16 @@ class WorkerSettings(ServingArgs, frozen=True, kw_only=True):
         return self.engine or bounds.ENGINE.default
 
     @property
+    def hub_cache(self) -> Path | None:
+        """`--cache-dir` as a path (None: huggingface_hub's own cache)."""
+        return Path(self.cache_dir).expanduser() if self.cache_dir else None
+
+    @property
+    def result_cache_size(self) -> int:
+        """`--result-cache-entries`, else its default."""
+        return _or(self.result_cache_entries, bounds.RESULT_CACHE_ENTRIES.default)
+
+    @property
     def connections(self) -> ConnectionLimits:
         """The domain's connection limits (docs/hardening.md)."""
         return connection_limits(self)
@@ -550,7 +571,7 @@ def model_spec(
 
 
 # the domain's value types, field by field: their names are the settings' names
-ENGINE_ARG_NAMES = tuple(field.name for field in dataclasses.fields(EngineArgs))
+_ENGINE_ARGS = EngineArgs()  # the domain's defaults
 CONNECTION_SETTINGS = tuple(setting for setting, _ in ConnectionLimits().valued())
 _CONNECTION_FIELDS = {
     setting.name: field.name
@@ -561,10 +582,6 @@ _CONNECTION_FIELDS = {
 def connection_limits(record: Any) -> ConnectionLimits:
     """The connection flags of either CLI (a record or a parsed namespace) as the domain's limits."""
     return ConnectionLimits(**{field: getattr(record, name) for name, field in _CONNECTION_FIELDS.items()})
-
-
-def _set_values(record: Struct, names: tuple[str, ...]) -> dict[str, Any]:
-    return {name: value for name in names if (value := getattr(record, name)) is not None}
 
 
 def _same(value: object, default: object) -> bool:

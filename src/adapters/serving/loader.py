@@ -58,7 +58,7 @@ from vllm_srun.domain.engine_args import BatchingLimits, calibrated_limits, reso
 from vllm_srun.domain.errors import ModelNotFound, without_paths
 from vllm_srun.domain.lifecycle import ModelState, decide_determinism
 from vllm_srun.domain.load_retries import attempt_reason, final_reason, waiting_reason
-from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget
+from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.profiles import never_coalesces, runs_alone
 from vllm_srun.domain.scheduler import Scheduler
@@ -385,7 +385,7 @@ class Loader:
         from the measured one (R-BAT-7's device-seconds caps)."""
         loop, limits, model = served.scheduler_loop, served.limits, served.model
         assert loop is not None and limits is not None and model is not None
-        loop.scheduler.set_budget(Budget(limits.max_num_seqs, limits.max_num_batched_tokens))
+        loop.scheduler.set_budget(limits.budget)
         loop.scheduler.costs.seed(model.lanes[0].name, found.seconds_per_token)
 
     async def _start_scheduler_loop(self, served: ServedModel) -> None:
@@ -397,7 +397,7 @@ class Loader:
         alone = serving.determinism is Determinism.ROWS_ALONE or runs_alone(served.profile, serving.batch_invariant)
         scheduler = Scheduler(
             model.lanes,
-            Budget(limits.max_num_seqs, limits.max_num_batched_tokens),
+            limits.budget,
             window_s=0.0 if alone else served.args.batch_window_ms / 1000,
             batch_invariant=serving.batch_invariant,
             invariant_tokens=model.invariant_tokens or BATCH_INVARIANT_TOKENS,
