@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
 
-from vllm_srun.adapters.config.settings import Declared, WorkerSettings, by_setting, declared
+from vllm_srun.adapters.config.declarations import Declared, by_setting, declared
+from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.schemas.routes import SURFACE_SCHEMAS
 from vllm_srun.app.flags import add_setting, positive_int
 from vllm_srun.domain import bounds

@@ -15,7 +15,8 @@ from typing import NoReturn
 import msgspec
 
 from vllm_srun.adapters.catalog import CATALOG, DEFAULT_MODEL
-from vllm_srun.adapters.config.settings import Declared, WorkerSettings, by_setting, declared
+from vllm_srun.adapters.config.declarations import Declared, by_setting, declared
+from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
 from vllm_srun.adapters.plugins import PluginConflict
 from vllm_srun.app.flags import OneLineParser, add_setting, arg_type, non_negative_int, positive_int

@@ -1,4 +1,4 @@
-"""Argparse flags derived from the settings record's declarations (`adapters/config/settings.py`),
+"""Argparse flags derived from the settings record's declarations (`adapters/config/declarations.py`),
 for both CLIs (R-ARG-2), and their parser: no abbreviations, a did-you-mean (R-ARG-3).
 
 A flag's type refuses what its setting refuses (one line: `argument --flag: expected …`),
@@ -12,7 +12,7 @@ import difflib
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
-from vllm_srun.adapters.config.settings import Declared
+from vllm_srun.adapters.config.declarations import Declared
 from vllm_srun.domain import bounds
 
 KEEP = object()  # `add_setting(default=KEEP)`: the declared default

@@ -19,8 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from vllm_srun.adapters.config.declarations import by_setting, declared
+from vllm_srun.adapters.config.domain_values import CONNECTION_SETTINGS
 from vllm_srun.adapters.config.schema import ENGINE_ARG_FIELDS, DeploymentConfig
-from vllm_srun.adapters.config.settings import CONNECTION_SETTINGS, WorkerSettings, by_setting, declared
+from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
 from vllm_srun.adapters.plugins import PluginConflict
 from vllm_srun.app.flags import OneLineParser, add_flag, add_setting, positive_int
@@ -261,8 +263,8 @@ def config_migrate(ns: argparse.Namespace) -> int:
 
 def serve(ns: argparse.Namespace) -> int:
     config = resolve_config(ns)
+    from vllm_srun.adapters.config.domain_values import connection_limits
     from vllm_srun.adapters.config.schema import ConfigError
-    from vllm_srun.adapters.config.settings import connection_limits
     from vllm_srun.adapters.front.control import default_pid_file
     from vllm_srun.app.front_server import prepare_front, run_front
     from vllm_srun.app.keys import security

@@ -1,6 +1,6 @@
 """Every bound and default of the serving settings, stated once (R-ARG, R-ARG-2).
 
-The settings record (`adapters/config/settings.py`) declares each field with its setting here:
+The settings records (`adapters/config/model_args.py`, `settings.py`) declares each field with its setting here:
 both CLIs, the config schema, the models file, `EngineArgs.problems()`, the dtype rules and the
 front's worker commands take their ranges, choices and defaults from here. What a setting does
 (its help text) is said where it is declared, not here. A setting is named as in the config

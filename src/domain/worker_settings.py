@@ -3,7 +3,8 @@ its artifact, engine args, served name, device, admission limits and engine) and
 settings every model takes (`RuntimeSettings`).
 
 The settings themselves (flags, models file entries, a deployment's fields, the worker's command
-line) are one record declared in `adapters/config/settings.py`, which converts them to this spec.
+line) are one record declared in `adapters/config/` (`settings.WorkerSettings`), converted to this spec in
+`adapters/config/domain_values.py`.
 """
 
 from __future__ import annotations

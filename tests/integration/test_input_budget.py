@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from tests.integration.serving import serving
+from vllm_srun.adapters.config.model_args import ModelArgs
 from vllm_srun.adapters.config.models_file import load_models_file
-from vllm_srun.adapters.config.settings import ModelArgs
 
 LONG = "the movie was great fun " * 10  # 50 tokens, under the fixture's own 128-token limit
 STATE = "the movie was great fun and the story was good " * 6  # a decision state of ~60 tokens

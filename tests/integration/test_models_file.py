@@ -11,9 +11,9 @@ import pytest
 
 from tests.e2e.server import running_server
 from tests.integration.serving import serving
+from vllm_srun.adapters.config.model_args import ModelArgs
 from vllm_srun.adapters.config.models_file import load_models_file
 from vllm_srun.adapters.config.schema import ConfigError
-from vllm_srun.adapters.config.settings import ModelArgs
 from vllm_srun.app.cli import build_parser, main, model_specs, serve_settings
 from vllm_srun.domain.admission import AdmissionLimits
 from vllm_srun.domain.dtypes import dtype_refusal

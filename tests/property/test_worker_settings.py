@@ -7,8 +7,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vllm_srun.adapters.config.declarations import declared
 from vllm_srun.adapters.config.schema import DeploymentConfig
-from vllm_srun.adapters.config.settings import WorkerSettings, declared
+from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.engines.registry import installed_engines
 from vllm_srun.adapters.workers.command import worker_settings
 from vllm_srun.app.cli import build_parser, serve_settings

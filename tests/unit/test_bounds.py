@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from vllm_srun.adapters.config.declarations import Declared, by_setting
 from vllm_srun.adapters.config.loader import validate_config_data
-from vllm_srun.adapters.config.settings import Declared, WorkerSettings, by_setting
+from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.engines.registry import AUTO, installed_engines
 from vllm_srun.app import cli, front_cli
 from vllm_srun.domain import bounds

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from vllm_srun.adapters.config.domain_values import split_revision
 from vllm_srun.adapters.config.schema import DeploymentConfig
-from vllm_srun.adapters.config.settings import WorkerSettings, split_revision
+from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.workers.command import hub_target, worker_settings
 from vllm_srun.adapters.workers.compat import card_problem
 from vllm_srun.app import cli, front_cli
@@ -186,9 +187,9 @@ def test_a_branch_is_not_compared_with_the_commit_a_card_reports() -> None:
 
 
 def test_a_models_file_takes_hub_ids_and_the_per_model_flags(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from vllm_srun.adapters.config.model_args import ModelArgs
     from vllm_srun.adapters.config.models_file import load_models_file
     from vllm_srun.adapters.config.schema import ConfigError
-    from vllm_srun.adapters.config.settings import ModelArgs
     from vllm_srun.domain.dtypes import dtype_refusal
 
     path = tmp_path / "models.yaml"

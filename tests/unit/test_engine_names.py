@@ -21,10 +21,11 @@ import pytest
 from tests.fakes import FakeDevice
 from tests.plugin_engine import AcmeEnginePlugin
 from vllm_srun.adapters.config.loader import load_config_text
+from vllm_srun.adapters.config.model_args import ModelArgs
 from vllm_srun.adapters.config.models_file import load_models_file
 from vllm_srun.adapters.config.overrides import apply_cli_overrides
 from vllm_srun.adapters.config.schema import ConfigError, FrontConfig
-from vllm_srun.adapters.config.settings import ModelArgs, WorkerSettings
+from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.contracts import EngineRefused, EngineRequest, EngineSettings, SettingRefusal, quiet
 from vllm_srun.adapters.engines.plugins import NativePlugin, OnnxRuntimePlugin
 from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines

@@ -19,7 +19,7 @@ models:
     revision: 0123456789abcdef0123456789abcdef01234567   # ... at this 40-hex commit
 ```
 
-An entry is the per-model settings of the settings record (`settings.ModelArgs`: engine, engine
+An entry is the per-model settings of the settings record (`model_args.ModelArgs`: engine, engine
 arguments, admission limits) plus its artifact, served name and device. A field left out takes
 the worker's flag (`--max-num-seqs`, `--device`, `--engine`, `--max-queue`, `--profile`, …), and
 that flag's default when it was not given. Upstream's entry fields are read too: `model` (our
@@ -52,9 +52,10 @@ from vllm_srun.domain.errors import ModelNotFound
 from vllm_srun.domain.profiles import settings_refusal
 from vllm_srun.domain.worker_settings import ModelSpec
 
+from .domain_values import model_spec, split_revision
 from .loader import conversion_problems
+from .model_args import ModelArgs
 from .schema import ConfigError, Device, Name, Section
-from .settings import ModelArgs, model_spec, split_revision
 from .spellings import canonical_models_file
 from .yaml_text import parse_yaml
 

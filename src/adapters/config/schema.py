@@ -18,7 +18,7 @@ global:
 ```
 
 Every field left out keeps the runtime's default (None here). A deployment's engine and engine
-arguments are the settings record's (`settings.ServingArgs`, declared once with their bounds from
+arguments are the settings record's (`model_args.ServingArgs`, declared once with their bounds from
 `domain/bounds.py`), so the loader reports range problems from the types; the rules that relate
 fields to each other live in `rules.py`. Unknown fields are refused everywhere; every section is
 frozen (a changed config is a new one, `msgspec.structs.replace`).
@@ -31,7 +31,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from vllm_srun.adapters.config.settings import ServingArgs, declare, declared
+from vllm_srun.adapters.config.declarations import declare, declared
+from vllm_srun.adapters.config.model_args import ServingArgs
 from vllm_srun.domain import bounds
 from vllm_srun.domain.ejection import ONE_HOUR_MS, OutlierDetection
 

@@ -1,5 +1,5 @@
 """The command line of one managed worker (R-REP-1, R-ARG, R-CPU-1): the deployment's serving
-settings (`settings.ServingArgs`, which a deployment is) placed into a `WorkerSettings` record
+settings (`model_args.ServingArgs`, which a deployment is) placed into a `WorkerSettings` record
 and rendered by `WorkerSettings.to_argv()`. The record is canonical, so only what the deployment
 sets differs from the worker's defaults, and every unset argument keeps the worker's default.
 
