@@ -161,9 +161,10 @@ def _serving(reference: ReferenceEncoder) -> dict[str, Any]:
     """The unpadded forward on eager linears and (where oneDNN runs here) on the packed copies."""
     out: dict[str, Any] = {"unpadded": NativeEncoder(reference)}
     if onednn_unsupported("cpu", torch.float32) is None:
-        out["onednn"] = NativeEncoder(
-            reference, PackedEncoder(reference.encoder, reference.head), KernelPlan(FORCED_UP_TO)
-        )
+        packed = PackedEncoder(reference.encoder, reference.head)
+        # as loading does: a config whose heads x head size is not its hidden size warms too
+        packed.warm(16)
+        out["onednn"] = NativeEncoder(reference, packed, KernelPlan(FORCED_UP_TO))
     return out
 
 

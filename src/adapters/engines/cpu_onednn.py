@@ -87,7 +87,7 @@ def onednn_unsupported(device: str, dtype: torch.dtype, native_bf16: bool | None
 class PackedLinear:
     """One linear layer (+ an optional fused activation) on a pre-packed weight copy."""
 
-    __slots__ = ("after", "algorithm", "attr", "bias", "out_features", "weight")
+    __slots__ = ("after", "algorithm", "attr", "bias", "in_features", "out_features", "weight")
 
     def __init__(
         self,
@@ -97,6 +97,7 @@ class PackedLinear:
     ) -> None:
         self.weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), PACK_HINT)
         self.bias = linear.bias.detach() if linear.bias is not None else None
+        self.in_features = linear.in_features
         self.out_features = linear.out_features
         self.attr, self.algorithm, self.after = "none", "", after
         if after is None and activation is not None:
@@ -162,7 +163,10 @@ class PackedEncoder:
         with torch.inference_mode():
             for rows in sizes:
                 x = torch.zeros(rows, hidden, dtype=dtype)
-                layer.qkv.rows(x), layer.attn_out.rows(x), layer.ffn_out.rows(layer.ffn_in.rows(x))
+                # the attention output reads heads x head size, which a decoder's config may set
+                # apart from the hidden size (Qwen3-0.6B: 16 x 128 on 1024)
+                heads_out = torch.zeros(rows, layer.attn_out.in_features, dtype=dtype)
+                layer.qkv.rows(x), layer.attn_out.rows(heads_out), layer.ffn_out.rows(layer.ffn_in.rows(x))
             if self.pooler is not None and self.classifier is not None:
                 for rows in sizes[:8]:
                     self.classifier.rows(torch.tanh(self.pooler.rows(torch.zeros(rows, hidden, dtype=dtype))))
