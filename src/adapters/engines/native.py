@@ -14,7 +14,7 @@
    measured (and won at the small ones), or up to 512 tokens where they stayed within 10 % of
    eager that far (batch invariance, R-BAT-5), eager the rest.
 The card reports the outcome as `kernels: {linear: onednn_packed|eager, reason, ...}`. The
-readiness check and the probe run after this, through `embed`/`classify_logits`: the path that serves.
+readiness check and the probe run after this, through `forward` (its `embed` / `classify_logits`): the path that serves.
 
 On a GPU the same unpadded forward runs on the device (rows laid back to back, every index tensor
 placed there), and the fused Triton kernels (`triton_encoder.py`: bias+GELU, residual+LayerNorm, the
