@@ -1,6 +1,7 @@
 """The encoder family (R-PKG-2): BERT-style encoders serving embeddings (and, with a head,
 classify / rerank; sparse and multi-vector outputs and MaxSim rerank: `encoder_outputs.py`). Rows are tokenized texts; one lane, counted as the engine's forwards are
-(packed on the native engine, padded on ONNX Runtime). Weights live on the worker's device; on a
+(packed on the native engine, padded on ONNX Runtime); a planned forward is one engine call over one
+`Batch` (`contracts/batch.py`: each row asks a pooled embedding, head logits or its token states). Weights live on the worker's device; on a
 CPU merged forwards stay within 4,096 counted tokens, on a GPU within about 0.3 s of device time at
 the lane's cost per token (R-BAT-7), which the GPU calibration measures first (R-DEV-2)."""
 
