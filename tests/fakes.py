@@ -176,3 +176,23 @@ class FakeProbe:
 
     def mps_bf16(self) -> bool:
         return self.bf16_on_mps
+
+
+@dataclass
+class FakeEncoderEngine:
+    """The encoder port (`EncoderEngine.forward(Batch)`): answers each row from its ids and ask
+    (`(ask, sum of ids)`), remembering every batch it was given."""
+
+    name: str = "fake-encoder"
+    accounting: Any = "packed"
+    kernel_switch_tokens: int | None = None
+    forward_threads: bool = False
+    determinism: Any = None
+    batches: list[Any] = field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kernels": {"linear": "fake"}}
+
+    def forward(self, batch: Any) -> list[Any]:
+        self.batches.append(batch)
+        return [(ask, sum(row.ids)) for row, ask in zip(batch.rows, batch.asks, strict=True)]

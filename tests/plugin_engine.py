@@ -7,12 +7,12 @@ anything loads (`SettingsPreflight`: dtype auto or float32 only, no `--determini
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from vllm_srun.adapters.contracts import (
+    Batch,
+    BatchOutputs,
     Device,
-    Encoded,
     EncoderEngine,
     EngineRefused,
     EngineRequest,
@@ -53,11 +53,9 @@ class AcmeEngine:
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "acme": {"wraps": self.inner.name}}
 
-    def embed(self, batch: Sequence[Encoded]) -> Any:
-        return self.inner.embed(batch)
-
-    def classify_logits(self, batch: Sequence[Encoded]) -> Any:
-        return self.inner.classify_logits(batch)
+    def forward(self, batch: Batch) -> BatchOutputs:
+        """One planned forward (`contracts/batch.py`): the rows and what each asks in, one output per row out."""
+        return self.inner.forward(batch)
 
 
 class AcmeEnginePlugin:

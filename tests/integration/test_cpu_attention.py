@@ -400,7 +400,7 @@ def test_the_whole_forward_in_one_call_gives_the_loops_rows(op: VarlenOps, minil
 
 
 def test_the_one_call_forward_declines_what_it_does_not_run_and_refuses_bad_rows(op: VarlenOps, minilm_packed) -> None:  # type: ignore[no-untyped-def]
-    from vllm_srun.adapters.models.encoder_arch import eager_linears
+    from vllm_srun.adapters.models.encoder_arch import EncoderModuleDefaults, eager_linears
 
     reference, tokenizer, _, linears = minilm_packed
     encoder = reference.encoder
@@ -409,7 +409,8 @@ def test_the_one_call_forward_declines_what_it_does_not_run_and_refuses_bad_rows
     assert op.encode(encoder, linears, batch, 17, "mean", False) is None  # not a row bucket
     assert op.encode(encoder, linears, batch, 16, "max", False) is None  # a pooling it does not have
     assert op.encode(encoder, eager_linears(encoder), batch, 16, "mean", False) is None  # not the packed copies
-    assert op.encode(object(), linears, batch, 16, "mean", False) is None  # not BERT-shaped
+    # not BERT-shaped: an encoder module with no embedding tables (the declared default, no probing)
+    assert op.encode(EncoderModuleDefaults(), linears, batch, 16, "mean", False) is None  # type: ignore[arg-type]
     assert EAGER_OPS.encode(encoder, linears, batch, 16, "mean", False) is None
     vocab = encoder.config.vocab_size
     with pytest.raises(RuntimeError, match="outside the vocabulary"):

@@ -6,7 +6,8 @@ relies on these declarations and on nothing else of a family or an engine:
 - a **family** plugin (`Family`, `family.py`) recognises a package, describes it without loading
   weights, and loads it into a `LoadedModel`: the surfaces it serves, its lanes, its forward
   (`run`), warm-up, probe rows, golden file and card section;
-- the loaded model runs its forwards on an **engine** (`Engine`, `engine.py`), built by an engine
+- the loaded model runs its forwards on an **engine** (`Engine`, `engine.py`; the encoder family's
+  in one call per planned forward over a plain `Batch`, `batch.py`), built by an engine
   plugin (`EnginePlugin`) that the family asks for through `LoadContext.build_engine`; a family
   never imports an engine module; how an engine honours `--deterministic` is a `Determinism`;
 - on a **device** (`Device`, `device.py`): kind, index, memory, native dtypes, synchronize;
@@ -28,6 +29,7 @@ Fakes of every contract live in `tests/fakes.py`, `tests/fake_family.py` and
 `tests/fake_media.py`; `docs/design.md` walks through adding a family or an engine.
 """
 
+from vllm_srun.adapters.contracts.batch import Ask, Batch, BatchOutputs
 from vllm_srun.adapters.contracts.common import CardFields, Clock, Encoded, PluginCard, Progress, quiet
 from vllm_srun.adapters.contracts.decisions import (
     MEDIA_LANE,
@@ -121,11 +123,14 @@ __all__ = [
     "MANIFEST",
     "MEDIA_LANE",
     "SURFACE_CONTRACTS",
+    "Ask",
     "AskedQuestion",
     "AudioDecoder",
     "AudioEmbedder",
     "AudioEncoderEngine",
     "AudioJob",
+    "Batch",
+    "BatchOutputs",
     "CalibrationForward",
     "CardFields",
     "ClipJob",

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
-from vllm_srun.adapters.contracts.common import CardFields, Encoded, PluginCard, Progress
+from vllm_srun.adapters.contracts.batch import Batch, BatchOutputs
+from vllm_srun.adapters.contracts.common import CardFields, PluginCard, Progress
 from vllm_srun.adapters.contracts.device import Device
 from vllm_srun.domain.lifecycle import Determinism  # the domain decides it (issue 22 item 3)
 
@@ -52,7 +53,7 @@ __all__ = [
 class Engine(Protocol):
     """What runs a loaded model's forwards: our torch code (`native`), ONNX Runtime, a plugin's.
 
-    Family-specific forwards extend it (the encoder family's `embed`/`classify_logits`, the
+    Family-specific forwards extend it (the encoder family's `forward(batch)`, the
     decision family's decoder calls); the serving core reads only what is declared here.
     """
 
@@ -96,14 +97,13 @@ class Engine(Protocol):
 
 @runtime_checkable
 class EncoderEngine(Engine, Protocol):
-    """The encoder family's forward: tokenized rows (`Encoded`) in, float32 arrays out."""
+    """The encoder family's forward: one planned forward's `Batch` (`batch.py`: the rows and what
+    each asks — pooled embedding, head logits, token states) in, one output per row out, in one
+    call whatever the rows mix."""
 
-    def embed(self, batch: Sequence[Encoded]) -> NDArray[np.float32]:
-        """Pooled (and normalized when configured) embeddings, [rows, dimensions]."""
-        ...
-
-    def classify_logits(self, batch: Sequence[Encoded]) -> NDArray[np.float32]:
-        """Sequence-classification logits, [rows, labels]."""
+    def forward(self, batch: Batch) -> BatchOutputs:
+        """BATCH's outputs in row order: float32 [dimensions] for `Ask.EMBEDDING`, float32 [labels]
+        for `Ask.LOGITS`, the row's last hidden states [tokens, hidden] for `Ask.TOKENS`."""
         ...
 
 

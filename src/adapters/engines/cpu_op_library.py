@@ -62,6 +62,7 @@ import torch
 from vllm_srun.adapters.engines.cpp_ops import CppOp
 from vllm_srun.adapters.engines.cpu_hybrid import CppHybridKernels
 from vllm_srun.adapters.engines.cpu_layer_params import int8_layer_params, layer_params
+from vllm_srun.adapters.models.encoder_arch import EncoderModule
 from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS, HybridKernels
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import (
@@ -230,12 +231,12 @@ class VarlenOps(ForwardOps):
             self._hybrid = CppHybridKernels()
         return self._hybrid
 
-    def _stack(self, encoder: Any, linears: Sequence[LayerLinears]) -> tuple[Any, Any] | None:
+    def _stack(self, encoder: EncoderModule, linears: Sequence[LayerLinears]) -> tuple[Any, Any] | None:
         """ENCODER's stack and its weights on these LINEARS, built at the first call and kept (None
         where it names none or the stack does not run it)."""
         from vllm_srun.adapters.engines.cpu_stacks import STACKS
 
-        stack = STACKS.get(getattr(encoder, "one_call_stack", ""))
+        stack = STACKS.get(encoder.one_call_stack)
         if stack is None:
             return None
         held = _kept(self._stacks, encoder, linears, lambda: stack.build(encoder, linears, self.supports))
@@ -246,11 +247,10 @@ class VarlenOps(ForwardOps):
         the op cannot run them), built at the first forward and kept."""
         return _kept(self._held, encoder, linears, lambda: self._build_weights(encoder, linears))
 
-    def _build_weights(self, encoder: Any, linears: Sequence[LayerLinears]) -> tuple[Any, bool] | None:
-        tables_of = getattr(encoder, "embedding_tables", None)
-        if tables_of is None:
+    def _build_weights(self, encoder: EncoderModule, linears: Sequence[LayerLinears]) -> tuple[Any, bool] | None:
+        tables: EmbeddingTables | None = encoder.embedding_tables()
+        if tables is None:
             return None
-        tables: EmbeddingTables = tables_of()
         norm = tables.norm
         # no token types: one row of zeros, added as + 0.0 (the same bits as no add)
         types = tables.type if tables.type is not None else tables.word.new_zeros(1, tables.word.shape[1])
@@ -269,8 +269,7 @@ class VarlenOps(ForwardOps):
             return None
         tensors, eps, attr, algorithm, heads, dim = params
         # every layer's distance bias for the model's longest row (MPNet), held with the weights
-        distance_of = getattr(encoder, "distance_table", None)
-        relative: RelativeBias | None = distance_of() if distance_of is not None else None
+        relative: RelativeBias | None = encoder.distance_table()
         if relative is not None and (relative.table.dtype != torch.float32 or relative.table.device.type != "cpu"):
             return None
         weights = torch.classes.srun_cpu.EncoderWeights(

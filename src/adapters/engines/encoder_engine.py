@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from vllm_srun.adapters.contracts import Determinism
+from vllm_srun.adapters.contracts.batch import Ask, Batch, BatchOutputs
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder
 from vllm_srun.adapters.engines.triton_encoder import GpuEncoderKernels
 from vllm_srun.adapters.models.encoder_arch import eager_linears, hidden_states
@@ -127,6 +128,13 @@ class NativeEncoder:
         if not linears or linears is not self.one_call_linears:
             return None
         return ops.encode(self.reference.encoder, linears, batch, bucket_rows(tokens), pooling, normalize)
+
+    def forward(self, batch: Batch) -> BatchOutputs:
+        """The encoder port (`contracts/batch.py`): each ask's rows through `embed`,
+        `classify_logits` or the reference's `token_states`, answers in row order."""
+        return batch.answer(
+            {Ask.EMBEDDING: self.embed, Ask.LOGITS: self.classify_logits, Ask.TOKENS: self.reference.token_states}
+        )
 
     def embed(self, batch: Sequence[Any]) -> np.ndarray:
         cfg = self.reference.pooling

@@ -14,7 +14,7 @@
    measured (and won at the small ones), or up to 512 tokens where they stayed within 10 % of
    eager that far (batch invariance, R-BAT-5), eager the rest.
 The card reports the outcome as `kernels: {linear: onednn_packed|eager, reason, ...}`. The
-readiness check and the probe run after this, through `embed`/`classify_logits`: the path that serves.
+readiness check and the probe run after this, through `forward` (its `embed` / `classify_logits`): the path that serves.
 
 On a GPU the same unpadded forward runs on the device (rows laid back to back, every index tensor
 placed there), and the fused Triton kernels (`triton_encoder.py`: bias+GELU, residual+LayerNorm, the
@@ -39,6 +39,7 @@ from vllm_srun.adapters.engines.cpu_op_library import cpu_ops
 from vllm_srun.adapters.engines.encoder_engine import FORCED_UP_TO, NativeEncoder
 from vllm_srun.adapters.engines.onednn_timing import measure
 from vllm_srun.adapters.engines.triton_encoder import encoder_kernels
+from vllm_srun.adapters.models.encoder_arch import EncoderModule
 from vllm_srun.adapters.models.pooling import pool
 from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
@@ -68,13 +69,13 @@ def _probe_batch(reference: ReferenceEncoder) -> tuple[torch.Tensor, torch.Tenso
     return ids, mask, lengths
 
 
-def layers_card(encoder: Any, packed: PackedEncoder, ops: ForwardOps) -> str:
+def layers_card(encoder: EncoderModule, packed: PackedEncoder, ops: ForwardOps) -> str:
     """What the card says of how a forward on the packed copies runs ENCODER's layers: BERT-shaped
     ones through `ForwardOps.layers`, a named stack (`one_call_stack`) through `ForwardOps.stack`
     where the ops run it for these linears, else the Python loop."""
-    if getattr(encoder, "asks_for_layers", False):
+    if encoder.asks_for_layers:
         return ops.layers_card
-    if getattr(encoder, "one_call_stack", None) and ops.runs_stack(encoder, packed.layer_linears):
+    if encoder.one_call_stack and ops.runs_stack(encoder, packed.layer_linears):
         return ops.stack_card
     return EAGER_OPS.layers_card
 
@@ -106,7 +107,7 @@ def _eager(
     card = {"linear": "eager", "reason": reason} | (
         {"attention": attention, "add_norm": ops.norm_card} if attention else {}
     )
-    if getattr(reference.encoder, "hybrid_backbone", False):  # Qwen3.5: its own layers and kernels
+    if reference.encoder.hybrid_backbone:  # Qwen3.5: its own layers and kernels
         kernels = ops.hybrid_kernels() or TORCH_KERNELS
         card = {"linear": "eager", "reason": reason, "attention": "torch sdpa per group of rows of one length"}
         card |= kernels.card()

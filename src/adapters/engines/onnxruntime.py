@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from vllm_srun.adapters.contracts import Determinism, Device, EngineRefused
+from vllm_srun.adapters.contracts.batch import Ask, Batch, BatchOutputs
 from vllm_srun.adapters.engines.onnx_export import INPUTS, cached_export
 from vllm_srun.adapters.models.pooling import pool
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
@@ -147,6 +148,14 @@ class OnnxEncoder:
     def _run(self, name: str, feed: dict[str, np.ndarray]) -> np.ndarray:
         out = self.session.run([name], feed)[0]
         return np.ascontiguousarray(out, dtype=np.float32)
+
+    def forward(self, batch: Batch) -> BatchOutputs:
+        """The encoder port (`contracts/batch.py`): pooled and head rows through the session
+        (`embed`, `classify_logits`), token rows through the reference's padded forward as on
+        every engine (`ReferenceEncoder.token_states`), answers in row order."""
+        return batch.answer(
+            {Ask.EMBEDDING: self.embed, Ask.LOGITS: self.classify_logits, Ask.TOKENS: self.reference.token_states}
+        )
 
     def embed(self, batch: Sequence[Any]) -> np.ndarray:
         feed, mask = self._feed(batch)

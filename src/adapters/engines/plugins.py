@@ -16,6 +16,8 @@ onnxruntime.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from vllm_srun.adapters.contracts import (
     Device,
     Engine,
@@ -25,6 +27,20 @@ from vllm_srun.adapters.contracts import (
     Progress,
     SettingRefusal,
 )
+
+if TYPE_CHECKING:
+    from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
+
+
+def encoder_model(request: EngineRequest) -> ReferenceEncoder:
+    """REQUEST's model as the encoder family's loaded model (`models/reference_encoder.py`: the
+    encoder module of `models/encoder_arch.EncoderModule`, its head, pooling and quantization), or
+    EngineRefused in one line when an encoder request carries something else."""
+    from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
+
+    if not isinstance(request.model, ReferenceEncoder):
+        raise EngineRefused(f"an encoder engine serves a ReferenceEncoder, not a {type(request.model).__name__}")
+    return request.model
 
 
 def use_threads(threads: int | None) -> None:
@@ -46,7 +62,7 @@ class NativePlugin:
             from vllm_srun.adapters.engines.native import native_encoder
 
             return native_encoder(
-                request.model,
+                encoder_model(request),
                 request.device,
                 progress,
                 largest_forward_tokens=request.largest_forward_tokens,
@@ -100,7 +116,8 @@ class OnnxRuntimePlugin:
         refusal = self.settings_refusal(EngineSettings(deterministic=request.deterministic))
         if refusal is not None:  # the CLIs refuse it before any load; a container built in code, here
             raise EngineRefused(refusal.reason)
-        if getattr(request.model, "quantization", None) is not None:  # an int8 package (engines/cpu_int8.py)
+        model = encoder_model(request)
+        if model.quantization is not None:  # an int8 package (engines/cpu_int8.py)
             raise EngineRefused(
                 "the onnxruntime engine does not serve int8 packages (vllm-srun quantize); use --engine native"
             )
@@ -108,7 +125,7 @@ class OnnxRuntimePlugin:
         from vllm_srun.adapters.engines.onnxruntime import onnx_encoder
 
         return onnx_encoder(
-            request.model,
+            model,
             device=request.device,
             threads=request.threads,
             progress=progress,

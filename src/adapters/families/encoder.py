@@ -1,6 +1,7 @@
 """The encoder family (R-PKG-2): BERT-style encoders serving embeddings (and, with a head,
 classify / rerank; sparse and multi-vector outputs and MaxSim rerank: `encoder_outputs.py`). Rows are tokenized texts; one lane, counted as the engine's forwards are
-(packed on the native engine, padded on ONNX Runtime). Weights live on the worker's device; on a
+(packed on the native engine, padded on ONNX Runtime); a planned forward is one engine call over one
+`Batch` (`contracts/batch.py`: each row asks a pooled embedding, head logits or its token states). Weights live on the worker's device; on a
 CPU merged forwards stay within 4,096 counted tokens, on a GPU within about 0.3 s of device time at
 the lane's cost per token (R-BAT-7), which the GPU calibration measures first (R-DEV-2)."""
 
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.adapters.contracts import (
+    Ask,
+    Batch,
     CalibrationForward,
     Family,
     LoadContext,
@@ -200,32 +203,46 @@ class EncoderModel(LoadedModel):
         return self.tokenizer.encode(prepared, max_length=limit, truncate=truncate)
 
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
-        if self.token_head is not None:  # every row of a token head's model: logits [tokens, labels]
-            from vllm_srun.adapters.models.token_classifier import token_logits
+        """One planned forward: its rows as one `Batch` (`batch_of`), one engine call, then the
+        token heads on the rows that asked for token states (`finish`)."""
+        return self.finish(payloads, self.forward.forward(self.batch_of(payloads)))
 
-            return token_logits(self.reference, self.token_head, [p.encoded for p in payloads])
+    def batch_of(self, payloads: Sequence[Any]) -> Batch:
+        """What each row asks: a token head's model, a sparse or multi-vector row → its token
+        states; a `LogitsRow` → the head's logits (a decoder score head's row cut where it reads,
+        `head_rows`); any other row (an `Encoded`) → the pooled embedding."""
+        if self.token_head is not None:  # every row of a token head's model: its token states
+            return Batch.of([p.encoded for p in payloads], Ask.TOKENS)
+        rows: list[Encoded] = []
+        asks: list[Ask] = []
+        heads: list[int] = []
+        for i, p in enumerate(payloads):
+            if isinstance(p, TokenOutputRow):
+                rows.append(p.encoded)
+                asks.append(Ask.TOKENS)
+            elif isinstance(p, LogitsRow):
+                heads.append(i)
+                rows.append(p.encoded)
+                asks.append(Ask.LOGITS)
+            else:
+                rows.append(p)
+                asks.append(Ask.EMBEDDING)
+        for i, cut in zip(heads, self.head_rows([rows[i] for i in heads]) if heads else ()):
+            rows[i] = cut
+        return Batch(tuple(rows), tuple(asks))
+
+    def finish(self, payloads: Sequence[Any], outputs: Sequence[Any]) -> list[Any]:
+        """OUTPUTS (one per row) as the rows' answers: token states through the token head (logits
+        [tokens, labels]) or the row's sparse / multi-vector head; the rest as the engine gave them."""
+        if self.token_head is not None:
+            from vllm_srun.adapters.models.token_classifier import head_logits
+
+            return head_logits(self.token_head, outputs)
+        out = list(outputs)
         tokens = [i for i, p in enumerate(payloads) if isinstance(p, TokenOutputRow)]
-        if tokens:  # sparse / multi-vector rows: each alone through its head, the others as usual
-            out: list[Any] = [None] * len(payloads)
-            for i, row in zip(tokens, self.token_outputs.run([payloads[i] for i in tokens])):
-                out[i] = row
-            rest = [i for i in range(len(payloads)) if out[i] is None]
-            for i, row in zip(rest, self.run(lane, [payloads[i] for i in rest]) if rest else []):
-                out[i] = row
-            return out
-        heads = [i for i, p in enumerate(payloads) if isinstance(p, LogitsRow)]
-        forward = self.forward
-        if not heads:
-            return list(forward.embed(payloads))
-        if len(heads) == len(payloads):
-            return list(forward.classify_logits(self.head_rows([p.encoded for p in payloads])))
-        out = [None] * len(payloads)  # rows of two surfaces in one forward: run each part
-        pooled = sorted(set(range(len(payloads))) - set(heads))
-        for idx, rows in (
-            (heads, forward.classify_logits(self.head_rows([payloads[i].encoded for i in heads]))),
-            (pooled, forward.embed([payloads[i] for i in pooled])),
-        ):
-            for i, row in zip(idx, rows):
+        if tokens:
+            finished = self.token_outputs.finish([payloads[i] for i in tokens], [out[i] for i in tokens])
+            for i, row in zip(tokens, finished):
                 out[i] = row
         return out
 

@@ -11,7 +11,8 @@ package has, and the rows that ask for them (`contracts/outputs.py`).
 - `embedding_ranges.json` (optional, at the package root): `{"min": [...], "max": [...]}`, one
   number per dimension, the int8/uint8 calibration ranges (sentence-transformers' `ranges`).
 
-Token-level rows run alone through the reference forward (`token_heads.py` says why).
+Token-level rows run alone through the reference forward (`token_heads.py` says why): the engine
+gives their token states (`Ask.TOKENS`), `TokenOutputs.finish` applies the heads.
 """
 
 from __future__ import annotations
@@ -110,18 +111,17 @@ class TokenOutputs:
     def vocab_size(self) -> int:
         return self.mlm.vocab_size if self.mlm is not None else 0
 
-    def run(self, rows: Sequence[TokenOutputRow]) -> list[Any]:
-        """Each row alone: a `SparseVector` (special tokens left out unless the row keeps them) or
-        a float32 [tokens - 1, D] array."""
+    def finish(self, rows: Sequence[TokenOutputRow], states: Sequence[Any]) -> list[Any]:
+        """Each row's answer from its token states (its last hidden states [tokens, hidden], the
+        row alone through the padded forward: `ReferenceEncoder.token_states`): a `SparseVector`
+        (special tokens left out unless the row keeps them) or a float32 [tokens - 1, D] array."""
         import torch
 
         from vllm_srun.adapters.models.token_heads import sparse_vector, token_vectors
 
         out: list[Any] = []
         with torch.inference_mode():
-            for row in rows:
-                ids, mask, types = self.reference.tensors([row.encoded])
-                hidden = self.reference.encoder(ids, mask, types)[0]
+            for row, hidden in zip(rows, states, strict=True):
                 if row.kind == "multi_vector":
                     out.append(token_vectors(hidden, self.colbert))
                     continue

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vllm_srun.adapters.models.encoder_arch import EncoderModuleDefaults
 from vllm_srun.adapters.models.encoder_parts import ACTIVATIONS as ACTIVATIONS  # read from here too (cpu_onednn)
 from vllm_srun.adapters.models.encoder_parts import (
     BERT_BLOCK_NAMES,
@@ -142,7 +143,7 @@ class BertLayer(PostNormBlock):
         return self.feed_forward(self.attn_norm(self.attn_out(a) + x))
 
 
-class BertEncoder(nn.Module):
+class BertEncoder(EncoderModuleDefaults, nn.Module):
     """Embeddings + the transformer blocks; `forward` returns the last hidden state [B, T, H]."""
 
     asks_for_layers = True  # `packed_forward` runs the layers through `ForwardOps.layers` where it can

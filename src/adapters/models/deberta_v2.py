@@ -50,6 +50,7 @@ from vllm_srun.adapters.models.deberta_v2_config import (
     DebertaV2Config,
     relative_positions,
 )
+from vllm_srun.adapters.models.encoder_arch import EncoderModuleDefaults
 from vllm_srun.adapters.models.encoder_parts import (
     BERT_BLOCK_NAMES,
     PostNormBlock,
@@ -235,7 +236,7 @@ class ConvLayer(nn.Module):
         return ops.add_norm(self.act(out), x, self.LayerNorm)
 
 
-class DebertaV2Encoder(nn.Module):
+class DebertaV2Encoder(EncoderModuleDefaults, nn.Module):
     """Embeddings + the blocks (+ the relative embeddings); `forward` returns the last hidden state [B, T, H]."""
 
     one_call_stack = "deberta"  # `ForwardOps.stack` (engines/cpu_stacks.py) runs every layer at once

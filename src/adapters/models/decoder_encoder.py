@@ -52,6 +52,7 @@ from vllm_srun.adapters.models.decoder_heads import (
     labelled,
     tokenizer_pad_id,
 )
+from vllm_srun.adapters.models.encoder_arch import EncoderModuleDefaults
 from vllm_srun.adapters.models.encoder_parts import ConfigBase, config_labels, decoder_pad_ids
 from vllm_srun.adapters.models.manifest import read_config
 from vllm_srun.adapters.models.unpadded import RelativeBias, attend_runs
@@ -206,7 +207,7 @@ class DecoderBlock(nn.Module):
         return x + self.ffn_out(self.activate(self.ffn_in(self.post_norm(x))))
 
 
-class DecoderEncoder(nn.Module):
+class DecoderEncoder(EncoderModuleDefaults, nn.Module):
     """A `DecoderLM` as an encoder (module doc): final-normed hidden states of every token."""
 
     default_pooling = "lasttoken"

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vllm_srun.adapters.models.bert import BertLayer
+from vllm_srun.adapters.models.encoder_arch import EncoderModuleDefaults
 from vllm_srun.adapters.models.encoder_parts import (
     ConfigBase,
     FixtureSizes,
@@ -125,7 +126,7 @@ class DistilBertEmbeddings(nn.Module):
         return self.LayerNorm(self.word_embeddings(input_ids) + self.position_embeddings.weight[:t])
 
 
-class DistilBertEncoder(nn.Module):
+class DistilBertEncoder(EncoderModuleDefaults, nn.Module):
     """Embeddings + the transformer blocks; `forward` returns the last hidden state [B, T, H]."""
 
     asks_for_layers = True  # `packed_forward` runs the layers through `ForwardOps.layers` where it can

@@ -16,6 +16,9 @@ below. The engines only ever talk to these protocols:
   that order), `attn_out`, `ffn_in` and `ffn_out`, plus `hidden_act`, `glu` and `activate(y)` (the
   activation that follows `ffn_in`: `act(y)`, or `act(a) * g` for a gated unit where `y = [a, g]`),
   so that `cpu_onednn.PackedEncoder` packs any architecture's linears the same way;
+- the optional attributes the engines read (`default_pooling`, `asks_for_layers`, `one_call_stack`,
+  `hybrid_backbone`, `embedding_tables()`, `distance_table()`), declared on `EncoderModule` and
+  given their defaults by `EncoderModuleDefaults`, which every encoder module derives from;
 - `head(hidden, mask)`: [B, T, H] (+ the padded mask) → logits [B, num_labels]; the unpadded
   forward calls it per run of equal-length rows with `mask=None`.
 
@@ -37,7 +40,14 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, LayerLinears, PackedRows
+from vllm_srun.adapters.models.unpadded import (
+    EAGER_OPS,
+    EmbeddingTables,
+    ForwardOps,
+    LayerLinears,
+    PackedRows,
+    RelativeBias,
+)
 
 
 class EncoderConfigLike(Protocol):
@@ -72,10 +82,30 @@ class EncoderBlock(Protocol):
 
 
 class EncoderModule(Protocol):
+    """Every attribute the engines read of an encoder module (`EncoderModuleDefaults` gives the
+    optional ones their defaults, so that an engine reads them plainly, never probing)."""
+
     config: EncoderConfigLike
+    # the pooling a package without sentence-transformers settings gets; None: cls with a head, else mean
+    default_pooling: str | None
+    # `packed_forward` runs BERT-shaped layers through `ForwardOps.layers` where the ops have it
+    asks_for_layers: bool
+    # the C++ stack (`engines/cpu_stacks.STACKS`) that runs every layer in one call; "" for none
+    one_call_stack: str
+    # a hybrid backbone (Qwen3.5) runs its own layers on `ForwardOps.hybrid_kernels`
+    hybrid_backbone: bool
 
     @property
     def blocks(self) -> Sequence[EncoderBlock]: ...
+
+    def embedding_tables(self) -> EmbeddingTables | None:
+        """A BERT-shaped encoder's embeddings for the one-call forward (`ForwardOps.encode`); None
+        where the encoder is not BERT-shaped."""
+        ...
+
+    def distance_table(self, longest: int | None = None) -> RelativeBias | None:
+        """Every layer's relative-position bias held with the one-call forward's weights (MPNet); None without one."""
+        ...
 
     def __call__(
         self,
@@ -89,6 +119,22 @@ class EncoderModule(Protocol):
     def to(self, *args, **kwargs): ...  # nn.Module's
 
     def packed_forward(self, packed: PackedRows, linears: Sequence[LayerLinears], ops: ForwardOps) -> torch.Tensor: ...
+
+
+class EncoderModuleDefaults:
+    """The optional attributes of `EncoderModule` at their defaults: every encoder module derives
+    from it (beside `nn.Module`) and overrides what it has."""
+
+    default_pooling: str | None = None
+    asks_for_layers: bool = False
+    one_call_stack: str = ""
+    hybrid_backbone: bool = False
+
+    def embedding_tables(self) -> EmbeddingTables | None:
+        return None
+
+    def distance_table(self, longest: int | None = None) -> RelativeBias | None:
+        return None
 
 
 class EncoderHead(Protocol):

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vllm_srun.adapters.models.encoder_arch import EncoderModuleDefaults
 from vllm_srun.adapters.models.encoder_parts import (
     ACTIVATIONS,
     SIZE_FIELDS,
@@ -237,7 +238,7 @@ class ModernBertLayer(nn.Module):
         return x + self.ffn_out(self.activate(self.ffn_in(self.mlp_norm(x))))
 
 
-class ModernBertEncoder(nn.Module):
+class ModernBertEncoder(EncoderModuleDefaults, nn.Module):
     """Embeddings + the blocks + the final norm; `forward` returns the last hidden state [B, T, H]."""
 
     one_call_stack = "modernbert"  # `ForwardOps.stack` (engines/cpu_stacks.py) runs every layer at once

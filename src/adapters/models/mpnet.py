@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from vllm_srun.adapters.models.bert import BertLayer, SequenceClassificationHead
+from vllm_srun.adapters.models.encoder_arch import EncoderModuleDefaults
 from vllm_srun.adapters.models.encoder_parts import (
     SIZE_FIELDS,
     ConfigBase,
@@ -137,7 +138,7 @@ class MPNetEmbeddings(nn.Module):
         return self.LayerNorm(self.word_embeddings(input_ids) + positions)
 
 
-class MPNetEncoder(nn.Module):
+class MPNetEncoder(EncoderModuleDefaults, nn.Module):
     """Embeddings + the transformer blocks; `forward` returns the last hidden state [B, T, H]."""
 
     def __init__(self, cfg: MPNetConfig) -> None:

@@ -42,6 +42,7 @@ from vllm_srun.adapters.models.decoder_heads import (
     labelled,
     tokenizer_pad_id,
 )
+from vllm_srun.adapters.models.encoder_arch import EncoderModuleDefaults
 from vllm_srun.adapters.models.encoder_parts import ConfigBase, config_labels, decoder_pad_ids
 from vllm_srun.adapters.models.manifest import read_config
 from vllm_srun.adapters.models.weights import Weights, WeightsError, safetensors_files
@@ -111,7 +112,7 @@ class Qwen35EncoderConfig(ConfigBase):
         return self.max_position_embeddings
 
 
-class Qwen35Encoder(nn.Module):
+class Qwen35Encoder(EncoderModuleDefaults, nn.Module):
     """A `Qwen35LM` (without its LM head) as an encoder (module doc)."""
 
     default_pooling = "lasttoken"

@@ -58,7 +58,7 @@ class ReferenceEncoder:
         quantization = read_quantization(folder)  # before the weights: a foreign quantization is refused
         encoder, head = load_encoder(folder, dtype)
         if pooling is None:
-            default = getattr(encoder, "default_pooling", None) or ("cls" if head is not None else "mean")
+            default = encoder.default_pooling or ("cls" if head is not None else "mean")
             pooling = load_pooling_config(folder, default_mode=default)
         if torch.device(device).type != "cpu":
             encoder = encoder.to(device)
@@ -119,6 +119,16 @@ class ReferenceEncoder:
     @staticmethod
     def numpy(out: torch.Tensor) -> np.ndarray:
         return np.ascontiguousarray(out.to(device="cpu", dtype=torch.float32).numpy())
+
+    def token_states(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
+        """Each row alone through the padded forward: its last hidden states [tokens, hidden], on
+        the model's device in its dtype (what the token heads read: sparse, multi-vector, token labels)."""
+        out: list[torch.Tensor] = []
+        with torch.inference_mode():
+            for row in batch:
+                ids, mask, types = self.tensors([row])
+                out.append(self.encoder(ids, mask, types)[0])
+        return out
 
     def embed(self, batch: Sequence[Encoded]) -> np.ndarray:
         """Pooled (and normalized when configured) embeddings, float32 [B, D]."""

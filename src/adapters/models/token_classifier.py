@@ -77,12 +77,13 @@ def read_token_head(folder: Path, hidden_size: int, num_labels: int) -> TokenCla
 
 def token_logits(reference: Any, head: TokenClassificationHead, rows: Sequence[Any]) -> list[np.ndarray]:
     """Each row (an `Encoded`) alone through REFERENCE's padded forward and HEAD: float32 [T, labels]."""
+    return head_logits(head, reference.token_states(rows))
+
+
+def head_logits(head: TokenClassificationHead, states: Sequence[Any]) -> list[np.ndarray]:
+    """HEAD over each row's token states (its last hidden states [T, H], from the row alone through
+    the padded forward: `ReferenceEncoder.token_states`): float32 [T, labels]."""
     import torch
 
-    out: list[np.ndarray] = []
     with torch.inference_mode():
-        for encoded in rows:
-            ids, mask, types = reference.tensors([encoded])
-            hidden = reference.encoder(ids, mask, types)[0]
-            out.append(np.ascontiguousarray(head(hidden).to("cpu", torch.float32).numpy()))
-    return out
+        return [np.ascontiguousarray(head(hidden).to("cpu", torch.float32).numpy()) for hidden in states]
