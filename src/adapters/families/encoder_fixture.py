@@ -53,6 +53,16 @@ ARCH_FIXTURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "llama": ("decoder_encoder_fixture", ("embed", "rerank", "classify", "token")),
     "qwen3_5": ("qwen3_5_encoder", ("embed", "rerank", "classify", "token")),  # qwen3_5_encoder_fixture.py
 }
+# where each module ARCH_FIXTURES names lives, as dotted names (a moved module's name is rewritten
+# with its imports; the modules are imported by name, when a package is written)
+FIXTURE_MODULES = {
+    "roberta_fixture": "vllm_srun.adapters.models.roberta_fixture",
+    "distilbert": "vllm_srun.adapters.models.distilbert",
+    "mpnet": "vllm_srun.adapters.models.mpnet",
+    "deberta_v2_fixture": "vllm_srun.adapters.models.deberta_v2_fixture",
+    "modernbert": "vllm_srun.adapters.models.modernbert",
+    "decoder_encoder_fixture": "vllm_srun.adapters.models.decoder_encoder_fixture",
+}
 ARCH_VARIANTS = tuple(f"{arch}-{kind}" for arch, (_, kinds) in ARCH_FIXTURES.items() for kind in kinds)
 VARIANTS = BERT_VARIANTS + ARCH_VARIANTS
 HIDDEN, LAYERS, HEADS, INTERMEDIATE, POSITIONS = 32, 2, 4, 64, 128
@@ -240,7 +250,7 @@ def write_arch_package(
         from vllm_srun.adapters.families.qwen3_5_encoder_fixture import write_qwen3_5_encoder_package
 
         return write_qwen3_5_encoder_package(out, kind, seed, positions=positions, words=words, **sizes)
-    module = importlib.import_module(f"vllm_srun.adapters.models.{ARCH_FIXTURES[arch][0]}")
+    module = importlib.import_module(FIXTURE_MODULES[ARCH_FIXTURES[arch][0]])
     decoder = ARCH_FIXTURES[arch][0] == "decoder_encoder_fixture"
     if decoder and kind in ("classify", "token"):  # saved as transformers saves them, nothing of ours routes them
         from vllm_srun.adapters.families.decoder_head_fixture import write_decoder_head_package
