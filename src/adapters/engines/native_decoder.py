@@ -1,9 +1,13 @@
-"""The native (torch) engine for decoder LMs: the decision family's forwards on our `DecoderLM`.
+"""The native engines for decoder LMs: the decision family's forwards on our `DecoderLM`.
 
-Rows are right-padded (padded accounting). The shared-context branch layout (R-SC) runs through
-`prefix_kv` / `branch_logits`. Eager torch on a CPU; on a GPU at the published BF16 the fused
-Triton kernels (residual + RMSNorm, SiLU·mul; `triton_decoder.py`) serve each call whose size (its
-tokens) is one where load-time timings found them faster (R-DT-3).
+On a CPU in FP32 `native_decoder` builds the packed engine (`packed_decoder.py`: rows back to
+back, every layer in one C++ call on oneDNN packed linears, batch-invariant); where it cannot
+(`packed_decoder` says why in one line, which the card keeps as `kernels.reason`) and on a GPU,
+`NativeDecoder`: rows right-padded (padded accounting), eager torch, a row's bits moving with its
+batch. The shared-context branch layout (R-SC) runs through `prefix_kv` / `branch_logits` on the
+eager LM in both. On a GPU at the published BF16 the fused Triton kernels (residual + RMSNorm,
+SiLU·mul; `triton_decoder.py`) serve each call whose size (its tokens) is one where load-time
+timings found them faster (R-DT-3).
 
 `NativeHybridDecoder` serves the Qwen3.5 backbone (`models/qwen3_5.py`: Gated DeltaNet and gated
 attention layers) through the same port: rows run back to back without padding (packed

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -37,6 +37,9 @@ from vllm_srun.adapters.models.decoder_encoder import DecoderEncoder, DecoderEnc
 from vllm_srun.adapters.models.unpadded import ForwardOps, PackedRows
 from vllm_srun.domain.kernels import bucket_rows
 from vllm_srun.domain.lanes import Accounting
+
+if TYPE_CHECKING:
+    from vllm_srun.adapters.models.encoder_arch import EncoderModule
 
 ENV = "VLLM_SRUN_ONEDNN"  # the encoders' switch: `0` keeps the eager decoder too
 NUMERICS_TOL = 1e-5  # largest |packed − eager| over the probe's logits, relative to their size
@@ -150,7 +153,8 @@ def packed_decoder(lm: DecoderLM, progress: Progress, env: Mapping[str, str] = o
     try:
         encoder = DecoderEncoder(config, lm).eval().requires_grad_(False)
         progress(f"load: packing {c.num_layers} decoder layers' linears for oneDNN")
-        packed = PackedEncoder(encoder, None)
+        # the loaders hand a DecoderEncoder over as an `EncoderModule` the same way (encoders.py)
+        packed = PackedEncoder(cast("EncoderModule", encoder), None)
         if not ops.runs_stack(encoder, packed.layer_linears):
             return f"the one-call decoder layers do not run this model ({attention})"
         progress(f"load: packing the output layer for oneDNN ({c.vocab_size} x {c.hidden_size})")
