@@ -124,7 +124,7 @@ def test_packed_logits_equal_transformers(kind: str, tmp_path: Path) -> None:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=16,
+        head_dim=32,  # heads x head size (128) is not the hidden size, as in Qwen3-0.6B
         max_position_embeddings=256,
         tie_word_embeddings=kind == "qwen3",
     )

@@ -103,8 +103,17 @@ class PackedDecoder:
         return self.lm.branch_logits(state, [list(b) for b in branches], chunk=chunk)
 
     def warm(self, up_to_rows: int = WARM_UP_TO) -> None:
-        """Build oneDNN's primitives for short forwards at load (`PackedEncoder.warm`)."""
-        self.packed.warm(up_to_rows)
+        """Build oneDNN's primitives for every bucket of token rows up to UP_TO_ROWS at load, so
+        short forwards never pay that in serving. (Each linear gets its own input width: a decoder's
+        attention output is heads × head size wide, not always the hidden size.)"""
+        c = self.lm.config
+        layer = self.packed.layers[0]
+        with torch.inference_mode():
+            for rows in sorted({bucket_rows(n) for n in range(1, max(2, up_to_rows) + 1)}):
+                x = torch.zeros(rows, c.hidden_size)
+                layer.qkv.rows(x)
+                layer.attn_out.rows(torch.zeros(rows, c.num_heads * c.head_dim))
+                layer.ffn_out.rows(layer.ffn_in.rows(x))
 
 
 def eager_logits(lm: DecoderLM, rows: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -161,6 +170,8 @@ def packed_decoder(lm: DecoderLM, progress: Progress, env: Mapping[str, str] = o
         engine = PackedDecoder(lm, encoder, packed, ops)
         with torch.inference_mode():
             gap = numerics_gap(engine)
+        if gap <= NUMERICS_TOL:
+            engine.warm()
     except (RuntimeError, ValueError) as exc:  # an op oneDNN or the stack refuses for these shapes
         return f"packing failed: {exc}"[:200]
     if not gap <= NUMERICS_TOL:
@@ -176,5 +187,4 @@ def packed_decoder(lm: DecoderLM, progress: Progress, env: Mapping[str, str] = o
         "shared_context": "eager torch (prefix_kv / branch_logits)",
     }
     progress(f"load: decoder layers in one C++ call on oneDNN packed linears (logits within {gap:.1e} of eager)")
-    engine.warm()
     return engine
