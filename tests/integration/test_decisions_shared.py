@@ -190,9 +190,14 @@ def test_break_even_is_measured_at_load(decision_fixture) -> None:
 
 
 def test_the_default_profile_never_shares_and_measures_nothing(decision_fixture) -> None:
-    with serving([Path(decision_fixture("llama"))], result_cache_entries=0) as (client, _):
+    with serving([Path(decision_fixture("llama"))], result_cache_entries=0) as (client, runtime):
         card = client.get("/v1/models").json()["data"][0]
         body = ask(client, card["id"], questions(4))
+        invariant = runtime.models[card["id"]].scheduler_loop.scheduler.batch_invariant
     assert card["profile"] == "exact" and [p["name"] for p in card["profiles"]] == ["exact"]
     assert card["shared_context"]["enabled"] is False and card["shared_context"]["break_even_source"] is None
-    assert body["meta"]["rows"] == 4 and body["meta"]["forwards"] == 4  # every question's row alone (R-PROF-2)
+    # on a CPU in FP32 the packed decoder engine is batch-invariant (the probe agrees): exact merges
+    # the questions' rows (R-PROF-2; within R-BAT-5's 512 tokens a forward), packed, not padded
+    assert invariant is True and card["kernels"]["linear"] == "onednn_packed"
+    assert [cap["accounting"] for cap in card["caps"]] == ["packed", "packed"]
+    assert body["meta"]["rows"] == 4 and body["meta"]["forwards"] < 4 and body["meta"]["numerics"] == "exact"

@@ -72,10 +72,10 @@ class Recorder:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
 
-    def logits_at(self, input_ids: Any, positions: Any) -> Any:
-        out = self.engine.logits_at(input_ids, positions)
-        for row, p, logits in zip(input_ids.tolist(), positions.tolist(), out, strict=True):
-            self.seen.append((row[: p + 1], logits))
+    def logits_at(self, rows: Any) -> Any:
+        out = self.engine.logits_at(rows)
+        for row, logits in zip(rows, out, strict=True):
+            self.seen.append((list(row), logits))
         return out
 
     def prefix_kv(self, state_ids: Any) -> Any:

@@ -124,8 +124,9 @@ class DecoderEngine(Engine, Protocol):
     @property
     def vocab_size(self) -> int: ...
 
-    def logits_at(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Next-token logits of each row ([rows, tokens] right-padded ids) at its position, [rows, vocab]."""
+    def logits_at(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Next-token logits after each row's last token, [rows, vocab]. The engine lays the rows
+        out as its `accounting` says (right-padded, or back to back)."""
         ...
 
     def prefix_kv(self, state_ids: Sequence[int]) -> PrefixState:

@@ -1,9 +1,13 @@
-"""The native (torch) engine for decoder LMs: the decision family's forwards on our `DecoderLM`.
+"""The native engines for decoder LMs: the decision family's forwards on our `DecoderLM`.
 
-Rows are right-padded (padded accounting). The shared-context branch layout (R-SC) runs through
-`prefix_kv` / `branch_logits`. Eager torch on a CPU; on a GPU at the published BF16 the fused
-Triton kernels (residual + RMSNorm, SiLU·mul; `triton_decoder.py`) serve each call whose size (its
-tokens) is one where load-time timings found them faster (R-DT-3).
+On a CPU in FP32 `native_decoder` builds the packed engine (`packed_decoder.py`: rows back to
+back, every layer in one C++ call on oneDNN packed linears, batch-invariant); where it cannot
+(`packed_decoder` says why in one line, which the card keeps as `kernels.reason`) and on a GPU,
+`NativeDecoder`: rows right-padded (padded accounting), eager torch, a row's bits moving with its
+batch. The shared-context branch layout (R-SC) runs through `prefix_kv` / `branch_logits` on the
+eager LM in both. On a GPU at the published BF16 the fused Triton kernels (residual + RMSNorm,
+SiLU·mul; `triton_decoder.py`) serve each call whose size (its tokens) is one where load-time
+timings found them faster (R-DT-3).
 
 `NativeHybridDecoder` serves the Qwen3.5 backbone (`models/qwen3_5.py`: Gated DeltaNet and gated
 attention layers) through the same port: rows run back to back without padding (packed
@@ -22,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vllm_srun.adapters.contracts import Determinism, Device, Progress
+from vllm_srun.adapters.engines.packed_decoder import PackedDecoder, packed_decoder
 from vllm_srun.adapters.engines.triton_decoder import GpuDecoderKernels, decoder_kernels
 from vllm_srun.adapters.models.decoder import DecoderLM, DecoderOps
 from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
@@ -49,18 +54,21 @@ class NativeDecoder:
         return int(self.lm.config.vocab_size)
 
     def describe(self) -> dict[str, Any]:
-        kernels: dict[str, Any] = {"attention": "torch sdpa", "linear": "eager"}
+        kernels: dict[str, Any] = {"attention": "torch sdpa", "linear": "eager", "reason": self.reason}
         if self.lm.device.type != "cpu":
             kernels["triton"] = self.gpu.card() if self.gpu is not None else None
-            kernels["reason"] = self.reason
         return {"kernels": kernels}
 
     def ops_for(self, tokens: int) -> DecoderOps | None:
         """The Triton kernels a forward of TOKENS tokens runs on (None: torch's own ops)."""
         return self.gpu.for_tokens(tokens) if self.gpu is not None else None
 
-    def logits_at(self, input_ids: Any, positions: Any) -> Any:
-        return self.lm.logits_at(input_ids, positions=positions, ops=self.ops_for(int(input_ids.numel())))
+    def logits_at(self, rows: Sequence[Sequence[int]]) -> Any:
+        """ROWS right-padded into one matrix (built on the host, moved once), logits after each
+        row's last token."""
+        ids, ends = _right_padded(rows)
+        device = self.lm.device
+        return self.lm.logits_at(ids.to(device), positions=ends.to(device), ops=self.ops_for(int(ids.numel())))
 
     def prefix_kv(self, state_ids: Sequence[int]) -> Any:
         return self.lm.prefix_kv(list(state_ids), ops=self.ops_for(len(state_ids)))
@@ -110,8 +118,11 @@ class NativeHybridDecoder:
         """Does the backbone carry a vision tower (rows with images and videos)?"""
         return bool(getattr(self.lm, "reads_media", False))
 
-    def logits_at(self, input_ids: Any, positions: Any, state_lengths: Sequence[int] | None = None) -> Any:
-        return self.lm.logits_at(input_ids, positions=positions, state_lengths=state_lengths)
+    def logits_at(self, rows: Sequence[Sequence[int]]) -> Any:
+        """ROWS handed over right-padded; the LM runs each packed, only up to its last token."""
+        ids, ends = _right_padded(rows)
+        device = self.lm.device
+        return self.lm.logits_at(ids.to(device), positions=ends.to(device))
 
     def prefix_kv(self, state_ids: Sequence[int], media: Sequence[Any] = ()) -> Any:
         if media:
@@ -131,9 +142,21 @@ class NativeHybridDecoder:
         return run(rows)
 
 
+def _right_padded(rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:
+    """ROWS as one right-padded [R, longest] id matrix on the host and each row's last position."""
+    import torch
+
+    if not rows or any(len(r) < 1 for r in rows):
+        raise ValueError("every row needs at least one token")
+    ids = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
+    return ids, torch.tensor([len(r) - 1 for r in rows])
+
+
 def native_decoder(
     lm: DecoderLM | Qwen35LM, device: Device, progress: Progress, env: Mapping[str, str] | None = None
-) -> NativeDecoder | NativeHybridDecoder:
+) -> NativeDecoder | NativeHybridDecoder | PackedDecoder:
     """The native decoder engine for LM on DEVICE (with the fused kernels where they are faster)."""
     if isinstance(lm, Qwen35LM):
         if device.kind != "cpu":
@@ -143,7 +166,11 @@ def native_decoder(
         lm.kernels, why = hybrid_kernels(lm.dtype, progress, os.environ if env is None else env)
         return NativeHybridDecoder(lm, why)
     if device.kind == "cpu":
-        return NativeDecoder(lm)
+        found_cpu = packed_decoder(lm, progress, os.environ if env is None else env)
+        if isinstance(found_cpu, str):
+            progress(f"load: eager decoder kernels, each row padded ({found_cpu})")
+            return NativeDecoder(lm, reason=found_cpu)
+        return found_cpu
     found = decoder_kernels(lm, device, progress) if env is None else decoder_kernels(lm, device, progress, env)
     if isinstance(found, str):
         progress(f"load: eager decoder kernels on {device.name} ({found})")

@@ -139,7 +139,7 @@ class DecisionModel(LoadedModel):
         cap = CPU_CAP_TOKENS if device.kind == "cpu" else None
         seconds = None if device.kind == "cpu" else TIME_CAP_S
         self.lanes = (
-            # padded for `DecoderLM`; packed where the engine runs rows back to back (Qwen3.5)
+            # packed where the engine runs rows back to back (a CPU in FP32, Qwen3.5), else padded
             Lane(DEFAULT_LANE, self.decoder.accounting, cap_tokens=cap, cap_seconds=seconds),
             Lane(SHARED_LANE, Accounting.PACKED, cap_tokens=cap, cap_seconds=seconds),
         )
@@ -217,15 +217,8 @@ class DecisionModel(LoadedModel):
         return self._unshared(payloads)
 
     def _unshared(self, rows: Sequence[QuestionRow]) -> list[np.ndarray]:
-        import torch
-
-        width = max(len(r.ids) for r in rows)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)  # built on the host, moved once
-        lengths = torch.tensor([len(r.ids) for r in rows])
-        for i, r in enumerate(rows):
-            ids[i, : len(r.ids)] = torch.tensor(r.ids, dtype=torch.long)
-        device = self.device.torch_device
-        logits = self.decoder.logits_at(ids.to(device), (lengths - 1).to(device))
+        # the engine lays the rows out as its accounting says (padded or back to back)
+        logits = self.decoder.logits_at([r.ids for r in rows])
         return _restricted(logits, [r.answer_ids for r in rows])
 
     def _shared(self, row: SharedRow) -> list[np.ndarray]:

@@ -1,0 +1,190 @@
+"""The decision family's decoder LM on a CPU in FP32, packed: rows back to back without padding,
+every layer and the final norm in one C++ call, the output layer on each row's last token only.
+
+It reuses what serves the same backbones as embedders and rerankers (`models/decoder_encoder.py`):
+the LM is wrapped as a `DecoderEncoder` (q/k/v and gate/up concatenated; the LM's own projections
+become views of them, so no weight is held twice), its block linears get oneDNN packed copies
+(`cpu_onednn.PackedEncoder`), and `DecoderEncoder.packed_forward` runs the rows through
+`srun_cpu::decoder_layers` (`engines/cpu_stacks.DecoderStack`, via `cpu_op_library.VarlenOps`).
+Of the final hidden states only each row's last token is kept, and the output layer (a packed
+copy of `lm_head`, or of the embeddings when they are tied) runs on those R rows: logits [R, V].
+
+Every step gives a row the same bits whatever else the forward holds (the packed linears on row
+buckets, attention one task per row and head, norms and rotary row by row, `cpu_onednn`), so the
+engine is batch-invariant and rows share forwards even under `exact` (R-BAT-5's probe still
+decides at load). `packed_decoder` builds it only where the packed answers match the eager
+forward's on a probe within `NUMERICS_TOL`; anywhere else (not x86, no oneDNN, no C++ op library,
+`VLLM_SRUN_ONEDNN=0`, another dtype, a shape the stack does not run) the caller keeps the eager
+`NativeDecoder` and its card says why.
+
+The shared-context branch layout (`prefix_kv` / `branch_logits`, R-SC) stays on the eager LM.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+from torch import nn
+
+from vllm_srun.adapters.contracts import Determinism, Encoded
+from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, PackedLinear, onednn_unsupported
+from vllm_srun.adapters.engines.cpu_op_library import cpu_ops
+from vllm_srun.adapters.models.decoder import DecoderLM, SharedState
+from vllm_srun.adapters.models.decoder_encoder import DecoderEncoder, DecoderEncoderConfig
+from vllm_srun.adapters.models.unpadded import ForwardOps, PackedRows
+from vllm_srun.domain.kernels import bucket_rows
+from vllm_srun.domain.lanes import Accounting
+
+if TYPE_CHECKING:
+    from vllm_srun.adapters.models.encoder_arch import EncoderModule
+
+ENV = "VLLM_SRUN_ONEDNN"  # the encoders' switch: `0` keeps the eager decoder too
+NUMERICS_TOL = 1e-5  # largest |packed − eager| over the probe's logits, relative to their size
+WARM_UP_TO = 64  # oneDNN primitives built at load for forwards of up to this many token rows
+PROBE_LENGTHS = (19, 8, 8, 3, 1)  # the load-time numerics probe: ragged rows, a run of two, a lone token
+Progress = Callable[[str], None]
+
+
+def _probe_rows(vocab: int, limit: int) -> list[list[int]]:
+    return [[(97 * r + 31 * i + 5) % vocab for i in range(min(n, limit))] for r, n in enumerate(PROBE_LENGTHS)]
+
+
+class PackedDecoder:
+    """The decoder port over a `DecoderLM` on the packed CPU kernels (module doc)."""
+
+    name = "native"
+    accounting = Accounting.PACKED  # rows laid back to back: a forward computes only real tokens
+    forward_threads = True  # oneDNN and the C++ stack read the count each forward declares
+    kernel_switch_tokens = None  # the same kernels at every size
+    # a row's bits are its own in any forward (module doc); the load-time probe confirms
+    determinism = Determinism.BATCH_INVARIANT
+
+    def __init__(self, lm: DecoderLM, encoder: DecoderEncoder, packed: PackedEncoder, ops: ForwardOps) -> None:
+        self.lm = lm
+        self.encoder = encoder
+        self.packed = packed
+        self.ops = ops
+        self.linears = packed.layer_linears
+        weight = lm.model.embed_tokens.weight if lm.lm_head is None else lm.lm_head.weight
+        with torch.device("meta"):
+            holder = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+        holder.weight = nn.Parameter(weight.detach(), requires_grad=False)
+        self.head = PackedLinear(holder)
+        self.kernels: dict[str, Any] = {}
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.lm.config.vocab_size)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kernels": dict(self.kernels)}
+
+    def hidden_last(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Each row's final-normed hidden state at its last token, [R, H], in the caller's order."""
+        if not rows or any(len(r) < 1 for r in rows):
+            raise ValueError("every row needs at least one token")
+        batch = [Encoded(list(r), (), False, len(r)) for r in rows]
+        packed = PackedRows.build(batch, "cpu", bucket_rows)
+        hidden = self.encoder.packed_forward(packed, self.linears, self.ops)
+        last = hidden.index_select(0, packed.starts + packed.lengths - 1)
+        return packed.unsort(last)
+
+    @torch.inference_mode()
+    def logits_at(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        return self.head(self.hidden_last(rows))
+
+    def prefix_kv(self, state_ids: Sequence[int]) -> SharedState:
+        return self.lm.prefix_kv(list(state_ids))
+
+    def branch_logits(self, state: SharedState, branches: Sequence[Sequence[int]], *, chunk: int) -> torch.Tensor:
+        return self.lm.branch_logits(state, [list(b) for b in branches], chunk=chunk)
+
+    def warm(self, up_to_rows: int = WARM_UP_TO) -> None:
+        """Build oneDNN's primitives for every bucket of token rows up to UP_TO_ROWS at load, so
+        short forwards never pay that in serving. (Each linear gets its own input width: a decoder's
+        attention output is heads × head size wide, not always the hidden size.)"""
+        c = self.lm.config
+        layer = self.packed.layers[0]
+        with torch.inference_mode():
+            for rows in sorted({bucket_rows(n) for n in range(1, max(2, up_to_rows) + 1)}):
+                x = torch.zeros(rows, c.hidden_size)
+                layer.qkv.rows(x)
+                layer.attn_out.rows(torch.zeros(rows, c.num_heads * c.head_dim))
+                layer.ffn_out.rows(layer.ffn_in.rows(x))
+
+
+def eager_logits(lm: DecoderLM, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+    """The reference: RIGHT-padded rows through the eager LM, logits after each row's last token."""
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
+    ends = torch.tensor([len(r) - 1 for r in rows])
+    return lm.logits_at(ids, positions=ends)
+
+
+def numerics_gap(engine: PackedDecoder) -> float:
+    """Largest |packed − eager| over a probe's logits, relative to their size (inf if not finite)."""
+    rows = _probe_rows(engine.vocab_size, engine.lm.config.max_position_embeddings)
+    got = engine.logits_at(rows)
+    want = eager_logits(engine.lm, rows)
+    if not bool(torch.isfinite(got).all()):
+        return float("inf")
+    return float((got - want).abs().max()) / max(1.0, float(want.abs().max()))
+
+
+def packed_decoder(lm: DecoderLM, progress: Progress, env: Mapping[str, str] = os.environ) -> PackedDecoder | str:
+    """LM on the packed kernels (module doc), or one line saying why it cannot be (the caller keeps
+    the eager engine). Says each load step it takes in PROGRESS."""
+    mode = env.get(ENV, "").strip().lower()
+    if mode in ("0", "off", "false", "no"):
+        return f"turned off ({ENV}={env[ENV]})"
+    dtype = lm.dtype
+    unsupported = onednn_unsupported(str(lm.device), dtype)
+    if unsupported is None and dtype != torch.float32:
+        unsupported = f"the one-call decoder layers are FP32; this model is {str(dtype).removeprefix('torch.')}"
+    if unsupported is not None:
+        return unsupported
+    ops, attention = cpu_ops(dtype, progress, env)
+    c = lm.config
+    config = DecoderEncoderConfig(
+        decoder=c,
+        model_type=c.model_type,
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        num_hidden_layers=c.num_layers,
+        num_attention_heads=c.num_heads,
+        max_position_embeddings=c.max_position_embeddings,
+    )
+    try:
+        encoder = DecoderEncoder(config, lm).eval().requires_grad_(False)
+        progress(f"load: packing {c.num_layers} decoder layers' linears for oneDNN")
+        # the loaders hand a DecoderEncoder over as an `EncoderModule` the same way (encoders.py)
+        packed = PackedEncoder(cast("EncoderModule", encoder), None)
+        if not ops.runs_stack(encoder, packed.layer_linears):
+            return f"the one-call decoder layers do not run this model ({attention})"
+        progress(f"load: packing the output layer for oneDNN ({c.vocab_size} x {c.hidden_size})")
+        engine = PackedDecoder(lm, encoder, packed, ops)
+        with torch.inference_mode():
+            gap = numerics_gap(engine)
+        if gap <= NUMERICS_TOL:
+            engine.warm()
+    except (RuntimeError, ValueError) as exc:  # an op oneDNN or the stack refuses for these shapes
+        return f"packing failed: {exc}"[:200]
+    if not gap <= NUMERICS_TOL:
+        return f"packed answers differ from eager by {gap:.1e} (> {NUMERICS_TOL:g})"
+    engine.kernels = {
+        "linear": "onednn_packed",
+        "layers": ops.stack_card,
+        "attention": attention,
+        "output_layer": "onednn_packed, each row's last token only",
+        "dtype": "float32",
+        "numerics_gap": float(f"{gap:.1e}"),
+        "reason": f"every forward packed, rows back to back; logits within {NUMERICS_TOL:g} of eager",
+        "shared_context": "eager torch (prefix_kv / branch_logits)",
+    }
+    progress(f"load: decoder layers in one C++ call on oneDNN packed linears (logits within {gap:.1e} of eager)")
+    return engine
