@@ -41,7 +41,11 @@ class Counting:
 
 
 def _load(folder: Path, engine: str = "native") -> tuple[EncoderModel, Counting]:
-    context = LoadContext(device=CpuDevice(), args=EngineArgs(), engines=EngineRegistry(), engine_choice=engine)
+    """The model as the `exact` profile loads it (batch-invariant kernels whatever the load-time
+    timings say, so a row gets the same bits in any forward)."""
+    context = LoadContext(
+        device=CpuDevice(), args=EngineArgs(), engines=EngineRegistry(), engine_choice=engine, prefer_invariant=True
+    )
     model = EncoderFamily().load(folder, context)
     assert isinstance(model, EncoderModel)
     assert isinstance(model.reference.encoder, EncoderModuleDefaults)  # the engines read its attributes plainly
