@@ -115,8 +115,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--profile", default="exact", help="the serving profile (exact: each question its own row)")
     parser.add_argument("--express", choices=("both", "on", "off"), default="both", help="VLLM_SRUN_EXPRESS_FORWARD")
+    parser.add_argument(
+        "--media-nice", default=None, help="VLLM_SRUN_MEDIA_NICE for the media workers (default: unset)"
+    )
     ns = parser.parse_args()
     width, height = (int(x) for x in ns.size.split("x"))
+    if ns.media_nice is not None:
+        os.environ["VLLM_SRUN_MEDIA_NICE"] = ns.media_nice  # the server's media workers inherit it
     tmp = Path(tempfile.mkdtemp(prefix="srun-decision-lane-"))
     model = ns.model or str(write_fixture(tmp / "tiny-qwen3_5-vision", "decision", "qwen3_5_vision", 0, golden=False))
     text = [text_body(tmp)]
@@ -124,7 +129,8 @@ def main() -> None:
     default = default_media_workers(front_cpu_budget())
     print(
         f"model {Path(model).name}; profile {ns.profile}; {ns.image_clients} image clients ({width}×{height} JPEG, each "
-        f"request a different file), 1 text client; {len(QUESTIONS)} questions a request"
+        f"request a different file), 1 text client; {len(QUESTIONS)} questions a request; "
+        f"media nice {os.environ.get('VLLM_SRUN_MEDIA_NICE', 'unset')}"
     )
     print(f"{cpu_name()}, {os.cpu_count()} CPUs, CPU budget {front_cpu_budget():g}; load {os.getloadavg()}")
     print(
