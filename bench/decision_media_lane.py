@@ -149,7 +149,7 @@ def main() -> None:
             with server(model, *flags) as base:
                 card = json.loads(urlopen(f"{base}/v1/models").read())["data"][0]
                 threads = card.get("threads") or {}
-                if r == 0 and workers == default and express == expresses[0]:
+                if r == 0 and workers == default and express == expresses[0] and nice == nices[0]:
                     print(
                         f"numerics {card.get('numerics')}, merged forward tokens {card.get('merged_forward_tokens')}, "
                         f"concurrent forwards {threads.get('concurrent_forwards')}, forward nice "
