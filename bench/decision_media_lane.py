@@ -6,16 +6,21 @@ images (default: the tiny `qwen3_5_vision` fixture). Target: under image load, t
 Rows that read media go to the model's `media` lane and text rows to the `text` lane: they never
 share a forward, each lane keeps its own cost per token, and the lane estimated cheaper runs first
 in a planning round; decoding runs in the media workers. The same measurement is repeated with
-`--media-workers 0` (decoding in the request path). Load is driven by `wrk` (`_wrk.py`): every
+`--media-workers 0` (decoding in the request path), and each with the express forward on and off
+(`VLLM_SRUN_EXPRESS_FORWARD`, side by side in one run; `--express on` or `off` runs one of them);
+`--media-nice 0,10` runs the media workers at each `VLLM_SRUN_MEDIA_NICE`, side by side too. Load is driven by `wrk` (`_wrk.py`): every
 image request carries a different JPEG (a comment the decoder never reads is rewritten), so the
 decode cache never answers; the result cache is off. Rounds alternate; each prints its ratio.
 
 The profile matters: under `exact` a model that is not batch-invariant (the card's `numerics`,
 printed) runs every row in a forward of its own, and a planning round's forwards run in one turn,
-so a text row waits for every image row of the round it comes during; `--profile batching` merges
-each lane's rows (docs/decisions.md, "Images and videos", has both figures).
+so without the express a text row waits for a slot, held by an image forward; with it (on by
+default) a text row queued while image forwards hold every slot runs at once beside them (R-BAT-6's
+lane express); `--profile batching` merges each lane's rows (docs/decisions.md, "Images and
+videos", has the figures).
 
     python bench/decision_media_lane.py [--model PATH] [--seconds 8] [--image-clients 4] [--size 640x480]
+        [--profile exact] [--express both] [--media-nice 0,10]
 """
 
 from __future__ import annotations
@@ -110,8 +115,13 @@ def main() -> None:
     parser.add_argument("--size", default="640x480")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--profile", default="exact", help="the serving profile (exact: each question its own row)")
+    parser.add_argument("--express", choices=("both", "on", "off"), default="both", help="VLLM_SRUN_EXPRESS_FORWARD")
+    parser.add_argument(
+        "--media-nice", default=None, help="VLLM_SRUN_MEDIA_NICE for the media workers, or several side by side: 0,10"
+    )
     ns = parser.parse_args()
     width, height = (int(x) for x in ns.size.split("x"))
+    nices = tuple(ns.media_nice.split(",")) if ns.media_nice else (os.environ.get("VLLM_SRUN_MEDIA_NICE", ""),)
     tmp = Path(tempfile.mkdtemp(prefix="srun-decision-lane-"))
     model = ns.model or str(write_fixture(tmp / "tiny-qwen3_5-vision", "decision", "qwen3_5_vision", 0, golden=False))
     text = [text_body(tmp)]
@@ -119,32 +129,47 @@ def main() -> None:
     default = default_media_workers(front_cpu_budget())
     print(
         f"model {Path(model).name}; profile {ns.profile}; {ns.image_clients} image clients ({width}×{height} JPEG, each "
-        f"request a different file), 1 text client; {len(QUESTIONS)} questions a request"
+        f"request a different file), 1 text client; {len(QUESTIONS)} questions a request; "
+        f"media nice {' and '.join(n or 'unset' for n in nices)}"
     )
     print(f"{cpu_name()}, {os.cpu_count()} CPUs, CPU budget {front_cpu_budget():g}; load {os.getloadavg()}")
     print(
-        f"{'round':>5} {'media workers':>13} {'text p50 alone':>15} {'under load':>11} {'ratio':>6} {'text p90':>9} {'images/s':>9}"
+        f"{'round':>5} {'media workers':>13} {'express':>7} {'nice':>4} {'text p50 alone':>15} {'under load':>11} {'ratio':>6} "
+        f"{'text p90':>9} {'images/s':>9}"
     )
-    ratios: dict[int, list[float]] = {default: [], 0: []}
+    expresses = ("1", "0") if ns.express == "both" else ("1" if ns.express == "on" else "0",)
+    ratios: dict[tuple[int, str, str], list[float]] = {
+        (w, e, n): [] for w in (default, 0) for e in expresses for n in (nices if w else nices[:1])
+    }
     for r in range(ns.rounds):
-        for workers in (default, 0):
+        for workers, express, nice in ratios:
+            os.environ["VLLM_SRUN_EXPRESS_FORWARD"] = express  # the server (and its media workers) inherit them
+            os.environ["VLLM_SRUN_MEDIA_NICE"] = nice
             flags = ("--media-workers", str(workers), "--result-cache-entries", "0", "--profile", ns.profile)
             with server(model, *flags) as base:
-                if r == 0 and workers == default:
-                    card = json.loads(urlopen(f"{base}/v1/models").read())["data"][0]
-                    print(f"numerics {card.get('numerics')}, merged forward tokens {card.get('merged_forward_tokens')}")
+                card = json.loads(urlopen(f"{base}/v1/models").read())["data"][0]
+                threads = card.get("threads") or {}
+                if r == 0 and workers == default and express == expresses[0] and nice == nices[0]:
+                    print(
+                        f"numerics {card.get('numerics')}, merged forward tokens {card.get('merged_forward_tokens')}, "
+                        f"concurrent forwards {threads.get('concurrent_forwards')}, forward nice "
+                        f"{threads.get('forward_nice')}"
+                    )
                 alone, under, load = measure(base, text, images, ns)
             ratio = under.p50_ms / alone.p50_ms
-            ratios[workers].append(ratio)
+            ratios[workers, express, nice].append(ratio)
             errors = alone.errors + under.errors + load.errors
+            on = "on" if threads.get("express_forward") else "off"
             print(
-                f"{r:>5} {workers:>13} {alone.p50_ms:>12.2f} ms {under.p50_ms:>8.2f} ms {ratio:>5.2f}× "
+                f"{r:>5} {workers:>13} {on:>7} {nice or '-':>4} {alone.p50_ms:>12.2f} ms {under.p50_ms:>8.2f} ms {ratio:>5.2f}× "
                 f"{under.p90_ms:>6.2f} ms {load.rps:>9.1f}" + (f"  (errors {errors})" if errors else "")
             )
-    for workers, got in ratios.items():
+    for (workers, express, nice), got in ratios.items():
         verdict = "ok" if statistics.median(got) <= 2.0 else "over the 2× target"
         print(
-            f"media workers {workers}: text p50 under image load ÷ alone, median ×{statistics.median(got):.2f} ({verdict})"
+            f"media workers {workers} (nice {nice or '-'}), express {'on' if express == '1' else 'off'}: text p50 under "
+            "image load ÷ "
+            f"alone, median ×{statistics.median(got):.2f} ({verdict})"
         )
     print(f"load {os.getloadavg()}")
 

@@ -27,7 +27,8 @@ Lanes (R-BAT-6): before a plan's next forward, the plan is given back when rows 
 costs less per token than a lane it still holds have queued, so a new round runs them first (a
 text row waits for at most one image forward besides the one running); it gives way again only
 after a forward of the costlier lane has run, so a stream of cheap rows never starves the costly
-lane.
+lane. While every slot runs a forward of a costlier lane, the cheaper lane's rows do not wait
+for one: `next_express` hands them out on the express forward (`domain/lane_express.py`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Any, Final, final
 
 from vllm_srun.domain.costs import CostModel
 from vllm_srun.domain.fairness import QUANTUM_PARTS, FairQueue, row_cost
+from vllm_srun.domain.lane_express import express_lane, rows_of_lane
 from vllm_srun.domain.lanes import TOKEN_ALIGN, Accounting, Lane, forward_tokens, round_up
 from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS, Budget, ForwardBatch, lane_token_limit, plan_forwards
 from vllm_srun.domain.rows import Row, RowSpec
@@ -324,14 +326,51 @@ class Scheduler:
             self._plan.extend(self._batches(rows))
 
     def next_express(self) -> ForwardBatch | None:
-        """While every slot is busy, the rows of the tenant asking least when another tenant holding
-        work asks more (`_lightest_holding`: queued and running tokens count), to run beside the
-        busy slots now rather than after one of them (R-FAIR-7): its next turn, had early
-        (`FairQueue.take_ahead`: the others keep their places and credit). None otherwise, when
-        it had that turn early already (its rows wait for its place in the ring), or while the
-        last one runs. It is in flight like any forward but takes no slot: a slot it did not take
-        frees as before. No window: the busy slots are the wait."""
-        if not self.busy or self._express is not None or self._plan:
+        """While every slot is busy, a forward to run beside them now rather than after one of them,
+        on the express thread, one at a time (None while the last one runs, or a slot is free). It
+        is in flight like any forward but takes no slot: a slot it did not take frees as before.
+        No window: the busy slots are the wait. First the lane express (R-BAT-6, `_lane_express`),
+        else the lightest tenant's next turn (R-FAIR-7, `_tenant_express`)."""
+        if not self.busy or self._express is not None:
+            return None
+        batch = self._lane_express() or self._tenant_express()
+        if batch is not None:
+            self._express = batch
+            self._in_flight.append(batch)
+        return batch
+
+    def _lane_express(self) -> ForwardBatch | None:
+        """Rows of a lane that costs less per token than the lane of every forward in the slots
+        (`lane_express.express_lane`): the plan's next forward when it is of that lane, else one
+        forward of that lane's queued rows in arrival order (`_batches`; the rest stays queued,
+        in place). Not a turn of the round robin: the rows leave the queue without their tenant's
+        credit, and a cheaper lane is the rule, not a tenant."""
+        if len(self.lanes) < 2:
+            return None
+        while self._plan and self._live(self._plan[0]) is None:
+            self._plan.popleft()
+        waiting = self._queue.lanes() | ({self._plan[0].lane} if self._plan else set())
+        lane = express_lane((b.lane for b in self._in_flight), waiting, self.costs.seconds_per_token)
+        if lane is None:
+            return None
+        if self._plan and self._plan[0].lane == lane:
+            batch = self._live(self._plan.popleft())
+            assert batch is not None  # dead heads were dropped above
+            self._ran(batch)
+            return batch
+        rows = [r for r in self._queue.rows() if r.lane == lane]
+        for rid, indices in rows_of_lane(rows, lane).items():
+            self._queue.remove_request(rid, indices)
+        batches = self._batches(rows)
+        self._queue.restore(r for b in batches[1:] for r in b.rows)
+        return batches[0]
+
+    def _tenant_express(self) -> ForwardBatch | None:
+        """R-FAIR-7: the rows of the tenant asking least when another tenant holding work asks more
+        (`_lightest_holding`: queued and running tokens count), its next turn had early
+        (`FairQueue.take_ahead`: the others keep their places and credit). None when it had that
+        turn early already (its rows wait for its place in the ring) or a plan waits."""
+        if self._plan:
             return None
         light = self._lightest_holding()
         if not light:
@@ -340,8 +379,6 @@ class Scheduler:
         if not batches:
             return None
         self._queue.restore(r for b in batches[1:] for r in b.rows)
-        self._express = batches[0]
-        self._in_flight.append(batches[0])
         return batches[0]
 
     def _cut_in(self, now: float) -> ForwardBatch | None:

@@ -214,3 +214,19 @@ def test_a_request_whose_media_worker_dies_fails_alone(multimodal_fixture: Calla
         card = client.get("/v1/models").json()["data"][0]["media"]
         assert card["workers_replaced"] == 1 and len(card["worker_pids"]) == 1
         assert metric(client.get("/metrics").text, "vllm_srun_media_workers_replaced_total", reason="exited") == 1
+
+
+def test_media_workers_start_at_the_nice_asked_and_a_bad_value_is_one_line() -> None:
+    """`VLLM_SRUN_MEDIA_NICE`: each worker process lowers its own CPU priority by it (decoding
+    yields the cores to the forwards); a value that is not 0..19 is refused before any start."""
+    env = {**os.environ, "VLLM_SRUN_MEDIA_NICE": "7"}
+    pool = MediaWorkerPool(1, FAKE, env=env)
+    pool.start()
+    try:
+        pid = pool.pids()[0]
+        assert pid is not None
+        assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, 0) + 7
+    finally:
+        pool.stop()
+    with pytest.raises(ValueError, match=r"^VLLM_SRUN_MEDIA_NICE must be an integer from 0 to 19, got '20'$"):
+        MediaWorkerPool(1, FAKE, env={**os.environ, "VLLM_SRUN_MEDIA_NICE": "20"}).start()

@@ -13,8 +13,9 @@ from tests.waiting import until
 from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
+from vllm_srun.domain.costs import CostModel
 from vllm_srun.domain.errors import ForwardFailed
-from vllm_srun.domain.lanes import Lane
+from vllm_srun.domain.lanes import Accounting, Lane
 from vllm_srun.domain.planning import Budget
 from vllm_srun.domain.rows import RowSpec
 from vllm_srun.domain.scheduler import EXPIRED, Scheduler
@@ -270,3 +271,63 @@ def test_the_lightest_tenant_is_answered_on_the_express_thread_while_both_slots_
     threads["b"].clear()
     held, outs = asyncio.run(main(express=False))
     assert not held and outs[-1] == (("b", 0),)  # it waited for a slot
+
+
+def test_a_text_row_is_answered_on_the_express_thread_while_image_forwards_hold_both_slots() -> None:
+    """R-BAT-6's lane express: image forwards hold both slots (they wait on a gate); a text
+    request is answered meanwhile, on the express device thread, with the answer it gets alone;
+    once the gate opens every image request is answered too. Without an express thread the text
+    request waits for a slot."""
+    gate = threading.Event()
+    threads: dict[str, set[str]] = {"text": set(), "media": set()}
+
+    def run(batch, payloads):  # type: ignore[no-untyped-def]
+        threads[batch.lane].add(threading.current_thread().name)
+        if batch.lane == "media":
+            assert gate.wait(10), "the test never opened the gate"
+        return [("answer", p) for p in payloads]
+
+    async def main(express: bool) -> tuple[bool, list]:
+        gate.clear()
+        costs = CostModel()
+        costs.seed("text", 1e-6)
+        costs.seed("media", 1e-4)
+        scheduler = Scheduler(
+            [Lane("text", Accounting.PACKED), Lane("media", Accounting.PACKED)],
+            Budget(4, 64),
+            window_s=0.0,
+            costs=costs,
+            max_in_flight=2,
+        )
+        device = DeviceThread("slot", workers=2)
+        fast = DeviceThread("express") if express else None
+        loop = SchedulerLoop(scheduler, run, device, express=fast)
+        loop.start()
+        images = [asyncio.create_task(loop.submit([RowSpec(64, ("m", i), "media")])) for i in range(6)]
+        for _ in range(10_000):  # until both slots hold image forwards
+            if scheduler.in_flight == 2:
+                break
+            await asyncio.sleep(0.001)
+        text = asyncio.create_task(
+            loop.submit([RowSpec(8, ("t", 0), "text"), RowSpec(8, ("t", 1), "text")], exact=True)
+        )
+        done, _ = await asyncio.wait({text}, timeout=2)
+        answered_while_held = bool(done)
+        gate.set()
+        outs = await asyncio.gather(*images, text)
+        await loop.stop()
+        device.shutdown()
+        if fast is not None:
+            fast.shutdown()
+        return answered_while_held, [o.outputs for o in outs]
+
+    held, outs = asyncio.run(main(express=True))
+    alone = [("answer", ("t", 0)), ("answer", ("t", 1))]
+    assert held and outs[-1] == tuple(alone)
+    assert outs[:-1] == [(("answer", ("m", i)),) for i in range(6)]
+    assert threads["text"] and all(name.startswith("express") for name in threads["text"])
+    assert all(name.startswith("slot") for name in threads["media"])
+    threads["text"].clear()
+    held, outs = asyncio.run(main(express=False))
+    assert not held and outs[-1] == tuple(alone)  # it waited for a slot
+    assert all(name.startswith("slot") for name in threads["text"])

@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from vllm_srun.adapters.contracts.media import MediaError, MediaJob, MediaWorkerDied
+from vllm_srun.adapters.media.worker import media_nice
 
 log = logging.getLogger("vllm_srun.media")
 WORKER_MODULE = "vllm_srun.adapters.media.worker"
@@ -49,6 +50,7 @@ class _Worker:
     def spawn(self) -> None:
         ours, theirs = socket.socketpair()
         env = {**(self.env if self.env is not None else os.environ), "OMP_NUM_THREADS": "1"}
+        media_nice(env)  # a bad VLLM_SRUN_MEDIA_NICE: its one line here, not a worker that never starts
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno()), self.decoder],

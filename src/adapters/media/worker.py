@@ -6,19 +6,27 @@ It loads the `MediaDecoder` named `module:attribute` (a class built with no argu
 where status is `ok` (value: the pixels), `media` (a `MediaError`: bad input, value: its one
 line) or `error` (anything else). It never imports torch. It exits when its socket closes (the
 serving process stopped or died).
+
+`VLLM_SRUN_MEDIA_NICE` (0..19, default 0) lowers the worker's CPU priority by that nice increment
+when it starts: set above the forward threads' (`VLLM_SRUN_FORWARD_NICE`, 5), decoding yields the
+cores to the forwards (and to the express forward, R-BAT-6) when both are ready. Anything else
+is refused in one line (the worker does not start).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import pickle
 import signal
 import sys
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
 
 from vllm_srun.adapters.contracts.media import MEDIA_JOBS, MediaDecoder, MediaError, decode
 
 READY = b"ready"
+MEDIA_NICE_ENV = "VLLM_SRUN_MEDIA_NICE"
 Answer = tuple[str, object]  # (status, the pixels or a one-line message)
 
 
@@ -44,8 +52,26 @@ def answer(decoder: MediaDecoder, blob: bytes) -> Answer:
         return "error", f"{type(exc).__name__}: {exc}"[:300]
 
 
+def media_nice(env: Mapping[str, str]) -> int:
+    """The nice increment a media worker starts with (`VLLM_SRUN_MEDIA_NICE`, 0..19, default 0);
+    ValueError with a one-line reason for anything else."""
+    raw = env.get(MEDIA_NICE_ENV, "").strip()
+    if not raw:
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 19:
+        raise ValueError(f"{MEDIA_NICE_ENV} must be an integer from 0 to 19, got {raw!r}")
+    return value
+
+
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the serving process, which stops us
+    nice = media_nice(os.environ)
+    if nice and hasattr(os, "nice"):
+        os.nice(nice)
     conn = Connection(int(argv[0]))
     decoder = load_decoder(argv[1])
     conn.send_bytes(READY)

@@ -6,8 +6,8 @@ as many run at once as the scheduler has slots (`Scheduler.max_in_flight`, the d
 concurrent forwards), each as its own task, and the driver plans again as soon as one ends. A caller
 that goes away (cancellation, deadline) cancels its request: its rows that have not reached
 the device never will. With an EXPRESS device thread, while every slot is busy the scheduler's
-express forward (`Scheduler.next_express`, R-FAIR-7: the lightest tenant's next turn) runs there,
-beside them. Every forward has a batch id, unique in the process; a traced request (its `Call`'s
+express forward (`Scheduler.next_express`: a cheaper lane's rows while the slots run a costlier
+lane's, R-BAT-6; else the lightest tenant's next turn, R-FAIR-7) runs there, beside them. Every forward has a batch id, unique in the process; a traced request (its `Call`'s
 timing holds a `forwards` list) gets a `ForwardRecord` of each forward its rows ran in.
 
 Row deadlines (R-API-10): `submit(deadlines=[...])` gives each row the seconds it may wait; at its
@@ -171,7 +171,7 @@ class SchedulerLoop:
                         except TimeoutError:
                             pass
                 continue
-            if self.scheduler.max_in_flight == 1:
+            if self.scheduler.max_in_flight == 1 and device is self._device:
                 # inline, not a task: the next forward is planned and handed to the device as soon as
                 # this one returns, before the loop turns to writing this forward's answers (as a
                 # task the device sat idle meanwhile: 84 % busy instead of 99 % under load, measured)
