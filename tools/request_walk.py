@@ -13,7 +13,7 @@ What it counts. A profile hook records every call of a function of ours (a modul
 `vllm_srun`) from just before the request is sent until 0.3 s after its answer arrived, with its
 nearest caller of ours: code of other packages (litestar, uvicorn, asyncio, torch) is
 transparent, so a handler litestar calls is the child of whatever of ours called litestar, or a
-root. Work handed to another thread (`DeviceThread.run`, `Offload.run`) hangs under that
+root. Work handed to another thread (`DeviceThread.hand_off`, `Offload.hand_off`) hangs under that
 hand-off. The call tree is then walked the way a reader follows the code: depth first, back in
 the caller after each call that led anywhere. Each step is in one module; consecutive steps in
 the same module are one *stay*; *rooms* are the distinct modules; *returns* = stays − rooms,
@@ -44,7 +44,7 @@ from typing import Any
 
 PACKAGE = "vllm_srun"
 LEAF_MODULES = frozenset({"adapters.clock", "adapters.prometheus"})  # time and metrics: left out
-HAND_OFFS = frozenset({"DeviceThread.run", "Offload.run"})  # work that continues on another thread
+HAND_OFFS = frozenset({"DeviceThread.hand_off", "Offload.hand_off"})  # work that continues on another thread
 TRANSPARENT = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>", "__create_fn__")
 LAYER_LOOP = "packed_forward"
 SETTLE_S = 0.3  # after the answer: the connection's bookkeeping (keep-alive, close)

@@ -4,7 +4,7 @@ decompressing and decoding the body, tokenizing, cutting overflow windows — an
 large answer.
 
 - Work for a body under `INLINE_BYTES` runs on the loop: a hop to a thread costs more than the
-  work. The caller says the body's size (`run(..., size=)`: a request's is its `Call.body_bytes`,
+  work. The caller says the body's size (`hand_off(..., size=)`: a request's is its `Call.body_bytes`,
   which `ServedModel.prepare` passes on, so the surfaces need not know it).
 - Larger work runs on one of `threads` threads (`domain.threads.preparation_threads`: a quarter
   of the forward threads, at least 1, at most 4) running at a lower priority (nice 10), so it
@@ -77,7 +77,7 @@ class Offload:
         self._trim_scheduled = False
         self._last_trim = -TRIM_INTERVAL_S
 
-    async def run(self, fn: Callable[..., T], *args: Any, size: int) -> T:
+    async def hand_off(self, fn: Callable[..., T], *args: Any, size: int) -> T:
         """FN(*ARGS): on the loop when SIZE (the bytes of the request it prepares) is small, else
         on the pool (with the caller's context variables); 429 when the pool is backed up."""
         if size < self.inline_bytes:

@@ -106,7 +106,7 @@ def runtime_settings(
         models=tuple(specs if specs is not None else settings.model_specs(settings.models)),
         engine=settings.engine_name,
         threads=cpu.team if cpu is not None else settings.threads,
-        thread_budget=cpu.budget if cpu is not None else None,
+        thread_budget=cpu.cpu_budget if cpu is not None else None,
         adaptive_threads=adaptive_threads,
         wait_policy=wait_policy,
         deterministic=settings.deterministic,

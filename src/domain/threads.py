@@ -160,7 +160,7 @@ class CpuPlan:
 
     team: int  # OpenMP threads of one forward
     concurrent: int  # forwards side by side, each on its own team
-    budget: int  # whole CPUs the worker may run on
+    cpu_budget: int  # whole CPUs the worker may run on
     wait_policy: str | None  # the OpenMP wait policy to set before torch loads (None: leave it)
     forward_nice: int  # the forward threads' nice increment over the event loop's
 

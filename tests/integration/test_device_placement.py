@@ -68,7 +68,7 @@ def test_decision_forwards_stay_on_the_device(decision_fixture, variant: str) ->
         shared = model.run(SHARED_LANE, [SharedRow(tuple(range(5, 17)), tuple(rows))])
         forward = model.calibration_forward(64)
         model.run(forward.lane, forward.payloads)
-    lm = model.decoder.lm  # type: ignore[attr-defined]
+    lm = model.decoder_engine.lm  # type: ignore[attr-defined]
     assert isinstance(lm, DecoderLM) and _on_meta(lm) and lm.dtype == torch.bfloat16  # auto on a GPU: BF16
     assert [len(p) for p in text] == [3, 3, 3] and [len(p) for p in shared[0]] == [3, 3, 3]
     assert guard.device_ops > 50 and guard.host_copies >= 2

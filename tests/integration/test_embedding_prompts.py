@@ -61,7 +61,7 @@ def _embed(client: Any, model: str, **fields: Any) -> tuple[np.ndarray, int]:
 
 
 def _tokens(folder: Path, prompt: str) -> int:
-    texts = read_text_settings(folder).prepare([prompt + t for t in TEXTS])
+    texts = read_text_settings(folder).fold_case([prompt + t for t in TEXTS])
     return sum(len(e.ids) for e in TextTokenizer.from_folder(folder).encode(texts))
 
 

@@ -49,8 +49,8 @@ def _load(folder: Path, engine: str = "native") -> tuple[EncoderModel, Counting]
     model = EncoderFamily().load(folder, context)
     assert isinstance(model, EncoderModel)
     assert isinstance(model.reference.encoder, EncoderModuleDefaults)  # the engines read its attributes plainly
-    counting = Counting(model.forward)
-    model.forward = counting  # type: ignore[assignment]
+    counting = Counting(model.encoder_engine)
+    model.encoder_engine = counting  # type: ignore[assignment]
     return model, counting
 
 

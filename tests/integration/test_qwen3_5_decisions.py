@@ -105,11 +105,11 @@ def _reference(folder: Path):
 def test_every_forward_equals_the_transformers_reference(served, name: str, folder: str) -> None:
     client, rt, folders = served
     model = rt.models[name].model
-    recorder = model.decoder = Recorder(model.decoder)
+    recorder = model.decoder_engine = Recorder(model.decoder_engine)
     try:
         body = ask(client, name, MIXED)
     finally:
-        model.decoder = recorder.engine
+        model.decoder_engine = recorder.engine
     assert set(body["answers"]) == {"n", "c", "s", "t.music", "t.plot", "w"} and "error" not in json.dumps(body)
     assert body["sets"]["t"]["probabilities"] and body["spans"]["w"]
     reference = _reference(folders[folder])

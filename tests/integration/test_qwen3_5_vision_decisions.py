@@ -174,7 +174,7 @@ def _reference_answers(rt: Any, state: str, media: dict[str, Any]) -> dict[str, 
     prepared = model.prepare(view.text, view.asked, media=items)
     reference = _transformers(served.folder)
     cfg = reference.config
-    tower = model.decoder.lm.mm.vision  # the vision config patchify reads
+    tower = model.decoder_engine.lm.mm.vision  # the vision config patchify reads
     extra: dict[str, Any] = {}
     images = [m for m in items if m.kind == "image"]
     videos = [m for m in items if m.kind == "video"]

@@ -128,7 +128,7 @@ def ours(folder: Path, texts: list[str], prompt: str = "") -> dict[str, np.ndarr
     forward, the unpadded one on eager linears and (where oneDNN runs) on the packed copies."""
     package = read_package(folder)
     rows = TextTokenizer.from_folder(folder).encode(
-        package.text.prepare([prompt + t for t in texts]), max_length=package.pooling.max_seq_length, truncate=True
+        package.text.fold_case([prompt + t for t in texts]), max_length=package.pooling.max_seq_length, truncate=True
     )
     reference = ReferenceEncoder.from_folder(folder)
     out = {"padded": reference.embed(rows), "unpadded": NativeEncoder(reference).embed(rows)}

@@ -41,7 +41,7 @@ def test_device_threads_run_below_the_callers_priority_and_pass_it_on() -> None:
             started.wait(timeout=10)
             return _nice()
 
-        futures = [device.submit(both) for _ in range(2)]
+        futures = [device.enqueue(both) for _ in range(2)]
         assert [f.result(timeout=10) for f in futures] == [base + 3, base + 3]
         assert _nice() == base  # the caller (the event loop's thread) is untouched
     finally:
@@ -82,7 +82,7 @@ def test_busy_counts_the_calls_running_now_each_counting_itself() -> None:
             both.wait(timeout=10)  # neither leaves before both have looked
             return seen
 
-        futures = [device.submit(seen_together) for _ in range(2)]
+        futures = [device.enqueue(seen_together) for _ in range(2)]
         assert [f.result(timeout=10) for f in futures] == [2, 2]
         assert device.busy() == 0
     finally:
@@ -103,7 +103,7 @@ def test_calls_running_adds_up_the_devices_there() -> None:
             both.wait(timeout=10)
             return seen
 
-        futures = [slots.submit(seen_together), express.submit(seen_together)]
+        futures = [slots.enqueue(seen_together), express.enqueue(seen_together)]
         assert [f.result(timeout=10) for f in futures] == [2, 2]
     finally:
         slots.shutdown()

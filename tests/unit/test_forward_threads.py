@@ -58,7 +58,7 @@ def _runner(mode: Mode, drifts: frozenset[int] = frozenset()) -> tuple[ForwardRu
         configured=2,
         learner=learner,
         clock=clock,
-        submit=lambda fn, *args: queued.append((fn, args)),
+        enqueue=lambda fn, *args: queued.append((fn, args)),
     )
     return runner, model, queued
 
@@ -149,7 +149,7 @@ def test_a_lone_count_needs_the_devices_busy_count_and_no_learner() -> None:
             configured=1,
             learner=learner,
             clock=clock,
-            submit=lambda *a: None,
+            enqueue=lambda *a: None,
             lone=2,
             busy=lambda: 1,
         )

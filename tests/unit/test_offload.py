@@ -24,8 +24,8 @@ def test_small_work_runs_inline_and_large_work_on_the_pool() -> None:
     async def scenario() -> tuple[str, str]:
         offload = Offload(1)
         try:
-            small = await offload.run(lambda: threading.current_thread().name, size=10)
-            large = await offload.run(lambda: threading.current_thread().name, size=INLINE_BYTES)
+            small = await offload.hand_off(lambda: threading.current_thread().name, size=10)
+            large = await offload.hand_off(lambda: threading.current_thread().name, size=INLINE_BYTES)
             return small, large
         finally:
             offload.shutdown()
@@ -46,7 +46,7 @@ def test_the_loop_keeps_answering_while_large_work_runs() -> None:
 
         running = asyncio.ensure_future(ticker())
         try:
-            await offload.run(time.sleep, 0.5, size=1 << 20)
+            await offload.hand_off(time.sleep, 0.5, size=1 << 20)
         finally:
             running.cancel()
             offload.shutdown()
@@ -60,14 +60,14 @@ def test_a_backed_up_pool_answers_overloaded_and_context_follows_the_work() -> N
         offload = Offload(1, max_waiting=2)
         gate = threading.Event()
         try:
-            blocking = [asyncio.ensure_future(offload.run(gate.wait, 10, size=1 << 20)) for _ in range(2)]
+            blocking = [asyncio.ensure_future(offload.hand_off(gate.wait, 10, size=1 << 20)) for _ in range(2)]
             await until(lambda: offload.waiting == 2, what="two large jobs running or waiting")
             with pytest.raises(Overloaded):
-                await offload.run(time.sleep, 0, size=1 << 20)
+                await offload.hand_off(time.sleep, 0, size=1 << 20)
             gate.set()
             await asyncio.gather(*blocking)
             TAG.set("request-7")
-            return await offload.run(TAG.get, size=1 << 20)
+            return await offload.hand_off(TAG.get, size=1 << 20)
         finally:
             gate.set()
             offload.shutdown()

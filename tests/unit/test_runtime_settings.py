@@ -54,7 +54,7 @@ def test_the_records_worker_wide_settings_reach_every_served_model() -> None:
 def test_a_models_file_entry_keeps_its_own_engine_and_admission_and_the_cpu_plan_sets_the_threads() -> None:
     own = ModelSpec("mine", name="own", engine="native", admission=AdmissionLimits(2, 50))
     specs = [own, ModelSpec("plain")]
-    plan = CpuPlan(team=2, concurrent=1, budget=6, wait_policy=None, forward_nice=0)
+    plan = CpuPlan(team=2, concurrent=1, cpu_budget=6, wait_policy=None, forward_nice=0)
     settings = WorkerSettings(engine="onnxruntime", max_queue=9, media_workers=0, threads=5)
     with runtime_of(settings, specs=specs, cpu=plan) as runtime:
         mine, plain = runtime.models["own"], runtime.models["plain"]

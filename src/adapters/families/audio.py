@@ -76,8 +76,8 @@ class AudioModel(LoadedModel):
                 f"{PREPROCESSOR} makes {spec.kind} features of shape {spec.output_shape()}; "
                 f"the encoder reads ({cfg.num_mel_bins}, {cfg.frames})"
             )
-        self.forward = as_audio_encoder_engine(context.build_engine("audio_encoder", self.network))
-        self.engine = self.forward
+        self.audio_engine = as_audio_encoder_engine(context.build_engine("audio_encoder", self.network))
+        self.engine = self.audio_engine
         self.audio_tokens = cfg.max_source_positions
         self.max_input_tokens = self.audio_tokens
         self.dimensions = self.network.dimensions
@@ -99,7 +99,7 @@ class AudioModel(LoadedModel):
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
         if lane != AUDIO_LANE:
             raise ValueError(f"the audio family runs no {lane} lane")
-        return list(self.forward.embed_audio(payloads))
+        return list(self.audio_engine.embed_audio(payloads))
 
     def warm_up(self) -> None:
         self.run(AUDIO_LANE, sample_features(self.audio_preprocess, [0.5]))
@@ -110,7 +110,7 @@ class AudioModel(LoadedModel):
 
     def card_section(self) -> dict[str, Any]:
         return {
-            **self.forward.describe(),
+            **self.audio_engine.describe(),
             "embedding": {
                 "dimensions": [self.dimensions],
                 "layers": [self.network.config.tower.num_hidden_layers],  # no early exits

@@ -77,8 +77,8 @@ class ClapModel(LoadedModel):
                 f"{PREPROCESSOR} makes features of shape {spec.output_shape()}; the audio tower reads "
                 f"({cfg.audio.in_channels}, at most {cfg.audio.frames}, {cfg.audio.num_mel_bins})"
             )
-        self.forward = as_audio_encoder_engine(context.build_engine("audio_encoder", self.network))
-        self.engine = self.forward
+        self.audio_engine = as_audio_encoder_engine(context.build_engine("audio_encoder", self.network))
+        self.engine = self.audio_engine
         self.tokenizer = TextTokenizer.from_folder(folder)
         self.max_input_tokens = min(int(manifest.get("max_input_tokens") or cfg.text.max_tokens), cfg.text.max_tokens)
         self.audio_tokens = cfg.audio.tokens
@@ -104,8 +104,8 @@ class ClapModel(LoadedModel):
 
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
         if lane == AUDIO_LANE:
-            return list(self.forward.embed_audio(payloads))
-        return list(self.forward.embed_text([p.ids for p in payloads]))
+            return list(self.audio_engine.embed_audio(payloads))
+        return list(self.audio_engine.embed_text([p.ids for p in payloads]))
 
     def warm_up(self) -> None:
         self.run(AUDIO_LANE, sample_features(self.audio_preprocess, [0.5]))
@@ -119,7 +119,7 @@ class ClapModel(LoadedModel):
 
     def card_section(self) -> dict[str, Any]:
         return {
-            **self.forward.describe(),
+            **self.audio_engine.describe(),
             "embedding": {
                 "dimensions": [self.dimensions],
                 "layers": [self.config.text.num_hidden_layers],  # no early exits: the text tower's last layer

@@ -128,11 +128,11 @@ class DecisionModel(LoadedModel):
         self.max_model_len = args.max_model_len
         self.max_input_tokens = min(self.package_limit, args.max_model_len or self.package_limit)
         # the deployment's `input: {max_tokens, overflow}`: caps each prompt below that (decision_rows.py)
-        self.budget = InputBudget(args.input_max_tokens, args.input_overflow)
+        self.input_budget = InputBudget(args.input_max_tokens, args.input_overflow)
         context.progress(f"load: reading decoder weights of {folder.name} ({self.dtype}, {device.name})")
         lm = load_lm(folder, getattr(torch, self.dtype), device.torch_device)
-        self.decoder = as_decoder_engine(context.build_engine("decoder", lm))
-        self.engine = self.decoder
+        self.decoder_engine = as_decoder_engine(context.build_engine("decoder", lm))
+        self.engine = self.decoder_engine
         tokenizer = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
         template = choose_template(manifest.get("prompt_template"), lambda t: tokenizer.token_to_id(t) is not None)
         self.tokens = PromptTokens(tokenizer, template, _bos(folder))
@@ -140,7 +140,7 @@ class DecisionModel(LoadedModel):
         seconds = None if device.kind == "cpu" else TIME_CAP_S
         self.lanes = (
             # packed where the engine runs rows back to back (a CPU in FP32, Qwen3.5), else padded
-            Lane(DEFAULT_LANE, self.decoder.accounting, cap_tokens=cap, cap_seconds=seconds),
+            Lane(DEFAULT_LANE, self.decoder_engine.accounting, cap_tokens=cap, cap_seconds=seconds),
             Lane(SHARED_LANE, Accounting.PACKED, cap_tokens=cap, cap_seconds=seconds),
         )
         pinned, source = _break_even_option(context.options), "option"  # the models file's, else the manifest's
@@ -189,7 +189,7 @@ class DecisionModel(LoadedModel):
         *,
         replay: bool = False,
     ) -> PreparedState:
-        budget = in_force(self.budget, replay)  # none for the golden check's replay of its recorded requests
+        budget = in_force(self.input_budget, replay)  # none for the golden check's replay of its recorded requests
         if overflow is not None:  # the questions' own (require_full_input: reject; overflow: truncate)
             budget = InputBudget(budget.max_tokens, overflow)
         return prepare(
@@ -218,24 +218,24 @@ class DecisionModel(LoadedModel):
 
     def _unshared(self, rows: Sequence[QuestionRow]) -> list[np.ndarray]:
         # the engine lays the rows out as its accounting says (padded or back to back)
-        logits = self.decoder.logits_at([r.ids for r in rows])
+        logits = self.decoder_engine.logits_at([r.ids for r in rows])
         return _restricted(logits, [r.answer_ids for r in rows])
 
     def _shared(self, row: SharedRow) -> list[np.ndarray]:
-        state = self.decoder.prefix_kv(row.state_ids)
-        logits = self.decoder.branch_logits(state, [q.ids for q in row.questions], chunk=BRANCH_CHUNK)
+        state = self.decoder_engine.prefix_kv(row.state_ids)
+        logits = self.decoder_engine.branch_logits(state, [q.ids for q in row.questions], chunk=BRANCH_CHUNK)
         return _restricted(logits, [q.answer_ids for q in row.questions])
 
     def probe_payloads(self) -> list[QuestionRow]:
         """Rows of mixed lengths for the batch-invariance probe (R-BAT-5)."""
-        vocab = self.decoder.vocab_size
+        vocab = self.decoder_engine.vocab_size
         return [QuestionRow(tuple((7 * i + 3) % vocab for i in range(n)), (0, 1)) for n in (3, 7, 12, 20, 33)]
 
     def calibration_forward(self, tokens: int) -> CalibrationForward:
         """Prompts of the input limit's length (at most 512 tokens) adding up to TOKENS padded
         tokens in the `text` lane (R-DEV-2)."""
         length = max(1, min(self.max_input_tokens, CALIBRATION_ROW_TOKENS))
-        vocab = self.decoder.vocab_size
+        vocab = self.decoder_engine.vocab_size
         rows = [
             QuestionRow(tuple((613 * r + 7 * i + 3) % vocab for i in range(length)), (0, 1))
             for r in range(max(1, tokens // length))
@@ -253,7 +253,7 @@ class DecisionModel(LoadedModel):
     def _timing_case(
         self, state_len: int, count: int, question_len: int
     ) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
-        vocab = self.decoder.vocab_size
+        vocab = self.decoder_engine.vocab_size
         state = tuple((31 * i + 5) % vocab for i in range(state_len))
         return state, [tuple((17 * i + 11 * j + 2) % vocab for i in range(question_len)) for j in range(count)]
 
@@ -276,7 +276,7 @@ class DecisionModel(LoadedModel):
         be = self.break_even
         question_types = ["noul", "choice", "score", "set", "span"]
         return {
-            **self.decoder.describe(),
+            **self.decoder_engine.describe(),
             "question_types": question_types,  # the contract's place; `decision` keeps its copy
             "modalities": ["text"],  # what a decisions request may carry: text states only
             "limits": {  # merged into the card's limits

@@ -178,8 +178,8 @@ class VisionDecisionModel(DecisionModel):
 
     def __init__(self, folder: Path, context: LoadContext) -> None:
         super().__init__(folder, context)
-        if not isinstance(self.decoder, MediaDecoderEngine):
-            raise ValueError(f"the {self.decoder.name} engine runs no vision tower; this package reads images")
+        if not isinstance(self.decoder_engine, MediaDecoderEngine):
+            raise ValueError(f"the {self.decoder_engine.name} engine runs no vision tower; this package reads images")
         self.preprocess = VisionPreprocess.from_folder(folder)
         self.image_limits = image_limits()
         self.video_limits = video_limits(self.preprocess)
@@ -222,7 +222,7 @@ class VisionDecisionModel(DecisionModel):
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
         if lane != MEDIA_LANE:
             return super().run(lane, payloads)
-        return run_media(self.decoder, payloads)
+        return run_media(self.decoder_engine, payloads)
 
     def warm_up(self) -> None:
         super().warm_up()

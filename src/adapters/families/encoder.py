@@ -142,7 +142,7 @@ class EncoderModel(LoadedModel):
             folder, dtype=getattr(torch, self.dtype), device=device.torch_device
         )
         graph = folder / "model.onnx"
-        self.forward = as_encoder_engine(
+        self.encoder_engine = as_encoder_engine(
             context.build_engine(
                 "encoder",
                 self.reference,
@@ -150,7 +150,7 @@ class EncoderModel(LoadedModel):
                 largest_forward_tokens=CPU_CAP_TOKENS,
             )
         )
-        self.engine = self.forward
+        self.engine = self.encoder_engine
         self.tokenizer = _tokenizer(folder, self.reference.head)
         self.pooling = self.reference.pooling
         cfg = self.reference.config
@@ -173,7 +173,7 @@ class EncoderModel(LoadedModel):
         self.lanes = (
             Lane(
                 DEFAULT_LANE,
-                self.forward.accounting,
+                self.encoder_engine.accounting,
                 cap_tokens=CPU_CAP_TOKENS if cpu else None,
                 cap_seconds=None if cpu else TIME_CAP_S,
             ),
@@ -198,14 +198,14 @@ class EncoderModel(LoadedModel):
     def tokenize(self, texts: Sequence[str], *, truncate: bool, max_length: int | None = None) -> list[Encoded]:
         """Rows of TEXTS (a prompt, when the request asked for one, already prepended), lowercased
         first when the package's sentence_bert_config.json says do_lower_case."""
-        prepared = self.text_settings.prepare(list(texts))
+        prepared = self.text_settings.fold_case(list(texts))
         limit = min(max_length or self.max_input_tokens, self.max_input_tokens)
         return self.tokenizer.encode(prepared, max_length=limit, truncate=truncate)
 
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
         """One planned forward: its rows as one `Batch` (`batch_of`), one engine call, then the
         token heads on the rows that asked for token states (`finish`)."""
-        return self.finish(payloads, self.forward.forward(self.batch_of(payloads)))
+        return self.finish(payloads, self.encoder_engine.forward(self.batch_of(payloads)))
 
     def batch_of(self, payloads: Sequence[Any]) -> Batch:
         """What each row asks: a token head's model, a sparse or multi-vector row → its token
@@ -291,7 +291,7 @@ class EncoderModel(LoadedModel):
     def card_section(self) -> dict[str, Any]:
         """The card's `embedding`, `heads` and `rerank` sections: the contract's fields first
         (docs/contract.md), then ours."""
-        out: dict[str, Any] = dict(self.forward.describe())
+        out: dict[str, Any] = dict(self.encoder_engine.describe())
         layers = self.reference.config.num_hidden_layers  # every output comes from the last layer
         if "embeddings" in self.surfaces:
             dense = "dense" in self.output_kinds

@@ -109,8 +109,8 @@ class MultimodalModel(LoadedModel):
                 f"{PREPROCESSOR} makes images of {self.preprocess.output_size() or 'varying size'}; "
                 f"the vision tower reads {size}×{size}"
             )
-        self.forward = as_dual_encoder_engine(context.build_engine("dual_encoder", self.network))
-        self.engine = self.forward
+        self.dual_engine = as_dual_encoder_engine(context.build_engine("dual_encoder", self.network))
+        self.engine = self.dual_engine
         self.tokenizer = TextTokenizer.from_folder(folder)
         limit = cfg.text.max_position_embeddings
         self.max_input_tokens = min(int(manifest.get("max_input_tokens") or limit), limit)
@@ -147,8 +147,8 @@ class MultimodalModel(LoadedModel):
 
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:
         if lane == MEDIA_LANE:
-            return list(self.forward.embed_images(payloads))
-        return list(self.forward.embed_text([p.ids for p in payloads]))
+            return list(self.dual_engine.embed_images(payloads))
+        return list(self.dual_engine.embed_text([p.ids for p in payloads]))
 
     def warm_up(self) -> None:
         size = self.config.vision.image_size
@@ -164,7 +164,7 @@ class MultimodalModel(LoadedModel):
     def card_section(self) -> dict[str, Any]:
         p = self.preprocess
         return {
-            **self.forward.describe(),
+            **self.dual_engine.describe(),
             "embedding": {
                 "dimensions": [self.dimensions],
                 "layers": [self.config.text.num_hidden_layers],  # no early exits: the text tower's last layer

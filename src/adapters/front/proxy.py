@@ -123,7 +123,9 @@ class Proxy:
             encoding = content_encoding(scope)
             size = inflated_size(len(body), encoding, self.max_request_bytes)  # a small compressed body may inflate
             kind = content_type(scope)  # a multipart body (typesafe-sdk's media assets) goes on as JSON
-            doc, body = await self.offload.run(decode_document, body, encoding, self.max_request_bytes, kind, size=size)
+            doc, body = await self.offload.hand_off(
+                decode_document, body, encoding, self.max_request_bytes, kind, size=size
+            )
             deployment = deployment_for(self.fleet, bodies.requested_model(doc, scope["path"]))
             label = deployment.name
             parse_ms = (time.perf_counter() - start) * 1000
@@ -169,7 +171,7 @@ class Proxy:
         cache = deployment.cache
         key = None
         if cache is not None and cache.enabled and not bodies.wants_meta(doc, path):
-            key = await self.offload.run(bodies.cache_key, path, doc, size=len(body))
+            key = await self.offload.hand_off(bodies.cache_key, path, doc, size=len(body))
             hit = cache.get(key)
             self.metrics.cache.inc({"deployment": deployment.name, "outcome": "miss" if hit is None else "hit"})
             if hit is not None:

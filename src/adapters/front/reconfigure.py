@@ -131,7 +131,7 @@ class Reconfigurer:
             status.state, status.problems = "refused", [str(exc)]
             return
         started = [supervisor for plan in plans.values() for supervisor in plan.started]
-        problem = await self._prepare(started)
+        problem = await self._bring_up(started)
         if problem is not None:
             status.state, status.problems = "failed", [problem]
             await asyncio.gather(*(s.stop() for s in started), return_exceptions=True)
@@ -151,7 +151,7 @@ class Reconfigurer:
             self._retirements.add(task)
             task.add_done_callback(self._retirements.discard)
 
-    async def _prepare(self, started: list[ReplicaSupervisor]) -> str | None:
+    async def _bring_up(self, started: list[ReplicaSupervisor]) -> str | None:
         """Start the new workers and wait until each is ready and compatible; why not, or None."""
         self.fleet.preparing.extend(started)
         for supervisor in started:

@@ -75,7 +75,7 @@ class Body:
         """The request Struct and the plain body's size (R-ADM-1 counts it), decoded off the
         event loop when the body is large or compressed; the bytes are let go once decoded."""
         raw, self.raw = self.raw, b""
-        return await offload.run(_decode, decoder, raw, self.encoding, self.limit, self.kind, size=self.size)
+        return await offload.hand_off(_decode, decoder, raw, self.encoding, self.limit, self.kind, size=self.size)
 
 
 def _decode(
@@ -131,7 +131,7 @@ def _post_handler(
             )
             result = await work(Posted(body, call, _tcp_peer(request.scope)))
             timing.encode_start = time.perf_counter()
-            content = await offload.run(json_encoder.encode, result, size=size)
+            content = await offload.hand_off(json_encoder.encode, result, size=size)
             timing.encode_end = time.perf_counter()
             return Response(content=content, media_type=JSON)
         except BaseException as exc:  # answered by the exception handlers; counted here

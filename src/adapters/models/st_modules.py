@@ -95,7 +95,7 @@ class TextSettings:
     max_seq_length: int | None = None
     model_type: str = "SentenceTransformer"
 
-    def prepare(self, texts: list[str]) -> list[str]:
+    def fold_case(self, texts: list[str]) -> list[str]:
         """TEXTS as the tokenizer must see them (lowercased when the package says so)."""
         return [t.lower() for t in texts] if self.do_lower_case else texts
 

@@ -110,7 +110,7 @@ class DeviceThread:
         """How many of the device's threads are running a call now (a call counts itself)."""
         return self._busy
 
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def hand_off(self, fn: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._counted, fn, *args)
 
@@ -118,7 +118,7 @@ class DeviceThread:
         """Blocking call from a non-loop thread (loading, warm-up, golden checks)."""
         return self._pool.submit(self._counted, fn, *args).result()
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
+    def enqueue(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
         """Queue a call without waiting for it (from any thread, the device thread included: it
         runs after the calls queued before it)."""
         return self._pool.submit(self._counted, fn, *args)

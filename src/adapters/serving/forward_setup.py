@@ -87,7 +87,7 @@ def forward_setup(
         configured=settings.threads if context is not None else None,
         learner=learner,
         clock=clock,
-        submit=device_thread.submit,
+        enqueue=device_thread.enqueue,
         on_shadow=on_shadow,
         why_not_adaptive=why,
         lone=lone,

@@ -33,7 +33,7 @@ from vllm_srun.domain.ports import Clock
 log = logging.getLogger("vllm_srun.forward_threads")
 
 RunLane = Callable[[str, Sequence[Any]], Sequence[Any]]
-Submit = Callable[..., Any]  # queue a call on the device thread, behind the running one
+Enqueue = Callable[..., Any]  # queue a call on the device thread, behind the running one
 ShadowObserver = Callable[[int, bool], None]  # (thread count, matched)
 
 
@@ -118,21 +118,21 @@ class ForwardRunner:
         configured: int | None,
         learner: ThreadLearner | None,
         clock: Clock,
-        submit: Submit | None = None,
+        enqueue: Enqueue | None = None,
         on_shadow: ShadowObserver | None = None,
         why_not_adaptive: str | None = None,
         lone: int | None = None,
         busy: Callable[[], int] | None = None,
         why_not_lone: str | None = None,
     ) -> None:
-        if learner is not None and (context is None or configured is None or submit is None):
+        if learner is not None and (context is None or configured is None or enqueue is None):
             raise ValueError("an adaptive learner needs a thread context, a configured count and a device queue")
         self._run = run
         self.context = context
         self.configured = configured
         self.learner = learner
         self._clock = clock
-        self._submit = submit
+        self._enqueue = enqueue
         self._on_shadow = on_shadow
         self.why_not_adaptive = why_not_adaptive
         if lone is not None and (learner is not None or context is None or busy is None):
@@ -157,8 +157,8 @@ class ForwardRunner:
         outputs = self._run(batch.lane, payloads)
         learner.served(batch.tokens, plan.serve, self._clock.now() - started)
         if plan.warm_up or plan.shadows:
-            assert self._submit is not None
-            self._submit(self._explore, batch, payloads, outputs, plan)
+            assert self._enqueue is not None
+            self._enqueue(self._explore, batch, payloads, outputs, plan)
         return outputs
 
     def _count_now(self) -> int | None:

@@ -194,7 +194,7 @@ class SchedulerLoop:
                 waiter.first_forward = start
         payloads = [row.payload for row in batch.rows]
         try:
-            outputs = await (device or self._device).run(self._run_batch, batch, payloads)
+            outputs = await (device or self._device).hand_off(self._run_batch, batch, payloads)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed forward fails exactly its requests

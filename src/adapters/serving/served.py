@@ -188,7 +188,7 @@ class ServedModel:
 
     async def prepare(self, call: Call, fn: Callable[..., T], *args: Any) -> T:
         """FN(*ARGS), the CPU work of preparing CALL's request: off the event loop when it is large."""
-        return fn(*args) if self.offload is None else await self.offload.run(fn, *args, size=call.body_bytes)
+        return fn(*args) if self.offload is None else await self.offload.hand_off(fn, *args, size=call.body_bytes)
 
     def token_budget(self) -> TokenBudget:
         return TokenBudget(self.max_request_tokens, self.name)
