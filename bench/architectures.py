@@ -6,7 +6,7 @@ For each architecture a random-weight package of all-MiniLM-L6-v2's shape (6 lay
 its Gated DeltaNet layers with 3 key and 6 value heads of 64, one layer in four gated full
 attention; `qwen3_5-torch` serves the same package with the C++ ops turned off, its layer loop in
 Python on torch's kernels, `VLLM_SRUN_CPU_ATTENTION=0`) is written by our
-fixture writer (`families/encoder_fixture.write_arch_package`: the architecture's real tokenizer
+fixture writer (`families/fixtures/encoder_fixture.write_arch_package`: the architecture's real tokenizer
 kind, its config as transformers writes it, sentence-transformers pooling files). Then:
   - ours:    `vllm-srun serve FOLDER --profile PROFILE` (result cache off; `batching` unless
              --profile says otherwise), `wrk` with CONNECTIONS connections for
@@ -46,7 +46,7 @@ POSITIONS = 512
 
 
 def write_package(out: Path, arch: str) -> Path:
-    from vllm_srun.adapters.families.encoder_fixture import write_arch_package
+    from vllm_srun.adapters.families.fixtures.encoder_fixture import write_arch_package
 
     sizes = QWEN3_5 if arch == "qwen3_5" else DECODER if arch in ("qwen3", "qwen2", "llama") else MINILM
     # the benchmark's words are whole tokens, so a text is about as many tokens as MiniLM makes of it

@@ -31,7 +31,7 @@ from bench._wrk import WrkResult, run_wrk
 from vllm_srun.adapters.media.audio_samples import audio_bytes, signal
 from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
 from vllm_srun.app.fixtures import write_fixture
-from vllm_srun.domain.media import default_media_workers
+from vllm_srun.domain.inputs.media import default_media_workers
 
 TEXT = "a photo of the small red cat on a blue house by the sea at night"
 

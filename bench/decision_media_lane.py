@@ -44,7 +44,7 @@ from bench._wrk import WrkResult, run_wrk, with_comment
 from vllm_srun.adapters.media.samples import image_bytes
 from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
 from vllm_srun.app.fixtures import write_fixture
-from vllm_srun.domain.media import default_media_workers
+from vllm_srun.domain.inputs.media import default_media_workers
 
 QUESTIONS = {
     "billing": {"type": "noul", "instructions": "Is this about billing?"},

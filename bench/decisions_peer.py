@@ -107,9 +107,9 @@ def write_package(folder: Path, layers: int, seed: int) -> Path:
     """The random-weight Qwen3 decision package (module doc), written once; returns FOLDER."""
     import numpy as np
 
-    from vllm_srun.adapters.families.decision_fixture import WORDS
-    from vllm_srun.adapters.families.decision_package import write_decision_package
-    from vllm_srun.adapters.models.fixture_tokenizers import write_fixture_tokenizer
+    from vllm_srun.adapters.families.fixtures.decision_fixture import WORDS
+    from vllm_srun.adapters.families.fixtures.decision_package import write_decision_package
+    from vllm_srun.adapters.families.fixtures.fixture_tokenizers import write_fixture_tokenizer
 
     done = folder / ".written"
     if done.exists():

@@ -53,7 +53,7 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=64)
     args = ap.parse_args()
     from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
-    from vllm_srun.domain.threads import budget_threads
+    from vllm_srun.domain.worker.threads import budget_threads
 
     budget = budget_threads(front_cpu_budget())
     texts = {s: make_texts(s, 512, seed=1) for s in ("short", "mixed")}

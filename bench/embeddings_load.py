@@ -90,7 +90,7 @@ def main() -> None:
     import os
 
     from vllm_srun.app.cli import default_threads
-    from vllm_srun.domain.threads import WAIT_POLICY_ENV, omp_wait_policy
+    from vllm_srun.domain.worker.threads import WAIT_POLICY_ENV, omp_wait_policy
 
     flags = args.serve_args.split()
     threads = int(flags[flags.index("--threads") + 1]) if "--threads" in flags else default_threads()

@@ -87,7 +87,7 @@ def stacked(arch: str, rows: int, repeats: int) -> int:
     from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
     from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import TextTokenizer
-    from vllm_srun.domain.kernels import KernelPlan
+    from vllm_srun.domain.worker.kernels import KernelPlan
 
     sys.setswitchinterval(0.001)  # the worker's (adapters/offload.py)
     torch.set_num_threads(1)
@@ -157,7 +157,7 @@ def main() -> int:
     from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import TextTokenizer
     from vllm_srun.adapters.models.unpadded import ForwardOps
-    from vllm_srun.domain.kernels import KernelPlan
+    from vllm_srun.domain.worker.kernels import KernelPlan
 
     sys.setswitchinterval(0.001)  # the worker's (adapters/offload.py)
     torch.set_num_threads(1)

@@ -113,7 +113,7 @@ def section_parity(device: Any, work: Path) -> None:
     from vllm_srun.adapters.families.decision_rows import QuestionRow, SharedRow
     from vllm_srun.adapters.families.encoder import EncoderFamily
     from vllm_srun.app.fixtures import write_fixture
-    from vllm_srun.domain.engine_args import EngineArgs
+    from vllm_srun.domain.settings.engine_args import EngineArgs
 
     def context(dev: Any) -> LoadContext:
         return LoadContext(device=dev, args=EngineArgs(), engines=EngineRegistry())

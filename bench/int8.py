@@ -3,7 +3,7 @@
 Both run through our native engine as `serve` builds it (`native_encoder`: FP32 on whatever the
 load-time plan picks, oneDNN packed linears or eager; the int8 package on int8 GEMMs), on the bench
 texts (`_texts.make_texts(shape, N, seed=1)`), every pass the whole pipeline: tokenize, cut the
-rows (arrival order) into the forwards the server would plan (`domain.planning.plan_lane`: at most
+rows (arrival order) into the forwards the server would plan (`domain.scheduling.planning.plan_lane`: at most
 512 tokens for a model the batch-invariance probe finds exact, else 4,096), run them, pool.
 Every round runs each pipeline once per shape, a different one first each round; texts/s are the
 best and the median pass, ratios the median over rounds of the ratio within a round (passes of one
@@ -49,7 +49,7 @@ class Pipeline:
         from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
         from vllm_srun.adapters.models.tokenization import TextTokenizer
         from vllm_srun.adapters.readiness.probe import batch_invariant
-        from vllm_srun.domain.planning import invariant_forward_tokens
+        from vllm_srun.domain.scheduling.planning import invariant_forward_tokens
 
         self.name = name
         reference = ReferenceEncoder.from_folder(folder)
@@ -69,9 +69,9 @@ class Pipeline:
         self.kernels = self.engine.describe()["kernels"]
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        from vllm_srun.domain.lanes import Accounting
-        from vllm_srun.domain.planning import plan_lane
-        from vllm_srun.domain.rows import Row
+        from vllm_srun.domain.scheduling.lanes import Accounting
+        from vllm_srun.domain.scheduling.planning import plan_lane
+        from vllm_srun.domain.scheduling.rows import Row
 
         encoded = self.tokenizer.encode(texts, max_length=self.max_tokens, truncate=True)
         rows = [Row(0, i, len(e.ids), "text", i, e) for i, e in enumerate(encoded)]
@@ -127,7 +127,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from vllm_srun.app.cli import default_threads
-    from vllm_srun.domain.threads import WAIT_POLICY_ENV, omp_wait_policy
+    from vllm_srun.domain.worker.threads import WAIT_POLICY_ENV, omp_wait_policy
 
     threads = args.threads or default_threads()
     policy = omp_wait_policy(threads, os.environ)

@@ -26,7 +26,7 @@ from bench._wrk import media_body, run_wrk, with_comment, with_free_box
 from vllm_srun.adapters.media.samples import image_bytes, video_bytes
 from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
 from vllm_srun.app.fixtures import write_fixture
-from vllm_srun.domain.media import default_media_workers
+from vllm_srun.domain.inputs.media import default_media_workers
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ serving forward of the native engine (rows back to back, attention per run, mean
 and prints their medians over interleaved repetitions (eager, packed, packed, eager, ...) and
 the median of the pairs' ratios eager ÷ packed. `served` is the path the load-time plan picks
 for that shape (the plan a server computes: timings of one layer's linears,
-`domain.kernels.plan_kernels`), and `served×` the ratio that path gives (1.00 where it keeps
+`domain.worker.kernels.plan_kernels`), and `served×` the ratio that path gives (1.00 where it keeps
 eager). Targets: packed ≥ 1.5× on
 one-row forwards of ≤ 32 tokens; served× ≥ 1 everywhere (within the noise of a shared machine).
 
@@ -69,8 +69,8 @@ def main() -> None:
     from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import Encoded
     from vllm_srun.app.cli import default_threads
-    from vllm_srun.domain.kernels import KernelPlan, plan_kernels
-    from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
+    from vllm_srun.domain.scheduling.planning import BATCH_INVARIANT_TOKENS
+    from vllm_srun.domain.worker.kernels import KernelPlan, plan_kernels
 
     threads = args.threads or default_threads()
     torch.set_num_threads(threads)

@@ -56,7 +56,7 @@ def main() -> None:
     from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import TextTokenizer
     from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, PackedRows, pooled
-    from vllm_srun.domain.kernels import KernelPlan
+    from vllm_srun.domain.worker.kernels import KernelPlan
 
     torch.set_num_threads(args.threads)
     folder = model_folder()

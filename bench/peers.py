@@ -69,8 +69,8 @@ from _proc import tree_rss_mib
 from _texts import LONG_TOKENS, SHAPES, make_texts
 from _vllm_peer import PeerUnavailable, ensure_vllm_venv, vllm_command
 
-from vllm_srun.domain.dispatch import DEFAULT_MAX_IN_FLIGHT
-from vllm_srun.domain.threads import THREADS_ENV
+from vllm_srun.domain.fleet.dispatch import DEFAULT_MAX_IN_FLIGHT
+from vllm_srun.domain.worker.threads import THREADS_ENV
 
 MODEL = "all-MiniLM-L6-v2"
 CACHE = Path.home() / ".cache" / "vllm-srun" / "bench"

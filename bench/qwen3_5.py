@@ -43,7 +43,7 @@ from vllm_srun.adapters.engines.cpu_hybrid import CppHybridKernels
 from vllm_srun.adapters.engines.cpu_op_library import load_varlen_attention
 from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
 from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS
-from vllm_srun.domain.shared_context import break_even_tokens
+from vllm_srun.domain.scheduling.shared_context import break_even_tokens
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

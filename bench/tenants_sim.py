@@ -27,10 +27,10 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from vllm_srun.domain.lanes import Accounting, Lane
-from vllm_srun.domain.planning import Budget, ForwardBatch
-from vllm_srun.domain.rows import RowSpec
-from vllm_srun.domain.scheduler import Scheduler
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane
+from vllm_srun.domain.scheduling.planning import Budget, ForwardBatch
+from vllm_srun.domain.scheduling.rows import RowSpec
+from vllm_srun.domain.scheduling.scheduler import Scheduler
 
 
 @dataclass

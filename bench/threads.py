@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _load import LoadResult, embeddings_body, machine_load, merged, server, warm_up, wrk_load
 from _texts import make_texts
 
-from vllm_srun.domain.threads import DEFAULT_FORWARD_NICE, FORWARD_NICE_ENV
+from vllm_srun.domain.worker.threads import DEFAULT_FORWARD_NICE, FORWARD_NICE_ENV
 
 
 class HealthProbe:
@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=64)
     args = ap.parse_args()
     from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
-    from vllm_srun.domain.threads import budget_threads
+    from vllm_srun.domain.worker.threads import budget_threads
 
     budget = budget_threads(front_cpu_budget())
     nice0 = {FORWARD_NICE_ENV: "0"}  # forward threads at the event loop's priority

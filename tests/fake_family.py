@@ -45,10 +45,10 @@ from vllm_srun.adapters.families.decision_rows import (
 )
 from vllm_srun.adapters.models.manifest import read_manifest, write_manifest
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer, write_tiny_wordpiece_tokenizer
-from vllm_srun.domain.input_budget import InputBudget
-from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens
-from vllm_srun.domain.rows import DEFAULT_LANE
-from vllm_srun.domain.shared_context import SHARED_LANE, should_share
+from vllm_srun.domain.inputs.input_budget import InputBudget
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane, forward_tokens
+from vllm_srun.domain.scheduling.rows import DEFAULT_LANE
+from vllm_srun.domain.scheduling.shared_context import SHARED_LANE, should_share
 
 FAMILY = "fake"
 DIMENSIONS = 8

@@ -50,11 +50,11 @@ from vllm_srun.adapters.families.decision_vision import (
 from vllm_srun.adapters.media.qwen_vision import VisionPreprocess
 from vllm_srun.adapters.models.manifest import read_manifest, write_manifest
 from vllm_srun.adapters.models.tokenization import write_tiny_wordpiece_tokenizer
-from vllm_srun.domain import media as rules
-from vllm_srun.domain.input_budget import InputBudget
-from vllm_srun.domain.lanes import Accounting, Lane
-from vllm_srun.domain.rows import DEFAULT_LANE
-from vllm_srun.domain.shared_context import SHARED_LANE, should_share
+from vllm_srun.domain.inputs import media as rules
+from vllm_srun.domain.inputs.input_budget import InputBudget
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane
+from vllm_srun.domain.scheduling.rows import DEFAULT_LANE
+from vllm_srun.domain.scheduling.shared_context import SHARED_LANE, should_share
 
 FAMILY = "fake_vision"
 ENGINE = "fake"  # the fake engine plugin serves it (`tests/fake_family.FakeEnginePlugin`)

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.domain.devices import DeviceInventory, GpuMemory
 from vllm_srun.domain.errors import ModelNotFound
+from vllm_srun.domain.settings.devices import DeviceInventory, GpuMemory
 
 
 @dataclass

@@ -23,8 +23,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from vllm_srun.adapters.request_timing import RequestTiming
-from vllm_srun.domain.admission import Admission, Ticket
-from vllm_srun.domain.tenants import DEFAULT_TENANT, Priority
+from vllm_srun.domain.scheduling.admission import Admission, Ticket
+from vllm_srun.domain.scheduling.tenants import DEFAULT_TENANT, Priority
 
 # waits until the request's client has gone away (the HTTP adapter's `wait_disconnect`)
 Disconnected = Callable[[], Awaitable[object]]

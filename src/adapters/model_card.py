@@ -13,7 +13,7 @@ from typing import Any
 from vllm_srun.adapters.schemas.common import MAX_INPUTS, ResponseMeta
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import ServedModel
-from vllm_srun.domain.profiles import Profile, answer_numerics
+from vllm_srun.domain.settings.profiles import Profile, answer_numerics
 
 # the accelerators the project's own test suite runs every model on (the card's `accelerator_validated`)
 VALIDATED_ACCELERATORS = frozenset({"cpu"})

@@ -6,7 +6,7 @@ large answer.
 - Work for a body under `INLINE_BYTES` runs on the loop: a hop to a thread costs more than the
   work. The caller says the body's size (`hand_off(..., size=)`: a request's is its `Call.body_bytes`,
   which `ServedModel.prepare` passes on, so the surfaces need not know it).
-- Larger work runs on one of `threads` threads (`domain.threads.preparation_threads`: a quarter
+- Larger work runs on one of `threads` threads (`domain.worker.threads.preparation_threads`: a quarter
   of the forward threads, at least 1, at most 4) running at a lower priority (nice 10), so it
   cannot take the CPUs the forwards and the loop need; the worker tells the `tokenizers`
   library to stay on the calling thread (`TOKENIZERS_PARALLELISM`).

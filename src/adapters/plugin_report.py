@@ -21,8 +21,8 @@ from vllm_srun.adapters.contracts import Device, EngineSettings
 from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.plugins import PluginConflict
-from vllm_srun.domain import bounds
-from vllm_srun.domain.profiles import PROFILES
+from vllm_srun.domain.settings import bounds
+from vllm_srun.domain.settings.profiles import PROFILES
 
 
 def family_entry(families: FamilyRegistry, name: str) -> dict[str, Any]:

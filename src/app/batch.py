@@ -7,7 +7,7 @@ answer the online route gives, decoding, admission and the error table included.
 CONCURRENCY lines is in flight (issued and not yet written), so the scheduler merges them into
 forwards as it merges concurrent clients'. 429 and 503 are retried after their Retry-After, a
 transport error after a backoff; a line still refused after MAX_RETRIES stops the run (exit 1),
-and as the output is a prefix of the input's lines, a rerun resumes after it (`domain/batch_jobs`).
+and as the output is a prefix of the input's lines, a rerun resumes after it (`domain/inputs/batch_jobs`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import httpx
 import msgspec
 
 from vllm_srun.app.batch_progress import ProgressBar, Summary
-from vllm_srun.domain.batch_jobs import (
+from vllm_srun.domain.inputs.batch_jobs import (
     API_KEY_ENV,
     CONCURRENCY,
     MAX_RETRIES,

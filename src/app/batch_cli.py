@@ -22,15 +22,15 @@ from vllm_srun.adapters.config.declarations import Declared, by_setting, declare
 from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.schemas.routes import SURFACE_SCHEMAS
 from vllm_srun.app.flags import add_setting, positive_int
-from vllm_srun.domain import bounds
-from vllm_srun.domain.batch_jobs import API_KEY_ENV, CONCURRENCY, MAX_RETRIES
+from vllm_srun.domain.inputs.batch_jobs import API_KEY_ENV, CONCURRENCY, MAX_RETRIES
+from vllm_srun.domain.settings import bounds
 
 if TYPE_CHECKING:
     from vllm_srun.app.batch import BatchOptions, Summary
     from vllm_srun.app.bootstrap import WorkerContainer
-    from vllm_srun.domain.adaptive_threads import Mode
-    from vllm_srun.domain.threads import CpuPlan
-    from vllm_srun.domain.worker_settings import ModelSpec
+    from vllm_srun.domain.worker.adaptive_threads import Mode
+    from vllm_srun.domain.worker.threads import CpuPlan
+    from vllm_srun.domain.worker.worker_settings import ModelSpec
 
     # what `serve` lends (app/cli.py; this module does not import it: cli imports this one)
     CpuSettings = Callable[[WorkerSettings, Mapping[str, str]], tuple[CpuPlan, Mode]]
@@ -211,8 +211,8 @@ def _worker(settings: WorkerSettings, cpu_settings: CpuSettings, model_specs: Mo
     from vllm_srun.adapters.plugins import PluginConflict
     from vllm_srun.app.bootstrap import bootstrap_worker
     from vllm_srun.app.server import check_worker
-    from vllm_srun.domain.dtypes import dtype_refusal
-    from vllm_srun.domain.threads import OMP_THREADS_ENV, WAIT_POLICY_ENV
+    from vllm_srun.domain.settings.dtypes import dtype_refusal
+    from vllm_srun.domain.worker.threads import OMP_THREADS_ENV, WAIT_POLICY_ENV
 
     problems = settings.problems()
     if problems:

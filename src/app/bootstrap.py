@@ -50,14 +50,14 @@ from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.adapters.tracing.setup import tracer_from_env
-from vllm_srun.domain import bounds
-from vllm_srun.domain.adaptive_threads import Mode
-from vllm_srun.domain.connections import ConnectionLimits
-from vllm_srun.domain.load_retries import LoadRetryPolicy
-from vllm_srun.domain.read_pacing import floor_for
-from vllm_srun.domain.tenants import DEFAULT_TENANTS
-from vllm_srun.domain.threads import CpuPlan, preparation_threads
-from vllm_srun.domain.worker_settings import ModelSpec, RuntimeSettings
+from vllm_srun.domain.scheduling.read_pacing import floor_for
+from vllm_srun.domain.scheduling.tenants import DEFAULT_TENANTS
+from vllm_srun.domain.security.connections import ConnectionLimits
+from vllm_srun.domain.settings import bounds
+from vllm_srun.domain.worker.adaptive_threads import Mode
+from vllm_srun.domain.worker.load_retries import LoadRetryPolicy
+from vllm_srun.domain.worker.threads import CpuPlan, preparation_threads
+from vllm_srun.domain.worker.worker_settings import ModelSpec, RuntimeSettings
 
 
 def offload_for(forward_threads: int | None) -> Offload:
@@ -87,7 +87,7 @@ def media_service(settings: WorkerSettings, metrics: RuntimeMetrics) -> MediaSer
     if settings.media_workers is not None:
         return MediaService(settings.media_workers, metrics=metrics, workers_source="set")
     from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
-    from vllm_srun.domain.media import default_media_workers
+    from vllm_srun.domain.inputs.media import default_media_workers
 
     return MediaService(default_media_workers(front_cpu_budget()), metrics=metrics, workers_source="default")
 

@@ -20,10 +20,10 @@ from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
 from vllm_srun.adapters.plugins import PluginConflict
 from vllm_srun.app.flags import OneLineParser, add_setting, arg_type, non_negative_int, positive_int
-from vllm_srun.domain import bounds
-from vllm_srun.domain.adaptive_threads import ADAPTIVE_ENV, Mode, parse_mode
-from vllm_srun.domain.dtypes import dtype_refusal
-from vllm_srun.domain.threads import (
+from vllm_srun.domain.settings import bounds
+from vllm_srun.domain.settings.dtypes import dtype_refusal
+from vllm_srun.domain.worker.adaptive_threads import ADAPTIVE_ENV, Mode, parse_mode
+from vllm_srun.domain.worker.threads import (
     OMP_THREADS_ENV,
     WAIT_POLICY_ENV,
     CpuPlan,
@@ -36,7 +36,7 @@ from vllm_srun.domain.threads import (
     standalone_threads,
     threads_refusal,
 )
-from vllm_srun.domain.worker_settings import ModelSpec
+from vllm_srun.domain.worker.worker_settings import ModelSpec
 
 PROG = "vllm-srun"
 # `serve` flags, in `--help` order: every declared field of the settings record
@@ -152,7 +152,7 @@ def build_parser(engines: EngineRegistry | None = None) -> argparse.ArgumentPars
 def default_threads() -> int:
     """`vllm-srun serve`'s forward threads when `--threads` is not given: the whole CPU budget."""
     from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
-    from vllm_srun.domain.threads import standalone_threads
+    from vllm_srun.domain.worker.threads import standalone_threads
 
     return standalone_threads(front_cpu_budget())
 

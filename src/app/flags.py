@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 from vllm_srun.adapters.config.declarations import Declared
-from vllm_srun.domain import bounds
+from vllm_srun.domain.settings import bounds
 
 KEEP = object()  # `add_setting(default=KEEP)`: the declared default
 # what `--help` shows for a value, where the setting's name in capitals would not say it

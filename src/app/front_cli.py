@@ -26,7 +26,7 @@ from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
 from vllm_srun.adapters.plugins import PluginConflict
 from vllm_srun.app.flags import OneLineParser, add_flag, add_setting, positive_int
-from vllm_srun.domain import bounds
+from vllm_srun.domain.settings import bounds
 
 PROG = "vllm-sr"
 FRONT_PORT_HELP = f"the TCP port to listen on; workers use Unix sockets (default: {bounds.FRONT_PORT.default})"

@@ -46,8 +46,8 @@ from vllm_srun.adapters.workers.command import hub_target
 from vllm_srun.adapters.workers.cpu_budget import managed_worker_threads
 from vllm_srun.adapters.workers.socket_dirs import clean_stale_socket_dirs, make_socket_dir
 from vllm_srun.app.bootstrap import FrontContainer, bootstrap_front
-from vllm_srun.domain import bounds
-from vllm_srun.domain.connections import ConnectionLimits
+from vllm_srun.domain.security.connections import ConnectionLimits
+from vllm_srun.domain.settings import bounds
 
 if TYPE_CHECKING:
     from vllm_srun.app.keys import Security

@@ -18,7 +18,7 @@ from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.readiness import golden
 from vllm_srun.app.bootstrap import bootstrap_worker
-from vllm_srun.domain.dtypes import device_class
+from vllm_srun.domain.settings.dtypes import device_class
 
 
 async def _answers(

@@ -24,8 +24,8 @@ from typing import Any
 from vllm_srun.adapters.config.api_keys import TOKEN_ENV, KeyFile, read_key_file, read_token
 from vllm_srun.adapters.http.auth import Authenticator
 from vllm_srun.adapters.http.listeners import TlsFiles, open_to_anyone, tls_files
-from vllm_srun.domain.api_keys import KeyFileError
-from vllm_srun.domain.tenants import DEFAULT_TENANTS, TenantTable
+from vllm_srun.domain.scheduling.tenants import DEFAULT_TENANTS, TenantTable
+from vllm_srun.domain.security.api_keys import KeyFileError
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.hub import parse_hub_id
 from vllm_srun.adapters.serving.model_checks import package_refusal
 from vllm_srun.adapters.serving.served import ServedModel
-from vllm_srun.domain.engine_args import EngineArgs
 from vllm_srun.domain.errors import DomainError, ModelNotFound
-from vllm_srun.domain.profiles import settings_refusal
+from vllm_srun.domain.settings.engine_args import EngineArgs
+from vllm_srun.domain.settings.profiles import settings_refusal
 
 
 def looks_like_path(artifact: str) -> bool:

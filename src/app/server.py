@@ -22,9 +22,9 @@ from vllm_srun.adapters.http.listeners import Listener, TlsFiles, ensure_descrip
 from vllm_srun.adapters.offload import SWITCH_INTERVAL_S
 from vllm_srun.app.bootstrap import WorkerContainer
 from vllm_srun.app.preflight import engine_arg_refusal, model_refusal
-from vllm_srun.domain import bounds
-from vllm_srun.domain.dtypes import dtype_refusal, needs_bf16_warning
 from vllm_srun.domain.errors import DomainError
+from vllm_srun.domain.settings import bounds
+from vllm_srun.domain.settings.dtypes import dtype_refusal, needs_bf16_warning
 
 GRACEFUL_SHUTDOWN_S = 30  # after SIGTERM, in-flight requests may finish this long (deploy/kubernetes grace)
 

@@ -11,9 +11,9 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from vllm_srun.domain.lanes import Accounting, Lane
-from vllm_srun.domain.planning import Budget
-from vllm_srun.domain.simulation import DeviceModel, TraceRequest, simulate, synthetic_trace
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane
+from vllm_srun.domain.scheduling.planning import Budget
+from vllm_srun.domain.scheduling.simulation import DeviceModel, TraceRequest, simulate, synthetic_trace
 
 
 def add_parser(sub: argparse._SubParsersAction, positive_int, window_ms) -> None:

@@ -238,7 +238,7 @@ def test_the_one_call_stacks_serve_modernbert_deberta_and_decoders_like_transfor
     `decoder_layers`; the card says so): the same answers as sentence-transformers and
     transformers, tokenizer included."""
     from vllm_srun.adapters.engines.cpu_op_library import VarlenOps, load_varlen_attention
-    from vllm_srun.adapters.families.encoder_fixture import write_arch_package
+    from vllm_srun.adapters.families.fixtures.encoder_fixture import write_arch_package
 
     if load_varlen_attention(lambda _msg: None) is not None:
         pytest.skip("no C++ ops on this machine: the layer loop serves these")

@@ -18,7 +18,7 @@ import pytest
 from tests.e2e.server import running_server
 from tests.stores import subprocess_env
 from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
-from vllm_srun.domain.threads import DEFAULT_FORWARD_NICE, budget_threads, default_concurrent_forwards
+from vllm_srun.domain.worker.threads import DEFAULT_FORWARD_NICE, budget_threads, default_concurrent_forwards
 
 CLI = [sys.executable, "-m", "vllm_srun.app.cli"]
 BUDGET = budget_threads(front_cpu_budget())

@@ -100,7 +100,7 @@ def test_openai_client_sends_text_images_and_videos(server: str, package: Path) 
 
 def test_default_media_workers_and_a_killed_worker_is_replaced(server: str) -> None:
     from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget
-    from vllm_srun.domain.media import default_media_workers
+    from vllm_srun.domain.inputs.media import default_media_workers
 
     media = httpx.get(f"{server}/v1/models").json()["data"][0]["media"]
     assert media["workers_source"] == "default" and media["workers"] == default_media_workers(front_cpu_budget())

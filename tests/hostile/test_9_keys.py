@@ -21,7 +21,7 @@ import pytest
 from tests.hostile.clients import LIMITS, Server, read_until_closed, start
 from tests.prometheus_text import metric
 
-PER_CONNECTION, PER_ADDRESS, WINDOW_S = 5, 20, 60  # domain/key_guessing.GuessLimits' defaults
+PER_CONNECTION, PER_ADDRESS, WINDOW_S = 5, 20, 60  # domain/security/key_guessing.GuessLimits' defaults
 TOKEN = "hostile-internal-token-0123456789abcdef"
 
 

@@ -27,7 +27,7 @@ import pytest
 from tests.e2e.server import running_server
 from tests.prometheus_text import metric
 from vllm_srun.adapters.media.samples import data_url, image_bytes, image_url, video_bytes, video_url
-from vllm_srun.domain.media import IMAGE_MAX_BYTES
+from vllm_srun.domain.inputs.media import IMAGE_MAX_BYTES
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
 from vllm_srun.adapters.models.pooling import PoolingConfig
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
-from vllm_srun.domain.kernels import KernelPlan, bucket_rows
+from vllm_srun.domain.worker.kernels import KernelPlan, bucket_rows
 
 transformers = pytest.importorskip("transformers")
 

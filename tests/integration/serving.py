@@ -17,8 +17,8 @@ from tests.stores import session_store
 from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.app.bootstrap import WorkerContainer, bootstrap_worker
-from vllm_srun.domain.engine_args import EngineArgs
-from vllm_srun.domain.worker_settings import ModelSpec
+from vllm_srun.domain.settings.engine_args import EngineArgs
+from vllm_srun.domain.worker.worker_settings import ModelSpec
 
 BOOTSTRAP_KEYWORDS = ("cpu", "adaptive_threads", "wait_policy", "progress", "check_golden")
 

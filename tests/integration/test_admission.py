@@ -17,7 +17,7 @@ from tests.integration.serving import serving
 from tests.integration.test_fake_family import fake_container
 from tests.prometheus_text import metric
 from tests.waiting import wait_until
-from vllm_srun.domain.admission import AdmissionLimits
+from vllm_srun.domain.scheduling.admission import AdmissionLimits
 
 
 def test_full_model_429_and_early_retries_are_held(fake_packages: list[Path]) -> None:

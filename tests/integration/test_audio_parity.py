@@ -20,7 +20,7 @@ from vllm_srun.adapters.models.whisper import WhisperEncoderConfig, load_whisper
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vllm_srun.adapters.families.audio_fixture import write_audio_fixture
+    from vllm_srun.adapters.families.fixtures.audio_fixture import write_audio_fixture
 
     out = tmp_path_factory.mktemp("audio") / "tiny-whisper"
     out.mkdir()

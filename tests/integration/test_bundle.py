@@ -12,7 +12,7 @@ import pytest
 from tests.integration.serving import serving
 from tests.integration.test_fake_family import fake_container
 from tests.prometheus_text import metric
-from vllm_srun.domain.admission import AdmissionLimits
+from vllm_srun.domain.scheduling.admission import AdmissionLimits
 
 QUESTIONS = {
     "good": {"type": "noul", "instructions": "is it good"},

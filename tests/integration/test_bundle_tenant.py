@@ -10,7 +10,7 @@ from tests.integration.serving import serving
 from tests.integration.test_fake_family import fake_container
 from tests.prometheus_text import metric
 from vllm_srun.adapters.http.auth import Authenticator
-from vllm_srun.domain.api_keys import key_digest, parse_key_file
+from vllm_srun.domain.security.api_keys import key_digest, parse_key_file
 
 METERED_KEY = "srk-metered-key-for-the-bundle-test"
 OTHER_KEY = "srk-other-key-for-the-bundle-test"

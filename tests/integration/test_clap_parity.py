@@ -33,7 +33,7 @@ SIGNALS = [("tone", 0.4), ("noise", 1.9), ("silence", 0.2), ("clipped", 1.0), ("
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vllm_srun.adapters.families.audio_fixture import write_audio_fixture
+    from vllm_srun.adapters.families.fixtures.audio_fixture import write_audio_fixture
 
     out = tmp_path_factory.mktemp("clap") / "tiny-clap"
     out.mkdir()
@@ -190,7 +190,7 @@ def test_features_of_another_shape_are_refused(package: Path) -> None:
 
 
 def test_the_fixture_is_the_same_bytes_for_a_seed(tmp_path: Path, package: Path) -> None:
-    from vllm_srun.adapters.families.audio_fixture import write_audio_fixture
+    from vllm_srun.adapters.families.fixtures.audio_fixture import write_audio_fixture
 
     for name, seed in (("again", 5), ("other", 6)):
         (tmp_path / name).mkdir()
@@ -220,7 +220,7 @@ def test_a_preprocessor_the_tower_cannot_read_is_refused_at_load(
     from vllm_srun.adapters.devices.torch_devices import CpuDevice
     from vllm_srun.adapters.engines.registry import EngineRegistry
     from vllm_srun.adapters.families.audio import AudioFamily
-    from vllm_srun.domain.engine_args import EngineArgs
+    from vllm_srun.domain.settings.engine_args import EngineArgs
 
     folder = Path(shutil.copytree(package, tmp_path / "pkg"))
     path = folder / "preprocessor_config.json"

@@ -20,7 +20,7 @@ from tests.prometheus_text import metric
 from vllm_srun.adapters.families.audio_clap import ClapModel
 from vllm_srun.adapters.media.audio_samples import audio_bytes, audio_item, input_audio, signal
 from vllm_srun.adapters.media.decoder import PillowAvDecoder
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 
 @pytest.fixture(scope="module")

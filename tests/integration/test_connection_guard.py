@@ -26,8 +26,8 @@ from vllm_srun.adapters.http.connection_guard import ConnectionGuard
 from vllm_srun.adapters.http.guarded_protocol import uvicorn_config
 from vllm_srun.adapters.http.listeners import bind_tcp
 from vllm_srun.adapters.http.request_body import read_body
-from vllm_srun.domain.connections import ConnectionLimits, ConnectionPhase
 from vllm_srun.domain.errors import DomainError
+from vllm_srun.domain.security.connections import ConnectionLimits, ConnectionPhase
 
 LIMITS = ConnectionLimits(
     header_timeout_s=0.6, keep_alive_timeout_s=0.6, body_timeout_s=0.8, max_header_bytes=4096, max_connections=4

@@ -310,7 +310,7 @@ def test_the_layer_stack_in_one_call_gives_the_layer_loops_bits(op: VarlenOps, m
     from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
     from vllm_srun.adapters.models.tokenization import TextTokenizer
     from vllm_srun.adapters.models.unpadded import LayerLinears
-    from vllm_srun.domain.kernels import bucket_rows
+    from vllm_srun.domain.worker.kernels import bucket_rows
 
     if onednn_unsupported("cpu", torch.float32) is not None:
         pytest.skip("no oneDNN packed linears in this torch build")
@@ -360,7 +360,7 @@ def test_the_whole_forward_in_one_call_gives_the_loops_rows(op: VarlenOps, minil
     import torch.nn.functional as F
 
     from vllm_srun.adapters.models.encoder_arch import hidden_states
-    from vllm_srun.domain.kernels import bucket_rows
+    from vllm_srun.domain.worker.kernels import bucket_rows
 
     reference, tokenizer, _, linears = minilm_packed
     encoder = reference.encoder
@@ -430,7 +430,7 @@ def test_the_one_call_forward_takes_no_tensor_from_python() -> None:
 
 def test_the_engine_serves_embeddings_through_the_one_call_forward(op: VarlenOps, minilm_packed) -> None:  # type: ignore[no-untyped-def]
     from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
-    from vllm_srun.domain.kernels import KernelPlan
+    from vllm_srun.domain.worker.kernels import KernelPlan
 
     reference, tokenizer, packed, _ = minilm_packed
 
@@ -460,7 +460,7 @@ def test_every_other_output_takes_its_hidden_states_from_the_one_call_forward(op
     order), laid out as the layer loop lays them and with its bits, real tokens and padding alike."""
     from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
     from vllm_srun.adapters.models.encoder_arch import hidden_states
-    from vllm_srun.domain.kernels import KernelPlan
+    from vllm_srun.domain.worker.kernels import KernelPlan
 
     reference, tokenizer, packed, _ = minilm_packed
 

@@ -18,14 +18,14 @@ from vllm_srun.adapters.engines import cpp_ops
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.cpu_op_library import VarlenOps, load_varlen_attention
 from vllm_srun.adapters.engines.cpu_stacks import NO_TENSOR, STACKS
-from vllm_srun.adapters.families.encoder_fixture import write_arch_package
+from vllm_srun.adapters.families.fixtures.encoder_fixture import write_arch_package
 from vllm_srun.adapters.models.deberta_v2 import load_deberta_v2
 from vllm_srun.adapters.models.decoder_encoder import load_decoder_encoder
 from vllm_srun.adapters.models.encoder_arch import eager_linears
 from vllm_srun.adapters.models.modernbert import load_modernbert
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import EAGER_OPS, PackedRows
-from vllm_srun.domain.kernels import bucket_rows
+from vllm_srun.domain.worker.kernels import bucket_rows
 
 pytestmark = pytest.mark.skipif(
     cpp_ops.compiler(os.environ) is None or onednn_unsupported("cpu", torch.float32) is not None,

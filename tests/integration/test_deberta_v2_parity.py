@@ -26,15 +26,15 @@ from safetensors.numpy import save_file
 from tests.integration.encoder_parity import LayerLoop, serving_engines, spy_stacks
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
+from vllm_srun.adapters.families.fixtures.deberta_v2_fixture import fixture_config, fixture_weights
 from vllm_srun.adapters.models.deberta_v2 import DebertaV2ClassificationHead, DebertaV2Encoder, load_deberta_v2
 from vllm_srun.adapters.models.deberta_v2_config import DebertaV2Config, log_bucket
-from vllm_srun.adapters.models.deberta_v2_fixture import fixture_config, fixture_weights
 from vllm_srun.adapters.models.encoders import load_encoder
 from vllm_srun.adapters.models.pooling import PoolingConfig
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.weights import WeightsError
-from vllm_srun.domain.kernels import KernelPlan
+from vllm_srun.domain.worker.kernels import KernelPlan
 
 TOL = 1e-5
 VOCAB = 100

@@ -13,7 +13,7 @@ from tests.stores import session_store, subprocess_env
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.app.cli import main
 from vllm_srun.app.preflight import engine_arg_refusal
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 
 def refused(*argv: str) -> str:

@@ -21,7 +21,7 @@ from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.media.samples import data_url, image_bytes, image_url, video_url
 from vllm_srun.adapters.plugins import ENGINES_GROUP, FAMILIES_GROUP, PluginInfo
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 NOUL = {"type": "noul", "instructions": "is it red"}
 QUESTIONS = {

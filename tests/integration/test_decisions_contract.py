@@ -13,7 +13,7 @@ import pytest
 from tests.contract_shapes import check
 from tests.integration.serving import serving
 from vllm_srun.adapters.surfaces.decision_states import state_text
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 TOL = 1e-4
 STATE = "the movie was great fun and the music was good"

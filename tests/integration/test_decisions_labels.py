@@ -17,7 +17,7 @@ from tests.contract_shapes import check
 from tests.integration.serving import serving
 from vllm_srun.adapters.surfaces.decision_labels import plan
 from vllm_srun.adapters.surfaces.decision_questions import read_question
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 STATE = "Alice flew from Paris to Rome on Monday and paid twice for the ticket"
 SET = {"type": "set", "instructions": "Which topics?", "labels": ["travel", {"key": "billing", "description": "money"}]}

@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.serving import serving
 from vllm_srun.adapters.families.decision_rows import AskedQuestion
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 LIMIT = 160  # above every golden prompt of the fixture, below the package's 1024
 SHORT = {"type": "noul", "instructions": "is it good"}
@@ -113,7 +113,7 @@ def test_max_length_applies_to_shared_requests_too(limited) -> None:
     body = {"state": at, "questions": qs, "options": {"return_meta": True}}
     old = model.break_even
     try:
-        from vllm_srun.domain.shared_context import BreakEven
+        from vllm_srun.domain.scheduling.shared_context import BreakEven
 
         model.break_even = BreakEven(0, "manifest")
         r = client.post("/v1/decisions", json=body).json()

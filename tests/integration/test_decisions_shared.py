@@ -15,7 +15,7 @@ import pytest
 
 from tests.integration.serving import serving
 from tests.prometheus_text import metric
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 TOL = 1e-4
 STATE = (

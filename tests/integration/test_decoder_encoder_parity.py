@@ -29,13 +29,13 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
+from vllm_srun.adapters.families.fixtures.decoder_encoder_fixture import fixture_config, fixture_weights
 from vllm_srun.adapters.models.decoder_encoder import (
     DecoderEncoderConfig,
     ScoreHead,
     YesNoHead,
     load_decoder_encoder,
 )
-from vllm_srun.adapters.models.decoder_encoder_fixture import fixture_config, fixture_weights
 from vllm_srun.adapters.models.encoders import load_encoder
 from vllm_srun.adapters.models.manifest import write_manifest
 from vllm_srun.adapters.models.pooling import PoolingConfig
@@ -49,7 +49,7 @@ from vllm_srun.adapters.models.prompted_pairs import (
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 from vllm_srun.adapters.models.weights import WeightsError
-from vllm_srun.domain.kernels import KernelPlan
+from vllm_srun.domain.worker.kernels import KernelPlan
 
 TOL = 1e-4  # FP32 parity with transformers (measured figures: see the report / -s output)
 TYPES = ("qwen3", "qwen2", "llama")

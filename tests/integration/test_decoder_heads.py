@@ -1,7 +1,7 @@
 """Decoder packages routed by what they are, and the heads transformers defines over a decoder
 backbone (`families/decoder_packages.py`, `models/decoder_heads.py`) against `transformers`
 (test-only), on tiny random Qwen3 / Qwen2 / Llama packages written by the fixture writer
-(`families/decoder_head_fixture.py`: transformers' layout, no srun.json of ours routing them).
+(`families/fixtures/decoder_head_fixture.py`: transformers' layout, no srun.json of ours routing them).
 
 - routing: `…ForSequenceClassification`, `…ForTokenClassification`, bare `…Model` and
   sentence-transformers packages reach the encoder family, `…ForCausalLM` the decision family,
@@ -32,18 +32,18 @@ from tokenizers import Tokenizer
 
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
-from vllm_srun.adapters.families.decoder_head_fixture import write_decoder_head_package
 from vllm_srun.adapters.families.encoder import EncoderFamily
+from vllm_srun.adapters.families.fixtures.decoder_encoder_fixture import fixture_config
+from vllm_srun.adapters.families.fixtures.decoder_head_fixture import write_decoder_head_package
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.models.decoder_encoder import load_decoder_encoder
-from vllm_srun.adapters.models.decoder_encoder_fixture import fixture_config
 from vllm_srun.adapters.models.decoder_heads import ScoreHead, head_rows, read_score_token_head
 from vllm_srun.adapters.models.manifest import write_manifest
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 from vllm_srun.adapters.models.weights import WeightsError
 from vllm_srun.domain.errors import InvalidRequest
-from vllm_srun.domain.kernels import KernelPlan
+from vllm_srun.domain.worker.kernels import KernelPlan
 
 TOL = 1e-4  # FP32 parity with transformers (figures: -s output / the report)
 TYPES = ("qwen3", "qwen2", "llama")
@@ -184,7 +184,7 @@ def test_the_encoder_family_describes_a_decoder_head(
 @pytest.mark.parametrize("arch", TYPES)
 def test_token_fixture_is_what_transformers_writes(tmp_path: Path, arch: str) -> None:
     """config.json and the tensor names of `<Arch>ForTokenClassification` as transformers saves them."""
-    from vllm_srun.adapters.models.decoder_encoder_fixture import fixture_weights
+    from vllm_srun.adapters.families.fixtures.decoder_encoder_fixture import fixture_weights
 
     ours = fixture_config(300, 0, 3, model_type=arch, token=True)
     cfg = getattr(transformers, f"{ARCH[arch]}Config")(

@@ -18,9 +18,9 @@ from vllm_srun.adapters.families.decision_rows import QuestionRow, SharedRow
 from vllm_srun.adapters.families.encoder import EncoderFamily, EncoderModel
 from vllm_srun.adapters.models import unpadded
 from vllm_srun.adapters.models.decoder import DecoderLM
-from vllm_srun.domain.engine_args import EngineArgs
-from vllm_srun.domain.rows import DEFAULT_LANE
-from vllm_srun.domain.shared_context import SHARED_LANE
+from vllm_srun.domain.scheduling.rows import DEFAULT_LANE
+from vllm_srun.domain.scheduling.shared_context import SHARED_LANE
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 GPU = FakeDevice(kind="cuda", index=0, total=80 * 10**9, native_dtypes=frozenset({"float32", "bfloat16", "float16"}))
 TEXTS = ["a", "the quick brown fox", "the quick brown fox jumps over the lazy dog " * 3, "red", "blue bird"]

@@ -21,8 +21,8 @@ from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.encoder import EncoderFamily, EncoderModel
 from vllm_srun.adapters.models.encoder_arch import EncoderModuleDefaults
 from vllm_srun.adapters.models.token_classifier import token_logits
-from vllm_srun.domain.engine_args import EngineArgs
-from vllm_srun.domain.rows import DEFAULT_LANE
+from vllm_srun.domain.scheduling.rows import DEFAULT_LANE
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 pytest.importorskip("torch")
 TEXTS = ["a", "the quick brown fox", "red", "the quick brown fox jumps over the lazy dog", "blue bird"]

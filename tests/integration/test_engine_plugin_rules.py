@@ -16,7 +16,7 @@ from vllm_srun.adapters.devices.torch_devices import CpuDevice
 from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.app.server import check_worker
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 
 def test_the_onnxruntime_engine_builds_only_on_a_float32_encoder(encoder_fixture, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

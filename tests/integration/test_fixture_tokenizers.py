@@ -1,4 +1,4 @@
-"""Fixture tokenizers of the real kinds (`models/fixture_tokenizers.py`) give the ids that
+"""Fixture tokenizers of the real kinds (`families/fixtures/fixture_tokenizers.py`) give the ids that
 transformers' own tokenizer class for the model type gives — singles, pairs, token types, special
 tokens written in the text — on varied text; their vocabulary files (vocab.txt, vocab.json +
 merges.txt, SentencePiece models) say the same as tokenizer.json; WORDS are whole tokens."""
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import transformers
 
-from vllm_srun.adapters.models.fixture_tokenizers import (
+from vllm_srun.adapters.families.fixtures.fixture_tokenizers import (
     DECODER_TYPES,
     MODEL_TYPES,
     TokenizerInfo,
@@ -263,7 +263,7 @@ def test_add_eos_closes_every_text(tmp_path: Path, model_type: str) -> None:
 
 @pytest.mark.parametrize("variant", ["clip", "siglip"])
 def test_multimodal_fixture_tokenizer_agrees_with_its_model_config(tmp_path: Path, variant: str) -> None:
-    from vllm_srun.adapters.families.multimodal_fixture import write_multimodal_fixture
+    from vllm_srun.adapters.families.fixtures.multimodal_fixture import write_multimodal_fixture
 
     write_multimodal_fixture(tmp_path, variant, seed=0)  # the tokenizer and config.json it ships
     reference = _reference(tmp_path)

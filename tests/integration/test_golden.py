@@ -13,7 +13,7 @@ from safetensors.numpy import load_file, save_file
 
 from tests.integration.serving import serving
 from vllm_srun.adapters.readiness import golden
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 
 def _copy(src: Path, dst: Path, *, keep_golden: bool = True) -> Path:

@@ -16,10 +16,10 @@ from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.decision import DecisionFamily
 from vllm_srun.adapters.families.decision_rows import QuestionRow, SharedRow
 from vllm_srun.adapters.families.encoder import EncoderFamily
-from vllm_srun.domain.devices import DeviceRefused
-from vllm_srun.domain.engine_args import EngineArgs
-from vllm_srun.domain.rows import DEFAULT_LANE
-from vllm_srun.domain.shared_context import SHARED_LANE
+from vllm_srun.domain.scheduling.rows import DEFAULT_LANE
+from vllm_srun.domain.scheduling.shared_context import SHARED_LANE
+from vllm_srun.domain.settings.devices import DeviceRefused
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 pytestmark = pytest.mark.gpu
 GOLDEN_GPU_TOLERANCE = 2e-2

@@ -24,9 +24,9 @@ from vllm_srun.adapters.plugins import ENGINES_GROUP, FAMILIES_GROUP, PluginInfo
 from vllm_srun.adapters.serving.calibration import KneeCalibrator
 from vllm_srun.app.fixtures import write_fixture
 from vllm_srun.app.server import check_worker
-from vllm_srun.domain.devices import GIB
-from vllm_srun.domain.engine_args import EngineArgs
-from vllm_srun.domain.rows import DEFAULT_LANE
+from vllm_srun.domain.scheduling.rows import DEFAULT_LANE
+from vllm_srun.domain.settings.devices import GIB
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 GB = 10**9
 FAKE_FAMILY = PluginInfo(FAMILIES_GROUP, "fake", "fake-srun-plugin", "1.0")

@@ -26,7 +26,7 @@ from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import TextTokenizer
 from vllm_srun.adapters.readiness.probe import batch_invariant
 from vllm_srun.app.quantize import quantize
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 pytestmark = pytest.mark.skipif(
     int8_unsupported("cpu", torch.float32) is not None,
@@ -171,7 +171,7 @@ def test_the_whole_forward_in_one_call_gives_the_int8_layer_loops_bits(minilm_in
     from vllm_srun.adapters.engines.cpu_op_library import cpu_ops, load_varlen_attention
     from vllm_srun.adapters.models.encoder_arch import hidden_states
     from vllm_srun.adapters.models.unpadded import PackedRows
-    from vllm_srun.domain.kernels import bucket_rows
+    from vllm_srun.domain.worker.kernels import bucket_rows
 
     if load_varlen_attention(QUIET) is not None or load_int8_kernels(QUIET) is not None:
         pytest.skip("no C++ ops here: the int8 forward keeps the layer loop")

@@ -10,8 +10,8 @@ from pathlib import Path
 from tests.integration.serving import serving
 from tests.integration.test_fake_family import fake_container
 from vllm_srun.adapters.http.auth import Authenticator
-from vllm_srun.domain.admission import AdmissionLimits
-from vllm_srun.domain.api_keys import parse_key_file
+from vllm_srun.domain.scheduling.admission import AdmissionLimits
+from vllm_srun.domain.security.api_keys import parse_key_file
 
 
 def test_the_key_file_s_tenant_policies_apply_to_its_keys(fake_packages: list[Path]) -> None:

@@ -29,7 +29,7 @@ from vllm_srun.adapters.media.preprocess import ImagePreprocess
 from vllm_srun.adapters.media.samples import image_bytes, video_bytes
 from vllm_srun.adapters.media.service import MediaService
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
-from vllm_srun.domain import media
+from vllm_srun.domain.inputs import media
 
 FAKE = "tests.fake_media:FakeDecoder"
 IMAGE = MediaLimits(max_bytes=media.IMAGE_MAX_BYTES, max_pixels=media.IMAGE_MAX_PIXELS)

@@ -15,9 +15,9 @@ from vllm_srun.adapters.config.model_args import ModelArgs
 from vllm_srun.adapters.config.models_file import load_models_file
 from vllm_srun.adapters.config.schema import ConfigError
 from vllm_srun.app.cli import build_parser, main, model_specs, serve_settings
-from vllm_srun.domain.admission import AdmissionLimits
-from vllm_srun.domain.dtypes import dtype_refusal
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.scheduling.admission import AdmissionLimits
+from vllm_srun.domain.settings.dtypes import dtype_refusal
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 
 def refusal_lines(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:

@@ -30,7 +30,7 @@ from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import PackedRows
 from vllm_srun.adapters.models.weights import WeightsError
-from vllm_srun.domain.kernels import KernelPlan
+from vllm_srun.domain.worker.kernels import KernelPlan
 
 TOL = 1e-5
 VOCAB, PAD = 100, 0

@@ -162,7 +162,7 @@ def test_the_one_call_forward_serves_mpnets_relative_bias(tmp_path: Path, monkey
     from vllm_srun.adapters.engines.cpu_op_library import VarlenOps
     from vllm_srun.adapters.models.encoder_arch import hidden_states
     from vllm_srun.adapters.models.unpadded import PackedRows
-    from vllm_srun.domain.kernels import bucket_rows
+    from vllm_srun.domain.worker.kernels import bucket_rows
 
     biased: list[int] = []
     plain_attention = VarlenOps.attention

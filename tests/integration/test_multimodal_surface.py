@@ -22,7 +22,7 @@ from tests.prometheus_text import metric
 from vllm_srun.adapters.families.multimodal import MultimodalModel
 from vllm_srun.adapters.media.decoder import PillowAvDecoder
 from vllm_srun.adapters.media.samples import data_url, image_bytes, image_url, video_bytes, video_url
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 Fixture = Callable[..., Path]
 

@@ -20,8 +20,8 @@ from vllm_srun.adapters.models.encoder_arch import hidden_states
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 from vllm_srun.adapters.models.unpadded import PackedRows
-from vllm_srun.domain.engine_args import EngineArgs
-from vllm_srun.domain.kernels import KernelPlan, KernelTiming
+from vllm_srun.domain.settings.engine_args import EngineArgs
+from vllm_srun.domain.worker.kernels import KernelPlan, KernelTiming
 
 pytestmark = pytest.mark.skipif(
     onednn_unsupported("cpu", torch.float32) is not None, reason="no oneDNN fast path on this machine"
@@ -222,7 +222,7 @@ def test_a_fast_path_ending_below_512_tokens_is_approximate_without_a_probe(
     from vllm_srun.adapters.engines.registry import EngineRegistry
     from vllm_srun.adapters.families.encoder import EncoderFamily
     from vllm_srun.adapters.readiness.probe import probe_model
-    from vllm_srun.domain.engine_args import EngineArgs
+    from vllm_srun.domain.settings.engine_args import EngineArgs
 
     folder = encoder_fixture("embed")  # written (and its golden recorded) before the fake timings
     fake = [KernelTiming(n, 1.0, 1.0 / s) for n, s in ((17, 1.8), (34, 1.5), (67, 0.8))]
@@ -247,7 +247,7 @@ def test_a_fast_path_ending_between_256_and_512_tokens_caps_merged_forwards_ther
     from vllm_srun.adapters.engines.registry import EngineRegistry
     from vllm_srun.adapters.families.encoder import EncoderFamily
     from vllm_srun.adapters.readiness.probe import probe_model
-    from vllm_srun.domain.engine_args import EngineArgs
+    from vllm_srun.domain.settings.engine_args import EngineArgs
 
     folder = encoder_fixture("embed")  # written (and its golden recorded) before the fake timings
     speedups = ((17, 1.8), (34, 1.5), (67, 1.3), (133, 1.2), (265, 1.1), (529, 0.9))

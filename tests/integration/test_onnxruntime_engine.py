@@ -19,7 +19,7 @@ from vllm_srun.adapters.engines.onnx_export import export_encoder
 from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import TextTokenizer
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 TOL = 1e-4
 TEXTS = [

@@ -16,7 +16,7 @@ from vllm_srun.adapters.contracts import Determinism, as_decoder_engine
 from vllm_srun.adapters.engines.native_decoder import NativeDecoder, native_decoder
 from vllm_srun.adapters.engines.packed_decoder import PackedDecoder, eager_logits, packed_decoder
 from vllm_srun.adapters.models.decoder import DecoderLM
-from vllm_srun.domain.lanes import Accounting
+from vllm_srun.domain.scheduling.lanes import Accounting
 
 TOL = 1e-5  # packed against eager, relative to the logits' size (as the encoders' NUMERICS_TOL)
 ROWS_LENGTHS = (5, 17, 1, 9, 9, 30, 2)

@@ -16,7 +16,7 @@ from tests.integration.serving import container_for, serving
 from vllm_srun.adapters.contracts import LoadedModel
 from vllm_srun.adapters.readiness.golden import LoadTimeChecks
 from vllm_srun.adapters.readiness.probe import probe_model
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 
 class ForcedProbe(LoadTimeChecks):

@@ -19,9 +19,9 @@ from dependency_injector import providers
 from tests.integration.serving import container_for, serving
 from tests.integration.test_probe_wiring import ForcedProbe
 from tests.waiting import wait_until
-from vllm_srun.domain.engine_args import EngineArgs
-from vllm_srun.domain.planning import ForwardBatch
-from vllm_srun.domain.worker_settings import ModelSpec
+from vllm_srun.domain.scheduling.planning import ForwardBatch
+from vllm_srun.domain.settings.engine_args import EngineArgs
+from vllm_srun.domain.worker.worker_settings import ModelSpec
 
 TEXTS = ["the quick brown fox", "a small red bird", "the dog", "blue fish in the green sea of the cat"]
 

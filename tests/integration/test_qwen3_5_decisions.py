@@ -22,7 +22,7 @@ from tests.integration.serving import serving
 from tests.integration.test_decisions_shared import assert_close, questions
 from vllm_srun.adapters.engines.cpp_ops import compiler
 from vllm_srun.adapters.readiness.probe import probe_model
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 TOL = 1e-4
 STATE = {"review": "the movie was great fun and the music was good", "stars": [4, 5]}

@@ -1,7 +1,7 @@
 """Qwen3.5 (the hybrid Gated DeltaNet / gated attention backbone, `models/qwen3_5.py`) on the encoder
 surfaces (`models/qwen3_5_encoder.py`) against transformers' Qwen3_5 classes and
 sentence-transformers (test-only), on the tiny packages `vllm-srun fixture --family encoder
---variant qwen3_5-KIND` writes (`families/qwen3_5_encoder_fixture.py`) and on packages transformers
+--variant qwen3_5-KIND` writes (`families/fixtures/qwen3_5_encoder_fixture.py`) and on packages transformers
 saves itself (both config layouts of the sequence classifier):
 
 - routing with no srun.json: each package reaches the encoder family by what it is, a causal LM
@@ -26,7 +26,7 @@ import torch
 import transformers
 
 from vllm_srun.adapters.engines.native import NativeEncoder
-from vllm_srun.adapters.families.encoder_fixture import write_arch_package
+from vllm_srun.adapters.families.fixtures.encoder_fixture import write_arch_package
 from vllm_srun.adapters.families.registry import FamilyRegistry
 from vllm_srun.adapters.models.decoder_heads import ScoreHead, YesNoHead, head_rows, read_score_token_head
 from vllm_srun.adapters.models.prompted_pairs import PromptedPairTokenizer, RerankPrompt

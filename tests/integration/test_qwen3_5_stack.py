@@ -23,7 +23,7 @@ from vllm_srun.adapters.engines.cpu_hybrid import NO_TENSOR, CppHybridKernels
 from vllm_srun.adapters.engines.cpu_op_library import VarlenOps, hybrid_kernels, load_varlen_attention
 from vllm_srun.adapters.engines.native import native_encoder
 from vllm_srun.adapters.engines.native_decoder import native_decoder
-from vllm_srun.adapters.families.encoder_fixture import write_arch_package
+from vllm_srun.adapters.families.fixtures.encoder_fixture import write_arch_package
 from vllm_srun.adapters.models.gated_delta import Segments, causal_conv, chunk_gated_delta, l2norm
 from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
 from vllm_srun.adapters.models.qwen3_5_config import Qwen35Config

@@ -27,9 +27,9 @@ import torch
 from tests.integration.serving import serving
 from tests.prometheus_text import metric
 from vllm_srun.adapters.contracts import StateMedium
-from vllm_srun.adapters.families.decision_fixture import write_decision_fixture
+from vllm_srun.adapters.families.fixtures.decision_fixture import write_decision_fixture
 from vllm_srun.adapters.media.samples import image_url, video_url
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 TOL = 1e-4
 QUESTIONS = {

@@ -25,7 +25,7 @@ from transformers import AutoTokenizer, Qwen3_5ForConditionalGeneration
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
 
-from vllm_srun.adapters.families.decision_fixture import write_decision_fixture
+from vllm_srun.adapters.families.fixtures.decision_fixture import write_decision_fixture
 from vllm_srun.adapters.media.qwen_vision import (
     VisionPreprocess,
     image_placeholder,

@@ -26,8 +26,8 @@ from vllm_srun.adapters.http.connection_guard import ConnectionGuard
 from vllm_srun.adapters.http.guarded_protocol import uvicorn_config
 from vllm_srun.adapters.http.listeners import bind_tcp
 from vllm_srun.adapters.http.read_pacing import PacedReads
-from vllm_srun.domain.api_keys import parse_key_file
-from vllm_srun.domain.connections import ConnectionLimits
+from vllm_srun.domain.security.api_keys import parse_key_file
+from vllm_srun.domain.security.connections import ConnectionLimits
 
 KEYS = {"A": "srk-pace-a-" + "a" * 32, "B": "srk-pace-b-" + "b" * 32}
 TABLE = parse_key_file("".join(f"{t} {hashlib.sha256(k.encode()).hexdigest()}\n" for t, k in KEYS.items()))

@@ -1,5 +1,5 @@
 """RoBERTa and XLM-RoBERTa through our BERT encoder (`models/bert.py`) against `transformers`
-(test-only), on tiny random packages from `models/roberta_fixture.py` (shared checks:
+(test-only), on tiny random packages from `families/fixtures/roberta_fixture.py` (shared checks:
 `test_distilbert_parity.py`).
 
 Checks, for model_type `roberta` and `xlm-roberta` (one token type, positions past pad_token_id):
@@ -32,7 +32,7 @@ from tests.integration.encoder_parity import (
     make_rows,
     write_fixture,
 )
-from vllm_srun.adapters.models import roberta_fixture
+from vllm_srun.adapters.families.fixtures import roberta_fixture
 from vllm_srun.adapters.models.bert import BertConfig, SequenceClassificationHead, load_bert
 from vllm_srun.adapters.models.tokenization import Encoded
 

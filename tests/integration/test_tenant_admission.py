@@ -14,9 +14,9 @@ import pytest
 from tests.integration.serving import serving
 from tests.integration.test_fake_family import fake_container
 from vllm_srun.adapters.call import Call
-from vllm_srun.domain.admission import AdmissionLimits
 from vllm_srun.domain.errors import Overloaded
-from vllm_srun.domain.tenants import TenantPolicy, TenantTable
+from vllm_srun.domain.scheduling.admission import AdmissionLimits
+from vllm_srun.domain.scheduling.tenants import TenantPolicy, TenantTable
 
 
 def test_a_tenant_holding_the_whole_queue_is_refused_and_another_is_served(fake_packages: list[Path]) -> None:

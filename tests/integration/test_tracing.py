@@ -29,7 +29,7 @@ from vllm_srun.adapters.readiness.golden import LoadTimeChecks
 from vllm_srun.adapters.tracing.otel import OtelTracer, tracer_with
 from vllm_srun.adapters.tracing.port import NOOP
 from vllm_srun.app.bootstrap import bootstrap_front
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 CLIENT_SPAN = "b7ad6b7169203331"

@@ -25,7 +25,7 @@ from vllm_srun.adapters.models.encoder_arch import eager_linears
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import TextTokenizer
 from vllm_srun.adapters.models.unpadded import LayerLinears
-from vllm_srun.domain.kernels import SizePlan
+from vllm_srun.domain.worker.kernels import SizePlan
 
 triton = pytest.importorskip("triton")
 GPU = torch.cuda.is_available()
@@ -158,7 +158,7 @@ from vllm_srun.adapters.engines.registry import EngineRegistry
 from vllm_srun.adapters.families.decision import DecisionFamily
 from vllm_srun.adapters.families.decision_rows import QuestionRow
 from vllm_srun.adapters.families.encoder import EncoderFamily
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 context = LoadContext(device=open_device("auto"), args=EngineArgs(), engines=EngineRegistry())
 encoder = EncoderFamily().load(Path({str(encoder_fixture("embed"))!r}), context)
 assert len(encoder.run("text", encoder.tokenize(["a red bird"], truncate=True))) == 1

@@ -79,7 +79,7 @@ def test_one_length_batch_has_one_run() -> None:
 def test_a_forward_padded_once_gives_the_bits_of_one_padded_per_linear(minilm_dir) -> None:  # type: ignore[no-untyped-def]
     from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
     from vllm_srun.adapters.models.unpadded import LayerLinears
-    from vllm_srun.domain.kernels import bucket_rows
+    from vllm_srun.domain.worker.kernels import bucket_rows
 
     reference = ReferenceEncoder.from_folder(minilm_dir)
     batch = TextTokenizer.from_folder(minilm_dir).encode(_texts(11, 4), max_length=256)

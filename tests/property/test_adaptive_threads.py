@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from tests.fakes import FakeClock
-from vllm_srun.domain.adaptive_threads import (
+from vllm_srun.domain.worker.adaptive_threads import (
     ADAPTIVE_ENV,
     BUCKET_EDGES,
     Mode,

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tests.fakes import FakeClock
-from vllm_srun.domain.admission import (
+from vllm_srun.domain.errors import Overloaded
+from vllm_srun.domain.scheduling.admission import (
     MAX_RETRY_AFTER_S,
     MIN_RETRY_AFTER_S,
     Admission,
@@ -21,7 +22,6 @@ from vllm_srun.domain.admission import (
     RetryDiscipline,
     Ticket,
 )
-from vllm_srun.domain.errors import Overloaded
 
 
 class AdmissionMachine(RuleBasedStateMachine):

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_srun.domain.calibration import (
+from vllm_srun.domain.settings.engine_args import EngineArgs, calibrated_limits, resolve_limits
+from vllm_srun.domain.worker.calibration import (
     KNEE_TOLERANCE,
     MEMORY_SPARE,
     TIME_CAP_S,
@@ -23,7 +24,6 @@ from vllm_srun.domain.calibration import (
     seconds_at,
     tokens_within,
 )
-from vllm_srun.domain.engine_args import EngineArgs, calibrated_limits, resolve_limits
 
 BUDGETS = [4_096, 8_192, 16_384, 32_768]
 

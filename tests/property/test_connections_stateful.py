@@ -1,4 +1,4 @@
-"""Connection hygiene (`domain/connections.py`) against an independent model, under a fake clock.
+"""Connection hygiene (`domain/security/connections.py`) against an independent model, under a fake clock.
 
 Rules open connections, move them through their phases (head arriving, body arriving, with the
 application, held unread while the tenant is paced and read again, answered and kept alive,
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from vllm_srun.domain.connections import ConnectionLimits, ConnectionPhase, ConnectionTable, Expiry
+from vllm_srun.domain.security.connections import ConnectionLimits, ConnectionPhase, ConnectionTable, Expiry
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Replicas found through DNS (`domain/discovery.py`): one resolution adds exactly the new
+"""Replicas found through DNS (`domain/fleet/discovery.py`): one resolution adds exactly the new
 addresses and drains exactly the vanished ones; a failed or empty one changes nothing; a failing
 name is announced once per streak; a drain ends when nothing is held or the limit passed."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllm_srun.domain.discovery import Announcement, ResolutionStreak, drain_finished, plan_discovery
+from vllm_srun.domain.fleet.discovery import Announcement, ResolutionStreak, drain_finished, plan_discovery
 
 ADDRESSES = st.sampled_from(["10.0.0.1", "10.0.0.2", "10.0.0.3", "fd00::1", "fd00::2"])
 SETS = st.sets(ADDRESSES, max_size=5)

@@ -18,10 +18,10 @@ from hypothesis.stateful import (
 )
 
 from tests.fakes import FakeClock
-from vllm_srun.domain.dispatch import Pool, retry_after_seconds
-from vllm_srun.domain.ejection import OutlierDetection, ReplicaEjected
 from vllm_srun.domain.errors import NotReady, Overloaded
-from vllm_srun.domain.replicas import Outcome, Replica, ReplicaState
+from vllm_srun.domain.fleet.dispatch import Pool, retry_after_seconds
+from vllm_srun.domain.fleet.ejection import OutlierDetection, ReplicaEjected
+from vllm_srun.domain.fleet.replicas import Outcome, Replica, ReplicaState
 
 
 class DispatchMachine(RuleBasedStateMachine):

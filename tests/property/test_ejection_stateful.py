@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from tests.fakes import FakeClock
-from vllm_srun.domain.ejection import (
+from vllm_srun.domain.fleet.ejection import (
     EjectionPolicy,
     EjectionWithheld,
     OutlierDetection,
@@ -27,7 +27,7 @@ from vllm_srun.domain.ejection import (
     ReplicaEjected,
     ReplicaReadmitted,
 )
-from vllm_srun.domain.replicas import Outcome, Replica
+from vllm_srun.domain.fleet.replicas import Outcome, Replica
 
 
 @dataclass

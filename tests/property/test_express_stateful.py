@@ -23,12 +23,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tests.fakes import FakeClock, FakeForward
-from vllm_srun.domain.fairness import row_cost
-from vllm_srun.domain.lanes import Accounting, Lane, round_up
-from vllm_srun.domain.planning import Budget, ForwardBatch
-from vllm_srun.domain.rows import RowSpec
-from vllm_srun.domain.scheduler import Scheduler
-from vllm_srun.domain.tenants import TenantPolicy, TenantTable
+from vllm_srun.domain.scheduling.fairness import row_cost
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane, round_up
+from vllm_srun.domain.scheduling.planning import Budget, ForwardBatch
+from vllm_srun.domain.scheduling.rows import RowSpec
+from vllm_srun.domain.scheduling.scheduler import Scheduler
+from vllm_srun.domain.scheduling.tenants import TenantPolicy, TenantTable
 
 TENANTS = ("a", "b", "c")
 

@@ -27,12 +27,12 @@ from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tests.fakes import FakeClock, FakeForward
-from vllm_srun.domain.fairness import row_cost, turn_bound
-from vllm_srun.domain.lanes import Accounting, Lane
-from vllm_srun.domain.planning import Budget, ForwardBatch
-from vllm_srun.domain.rows import Row, RowSpec
-from vllm_srun.domain.scheduler import Scheduler
-from vllm_srun.domain.tenants import Priority, TenantPolicy, TenantTable
+from vllm_srun.domain.scheduling.fairness import row_cost, turn_bound
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane
+from vllm_srun.domain.scheduling.planning import Budget, ForwardBatch
+from vllm_srun.domain.scheduling.rows import Row, RowSpec
+from vllm_srun.domain.scheduling.scheduler import Scheduler
+from vllm_srun.domain.scheduling.tenants import Priority, TenantPolicy, TenantTable
 
 TENANTS = ("a", "b", "c")
 WINDOW = 64  # forwards

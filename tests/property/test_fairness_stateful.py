@@ -1,4 +1,4 @@
-"""R-FAIR-2/3: the weighted deficit round robin of `domain/fairness.py` against a simple model.
+"""R-FAIR-2/3: the weighted deficit round robin of `domain/scheduling/fairness.py` against a simple model.
 
 Rules queue requests of several tenants (weights, priorities, any lengths), cancel them, and take
 rounds of any size (the caller's `room` says how many rows the round holds), in the ring's order
@@ -26,9 +26,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from vllm_srun.domain.fairness import AGING_QUANTA, FairQueue, row_cost, turn_bound
-from vllm_srun.domain.rows import Row
-from vllm_srun.domain.tenants import Priority, TenantPolicy, TenantTable
+from vllm_srun.domain.scheduling.fairness import AGING_QUANTA, FairQueue, row_cost, turn_bound
+from vllm_srun.domain.scheduling.rows import Row
+from vllm_srun.domain.scheduling.tenants import Priority, TenantPolicy, TenantTable
 
 TENANTS = ("a", "b", "c")
 

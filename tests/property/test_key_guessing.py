@@ -1,4 +1,4 @@
-"""Slowing key guessing (`domain/key_guessing.py`, R-AUTH-2) against a simple model, under a
+"""Slowing key guessing (`domain/security/key_guessing.py`, R-AUTH-2) against a simple model, under a
 fake clock: a client is refused exactly when it sent its limit of wrong keys within the window
 (per connection, per address), for exactly as long as the oldest of them still counts; clients
 that sent none are never refused; memory stays bounded."""
@@ -12,7 +12,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from vllm_srun.domain.key_guessing import FailureWindow, GuessLimits, WrongKeyLimiter
+from vllm_srun.domain.security.key_guessing import FailureWindow, GuessLimits, WrongKeyLimiter
 
 CONNECTIONS = st.integers(0, 5)
 ADDRESSES = st.sampled_from(["10.0.0.1", "10.0.0.2", "10.0.0.3"])

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_lane_express import COST, MEDIA, NOW, scheduler
-from vllm_srun.domain.planning import ForwardBatch
-from vllm_srun.domain.rows import RowSpec
-from vllm_srun.domain.scheduler import Scheduler
+from vllm_srun.domain.scheduling.planning import ForwardBatch
+from vllm_srun.domain.scheduling.rows import RowSpec
+from vllm_srun.domain.scheduling.scheduler import Scheduler
 
 # each step: (text requests, image requests, exact, which running forward ends)
 steps = st.lists(

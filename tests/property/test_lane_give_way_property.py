@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_lane_give_way import MEDIA, NOW, run, scheduler
-from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.scheduling.rows import RowSpec
 
 arrivals = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3)), min_size=1, max_size=30)
 

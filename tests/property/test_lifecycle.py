@@ -1,4 +1,4 @@
-"""`domain/lifecycle`: a served model's states and steps, /health from them, the determinism
+"""`domain/worker/lifecycle`: a served model's states and steps, /health from them, the determinism
 decision, and the name resolution the worker and the front share."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllm_srun.domain.lifecycle import (
+from vllm_srun.domain.worker.lifecycle import (
     TRANSITIONS,
     Determinism,
     IllegalTransition,

@@ -1,4 +1,4 @@
-"""`domain/load_retries` (R-LOAD-1): how often and when a model that failed to load transiently is
+"""`domain/worker/load_retries` (R-LOAD-1): how often and when a model that failed to load transiently is
 tried again; a final failure never is."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllm_srun.domain import bounds
-from vllm_srun.domain.load_retries import LoadRetryPolicy, attempt_reason, final_reason, waiting_reason
+from vllm_srun.domain.settings import bounds
+from vllm_srun.domain.worker.load_retries import LoadRetryPolicy, attempt_reason, final_reason, waiting_reason
 
 POLICIES = st.builds(
     LoadRetryPolicy,

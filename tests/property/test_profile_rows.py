@@ -9,12 +9,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_srun.domain.costs import CostModel
-from vllm_srun.domain.lanes import Accounting, Lane
-from vllm_srun.domain.planning import Budget, ForwardBatch, plan_forwards
-from vllm_srun.domain.rows import Row, RowSpec
-from vllm_srun.domain.scheduler import Scheduler
-from vllm_srun.domain.tenants import Priority, TenantPolicy, TenantTable
+from vllm_srun.domain.scheduling.costs import CostModel
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane
+from vllm_srun.domain.scheduling.planning import Budget, ForwardBatch, plan_forwards
+from vllm_srun.domain.scheduling.rows import Row, RowSpec
+from vllm_srun.domain.scheduling.scheduler import Scheduler
+from vllm_srun.domain.scheduling.tenants import Priority, TenantPolicy, TenantTable
 
 TENANTS = TenantTable({"a": TenantPolicy(weight=1.0), "b": TenantPolicy(weight=3.0)})
 

@@ -1,4 +1,4 @@
-"""Properties of the Qwen vision size and sampling rules (domain/media.py): the resize bounds,
+"""Properties of the Qwen vision size and sampling rules (domain/inputs/media.py): the resize bounds,
 multiples and aspect hold for any image or video, and the numbers agree with transformers' own
 functions (the reference, imported here only)."""
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize as ref_image
 from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize as ref_video
 
-from vllm_srun.domain.media import (
+from vllm_srun.domain.inputs.media import (
     group_times,
     qwen_frame_count,
     qwen_frame_indices,

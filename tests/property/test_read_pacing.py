@@ -1,4 +1,4 @@
-"""R-FAIR-5: whose next request waits its turn to be read (`domain/read_pacing.py`), against
+"""R-FAIR-5: whose next request waits its turn to be read (`domain/scheduling/read_pacing.py`), against
 random sequences of requests starting and finishing for tenants of random weights."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from vllm_srun.domain.read_pacing import ACTIVE_S, FLOOR, ReadPacing
+from vllm_srun.domain.scheduling.read_pacing import ACTIVE_S, FLOOR, ReadPacing
 
 TENANTS = ["a", "b", "c", "d"]
 FLOOR_HERE = 3  # a small floor, so that random walks cross it often

@@ -9,7 +9,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllm_srun.domain.reconfiguration import match_replicas
+from vllm_srun.domain.fleet.reconfiguration import match_replicas
 
 KEYS = st.sampled_from(["cpu", "cuda:0", "cuda:1", ("endpoint", "m")])
 

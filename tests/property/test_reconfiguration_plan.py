@@ -10,12 +10,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllm_srun.domain.reconfiguration import (
-    CachePlan,
-    Deployed,
-    Wanted,
-    plan_reconfiguration,
-)
+from vllm_srun.domain.fleet.reconfiguration import CachePlan, Deployed, Wanted, plan_reconfiguration
 
 KEYS = st.sampled_from(["cpu", "cuda:0", ("endpoint", "m")])
 CONFIGS = st.sampled_from(["v1", "v2"])

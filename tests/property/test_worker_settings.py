@@ -13,7 +13,7 @@ from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.engines.registry import installed_engines
 from vllm_srun.adapters.workers.command import worker_settings
 from vllm_srun.app.cli import build_parser, serve_settings
-from vllm_srun.domain import bounds
+from vllm_srun.domain.settings import bounds
 
 # anything a command line can carry: no NUL, no lone surrogates
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))

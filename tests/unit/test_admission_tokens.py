@@ -10,7 +10,7 @@ import msgspec
 from vllm_srun.adapters.schemas.embeddings import EmbeddingsRequest
 from vllm_srun.adapters.serving.served import ServedModel
 from vllm_srun.adapters.surfaces.admission import admission_tokens
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 
 @dataclass

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllm_srun.domain.api_keys import KeyFileError, key_digest, key_line, parse_key_file
-from vllm_srun.domain.tenants import TenantPolicy
+from vllm_srun.domain.scheduling.tenants import TenantPolicy
+from vllm_srun.domain.security.api_keys import KeyFileError, key_digest, key_line, parse_key_file
 
 
 def digest_hex(key: str) -> str:

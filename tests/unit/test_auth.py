@@ -14,9 +14,9 @@ import pytest
 
 from vllm_srun.adapters.http.auth import TENANT_SCOPE_KEY, Authenticator, AuthMiddleware, tenant_of
 from vllm_srun.adapters.workers.http_client import WorkerClient
-from vllm_srun.domain.api_keys import KeyTable, Unauthorized, parse_key_file
 from vllm_srun.domain.errors import InvalidRequest
-from vllm_srun.domain.key_guessing import GuessLimits, TooManyWrongKeys
+from vllm_srun.domain.security.api_keys import KeyTable, Unauthorized, parse_key_file
+from vllm_srun.domain.security.key_guessing import GuessLimits, TooManyWrongKeys
 
 TOKEN = "internal-token-0123456789"
 

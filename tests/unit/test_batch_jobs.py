@@ -1,4 +1,4 @@
-"""`domain/batch_jobs.py`: input lines parsed or refused, which lines a rerun skips, how much of
+"""`domain/inputs/batch_jobs.py`: input lines parsed or refused, which lines a rerun skips, how much of
 an output a crash left intact."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllm_srun.domain.batch_jobs import (
+from vllm_srun.domain.inputs.batch_jobs import (
     BadLine,
     BatchRequest,
     NotAnOutput,

@@ -1,5 +1,5 @@
 """One bound per setting (R-ARG-2): the config, both CLIs and `EngineArgs` accept exactly what
-`domain/bounds.py` accepts, refusals are one line, and `--help` says each flag's default."""
+`domain/settings/bounds.py` accepts, refusals are one line, and `--help` says each flag's default."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from vllm_srun.adapters.config.loader import validate_config_data
 from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.engines.registry import AUTO, installed_engines
 from vllm_srun.app import cli, front_cli
-from vllm_srun.domain import bounds
-from vllm_srun.domain.connections import ConnectionLimits
-from vllm_srun.domain.dtypes import DTYPES
-from vllm_srun.domain.engine_args import EngineArgs
+from vllm_srun.domain.security.connections import ConnectionLimits
+from vllm_srun.domain.settings import bounds
+from vllm_srun.domain.settings.dtypes import DTYPES
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 # settings a deployment, `vllm-sr serve` and (all but timeout_ms) `vllm-srun serve` share
 SHARED = (

@@ -17,13 +17,13 @@ from vllm_srun.adapters.call import REPLAY, Call
 from vllm_srun.adapters.request_timing import RequestTiming
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import ServedModel
-from vllm_srun.domain.admission import Admission, AdmissionLimits
-from vllm_srun.domain.engine_args import EngineArgs
 from vllm_srun.domain.errors import NotReady
-from vllm_srun.domain.input_budget import NO_BUDGET, InputBudget, in_force
-from vllm_srun.domain.lifecycle import ModelState
-from vllm_srun.domain.rows import RowSpec
-from vllm_srun.domain.tenants import DEFAULT_TENANT, Priority
+from vllm_srun.domain.inputs.input_budget import NO_BUDGET, InputBudget, in_force
+from vllm_srun.domain.scheduling.admission import Admission, AdmissionLimits
+from vllm_srun.domain.scheduling.rows import RowSpec
+from vllm_srun.domain.scheduling.tenants import DEFAULT_TENANT, Priority
+from vllm_srun.domain.settings.engine_args import EngineArgs
+from vllm_srun.domain.worker.lifecycle import ModelState
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

@@ -190,7 +190,7 @@ def test_a_models_file_takes_hub_ids_and_the_per_model_flags(tmp_path) -> None: 
     from vllm_srun.adapters.config.model_args import ModelArgs
     from vllm_srun.adapters.config.models_file import load_models_file
     from vllm_srun.adapters.config.schema import ConfigError
-    from vllm_srun.domain.dtypes import dtype_refusal
+    from vllm_srun.domain.settings.dtypes import dtype_refusal
 
     path = tmp_path / "models.yaml"
     path.write_text("models:\n  - model: acme/x@v1\n  - {model: acme/y, family: decision, memory_budget_gib: 3}\n")

@@ -19,7 +19,7 @@ from vllm_srun.adapters.config.loader import (
 from vllm_srun.adapters.config.migrate import MigrationError, migrate_config_text
 from vllm_srun.adapters.config.overrides import apply_cli_overrides
 from vllm_srun.adapters.config.schema import FrontConfig, ReplicaConfig
-from vllm_srun.domain.ejection import OutlierDetection
+from vllm_srun.domain.fleet.ejection import OutlierDetection
 
 CANONICAL = """
 global:
@@ -291,7 +291,7 @@ def test_endpoints_that_are_refused(endpoint: str) -> None:
         ("max_num_seqs: 0", "max_num_seqs: expected an integer >= 1, got 0"),
         ("max_num_seqs: '8'", "max_num_seqs: expected an integer, got '8'"),
         ("max_num_seqs: true", "max_num_seqs: expected an integer, got True"),
-        # the worker's bound (domain/bounds.py): fewer than 8 tokens never started a worker
+        # the worker's bound (domain/settings/bounds.py): fewer than 8 tokens never started a worker
         ("max_num_batched_tokens: 7", "max_num_batched_tokens: expected an integer >= 8, got 7"),
         ("batch_window_ms: 10000.5", "batch_window_ms: expected a number <= 10000.0, got 10000.5"),
         ("batch_window_ms: .nan", "batch_window_ms: expected a number >= 0.0, got nan"),

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from vllm_srun.adapters.families.decision_fixture import CHAT_TOKENS, write_decoder_tokenizer
 from vllm_srun.adapters.families.decision_prompts import (
     TEMPLATES,
     PromptTemplate,
@@ -19,6 +18,7 @@ from vllm_srun.adapters.families.decision_prompts import (
     render_score,
 )
 from vllm_srun.adapters.families.decision_rows import AskedQuestion, PromptTokens, prepare, rows_for
+from vllm_srun.adapters.families.fixtures.decision_fixture import CHAT_TOKENS, write_decoder_tokenizer
 
 
 def test_default_template_follows_the_tokenizer_chat_tokens() -> None:

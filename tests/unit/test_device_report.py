@@ -8,7 +8,7 @@ import pytest
 from tests.fakes import CPU_BUILD, CUDA2, HIP1, MAC, FakeProbe
 from vllm_srun.adapters.devices.report import KERNEL_FEATURES, cpu_entry, device_report
 from vllm_srun.adapters.devices.torch_devices import open_device
-from vllm_srun.domain.devices import GIB
+from vllm_srun.domain.settings.devices import GIB
 
 BUSY, ROOMY = (2 * GIB, 80 * GIB), (60 * GIB, 80 * GIB)
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tests.fakes import CPU_BUILD, CUDA2, HIP1, MAC, NO_GPU_VISIBLE, FakeProbe
 from vllm_srun.adapters.devices.torch_devices import CpuDevice, CudaDevice, MpsDevice, RocmDevice, open_device
-from vllm_srun.domain.devices import (
+from vllm_srun.domain.settings.devices import (
     GIB,
     DeviceInventory,
     DeviceRefused,

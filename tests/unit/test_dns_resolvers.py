@@ -10,7 +10,7 @@ import pytest
 
 from tests.dns_server import DnsServer
 from vllm_srun.adapters.front.dns import NameserverResolver, SystemResolver, resolver_for
-from vllm_srun.domain.discovery import ResolutionFailed
+from vllm_srun.domain.fleet.discovery import ResolutionFailed
 
 
 def test_a_nameserver_gives_every_a_and_aaaa_record_and_follows_changes() -> None:

@@ -52,7 +52,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_domain_modules_exist() -> None:
-    assert len(list(DOMAIN.glob("*.py"))) >= 8
+    assert len(list(DOMAIN.rglob("*.py"))) >= 8
 
 
 def test_domain_imports_no_io_or_device_library() -> None:

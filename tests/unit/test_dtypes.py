@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_srun.domain.dtypes import auto_dtype, device_class, dtype_refusal, needs_bf16_warning, resolve_dtype
+from vllm_srun.domain.settings.dtypes import auto_dtype, device_class, dtype_refusal, needs_bf16_warning, resolve_dtype
 
 
 @pytest.mark.parametrize(

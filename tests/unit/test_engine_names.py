@@ -31,8 +31,8 @@ from vllm_srun.adapters.engines.plugins import NativePlugin, OnnxRuntimePlugin
 from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
 from vllm_srun.adapters.plugins import ENGINES_GROUP, PluginInfo
 from vllm_srun.app import cli, front_cli
-from vllm_srun.domain import bounds
-from vllm_srun.domain.dtypes import dtype_refusal
+from vllm_srun.domain.settings import bounds
+from vllm_srun.domain.settings.dtypes import dtype_refusal
 
 ACME = PluginInfo(ENGINES_GROUP, "acme", "acme-engines", "1.0")
 SRC = Path(__file__).resolve().parents[2] / "src"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from vllm_srun.adapters.serving.load_failures import public_reason
 from vllm_srun.adapters.serving.served import ServedModel
-from vllm_srun.domain.engine_args import EngineArgs
 from vllm_srun.domain.errors import quoted, without_paths
+from vllm_srun.domain.settings.engine_args import EngineArgs
 
 
 def test_paths_become_their_last_part() -> None:

@@ -15,12 +15,12 @@ import pytest
 from vllm_srun.adapters.http.request_body import decode_request
 from vllm_srun.adapters.schemas.routes import SURFACE_SCHEMAS
 from vllm_srun.domain.errors import InvalidRequest
-from vllm_srun.domain.fairness import FairQueue
-from vllm_srun.domain.lanes import Accounting, Lane
-from vllm_srun.domain.planning import Budget, ForwardBatch
-from vllm_srun.domain.rows import Row, RowSpec
-from vllm_srun.domain.scheduler import Scheduler
-from vllm_srun.domain.tenants import Priority, TenantPolicy, TenantTable
+from vllm_srun.domain.scheduling.fairness import FairQueue
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane
+from vllm_srun.domain.scheduling.planning import Budget, ForwardBatch
+from vllm_srun.domain.scheduling.rows import Row, RowSpec
+from vllm_srun.domain.scheduling.scheduler import Scheduler
+from vllm_srun.domain.scheduling.tenants import Priority, TenantPolicy, TenantTable
 
 NOW = 100.0
 

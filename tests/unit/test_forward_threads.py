@@ -12,9 +12,9 @@ import pytest
 
 from tests.fakes import FakeClock
 from vllm_srun.adapters.serving.forward_threads import ForwardRunner, lone_forward_off, same_answers_at, same_bits
-from vllm_srun.domain.adaptive_threads import Mode, Phase, ThreadLearner
-from vllm_srun.domain.lanes import Accounting, Lane
-from vllm_srun.domain.planning import ForwardBatch
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane
+from vllm_srun.domain.scheduling.planning import ForwardBatch
+from vllm_srun.domain.worker.adaptive_threads import Mode, Phase, ThreadLearner
 
 
 class FakeContext:

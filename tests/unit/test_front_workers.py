@@ -15,9 +15,9 @@ from vllm_srun.adapters.workers.command import worker_settings
 from vllm_srun.adapters.workers.compat import calibrated_limits, card_problem, pick_card
 from vllm_srun.adapters.workers.cpu_budget import managed_worker_threads, quota_cpus
 from vllm_srun.domain.errors import InvalidRequest
-from vllm_srun.domain.replicas import Outcome
-from vllm_srun.domain.restarts import RestartBackoff
-from vllm_srun.domain.threads import InvalidThreadOverride
+from vllm_srun.domain.fleet.replicas import Outcome
+from vllm_srun.domain.fleet.restarts import RestartBackoff
+from vllm_srun.domain.worker.threads import InvalidThreadOverride
 
 
 # ---- restart backoff ---------------------------------------------------------------------------

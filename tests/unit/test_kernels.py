@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllm_srun.domain.kernels import (
+from vllm_srun.domain.worker.kernels import (
     DEFAULT_MIN_SPEEDUP,
     KernelPlan,
     KernelTiming,

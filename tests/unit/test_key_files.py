@@ -12,7 +12,7 @@ import pytest
 
 from vllm_srun.adapters.config.api_keys import KeyFile, add_key, read_key_file, read_token
 from vllm_srun.adapters.http.listeners import TlsFiles, is_loopback, open_to_anyone, tls_files
-from vllm_srun.domain.api_keys import KeyFileError
+from vllm_srun.domain.security.api_keys import KeyFileError
 
 
 class Clock:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import itertools
 
-from vllm_srun.domain.costs import CostModel
-from vllm_srun.domain.lanes import Accounting, Lane
-from vllm_srun.domain.planning import Budget, ForwardBatch
-from vllm_srun.domain.rows import RowSpec
-from vllm_srun.domain.scheduler import Scheduler
-from vllm_srun.domain.tenants import TenantTable
+from vllm_srun.domain.scheduling.costs import CostModel
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane
+from vllm_srun.domain.scheduling.planning import Budget, ForwardBatch
+from vllm_srun.domain.scheduling.rows import RowSpec
+from vllm_srun.domain.scheduling.scheduler import Scheduler
+from vllm_srun.domain.scheduling.tenants import TenantTable
 
 NOW = 100.0
 MEDIA = 32  # counted tokens of one media row: one row fills a forward of the budget below

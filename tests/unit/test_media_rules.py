@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from vllm_srun.adapters.contracts import LoadedModel, MediaError, MediaLimits, surface_contract_problems
 from vllm_srun.adapters.media.data_url import data_url_bytes
-from vllm_srun.domain.media import FramePicker, default_media_workers, pick_frames, sample_times
+from vllm_srun.domain.inputs.media import FramePicker, default_media_workers, pick_frames, sample_times
 
 
 @pytest.mark.parametrize(

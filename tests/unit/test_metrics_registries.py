@@ -16,7 +16,7 @@ from vllm_srun.adapters.front.metrics import FrontEvents, FrontMetrics
 from vllm_srun.adapters.prometheus import CONTENT_TYPE, Counter, Gauge, Histogram, MetricsRegistry
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
-from vllm_srun.domain.ejection import EjectionWithheld, ReplicaBackedOff, ReplicaEjected, ReplicaReadmitted
+from vllm_srun.domain.fleet.ejection import EjectionWithheld, ReplicaBackedOff, ReplicaEjected, ReplicaReadmitted
 
 SECONDS_LE = [
     "0.0005",

@@ -15,7 +15,7 @@ import pytest
 from tests.waiting import until
 from vllm_srun.adapters.offload import INLINE_BYTES, Offload
 from vllm_srun.domain.errors import Overloaded
-from vllm_srun.domain.threads import preparation_threads
+from vllm_srun.domain.worker.threads import preparation_threads
 
 TAG: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="-")
 

@@ -2,11 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_srun.domain.costs import CostModel
-from vllm_srun.domain.devices import class_limits
-from vllm_srun.domain.engine_args import EngineArgs, resolve_limits
-from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens, round_up
-from vllm_srun.domain.planning import (
+from vllm_srun.domain.scheduling.costs import CostModel
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane, forward_tokens, round_up
+from vllm_srun.domain.scheduling.planning import (
     BATCH_INVARIANT_TOKENS,
     MIN_INVARIANT_TOKENS,
     Budget,
@@ -15,8 +13,10 @@ from vllm_srun.domain.planning import (
     plan_forwards,
     plan_lane,
 )
-from vllm_srun.domain.rows import Row
-from vllm_srun.domain.scheduler import Scheduler
+from vllm_srun.domain.scheduling.rows import Row
+from vllm_srun.domain.scheduling.scheduler import Scheduler
+from vllm_srun.domain.settings.devices import class_limits
+from vllm_srun.domain.settings.engine_args import EngineArgs, resolve_limits
 
 GB = 1_000_000_000
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_srun.domain import profiles
-from vllm_srun.domain.dtypes import memory_refusal, resident_bytes
 from vllm_srun.domain.errors import InvalidRequest
-from vllm_srun.domain.profiles import (
+from vllm_srun.domain.settings import profiles
+from vllm_srun.domain.settings.dtypes import memory_refusal, resident_bytes
+from vllm_srun.domain.settings.profiles import (
     BATCHING,
     EXACT,
     MAX_SPEED,

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from vllm_srun.adapters.schemas.embeddings import EmbeddingsOptions, EmbeddingsRequest
 from vllm_srun.adapters.schemas.encoder import EncoderUsage, RerankResponse, RerankResult
 from vllm_srun.adapters.serving.result_cache import ResultCache, canonical_request
-from vllm_srun.domain.cache import LruCache
+from vllm_srun.domain.worker.cache import LruCache
 
 ops = st.lists(st.tuples(st.sampled_from(["get", "put"]), st.integers(0, 9), st.integers(0, 40)), max_size=80)
 

@@ -16,11 +16,11 @@ from tests.fakes import FakeDevice
 from vllm_srun.adapters.config.settings import WorkerSettings
 from vllm_srun.adapters.serving.runtime import Runtime
 from vllm_srun.app.bootstrap import bootstrap_worker
-from vllm_srun.domain.adaptive_threads import Mode
-from vllm_srun.domain.admission import AdmissionLimits
-from vllm_srun.domain.read_pacing import FLOOR, floor_for
-from vllm_srun.domain.threads import CpuPlan
-from vllm_srun.domain.worker_settings import ModelSpec
+from vllm_srun.domain.scheduling.admission import AdmissionLimits
+from vllm_srun.domain.scheduling.read_pacing import FLOOR, floor_for
+from vllm_srun.domain.worker.adaptive_threads import Mode
+from vllm_srun.domain.worker.threads import CpuPlan
+from vllm_srun.domain.worker.worker_settings import ModelSpec
 
 
 @contextmanager

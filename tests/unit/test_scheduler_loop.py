@@ -13,12 +13,12 @@ from tests.waiting import until
 from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
-from vllm_srun.domain.costs import CostModel
 from vllm_srun.domain.errors import ForwardFailed
-from vllm_srun.domain.lanes import Accounting, Lane
-from vllm_srun.domain.planning import Budget
-from vllm_srun.domain.rows import RowSpec
-from vllm_srun.domain.scheduler import EXPIRED, Scheduler
+from vllm_srun.domain.scheduling.costs import CostModel
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane
+from vllm_srun.domain.scheduling.planning import Budget
+from vllm_srun.domain.scheduling.rows import RowSpec
+from vllm_srun.domain.scheduling.scheduler import EXPIRED, Scheduler
 
 
 def make(engine, *, window_ms: float = 2.0, seqs: int = 64, invariant: bool = False):  # type: ignore[no-untyped-def]

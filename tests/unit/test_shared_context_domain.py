@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllm_srun.domain.shared_context import (
+from vllm_srun.domain.scheduling.shared_context import (
     MAX_BREAK_EVEN,
     BreakEven,
     break_even_tokens,
@@ -65,11 +65,11 @@ def test_break_even_record_refuses_negative_tokens() -> None:
 
 def test_shared_rows_keep_their_own_packed_lane_in_the_scheduler() -> None:
     """The decision family's lanes: unshared questions padded in `text`, shared requests packed in `shared`."""
-    from vllm_srun.domain.lanes import Accounting, Lane
-    from vllm_srun.domain.planning import Budget
-    from vllm_srun.domain.rows import RowSpec
-    from vllm_srun.domain.scheduler import Scheduler
-    from vllm_srun.domain.shared_context import SHARED_LANE
+    from vllm_srun.domain.scheduling.lanes import Accounting, Lane
+    from vllm_srun.domain.scheduling.planning import Budget
+    from vllm_srun.domain.scheduling.rows import RowSpec
+    from vllm_srun.domain.scheduling.scheduler import Scheduler
+    from vllm_srun.domain.scheduling.shared_context import SHARED_LANE
 
     lanes = [Lane("text", Accounting.PADDED), Lane(SHARED_LANE, Accounting.PACKED)]
     sched = Scheduler(lanes, Budget(max_num_seqs=8, max_num_batched_tokens=512), window_s=0.0)

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 
 from tests.fakes import FakeRng
-from vllm_srun.domain.lanes import Lane
-from vllm_srun.domain.planning import Budget
-from vllm_srun.domain.simulation import DeviceModel, TraceRequest, simulate, synthetic_trace
+from vllm_srun.domain.scheduling.lanes import Lane
+from vllm_srun.domain.scheduling.planning import Budget
+from vllm_srun.domain.scheduling.simulation import DeviceModel, TraceRequest, simulate, synthetic_trace
 
 
 def test_lone_request_pays_window_plus_forward() -> None:

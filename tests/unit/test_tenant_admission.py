@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from tests.fakes import FakeClock
-from vllm_srun.domain.admission import OVERSHARE, Admission, AdmissionLimits
 from vllm_srun.domain.errors import Overloaded
-from vllm_srun.domain.tenants import DEFAULT_TENANT, TenantPolicy, TenantTable
-from vllm_srun.domain.token_rate import TokenRate
+from vllm_srun.domain.scheduling.admission import OVERSHARE, Admission, AdmissionLimits
+from vllm_srun.domain.scheduling.tenants import DEFAULT_TENANT, TenantPolicy, TenantTable
+from vllm_srun.domain.scheduling.token_rate import TokenRate
 
 
 def test_a_tenant_over_its_own_token_limit_is_refused_and_no_other() -> None:

@@ -14,7 +14,7 @@ from vllm_srun.adapters.config.schema import ConfigError, DeploymentConfig
 from vllm_srun.adapters.workers.factory import WorkerFactory
 from vllm_srun.app import cli
 from vllm_srun.app.keys import security
-from vllm_srun.domain.tenants import TenantPolicy
+from vllm_srun.domain.scheduling.tenants import TenantPolicy
 
 
 def key_file(folder: Path) -> tuple[Path, list[str]]:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllm_srun.domain.threads import (
+from vllm_srun.domain.worker.threads import (
     DEFAULT_FORWARD_NICE,
     EXPRESS_ENV,
     FORWARD_NICE_ENV,

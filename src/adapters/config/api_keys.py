@@ -1,6 +1,6 @@
 """Key files and internal tokens on disk (R-AUTH-1, R-AUTH-3).
 
-- `KeyFile`: a key file (`domain/api_keys.py` has the format) read at start, where a problem
+- `KeyFile`: a key file (`domain/security/api_keys.py` has the format) read at start, where a problem
   refuses the start in one line, and read again when it changes while serving (checked at most
   once a second), so `vllm-srun key add` takes effect without a restart; a change that does not
   parse keeps the keys that did, and says so in the log.
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from vllm_srun.domain.api_keys import KeyFileError, KeyTable, key_digest, key_line, parse_key_file
+from vllm_srun.domain.security.api_keys import KeyFileError, KeyTable, key_digest, key_line, parse_key_file
 
 log = logging.getLogger("vllm_srun.auth")
 KEY_PREFIX = "srk-"  # recognisable in a leaked-secret scan

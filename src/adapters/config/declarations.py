@@ -1,7 +1,7 @@
 """How a serving setting is declared, and the base of the records that hold them (R-ARG, R-ARG-2).
 
 Each setting is one field of a settings record (`model_args.ModelArgs` ⊂ `ServingArgs`,
-`settings.WorkerSettings`): its name, its type, its range and default (from `domain/bounds.py`,
+`settings.WorkerSettings`): its name, its type, its range and default (from `domain/settings/bounds.py`,
 through `declare`) and its help text. `declared(record)` reads them back for the CLIs
 (`app/flags.py` turns each into a flag), for `problems()` and for the command line
 (`WorkerSettings.to_argv()`). A record is kept canonical (`normalized`): a value equal to the
@@ -18,7 +18,7 @@ import msgspec
 from msgspec import Meta, Struct
 from msgspec.inspect import Metadata, UnionType, type_info
 
-from vllm_srun.domain import bounds
+from vllm_srun.domain.settings import bounds
 
 S = TypeVar("S", bound="Settings")
 T = TypeVar("T")

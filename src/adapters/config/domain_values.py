@@ -10,9 +10,9 @@ from typing import Any
 
 from vllm_srun.adapters.config.model_args import ModelArgs
 from vllm_srun.adapters.hub import parse_hub_id
-from vllm_srun.domain.connections import ConnectionLimits
 from vllm_srun.domain.errors import ModelNotFound
-from vllm_srun.domain.worker_settings import ModelSpec
+from vllm_srun.domain.security.connections import ConnectionLimits
+from vllm_srun.domain.worker.worker_settings import ModelSpec
 
 
 def split_revision(artifact: str, revision: str | None = None) -> tuple[str, str | None]:

@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
-from vllm_srun.domain.profiles import MAX_SPEED
-from vllm_srun.domain.profiles import NAMES as PROFILE_NAMES
+from vllm_srun.domain.settings.profiles import MAX_SPEED
+from vllm_srun.domain.settings.profiles import NAMES as PROFILE_NAMES
 
 from .loader import CATALOG
 from .schema import REMOVED_DEVICE_PREFIX, REMOVED_PROVIDERS, ConfigError

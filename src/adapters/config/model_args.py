@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import msgspec
 
 from vllm_srun.adapters.config.declarations import S, Settings, declare, or_default
-from vllm_srun.domain import bounds
-from vllm_srun.domain.admission import AdmissionLimits
-from vllm_srun.domain.engine_args import EngineArgs
-from vllm_srun.domain.profiles import settings_refusal
+from vllm_srun.domain.scheduling.admission import AdmissionLimits
+from vllm_srun.domain.settings import bounds
+from vllm_srun.domain.settings.engine_args import EngineArgs
+from vllm_srun.domain.settings.profiles import settings_refusal
 
 # msgspec reads a Literal's values at run time: the bounds module's choices, stated once there.
 # A type checker cannot read them, so it sees the fields as strings.

@@ -47,10 +47,10 @@ from msgspec import Meta
 from vllm_srun.adapters.contracts import EngineSettings
 from vllm_srun.adapters.engines.registry import EngineRegistry, installed_engines
 from vllm_srun.adapters.hub import parse_hub_id
-from vllm_srun.domain import bounds
 from vllm_srun.domain.errors import ModelNotFound
-from vllm_srun.domain.profiles import settings_refusal
-from vllm_srun.domain.worker_settings import ModelSpec
+from vllm_srun.domain.settings import bounds
+from vllm_srun.domain.settings.profiles import settings_refusal
+from vllm_srun.domain.worker.worker_settings import ModelSpec
 
 from .domain_values import model_spec, split_revision
 from .loader import conversion_problems

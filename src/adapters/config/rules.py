@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 
 from vllm_srun.adapters.contracts import EngineSettings
 from vllm_srun.adapters.engines.registry import EngineRegistry
-from vllm_srun.domain import bounds
-from vllm_srun.domain.profiles import settings_refusal
+from vllm_srun.domain.settings import bounds
+from vllm_srun.domain.settings.profiles import settings_refusal
 
 from .schema import DEPLOYMENT_NAME_PATTERN, ENDPOINT_PATTERN
 

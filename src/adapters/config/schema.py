@@ -19,7 +19,7 @@ global:
 
 Every field left out keeps the runtime's default (None here). A deployment's engine and engine
 arguments are the settings record's (`model_args.ServingArgs`, declared once with their bounds from
-`domain/bounds.py`), so the loader reports range problems from the types; the rules that relate
+`domain/settings/bounds.py`), so the loader reports range problems from the types; the rules that relate
 fields to each other live in `rules.py`. Unknown fields are refused everywhere; every section is
 frozen (a changed config is a new one, `msgspec.structs.replace`).
 """
@@ -33,8 +33,8 @@ from msgspec import Meta, Struct
 
 from vllm_srun.adapters.config.declarations import declare, declared
 from vllm_srun.adapters.config.model_args import ServingArgs
-from vllm_srun.domain import bounds
-from vllm_srun.domain.ejection import ONE_HOUR_MS, OutlierDetection
+from vllm_srun.domain.fleet.ejection import ONE_HOUR_MS, OutlierDetection
+from vllm_srun.domain.settings import bounds
 
 DEFAULT_DEPLOYMENT = "primary"
 HTTP_ENDPOINT_PATTERN = r"https?://([^\s/?#:@\[\]]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[^\s?#]*)?"

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from vllm_srun.adapters.config.declarations import declare, declared, or_default, same_value
 from vllm_srun.adapters.config.domain_values import connection_limits, model_spec, split_revision
 from vllm_srun.adapters.config.model_args import ServingArgs
-from vllm_srun.domain import bounds
-from vllm_srun.domain.connections import ConnectionLimits
-from vllm_srun.domain.worker_settings import ModelSpec
+from vllm_srun.domain.security.connections import ConnectionLimits
+from vllm_srun.domain.settings import bounds
+from vllm_srun.domain.worker.worker_settings import ModelSpec
 
 # msgspec reads a Literal's values at run time: the bounds module's choices, stated once there.
 # A type checker cannot read them, so it sees the field as a string.

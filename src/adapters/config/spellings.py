@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_srun.domain import bounds
+from vllm_srun.domain.settings import bounds
 
 INPUT_FIELDS: dict[str, bounds.Setting[Any]] = {
     "max_tokens": bounds.INPUT_MAX_TOKENS,

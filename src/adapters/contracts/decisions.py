@@ -20,8 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_srun.domain.rows import DEFAULT_LANE, RowSpec
-from vllm_srun.domain.shared_context import SHARED_LANE, shared_row_tokens
+from vllm_srun.domain.scheduling.rows import DEFAULT_LANE, RowSpec
+from vllm_srun.domain.scheduling.shared_context import SHARED_LANE, shared_row_tokens
 
 MEDIA_LANE = "media"  # rows that read images or videos, shared or not (R-BAT-6)
 

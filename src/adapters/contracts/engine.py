@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 from vllm_srun.adapters.contracts.batch import Batch, BatchOutputs
 from vllm_srun.adapters.contracts.common import CardFields, PluginCard, Progress
 from vllm_srun.adapters.contracts.device import Device
-from vllm_srun.domain.lifecycle import Determinism  # the domain decides it (issue 22 item 3)
+from vllm_srun.domain.worker.lifecycle import Determinism  # the domain decides it (issue 22 item 3)
 
 if TYPE_CHECKING:  # types only: no array or tensor library is imported with the contracts
     import numpy as np
     import torch
     from numpy.typing import NDArray
 
-    from vllm_srun.domain.lanes import Accounting
+    from vllm_srun.domain.scheduling.lanes import Accounting
 
 __all__ = [
     "AudioEncoderEngine",
@@ -71,7 +71,7 @@ class Engine(Protocol):
     def kernel_switch_tokens(self) -> int | None:
         """Counted tokens past which forwards run other kernels; None: the same kernels at every
         size. A batch-invariant model's merged forwards stay within it (R-BAT-5,
-        `domain.planning.invariant_forward_tokens`), so the probe checks the kernels they run on."""
+        `domain.scheduling.planning.invariant_forward_tokens`), so the probe checks the kernels they run on."""
         ...
 
     def describe(self) -> CardFields:

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from vllm_srun.adapters.contracts.common import CardFields, PluginCard, Progress, quiet
 from vllm_srun.adapters.contracts.device import Device
 from vllm_srun.adapters.contracts.engine import Determinism, Engine, EngineRequest, EngineSelector
-from vllm_srun.domain.planning import invariant_forward_tokens
+from vllm_srun.domain.scheduling.planning import invariant_forward_tokens
 
 if TYPE_CHECKING:  # types only (media worker processes import the contracts: keep their start light)
-    from vllm_srun.domain.engine_args import EngineArgs
-    from vllm_srun.domain.lanes import Lane
+    from vllm_srun.domain.scheduling.lanes import Lane
+    from vllm_srun.domain.settings.engine_args import EngineArgs
 
 __all__ = [
     "MANIFEST",
@@ -66,7 +66,7 @@ class LoadContext:
     def model_dtype(self, family: str) -> str:
         """The dtype FAMILY's model computes in here (`--dtype`, `auto` by the family's table);
         ValueError for float16 off a GPU."""
-        from vllm_srun.domain.dtypes import resolve_dtype
+        from vllm_srun.domain.settings.dtypes import resolve_dtype
 
         dtype = resolve_dtype(self.args.dtype, family, self.device.name)
         if dtype == "float16" and self.device.kind not in ("cuda", "rocm"):

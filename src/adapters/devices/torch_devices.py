@@ -2,7 +2,7 @@
 GPUs through torch (torch's HIP build calls ROCm GPUs `cuda`), and Apple's MPS.
 
 `open_device(name)` turns a `--device` value into a Device, or refuses it with one line before
-any weights load (`domain/devices.py` decides: a device that does not exist, a GPU index out of
+any weights load (`domain/settings/devices.py` decides: a device that does not exist, a GPU index out of
 range, `rocm` on a CUDA build, MPS where there is none). `auto` is the first GPU with room, else
 the CPU. What torch knows about the machine reaches the rules through a `DeviceProbe`
 (`TorchProbe` here, fakes in tests); only GPU and MPS devices import torch, and only when asked.
@@ -17,7 +17,7 @@ from typing import Protocol
 
 from vllm_srun.adapters.contracts import Device, Progress, quiet
 from vllm_srun.adapters.devices.cpu_features import cpu_has_native_bf16
-from vllm_srun.domain.devices import (
+from vllm_srun.domain.settings.devices import (
     DeviceChoice,
     DeviceInventory,
     DeviceRefused,
@@ -247,7 +247,7 @@ NO_GPU_NODE = f"auto: no GPU device node here ({', '.join(GPU_DEVICE_NODES)}); t
 
 def auto_choice(probe: DeviceProbe) -> DeviceChoice:
     """What `--device auto` (the default, R-DEV-4) takes on this machine (`serve` and `vllm-srun devices` alike): the
-    first GPU with room, else the CPU (`domain/devices.pick_auto`); torch is not even asked where
+    first GPU with room, else the CPU (`domain/settings/devices.pick_auto`); torch is not even asked where
     no GPU driver's device node is."""
     if not probe.may_have_gpu():
         return DeviceChoice("cpu", None, NO_GPU_NODE)

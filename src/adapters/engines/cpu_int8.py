@@ -23,7 +23,7 @@ layer loop's order, so the same hidden states, and no GIL taken in it); cls and 
 the call, the other outputs read its hidden states.
 Every row's answer depends on its own tokens only (integer accumulation is exact, the rest is
 element by element), whatever the forward holds; the load-time probe still decides `exact`.
-The GEMM's rows are padded to a bucket (`domain.kernels.bucket_rows`, zero rows of uint8) so
+The GEMM's rows are padded to a bucket (`domain.worker.kernels.bucket_rows`, zero rows of uint8) so
 oneDNN builds one primitive per bucket, not per forward (each build costs time:
 docs/performance.md).
 
@@ -51,7 +51,7 @@ from vllm_srun.adapters.models.encoder_arch import EncoderBlock
 from vllm_srun.adapters.models.quantize import QUANT_METHOD, dequantize_rows, int8_grid, quantize_rows
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, LayerLinears
-from vllm_srun.domain.kernels import bucket_rows
+from vllm_srun.domain.worker.kernels import bucket_rows
 
 INT8_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})  # /proc/cpuinfo names of int8 dot products
 LEVELS = 253  # a token's range maps onto 0..253 (+ rounding stays within uint8, no clamp needed)

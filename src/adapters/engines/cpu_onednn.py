@@ -10,7 +10,7 @@ rows, no mask) runs on these copies through `PackedEncoder.layers` (and `logits`
 The packed linears give every row of their input the same bits whatever the row count (measured
 here, oneDNN 3.x: eager `F.linear` does not), so such forwards are batch-invariant; whether a
 model ends up `exact` is still decided by the load-time probe. `PackedLinear` pads its rows with
-zero rows up to a bucket (`domain.kernels.bucket_rows`, at least 2: a lone row is the one case
+zero rows up to a bucket (`domain.worker.kernels.bucket_rows`, at least 2: a lone row is the one case
 where oneDNN picks another kernel): oneDNN builds a primitive per input shape (each build costs
 time: docs/performance.md), so serving sees a bounded set of shapes, built for short forwards at
 load (`warm`).
@@ -35,7 +35,7 @@ from torch import nn
 from vllm_srun.adapters.models.bert import SequenceClassificationHead
 from vllm_srun.adapters.models.encoder_arch import EncoderBlock, EncoderHead, EncoderModule
 from vllm_srun.adapters.models.unpadded import LayerLinears
-from vllm_srun.domain.kernels import bucket_rows
+from vllm_srun.domain.worker.kernels import bucket_rows
 
 # the batch-size hint the weights are reordered for; any value >= 2 gave the same blocked kernel
 # for every row count >= 2 here (bench/onednn.py times the forwards)

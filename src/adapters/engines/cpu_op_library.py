@@ -75,7 +75,7 @@ from vllm_srun.adapters.models.unpadded import (
     PackedRows,
     RelativeBias,
 )
-from vllm_srun.domain.kernels import bucket_rows
+from vllm_srun.domain.worker.kernels import bucket_rows
 
 ENV = "VLLM_SRUN_CPU_ATTENTION"
 OP = CppOp(

@@ -24,8 +24,8 @@ from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps, LayerLinears, PackedRows
 from vllm_srun.adapters.models.unpadded import classify as unpadded_classify
 from vllm_srun.adapters.models.unpadded import pooled as unpadded_pooled
-from vllm_srun.domain.kernels import KernelPlan, bucket_rows
-from vllm_srun.domain.lanes import Accounting
+from vllm_srun.domain.scheduling.lanes import Accounting
+from vllm_srun.domain.worker.kernels import KernelPlan, bucket_rows
 
 FORCED_UP_TO = 1 << 30  # VLLM_SRUN_ONEDNN=1: every forward on the packed copies
 

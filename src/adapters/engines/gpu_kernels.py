@@ -6,7 +6,7 @@ kernel of `triton_kernels.py` is
 1. checked: on random inputs its answers must equal the eager step's within `TOLERANCE` of the
    dtype (relative to their size), else it is never used;
 2. timed against the eager step at a grid of forward sizes (`SIZES`, in tokens), in back-to-back
-   pairs with the device synchronized, and turned into a `SizePlan` (`domain.kernels.plan_by_size`):
+   pairs with the device synchronized, and turned into a `SizePlan` (`domain.worker.kernels.plan_by_size`):
    a forward takes the kernel only at sizes where it was measurably faster, so it is never slower
    at a size that was measured.
 `VLLM_SRUN_TRITON=0` keeps every forward on the eager kernels; `=1` puts every forward on the
@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 from vllm_srun.adapters.contracts import Device
-from vllm_srun.domain.devices import GPU_KINDS
-from vllm_srun.domain.kernels import KernelTiming, SizePlan, plan_by_size
+from vllm_srun.domain.settings.devices import GPU_KINDS
+from vllm_srun.domain.worker.kernels import KernelTiming, SizePlan, plan_by_size
 
 ENV = "VLLM_SRUN_TRITON"
 SIZES = (64, 256, 1024, 4096, 16384)  # forward sizes timed at load, in tokens

@@ -9,7 +9,7 @@
 2. numerics: the packed forward must give the eager forward's answers (pooled embeddings,
    logits) on a ragged probe batch within `NUMERICS_TOL` (relative to the answers' size);
 3. speed: one layer's linears timed on both paths over a grid of row counts (`onednn_timing`,
-   cached per machine), turned into a `KernelPlan` by `domain.kernels.plan_kernels`: the packed
+   cached per machine), turned into a `KernelPlan` by `domain.worker.kernels.plan_kernels`: the packed
    copies serve forwards up to the largest size where they were not slower at every size
    measured (and won at the small ones), or up to 512 tokens where they stayed within 10 % of
    eager that far (batch invariance, R-BAT-5), eager the rest.
@@ -45,8 +45,8 @@ from vllm_srun.adapters.models.qwen3_5_kernels import TORCH_KERNELS
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.tokenization import Encoded
 from vllm_srun.adapters.models.unpadded import EAGER_OPS, ForwardOps
-from vllm_srun.domain.kernels import DEFAULT_TIE, KernelPlan, plan_kernels
-from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
+from vllm_srun.domain.scheduling.planning import BATCH_INVARIANT_TOKENS
+from vllm_srun.domain.worker.kernels import DEFAULT_TIE, KernelPlan, plan_kernels
 
 log = logging.getLogger("vllm_srun.engines.native")
 ENV = "VLLM_SRUN_ONEDNN"

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from vllm_srun.adapters.contracts import Determinism
-from vllm_srun.domain.lanes import Accounting
+from vllm_srun.domain.scheduling.lanes import Accounting
 
 
 class NativeAudioEncoder:

@@ -30,7 +30,7 @@ from vllm_srun.adapters.engines.packed_decoder import PackedDecoder, packed_deco
 from vllm_srun.adapters.engines.triton_decoder import GpuDecoderKernels, decoder_kernels
 from vllm_srun.adapters.models.decoder import DecoderLM, DecoderOps
 from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
-from vllm_srun.domain.lanes import Accounting
+from vllm_srun.domain.scheduling.lanes import Accounting
 
 
 class NativeDecoder:

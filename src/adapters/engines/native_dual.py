@@ -16,7 +16,7 @@ import torch
 
 from vllm_srun.adapters.contracts import Determinism
 from vllm_srun.adapters.models.dual_encoder import DualEncoder
-from vllm_srun.domain.lanes import Accounting
+from vllm_srun.domain.scheduling.lanes import Accounting
 
 
 class NativeDualEncoder:

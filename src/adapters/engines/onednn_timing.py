@@ -24,7 +24,7 @@ import torch
 
 from vllm_srun.adapters.engines.cpu_onednn import PACK_HINT, PackedEncoder
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
-from vllm_srun.domain.kernels import DEFAULT_TIE, KernelTiming, bucket_rows, timing_grid
+from vllm_srun.domain.worker.kernels import DEFAULT_TIE, KernelTiming, bucket_rows, timing_grid
 
 FORMAT = 4  # 4: the packed side runs on rows padded once (the serving forward pads once, not per linear)
 # the largest forward timed at load (tokens): past it the packed copies were measured no faster

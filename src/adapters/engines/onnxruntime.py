@@ -29,7 +29,7 @@ from vllm_srun.adapters.contracts.batch import Ask, Batch, BatchOutputs
 from vllm_srun.adapters.engines.onnx_export import INPUTS, cached_export
 from vllm_srun.adapters.models.pooling import pool
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
-from vllm_srun.domain.lanes import Accounting
+from vllm_srun.domain.scheduling.lanes import Accounting
 
 Progress = Callable[[str], None]
 NUMPY_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
@@ -185,7 +185,7 @@ def onnx_encoder(
 ) -> OnnxEncoder:
     """Serve REFERENCE's model with ONNX Runtime on DEVICE (module doc)."""
     computes = next(reference.encoder.parameters()).dtype
-    if computes != torch.float32:  # dtype auto is float32 for encoders (domain/dtypes.py PUBLISHED)
+    if computes != torch.float32:  # dtype auto is float32 for encoders (domain/settings/dtypes.py PUBLISHED)
         spelled = str(computes).removeprefix("torch.")
         raise EngineRefused(f"the onnxruntime engine runs only dtype auto (this encoder computes in {spelled})")
     providers = providers_for(device)

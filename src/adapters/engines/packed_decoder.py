@@ -35,8 +35,8 @@ from vllm_srun.adapters.engines.cpu_op_library import cpu_ops
 from vllm_srun.adapters.models.decoder import DecoderLM, SharedState
 from vllm_srun.adapters.models.decoder_encoder import DecoderEncoder, DecoderEncoderConfig
 from vllm_srun.adapters.models.unpadded import ForwardOps, PackedRows
-from vllm_srun.domain.kernels import bucket_rows
-from vllm_srun.domain.lanes import Accounting
+from vllm_srun.domain.scheduling.lanes import Accounting
+from vllm_srun.domain.worker.kernels import bucket_rows
 
 if TYPE_CHECKING:
     from vllm_srun.adapters.models.encoder_arch import EncoderModule

@@ -27,7 +27,6 @@ from vllm_srun.adapters.contracts import (
     PackageInfo,
     as_audio_encoder_engine,
 )
-from vllm_srun.adapters.families.audio_fixture import VARIANTS, write_audio_fixture
 from vllm_srun.adapters.families.audio_parts import (
     AUDIO_LANE,
     CPU_AUDIO_CAP_TOKENS,
@@ -38,8 +37,9 @@ from vllm_srun.adapters.families.audio_parts import (
     read_audio_preprocess,
     sample_features,
 )
+from vllm_srun.adapters.families.fixtures.audio_fixture import VARIANTS, write_audio_fixture
 from vllm_srun.adapters.models.manifest import read_manifest
-from vllm_srun.domain.lanes import Accounting, Lane
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane
 
 FAMILY = "audio"
 KINDS = ("whisper", "clap")

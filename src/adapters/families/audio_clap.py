@@ -29,8 +29,8 @@ from vllm_srun.adapters.families.audio_parts import (
     sample_features,
 )
 from vllm_srun.adapters.models.manifest import read_manifest
-from vllm_srun.domain.lanes import Accounting, Lane
-from vllm_srun.domain.rows import DEFAULT_LANE
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane
+from vllm_srun.domain.scheduling.rows import DEFAULT_LANE
 
 FAMILY = "audio"
 MODALITIES = frozenset({"text", "audio"})

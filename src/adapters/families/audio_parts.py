@@ -15,7 +15,7 @@ import numpy as np
 
 from vllm_srun.adapters.contracts import MediaLimits
 from vllm_srun.adapters.media.audio_features import AudioPreprocess
-from vllm_srun.domain import media
+from vllm_srun.domain.inputs import media
 
 AUDIO_LANE = "audio"
 PREPROCESSOR = "preprocessor_config.json"

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.adapters.contracts import Family, LoadContext, LoadedModel, PackageInfo
-from vllm_srun.adapters.families.decision_fixture import VARIANTS, write_decision_fixture
 from vllm_srun.adapters.families.decision_model import BRANCH_CHUNK as BRANCH_CHUNK
 from vllm_srun.adapters.families.decision_model import CPU_CAP_TOKENS as CPU_CAP_TOKENS
 from vllm_srun.adapters.families.decision_model import DECODER_MODEL_TYPES, SURFACES, package_limit, read_config
@@ -29,6 +28,7 @@ from vllm_srun.adapters.families.decision_model import _restricted as _restricte
 from vllm_srun.adapters.families.decision_model import load_lm as load_lm
 from vllm_srun.adapters.families.decision_vision import VisionDecisionModel, reads_media
 from vllm_srun.adapters.families.decoder_packages import serves_decisions
+from vllm_srun.adapters.families.fixtures.decision_fixture import VARIANTS, write_decision_fixture
 
 
 class DecisionFamily(Family):

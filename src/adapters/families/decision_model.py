@@ -39,13 +39,13 @@ from vllm_srun.adapters.families.decision_rows import (
 from vllm_srun.adapters.models.manifest import read_manifest
 from vllm_srun.adapters.models.qwen3_5_config import MODEL_TYPES as QWEN3_5_TYPES
 from vllm_srun.adapters.models.qwen3_5_config import text_fields
-from vllm_srun.domain.calibration import TIME_CAP_S
-from vllm_srun.domain.dtypes import auto_dtype, dtype_refusal, resolve_dtype
-from vllm_srun.domain.input_budget import InputBudget, in_force
-from vllm_srun.domain.lanes import Accounting, Lane, forward_tokens
-from vllm_srun.domain.profiles import precision_is_published, serving_profile
-from vllm_srun.domain.rows import DEFAULT_LANE
-from vllm_srun.domain.shared_context import SHARED_LANE, BreakEven, break_even_tokens, should_share
+from vllm_srun.domain.inputs.input_budget import InputBudget, in_force
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane, forward_tokens
+from vllm_srun.domain.scheduling.rows import DEFAULT_LANE
+from vllm_srun.domain.scheduling.shared_context import SHARED_LANE, BreakEven, break_even_tokens, should_share
+from vllm_srun.domain.settings.dtypes import auto_dtype, dtype_refusal, resolve_dtype
+from vllm_srun.domain.settings.profiles import precision_is_published, serving_profile
+from vllm_srun.domain.worker.calibration import TIME_CAP_S
 
 DECODER_MODEL_TYPES = frozenset({"llama", "smollm", "smollm2", "qwen2", "qwen3"}) | QWEN3_5_TYPES
 CPU_CAP_TOKENS = 4096  # R-BAT-7: merged forwards on a CPU stay within this many counted tokens

@@ -5,7 +5,7 @@ part on its own, and each question's answer tokens. A question that is invalid o
 (state part + question part) is longer than the model's limit fails here, in place, before any
 forward; a prompt exactly at the limit is read.
 
-The deployment's input budget (`input: {max_tokens, overflow}`, `domain/input_budget.py`) caps a
+The deployment's input budget (`input: {max_tokens, overflow}`, `domain/inputs/input_budget.py`) caps a
 prompt below the model's limit as it caps a classify input: with `overflow: reject` (and
 `window`: decisions have no windows) a prompt over `max_tokens` fails in place
 (`max_length_exceeded`, naming `input.max_tokens`); with `truncate` the state's text is cut at
@@ -17,7 +17,7 @@ the state part, as the text MEDIA_TEXT the model gives for them (its placeholder
 tokens count in every prompt's length, are never cut, and `usage` counts them with the state.
 
 The types it fills and the two row layouts (`rows_for`: unshared, one `text`-lane row per
-question; shared, decided by `domain.shared_context.should_share`, one `shared`-lane row holding
+question; shared, decided by `domain.scheduling.shared_context.should_share`, one `shared`-lane row holding
 the state once and every question after it) are the contract with the decisions surface
 (`contracts/decisions.py`); they stay importable from here.
 """
@@ -41,7 +41,7 @@ from vllm_srun.adapters.contracts import SharedRow as SharedRow
 from vllm_srun.adapters.contracts import probabilities_per_question as probabilities_per_question
 from vllm_srun.adapters.contracts import rows_for as rows_for
 from vllm_srun.adapters.families.decision_prompts import PromptTemplate, content_text, render_question
-from vllm_srun.domain.input_budget import NO_BUDGET, InputBudget
+from vllm_srun.domain.inputs.input_budget import NO_BUDGET, InputBudget
 
 
 class PromptTokens:

@@ -51,9 +51,9 @@ from vllm_srun.adapters.media.qwen_vision import (
     video_group_times,
     video_placeholder,
 )
-from vllm_srun.domain import media as rules
-from vllm_srun.domain.calibration import TIME_CAP_S
-from vllm_srun.domain.lanes import Accounting, Lane
+from vllm_srun.domain.inputs import media as rules
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane
+from vllm_srun.domain.worker.calibration import TIME_CAP_S
 
 RESERVED = (VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD)
 MODALITIES = frozenset({"text", "image", "video"})

@@ -26,16 +26,16 @@ from vllm_srun.adapters.contracts import (
 from vllm_srun.adapters.contracts.outputs import OUTPUT_KINDS, TokenOutputRow
 from vllm_srun.adapters.contracts.token_heads import TokenLogitsRow
 from vllm_srun.adapters.families.decoder_packages import is_decoder_encoder
-from vllm_srun.adapters.families.encoder_fixture import VARIANTS, write_encoder_fixture
 from vllm_srun.adapters.families.encoder_outputs import TokenOutputs, has_colbert_head, read_ranges
+from vllm_srun.adapters.families.fixtures.encoder_fixture import VARIANTS, write_encoder_fixture
 from vllm_srun.adapters.models.encoders import DECODER_TYPES, ENCODER_TYPES
 from vllm_srun.adapters.models.manifest import asks_for_yes_no, read_manifest
 from vllm_srun.adapters.models.token_classifier import TOKEN_ARCHITECTURE_SUFFIX, is_token_classifier
 from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
-from vllm_srun.domain.calibration import TIME_CAP_S
-from vllm_srun.domain.dtypes import dtype_refusal, resolve_dtype
-from vllm_srun.domain.lanes import Lane, forward_tokens
-from vllm_srun.domain.rows import DEFAULT_LANE
+from vllm_srun.domain.scheduling.lanes import Lane, forward_tokens
+from vllm_srun.domain.scheduling.rows import DEFAULT_LANE
+from vllm_srun.domain.settings.dtypes import dtype_refusal, resolve_dtype
+from vllm_srun.domain.worker.calibration import TIME_CAP_S
 
 # R-BAT-7: on a CPU a padded forward has a sweet spot; past it a forward is slower per row
 # (bench/embeddings_load.py). Merged forwards of an encoder stay within this many padded tokens.

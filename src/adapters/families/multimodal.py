@@ -25,14 +25,14 @@ from vllm_srun.adapters.contracts import (
     PackageInfo,
     as_dual_encoder_engine,
 )
-from vllm_srun.adapters.families.multimodal_fixture import VARIANTS, write_multimodal_fixture
+from vllm_srun.adapters.families.fixtures.multimodal_fixture import VARIANTS, write_multimodal_fixture
 from vllm_srun.adapters.media.preprocess import RESAMPLE_NAMES, ImagePreprocess
 from vllm_srun.adapters.models.dual_encoder_config import KINDS
 from vllm_srun.adapters.models.manifest import read_manifest
 from vllm_srun.adapters.models.tokenization import Encoded
-from vllm_srun.domain import media
-from vllm_srun.domain.lanes import Accounting, Lane
-from vllm_srun.domain.rows import DEFAULT_LANE
+from vllm_srun.domain.inputs import media
+from vllm_srun.domain.scheduling.lanes import Accounting, Lane
+from vllm_srun.domain.scheduling.rows import DEFAULT_LANE
 
 FAMILY = "multimodal"
 MEDIA_LANE = "media"

@@ -23,8 +23,8 @@ from vllm_srun.adapters.http.openapi import openapi_document
 from vllm_srun.adapters.http.timing import ServerTimingMiddleware
 from vllm_srun.adapters.prometheus import CONTENT_TYPE
 from vllm_srun.adapters.schemas.models_list import ProcessLimits, models_list
-from vllm_srun.domain import bounds
 from vllm_srun.domain.errors import NotReady
+from vllm_srun.domain.settings import bounds
 
 log = logging.getLogger("vllm_srun.front")
 JSON = "application/json"

@@ -1,6 +1,6 @@
 """Replicas found through DNS, at the front: one `DnsDiscovery` per `{dns: NAME, port: P}`
 replica of a deployment resolves NAME every `resolve_every_ms` (default 5 s) and hands what
-changed (`domain/discovery.plan_discovery`) to the fleet:
+changed (`domain/fleet/discovery.plan_discovery`) to the fleet:
 
 - a new address becomes an attached replica `SCHEME://ADDRESS:P` of the deployment (built by
   the workers factory, supervised like any endpoint replica: it takes requests once its `/health`
@@ -8,7 +8,7 @@ changed (`domain/discovery.plan_discovery`) to the fleet:
 - a vanished address is drained: out of dispatch at once, its probes stopped, dropped once the
   requests it holds are answered (or its deployment's timeout passed);
 - a failed (or empty) resolution keeps the last good set; the first failure of a streak is one
-  warning line, the recovery one info line (`domain/discovery.ResolutionStreak`), and every
+  warning line, the recovery one info line (`domain/fleet/discovery.ResolutionStreak`), and every
   failure counts in `vllm_sr_dns_resolution_failures_total{deployment}`.
 
 Across reloads (`fleet.py`) the addresses a watcher serves are carried into the new config's
@@ -25,7 +25,7 @@ from typing import Protocol
 from vllm_srun.adapters.config.schema import ReplicaConfig
 from vllm_srun.adapters.front.metrics import FrontEvents
 from vllm_srun.adapters.workers.supervisor import DeploymentView, ReplicaSupervisor
-from vllm_srun.domain.discovery import (
+from vllm_srun.domain.fleet.discovery import (
     DEFAULT_RESOLVE_EVERY_MS,
     AddressResolver,
     Announcement,

@@ -1,4 +1,4 @@
-"""Resolvers for replicas found through DNS (`domain/discovery.py`'s `AddressResolver` port).
+"""Resolvers for replicas found through DNS (`domain/fleet/discovery.py`'s `AddressResolver` port).
 
 - `SystemResolver`: the system's resolver (`getaddrinfo` on the event loop's executor, so
   /etc/hosts, search domains and the cluster DNS of a pod apply); every A and AAAA address.
@@ -18,7 +18,7 @@ import socket
 import struct
 from urllib.parse import urlsplit
 
-from vllm_srun.domain.discovery import AddressResolver, ResolutionFailed
+from vllm_srun.domain.fleet.discovery import AddressResolver, ResolutionFailed
 
 QUERY_TIMEOUT_S = 2.0
 TYPE_A, TYPE_AAAA = 1, 28

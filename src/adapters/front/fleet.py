@@ -5,10 +5,10 @@ Building a fleet starts nothing; it raises ConfigError (one line per problem) wh
 worker would refuse its settings. `start()` starts every worker and the ejection clock.
 
 Reconfiguration (R-REP-2, `reconfigure.py`): `plan(config)` builds the new deployments from
-the pure plan of `domain/reconfiguration` (which workers are kept, started, retired; whether the
+the pure plan of `domain/fleet/reconfiguration` (which workers are kept, started, retired; whether the
 reference card and front cache carry over), the new workers built by `workers/factory.py`;
 `publish(config, plans)` swaps them in at once and returns the retired workers, which
-`retire()` stops once they hold no request. Names resolve through `domain/lifecycle`.
+`retire()` stops once they hold no request. Names resolve through `domain/worker/lifecycle`.
 
 Replicas found through DNS (`{dns: NAME, port: P}`, `discovery.py`): each such replica of a
 deployment has a watcher that adds a worker per new address (`add_discovered`) and drains the
@@ -41,14 +41,14 @@ from vllm_srun.adapters.schemas.models_list import TYPESAFE_DEFAULT_MODEL, is_de
 from vllm_srun.adapters.workers.factory import WorkerFactory
 from vllm_srun.adapters.workers.replica import ReplicaHandle
 from vllm_srun.adapters.workers.supervisor import DeploymentView, ReplicaSupervisor
-from vllm_srun.domain import bounds
-from vllm_srun.domain.cache import LruCache
-from vllm_srun.domain.discovery import drain_finished
-from vllm_srun.domain.dispatch import Pool
-from vllm_srun.domain.ejection import PoolEvent, ProbeHealth
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound, quoted
-from vllm_srun.domain.lifecycle import NameTable, Unresolved, name_table, sole
-from vllm_srun.domain.reconfiguration import CachePlan, Deployed, DeploymentChange, Wanted, plan_reconfiguration
+from vllm_srun.domain.fleet.discovery import drain_finished
+from vllm_srun.domain.fleet.dispatch import Pool
+from vllm_srun.domain.fleet.ejection import PoolEvent, ProbeHealth
+from vllm_srun.domain.fleet.reconfiguration import CachePlan, Deployed, DeploymentChange, Wanted, plan_reconfiguration
+from vllm_srun.domain.settings import bounds
+from vllm_srun.domain.worker.cache import LruCache
+from vllm_srun.domain.worker.lifecycle import NameTable, Unresolved, name_table, sole
 
 TICK_S = 0.25
 DRAIN_MARGIN_S = 5.0  # past the deployment's timeout, a drained worker is dropped anyway
@@ -141,7 +141,7 @@ class Fleet:
     # ---- plans (R-REP-2: reconfiguration) ------------------------------------------------
     def plan(self, config: FrontConfig) -> dict[str, DeploymentPlan]:
         """The deployments of CONFIG, keeping every current worker whose deployment and
-        placement are unchanged (`domain/reconfiguration` decides); builds the new workers
+        placement are unchanged (`domain/fleet/reconfiguration` decides); builds the new workers
         (`workers/factory`) and starts nothing. Raises ConfigError (one line per problem) when a
         new managed worker would refuse its settings."""
         key = self.workers.key
@@ -291,7 +291,7 @@ class Fleet:
 
     # ---- lookup --------------------------------------------------------------------------
     def resolve(self, model: str | None) -> Deployment:
-        """The deployment MODEL names (`domain/lifecycle`: names): its name, its artifact or the
+        """The deployment MODEL names (`domain/worker/lifecycle`: names): its name, its artifact or the
         artifact's last part (when no other deployment has it), the typesafe-sdk's default."""
         found = self._names.resolve(model, self._implied)
         if found is Unresolved.UNNAMED:

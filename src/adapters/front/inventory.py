@@ -11,8 +11,8 @@ from typing import Any
 
 from vllm_srun.adapters.front.fleet import Deployment, Fleet
 from vllm_srun.adapters.schemas.common import API_VERSION
-from vllm_srun.domain import bounds
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound, quoted
+from vllm_srun.domain.settings import bounds
 
 
 def deployment_for(fleet: Fleet, model: str | None) -> Deployment:

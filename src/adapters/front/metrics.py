@@ -1,6 +1,6 @@
 """The front's metrics (R-API-7, R-REP-5) and its structured event log lines.
 
-Pool events (`domain/ejection.py`) and replica lifecycle events both leave through
+Pool events (`domain/fleet/ejection.py`) and replica lifecycle events both leave through
 `FrontEvents`: one log line each (`replica_ejected deployment=… replica=… …`) and a counter.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from vllm_srun.adapters.prometheus import SECONDS_BUCKETS, MetricsRegistry
-from vllm_srun.domain.ejection import (
+from vllm_srun.domain.fleet.ejection import (
     EjectionWithheld,
     PoolEvent,
     ProbeHealth,

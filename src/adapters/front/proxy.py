@@ -57,8 +57,8 @@ from vllm_srun.domain.errors import (
     DomainError,
     NotReady,
 )
-from vllm_srun.domain.replicas import Outcome
-from vllm_srun.domain.tenants import DEFAULT_TENANT
+from vllm_srun.domain.fleet.replicas import Outcome
+from vllm_srun.domain.scheduling.tenants import DEFAULT_TENANT
 
 log = logging.getLogger("vllm_srun.front")
 REFUSED_CODES = frozenset({"overloaded", "http_429"})  # the front's own 429 and a worker's

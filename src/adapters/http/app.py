@@ -52,9 +52,9 @@ from vllm_srun.adapters.surfaces.admission import admission_tokens
 from vllm_srun.adapters.surfaces.bundle import bundle
 from vllm_srun.adapters.surfaces.registry import SURFACE_ROUTES, SurfaceRoute
 from vllm_srun.adapters.tracing.port import NOOP, Tracer
-from vllm_srun.domain import bounds
-from vllm_srun.domain.admission import RetryDiscipline
 from vllm_srun.domain.errors import Cancelled, NotReady, Overloaded
+from vllm_srun.domain.scheduling.admission import RetryDiscipline
+from vllm_srun.domain.settings import bounds
 
 log = logging.getLogger("vllm_srun.http")
 

@@ -12,7 +12,7 @@ Who a request is:
 - no key file and no token: no key is asked for; the tenant is `default`.
 
 Refusals: 401 `unauthorized` with `WWW-Authenticate: Bearer` (no key, or a wrong one); after too
-many wrong keys from one connection or address (`domain/key_guessing.py`), 429
+many wrong keys from one connection or address (`domain/security/key_guessing.py`), 429
 `too_many_wrong_keys` with `Retry-After`, before the key is even looked at. Nothing here logs,
 echoes or counts a key or a digest; the `Authorization` header is removed from the scope before
 the app sees it.
@@ -33,10 +33,10 @@ from typing import Any
 
 from vllm_srun.adapters.http.errors import error_parts
 from vllm_srun.adapters.http.read_pacing import CONNECTION_SCOPE_KEY, PacedConnection
-from vllm_srun.domain.api_keys import TENANT_NAME, KeyTable, Unauthorized, key_digest
 from vllm_srun.domain.errors import DomainError, InvalidRequest
-from vllm_srun.domain.key_guessing import GuessLimits, TooManyWrongKeys, WrongKeyLimiter
-from vllm_srun.domain.tenants import DEFAULT_TENANT
+from vllm_srun.domain.scheduling.tenants import DEFAULT_TENANT
+from vllm_srun.domain.security.api_keys import TENANT_NAME, KeyTable, Unauthorized, key_digest
+from vllm_srun.domain.security.key_guessing import GuessLimits, TooManyWrongKeys, WrongKeyLimiter
 
 log = logging.getLogger("vllm_srun.auth")
 TENANT_SCOPE_KEY = "srun_tenant"  # the request's tenant, for the runtime (beside `srun_timing`)

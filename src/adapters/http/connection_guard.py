@@ -1,4 +1,4 @@
-"""One listener's connections (R-API-9): the pure table of `domain/connections.py`, the timer
+"""One listener's connections (R-API-9): the pure table of `domain/security/connections.py`, the timer
 that expires connections past their deadline, the answers the guard writes itself, and counts
 by reason for the metrics. The protocol that reports to it is `guarded_protocol.py`.
 """
@@ -16,9 +16,15 @@ from typing import Protocol
 from vllm_srun.adapters.http.errors import raw_error_response
 from vllm_srun.adapters.http.read_pacing import PacedReads
 from vllm_srun.adapters.prometheus import Counter, Gauge
-from vllm_srun.domain.connections import ConnectionAdmission, ConnectionLimits, ConnectionPhase, ConnectionTable, Expiry
-from vllm_srun.domain.read_pacing import FLOOR
-from vllm_srun.domain.tenants import DEFAULT_TENANTS, TenantTable
+from vllm_srun.domain.scheduling.read_pacing import FLOOR
+from vllm_srun.domain.scheduling.tenants import DEFAULT_TENANTS, TenantTable
+from vllm_srun.domain.security.connections import (
+    ConnectionAdmission,
+    ConnectionLimits,
+    ConnectionPhase,
+    ConnectionTable,
+    Expiry,
+)
 
 log = logging.getLogger("vllm_srun.connections")
 REFUSAL_LOG_S = 10.0

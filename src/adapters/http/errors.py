@@ -26,7 +26,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from vllm_srun.adapters.schemas.common import json_encoder
 from vllm_srun.domain.errors import DomainError, NotReady, Overloaded, RetryLater
-from vllm_srun.domain.key_guessing import TooManyWrongKeys
+from vllm_srun.domain.security.key_guessing import TooManyWrongKeys
 
 log = logging.getLogger("vllm_srun.http")
 JSON = "application/json"

@@ -1,5 +1,5 @@
 """Connection hygiene for uvicorn (R-API-9): a thin subclass of uvicorn's own httptools protocol
-that applies the pure policy of `domain/connections.py`, for the worker and the front alike.
+that applies the pure policy of `domain/security/connections.py`, for the worker and the front alike.
 
 uvicorn 0.5x has a keep-alive timeout, but no timeout for a request head or body that does not
 arrive, no limit on the size of a request head (httptools buffers a header of any size), no cap
@@ -36,7 +36,7 @@ from vllm_srun.adapters.http.connection_guard import ConnectionGuard
 from vllm_srun.adapters.http.errors import raw_error_response
 from vllm_srun.adapters.http.read_pacing import CONNECTION_SCOPE_KEY
 from vllm_srun.adapters.http.request_body import BODY_TIMED_OUT
-from vllm_srun.domain.connections import Expiry
+from vllm_srun.domain.security.connections import Expiry
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 TCP_INFO = getattr(socket, "TCP_INFO", None)  # Linux: struct tcp_info, whose first byte is the state

@@ -1,6 +1,6 @@
 """Paced reads (R-FAIR-5): the connections whose next request waits unread while their tenant is
 over its share, read in the order they were held as the tenant's own requests finish. The rule
-that decides who waits is the pure `domain/read_pacing.py`; `guarded_protocol.py` holds a
+that decides who waits is the pure `domain/scheduling/read_pacing.py`; `guarded_protocol.py` holds a
 connection's bytes while it waits (reading paused: the rest stays in the kernel) and counts each
 request in progress from when it is read (or its tenant is known) until its response completes
 or the connection is lost; `http/auth.py`'s middleware reports which tenant a request is.
@@ -14,8 +14,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from vllm_srun.domain.read_pacing import FLOOR, ReadPacing
-from vllm_srun.domain.tenants import DEFAULT_TENANTS
+from vllm_srun.domain.scheduling.read_pacing import FLOOR, ReadPacing
+from vllm_srun.domain.scheduling.tenants import DEFAULT_TENANTS
 
 CONNECTION_SCOPE_KEY = "srun_connection"  # the request's connection (a `PacedConnection`), in its ASGI scope
 
@@ -38,7 +38,7 @@ class PacedConnection(Protocol):
 
 class PacedReads:
     """One process's paced reads, shared by its listeners: the requests in progress by tenant
-    (`domain/read_pacing.py`) and, per tenant, the connections whose next request waits unread,
+    (`domain/scheduling/read_pacing.py`) and, per tenant, the connections whose next request waits unread,
     read in the order they were held, one per loop turn, whenever one of the tenant's own
     requests finishes and the tenant is no longer paced."""
 

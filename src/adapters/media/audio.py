@@ -2,7 +2,7 @@
 the limits, decode to mono float32 samples at the model's rate.
 
 - Formats: WAV, FLAC, MP3 and Ogg (Vorbis, Opus, FLAC), recognised from their first bytes
-  (`domain/media.audio_format`) and opened with that demuxer only. Bytes of another format than
+  (`domain/inputs/media.audio_format`) and opened with that demuxer only. Bytes of another format than
   the request's `format` are refused (`the data is FLAC, not wav as its format says`).
 - Before any sample is decoded: the byte size, an audio stream (`no audio stream` otherwise), the
   sample rate (1 kHz … 384 kHz) and channel count (at most 32) the header declares, and the
@@ -24,7 +24,7 @@ import av
 import numpy as np
 
 from vllm_srun.adapters.contracts.media import MediaError, MediaLimits
-from vllm_srun.domain.media import (
+from vllm_srun.domain.inputs.media import (
     AUDIO_FORMATS,
     AUDIO_MAX_CHANNELS,
     AUDIO_MAX_RATE,

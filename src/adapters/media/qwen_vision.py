@@ -37,7 +37,7 @@ from PIL import Image
 
 from vllm_srun.adapters.media.preprocess import RESAMPLE_NAMES, to_rgb
 from vllm_srun.adapters.media.resample import resize_bicubic_aa
-from vllm_srun.domain.media import (
+from vllm_srun.domain.inputs.media import (
     QWEN_VIDEO_MAX_FRAMES,
     QWEN_VIDEO_MIN_FRAMES,
     QWEN_VIDEO_RATE,

@@ -38,8 +38,8 @@ from vllm_srun.adapters.contracts.media import (
 )
 from vllm_srun.adapters.media.pool import DEFAULT_DECODER, MediaWorkerPool
 from vllm_srun.adapters.media.worker import load_decoder
-from vllm_srun.domain.cache import LruCache
-from vllm_srun.domain.media import DECODE_CACHE_BYTES, DECODE_CACHE_ENTRIES
+from vllm_srun.domain.inputs.media import DECODE_CACHE_BYTES, DECODE_CACHE_ENTRIES
+from vllm_srun.domain.worker.cache import LruCache
 
 Decoded = np.ndarray | SampledVideo  # what the cache keeps: pixels (features), or a sampled clip
 

@@ -1,5 +1,5 @@
 """Videos with PyAV: sniff the container, check the limits, decode, sample frames uniformly over
-the duration (`domain/media.py`), preprocess each sample like an image.
+the duration (`domain/inputs/media.py`), preprocess each sample like an image.
 
 - Containers: MP4/MOV, Matroska/WebM, AVI, GIF and MPEG-TS, recognised from their first bytes
   and opened with that demuxer only (never a playlist or anything that names other files).
@@ -25,7 +25,7 @@ import numpy as np
 from PIL import Image
 
 from vllm_srun.adapters.contracts.media import MediaError, MediaLimits
-from vllm_srun.domain.media import FramePicker, sample_times
+from vllm_srun.domain.inputs.media import FramePicker, sample_times
 
 CONTAINERS = "MP4/MOV, Matroska/WebM, AVI, GIF, MPEG-TS"
 CONTAINER_NAMES = {"mov": "MP4/MOV", "matroska": "Matroska/WebM", "avi": "AVI", "gif": "GIF", "mpegts": "MPEG-TS"}

@@ -29,7 +29,7 @@ only the table rows a run's distances reach.
 `deberta_v2_config.py` reads config.json and maps each distance to its relative-embedding row.
 `load_deberta_v2(folder)` → `(DebertaV2Encoder, DebertaV2ClassificationHead | None)`: the head (pooler
 dense + `pooler_hidden_act` on token 0, then the classifier) is there when the checkpoint has it.
-`deberta_v2_fixture.py` writes tiny random packages under transformers' names.
+`families/fixtures/deberta_v2_fixture.py` writes tiny random packages under transformers' names.
 """
 
 from __future__ import annotations

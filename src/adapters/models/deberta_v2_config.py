@@ -1,7 +1,7 @@
 """DeBERTa-v2's config.json (DeBERTa-v2, DeBERTa-v3, mDeBERTa) and its relative-position geometry:
 which relative-embedding row a query-minus-key distance reads (`relative_positions`, DeBERTa's
 log buckets past `position_buckets` / 2). Read by `deberta_v2.py` (the model) and
-`deberta_v2_fixture.py` (tiny packages)."""
+`families/fixtures/deberta_v2_fixture.py` (tiny packages)."""
 
 from __future__ import annotations
 

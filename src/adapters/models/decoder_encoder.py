@@ -29,7 +29,7 @@ surface. A `…ForTokenClassification` checkpoint loads as the bare backbone: th
 `score` layer as a token head. The wrapped model's output layer is not kept (only the yes/no head's
 two rows are): its `logits_at` are not for use.
 
-`decoder_encoder_fixture.py` writes tiny random packages under transformers' names.
+`families/fixtures/decoder_encoder_fixture.py` writes tiny random packages under transformers' names.
 """
 
 from __future__ import annotations

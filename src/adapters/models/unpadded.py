@@ -17,7 +17,7 @@ SDPA per run (`engines/gpu_kernels.py`), and on a CPU one C++ op serves every ro
 (`engines/cpu_op_library.py`). `PackedRows.build(batch, device)` puts every index tensor the
 forward uses on the model's device.
 
-Linears that run on a bounded set of row counts (oneDNN's primitives, `domain.kernels.bucket_rows`)
+Linears that run on a bounded set of row counts (oneDNN's primitives, `domain.worker.kernels.bucket_rows`)
 get the forward padded once: `build(..., pad_to=bucket_rows)` appends padding tokens (id 0,
 position 0) up to the bucket, so every matrix of the forward already has a bucket's rows and no
 linear copies its input to pad it. Padding rows are independent of the real ones everywhere (the

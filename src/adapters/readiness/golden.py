@@ -27,7 +27,7 @@ from vllm_srun.adapters.contracts import LoadedModel
 from vllm_srun.adapters.readiness.probe import probe_model
 from vllm_srun.adapters.serving.served import ServedModel
 from vllm_srun.adapters.surfaces.registry import SURFACE_ROUTES, SurfaceHandler
-from vllm_srun.domain.dtypes import device_class
+from vllm_srun.domain.settings.dtypes import device_class
 
 GOLDEN_FILE = "golden.json"
 FORMAT = "vllm-srun-golden/1"

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from vllm_srun.domain.tenants import Priority
+from vllm_srun.domain.scheduling.tenants import Priority
 
 # The version of the upstream model-runtime contract (vllm-project/semantic-router's OpenAPI
 # document) these surfaces speak: `/health`, `/health/live` and `/v1/models` report it as

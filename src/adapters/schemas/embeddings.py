@@ -13,7 +13,7 @@ from msgspec import Meta, Struct
 
 from vllm_srun.adapters.schemas.common import CommonOptions, ItemErrorCode, ResponseMeta, Strict
 from vllm_srun.adapters.schemas.encoder import InputUsage, MaxTokens
-from vllm_srun.domain.media import VIDEO_MAX_FRAMES
+from vllm_srun.domain.inputs.media import VIDEO_MAX_FRAMES
 
 EncodingFormat = Literal["float", "base64", "int8", "uint8", "binary", "ubinary"]
 QUANTIZED = ("int8", "uint8", "binary", "ubinary")
@@ -75,7 +75,7 @@ class VideoUrlInput(Strict, tag_field="type", tag="video_url"):
 class AudioData(Strict):
     data: Annotated[str, Meta(description="the audio file's bytes, base64 (no data: URL prefix)")]
     format: Annotated[
-        Literal["wav", "flac", "mp3", "ogg"],  # domain.media.AUDIO_FORMATS
+        Literal["wav", "flac", "mp3", "ogg"],  # domain.inputs.media.AUDIO_FORMATS
         Meta(description="what the bytes are: wav, flac, mp3 or ogg (bytes of another format are refused)"),
     ]
 

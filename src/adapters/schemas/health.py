@@ -1,7 +1,7 @@
 """`GET /health` and `GET /health/live` of a worker (R-API-7), as the contract has them.
 
 `/health` is 200 only while every model is ready (503 otherwise, with `Retry-After`): `status`
-is the worker's (`domain/lifecycle.health`), `reason` why it is not ready (the first model that
+is the worker's (`domain/worker/lifecycle.health`), `reason` why it is not ready (the first model that
 is not: its reason, named when the worker serves several), `model` the served model's id when it
 serves one, and `models` each model's status and reason (always listed). `/health/live` is 200
 while the process answers HTTP, whatever its models do.

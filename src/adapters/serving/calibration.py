@@ -1,7 +1,7 @@
 """The knee calibration of a GPU worker (R-DEV-2), timed on the device.
 
 `KneeCalibrator.calibrate(model, limits, device)` runs on the device thread after the readiness
-check: for each size the pure rule (`domain/calibration.calibrate`) asks for, it runs the model's
+check: for each size the pure rule (`domain/worker/calibration.calibrate`) asks for, it runs the model's
 calibration forward (`LoadedModel.calibration_forward`) once to warm it, then times it (best of
 `repeats`, the device synchronized around each) and reads the device's memory peak; a forward that
 runs out of device memory is recorded as such and ends the timing. The rule picks the budget.
@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 
 from vllm_srun.adapters.contracts import Device, LoadedModel, Progress, quiet
-from vllm_srun.domain.calibration import Calibration, CalibrationFailed, Timed, calibrate
-from vllm_srun.domain.devices import GPU_KINDS
-from vllm_srun.domain.engine_args import BatchingLimits
-from vllm_srun.domain.lanes import round_up
+from vllm_srun.domain.scheduling.lanes import round_up
+from vllm_srun.domain.settings.devices import GPU_KINDS
+from vllm_srun.domain.settings.engine_args import BatchingLimits
+from vllm_srun.domain.worker.calibration import Calibration, CalibrationFailed, Timed, calibrate
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

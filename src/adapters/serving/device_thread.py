@@ -11,7 +11,7 @@ runs once on each of the device's threads, all started when the device is made.
 
 NICE lowers the device threads' CPU priority below the rest of the process (Linux: a thread's
 nice value is its own, and the OpenMP threads a forward starts inherit it), so the event loop
-and request preparation run first when both are ready (`domain.threads.forward_nice`).
+and request preparation run first when both are ready (`domain.worker.threads.forward_nice`).
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.forward_threads import ForwardRunner, lone_forward_threads
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.model_setup import ForwardSetup
-from vllm_srun.domain.adaptive_threads import BUCKET_EDGES, Mode, ThreadLearner, bucket_label, candidate_counts
 from vllm_srun.domain.ports import Clock
-from vllm_srun.domain.threads import express_forward
-from vllm_srun.domain.worker_settings import RuntimeSettings
+from vllm_srun.domain.worker.adaptive_threads import BUCKET_EDGES, Mode, ThreadLearner, bucket_label, candidate_counts
+from vllm_srun.domain.worker.threads import express_forward
+from vllm_srun.domain.worker.worker_settings import RuntimeSettings
 
 
 def _learned_value(learner: ThreadLearner, bucket: int) -> float:

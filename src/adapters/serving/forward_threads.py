@@ -2,7 +2,7 @@
 learner's warm-up rerun and shadow forwards (R-CPU-2).
 
 `ForwardRunner.run(batch, payloads)` is what the scheduler loop calls on the device thread:
-1. it asks the learner (`domain/adaptive_threads.py`) how this forward runs (`ThreadPlan`),
+1. it asks the learner (`domain/worker/adaptive_threads.py`) how this forward runs (`ThreadPlan`),
    declares the serving count in the process's `ThreadContext` and runs the forward (timed);
 2. when the plan says so, it queues, on the same device thread and right behind this forward
    (so the requests are answered first and the next forward waits for it), the warm-up rerun at
@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from vllm_srun.adapters.contracts import LoadedModel, ThreadContext
-from vllm_srun.domain.adaptive_threads import Phase, ThreadLearner, ThreadPlan
-from vllm_srun.domain.planning import ForwardBatch
 from vllm_srun.domain.ports import Clock
+from vllm_srun.domain.scheduling.planning import ForwardBatch
+from vllm_srun.domain.worker.adaptive_threads import Phase, ThreadLearner, ThreadPlan
 
 log = logging.getLogger("vllm_srun.forward_threads")
 

@@ -1,5 +1,5 @@
 """Which load failures are transient (R-LOAD-1): worth another attempt after a wait
-(`domain/load_retries.py` says how many and when).
+(`domain/worker/load_retries.py` says how many and when).
 
 Transient:
 - the package changed while it was read: its files (names, sizes, modification times) differ

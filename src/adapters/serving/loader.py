@@ -11,7 +11,7 @@ What loading builds for a model to serve with is one immutable record (`model_se
 published whole at each step that adds to it. Loading runs on a background thread, one model
 after the other. A load that fails transiently (R-LOAD-1: `load_failures.py` says which failures
 are; a package, golden or capability failure never is) is tried again after a wait
-(`domain/load_retries.py`): the model stays `loading`, its reason says the attempt and the next
+(`domain/worker/load_retries.py`): the model stays `loading`, its reason says the attempt and the next
 one, the other models load meanwhile.
 """
 
@@ -53,17 +53,17 @@ from vllm_srun.adapters.serving.model_setup import ForwardSetup, Serving, settle
 from vllm_srun.adapters.serving.package_facts import weights_sha256
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
 from vllm_srun.adapters.serving.served import ServedModel
-from vllm_srun.domain.calibration import Calibration, CalibrationFailed
-from vllm_srun.domain.engine_args import BatchingLimits, calibrated_limits, resolve_limits
 from vllm_srun.domain.errors import ModelNotFound, without_paths
-from vllm_srun.domain.lifecycle import ModelState, decide_determinism
-from vllm_srun.domain.load_retries import attempt_reason, final_reason, waiting_reason
-from vllm_srun.domain.planning import BATCH_INVARIANT_TOKENS
 from vllm_srun.domain.ports import Clock
-from vllm_srun.domain.profiles import never_coalesces, runs_alone
-from vllm_srun.domain.scheduler import Scheduler
-from vllm_srun.domain.tenants import TenantTable
-from vllm_srun.domain.worker_settings import RuntimeSettings
+from vllm_srun.domain.scheduling.planning import BATCH_INVARIANT_TOKENS
+from vllm_srun.domain.scheduling.scheduler import Scheduler
+from vllm_srun.domain.scheduling.tenants import TenantTable
+from vllm_srun.domain.settings.engine_args import BatchingLimits, calibrated_limits, resolve_limits
+from vllm_srun.domain.settings.profiles import never_coalesces, runs_alone
+from vllm_srun.domain.worker.calibration import Calibration, CalibrationFailed
+from vllm_srun.domain.worker.lifecycle import ModelState, decide_determinism
+from vllm_srun.domain.worker.load_retries import attempt_reason, final_reason, waiting_reason
+from vllm_srun.domain.worker.worker_settings import RuntimeSettings
 
 log = logging.getLogger("vllm_srun.runtime")
 
@@ -300,7 +300,7 @@ class Loader:
         self.progress(f"load: {served.name} ready ({model.family}, {', '.join(sorted(model.surfaces))})")
 
     def _make_deterministic(self, name: str, model: LoadedModel, serving: Serving) -> Serving:
-        """`--deterministic` (`domain/lifecycle` decides): merged forwards where the engine is
+        """`--deterministic` (`domain/worker/lifecycle` decides): merged forwards where the engine is
         batch-invariant and the probe agrees; one row per forward otherwise; refused when the
         engine cannot honour it. The serving record with the method and the limits it serves with."""
         method = decide_determinism(model.engine.name, model.engine.determinism, serving.batch_invariant)

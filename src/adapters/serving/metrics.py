@@ -15,7 +15,7 @@ from vllm_srun.adapters.serving.package_facts import resident_weight_bytes
 
 if TYPE_CHECKING:
     from vllm_srun.adapters.serving.served import ServedModel
-    from vllm_srun.domain.planning import ForwardBatch
+    from vllm_srun.domain.scheduling.planning import ForwardBatch
 
 ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 TOKENS_BUCKETS = (8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)

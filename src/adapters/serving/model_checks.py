@@ -14,9 +14,9 @@ from typing import Any
 
 from vllm_srun.adapters.contracts import Device, Family
 from vllm_srun.adapters.serving.package_facts import parameter_count
-from vllm_srun.domain.dtypes import memory_refusal, resolve_dtype
-from vllm_srun.domain.engine_args import EngineArgs
-from vllm_srun.domain.profiles import named
+from vllm_srun.domain.settings.dtypes import memory_refusal, resolve_dtype
+from vllm_srun.domain.settings.engine_args import EngineArgs
+from vllm_srun.domain.settings.profiles import named
 
 SHARED_CONTEXT_ARG = "enable_shared_context"  # a family whose packages take it has a shared-context path
 

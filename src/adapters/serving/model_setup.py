@@ -10,9 +10,9 @@ from typing import Any
 
 from vllm_srun.adapters.contracts import Determinism, Device, LoadedModel, MediaLoader, Numerics
 from vllm_srun.adapters.serving.forward_threads import ForwardRunner
-from vllm_srun.domain.dtypes import auto_dtype
-from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs
-from vllm_srun.domain.profiles import Profile, precision_is_published, serving_profile
+from vllm_srun.domain.settings.dtypes import auto_dtype
+from vllm_srun.domain.settings.engine_args import BatchingLimits, EngineArgs
+from vllm_srun.domain.settings.profiles import Profile, precision_is_published, serving_profile
 
 
 @dataclass(frozen=True, slots=True)

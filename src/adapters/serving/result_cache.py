@@ -16,8 +16,8 @@ from typing import Any
 
 import msgspec
 
-from vllm_srun.domain import bounds
-from vllm_srun.domain.cache import LruCache
+from vllm_srun.domain.settings import bounds
+from vllm_srun.domain.worker.cache import LruCache
 
 # fields that never change an answer: which name it is asked by, who asks, how it is reported
 _IGNORED = ("model", "user")

@@ -32,13 +32,13 @@ from vllm_srun.adapters.serving.loader import Calibrator, Loader, ReadinessCheck
 from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.served import ServedModel
-from vllm_srun.domain.adaptive_threads import Mode
-from vllm_srun.domain.admission import Admission
 from vllm_srun.domain.errors import InvalidRequest, ModelNotFound, quoted
-from vllm_srun.domain.lifecycle import NameTable, Unresolved, health, name_table, sole
 from vllm_srun.domain.ports import Clock
-from vllm_srun.domain.tenants import DEFAULT_TENANTS, TenantTable
-from vllm_srun.domain.worker_settings import RuntimeSettings
+from vllm_srun.domain.scheduling.admission import Admission
+from vllm_srun.domain.scheduling.tenants import DEFAULT_TENANTS, TenantTable
+from vllm_srun.domain.worker.adaptive_threads import Mode
+from vllm_srun.domain.worker.lifecycle import NameTable, Unresolved, health, name_table, sole
+from vllm_srun.domain.worker.worker_settings import RuntimeSettings
 
 __all__ = ["Calibrator", "ReadinessChecks", "Runtime"]  # the ports the composition root fills
 
@@ -57,7 +57,7 @@ def _ready_value(served: ServedModel) -> float:
 
 
 class Runtime:
-    """The served models of one worker (SETTINGS: `domain/worker_settings.RuntimeSettings`, derived
+    """The served models of one worker (SETTINGS: `domain/worker/worker_settings.RuntimeSettings`, derived
     from the settings record by `bootstrap_worker`) and the adapters they are loaded and served
     with. DEFAULT_NAME: a name a client sends when its user names none (the typesafe-sdk's), which
     means the one decision model; None: no such name."""
@@ -140,7 +140,7 @@ class Runtime:
         """Set once every model's loading ended (ready or failed)."""
         return self.loader.loaded
 
-    # ---- lookup (`domain/lifecycle`: names) -------------------------------------------------
+    # ---- lookup (`domain/worker/lifecycle`: names) -------------------------------------------------
     def get(self, name: str | None) -> ServedModel:
         found = self._names.resolve(name, self._implied)
         if found is Unresolved.UNNAMED:
@@ -194,7 +194,7 @@ class Runtime:
     def health(self) -> tuple[bool, dict[str, Any]]:
         """`/health`'s answer but its `api_version` (`schemas/health.Health`, added by the HTTP
         app): ready or not, why not (the first model that is not ready: its reason or state, named
-        when there are several), the one model's id, and each model's status (`domain/lifecycle`:
+        when there are several), the one model's id, and each model's status (`domain/worker/lifecycle`:
         health)."""
         statuses = {name: {"status": s.status.value, "reason": s.reason} for name, s in self.models.items()}
         overall = health(s.status for s in self.models.values())

@@ -30,10 +30,10 @@ from vllm_srun.adapters.clock import MonotonicClock
 from vllm_srun.adapters.request_timing import ForwardRecord
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.domain.errors import ForwardFailed
-from vllm_srun.domain.planning import ForwardBatch
 from vllm_srun.domain.ports import Clock
-from vllm_srun.domain.rows import RowSpec
-from vllm_srun.domain.scheduler import Scheduler
+from vllm_srun.domain.scheduling.planning import ForwardBatch
+from vllm_srun.domain.scheduling.rows import RowSpec
+from vllm_srun.domain.scheduling.scheduler import Scheduler
 
 log = logging.getLogger("vllm_srun.scheduler_loop")
 _BATCH_IDS = itertools.count(1)  # every forward of the process, whatever its model

@@ -4,7 +4,7 @@ scheduler loop and gives back their outputs (deadlines, disconnects, R-API-10).
 
 What loading built for it to serve with is one immutable record (`model_setup.Serving`, made by
 `loader.py`), replaced whole, never edited. What stays mutable here is what changes while it
-lives: its lifecycle state and reason (`domain/lifecycle`), the package it resolved to (folder
+lives: its lifecycle state and reason (`domain/worker/lifecycle`), the package it resolved to (folder
 and hash, known before the load), the loaded model, the golden check's outcome and its running
 scheduler loop. Its card and an answer's `meta` are wire shapes, built outside the serving core
 (`adapters/model_card.py`).
@@ -28,15 +28,15 @@ from vllm_srun.adapters.serving.model_setup import Serving
 from vllm_srun.adapters.serving.package_facts import PackageFacts, package_facts
 from vllm_srun.adapters.serving.result_cache import ResultCache
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats, SchedulerLoop
-from vllm_srun.domain import bounds
-from vllm_srun.domain.admission import Admission
-from vllm_srun.domain.engine_args import BatchingLimits, EngineArgs
 from vllm_srun.domain.errors import DeadlineExceeded, NotReady, RequestTooLarge, UnsupportedSurface
-from vllm_srun.domain.lifecycle import ModelState, advance
 from vllm_srun.domain.ports import Clock
-from vllm_srun.domain.profiles import PROFILES, Profile, enabled, profile_for, serving_profile
-from vllm_srun.domain.rows import RowSpec
-from vllm_srun.domain.scheduler import EXPIRED
+from vllm_srun.domain.scheduling.admission import Admission
+from vllm_srun.domain.scheduling.rows import RowSpec
+from vllm_srun.domain.scheduling.scheduler import EXPIRED
+from vllm_srun.domain.settings import bounds
+from vllm_srun.domain.settings.engine_args import BatchingLimits, EngineArgs
+from vllm_srun.domain.settings.profiles import PROFILES, Profile, enabled, profile_for, serving_profile
+from vllm_srun.domain.worker.lifecycle import ModelState, advance
 
 T = TypeVar("T")
 ACCELERATORS = ("cpu", "cuda", "rocm", "mps")
@@ -108,7 +108,7 @@ class ServedModel:
     device: str
     engine: str = bounds.ENGINE.default  # `--engine` or its models file entry's: a plugin's name, or auto
     cache: ResultCache | None = None  # the worker's result cache (R-PERF-3), shared by its models
-    status: ModelState = ModelState.STARTING  # its step in `domain/lifecycle` (only `become` changes it)
+    status: ModelState = ModelState.STARTING  # its step in `domain/worker/lifecycle` (only `become` changes it)
     reason: str | None = None
     folder: Path | None = None
     model: LoadedModel | None = None

@@ -61,7 +61,7 @@ from vllm_srun.domain.errors import (
     RequestTooLarge,
     quoted,
 )
-from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.scheduling.rows import RowSpec
 
 log = logging.getLogger("vllm_srun.bundle")
 

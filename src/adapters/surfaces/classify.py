@@ -53,7 +53,7 @@ from vllm_srun.adapters.surfaces.overflow import (
 )
 from vllm_srun.adapters.surfaces.token_spans import prepare_tokens
 from vllm_srun.domain.errors import RequestTooLarge
-from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.scheduling.rows import RowSpec
 
 DEFAULT_THRESHOLD = 0.5
 

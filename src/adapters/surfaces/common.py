@@ -36,10 +36,10 @@ from vllm_srun.adapters.model_card import answer_meta
 from vllm_srun.adapters.schemas.common import CommonOptions, ItemErrorCode
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import ServedModel
-from vllm_srun.domain.input_budget import InputBudget, in_force
-from vllm_srun.domain.profiles import Profile
-from vllm_srun.domain.rows import RowSpec
-from vllm_srun.domain.scheduler import EXPIRED
+from vllm_srun.domain.inputs.input_budget import InputBudget, in_force
+from vllm_srun.domain.scheduling.rows import RowSpec
+from vllm_srun.domain.scheduling.scheduler import EXPIRED
+from vllm_srun.domain.settings.profiles import Profile
 
 R = TypeVar("R", bound=msgspec.Struct)
 NO_FORWARD = ForwardStats((), 0.0, 0.0, 0, 0)

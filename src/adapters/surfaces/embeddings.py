@@ -86,7 +86,7 @@ from vllm_srun.adapters.surfaces.embedding_outputs import (
 )
 from vllm_srun.adapters.surfaces.overflow import TokenLimit, input_budget, token_limit, too_long
 from vllm_srun.domain.errors import InvalidRequest, MediaFailed, RequestTooLarge, UnsupportedSurface, quoted
-from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.scheduling.rows import RowSpec
 
 
 @dataclass(frozen=True, slots=True)

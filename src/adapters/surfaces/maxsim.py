@@ -25,7 +25,7 @@ from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK, ItemFailure
 from vllm_srun.adapters.surfaces.embeddings import resolve_prompt
 from vllm_srun.adapters.surfaces.overflow import TokenLimit, too_long
 from vllm_srun.domain.errors import InvalidRequest
-from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.scheduling.rows import RowSpec
 
 
 def _prompt(model: object, kind: str) -> str:

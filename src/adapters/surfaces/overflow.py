@@ -1,7 +1,7 @@
 """Overflow handling for encoder inputs (R-PERF-5): reject, truncate, or split into windows.
 
 Windows are asked for, never implied: by the request, or by the deployment's input budget
-(`input: {max_tokens, overflow}`, `domain/input_budget.py`), whose `overflow` is the default of a
+(`input: {max_tokens, overflow}`, `domain/inputs/input_budget.py`), whose `overflow` is the default of a
 request that sets none and whose `max_tokens` caps every input (and every window) below the
 model's own limit; a request's `options.max_tokens` may lower that cap further (never raise it:
 400). A window holds `tokens` tokens (special tokens included) and shares `overlap` content
@@ -26,7 +26,7 @@ from vllm_srun.adapters.schemas.encoder import ClassifyOptions, RerankOptions
 from vllm_srun.adapters.serving.served import ServedModel, TokenBudget
 from vllm_srun.adapters.surfaces.common import TOKENIZE_CHUNK, ItemFailure, input_budget
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
-from vllm_srun.domain.input_budget import SOURCE
+from vllm_srun.domain.inputs.input_budget import SOURCE
 
 __all__ = ["input_budget"]  # the surfaces read the budget from here, beside the overflow rules
 

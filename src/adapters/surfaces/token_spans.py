@@ -51,7 +51,7 @@ from vllm_srun.adapters.surfaces.classify_heads import HEAD_NAME, check_options,
 from vllm_srun.adapters.surfaces.common import ItemFailure, Prepared, any_expired, expired
 from vllm_srun.adapters.surfaces.overflow import MAX_WINDOW_ROWS, Item, TokenLimit, too_long
 from vllm_srun.domain.errors import InvalidRequest, RequestTooLarge
-from vllm_srun.domain.rows import RowSpec
+from vllm_srun.domain.scheduling.rows import RowSpec
 
 AGGREGATIONS = ("simple", "first", "none")
 OUTSIDE = "O"

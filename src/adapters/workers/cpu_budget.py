@@ -1,6 +1,6 @@
 """The CPU budget the front may use (R-CPU-1): the container's quota (cgroup v2 `cpu.max`, or
 v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`) capped by the process affinity. The parsing and
-the thread rule live in `domain/threads.py`; this module only reads the files.
+the thread rule live in `domain/worker/threads.py`; this module only reads the files.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from vllm_srun.domain.threads import (
+from vllm_srun.domain.worker.threads import (
     THREADS_ENV,
     cpu_budget,
     parse_cgroup_v1_cpu_quota,

@@ -1,7 +1,7 @@
 """How the front builds a replica's worker: its key (what decides it), its handle (how to reach
 it: a Unix socket for a managed worker, HTTP(S) for an attached one), its command line, and its
 supervisor. Builds and starts nothing else: the fleet (`front/fleet.py`) decides which workers to
-build (`domain/reconfiguration`) and starts them.
+build (`domain/fleet/reconfiguration`) and starts them.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from vllm_srun.adapters.workers.command import is_cpu_device, worker_command, wo
 from vllm_srun.adapters.workers.http_client import WorkerClient, tls_context
 from vllm_srun.adapters.workers.replica import ReplicaHandle
 from vllm_srun.adapters.workers.supervisor import DeploymentView, EventSink, ReplicaSupervisor
-from vllm_srun.domain.dispatch import Pool
-from vllm_srun.domain.replicas import Replica
+from vllm_srun.domain.fleet.dispatch import Pool
+from vllm_srun.domain.fleet.replicas import Replica
 
 
 class WorkerFactory:

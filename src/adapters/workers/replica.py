@@ -11,7 +11,7 @@ from vllm_srun.adapters.config.schema import ReplicaConfig
 from vllm_srun.adapters.workers.compat import calibrated_limits
 from vllm_srun.adapters.workers.http_client import WorkerClient
 from vllm_srun.adapters.workers.process import WorkerProcess
-from vllm_srun.domain.replicas import Replica
+from vllm_srun.domain.fleet.replicas import Replica
 
 
 @dataclass

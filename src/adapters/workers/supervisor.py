@@ -11,7 +11,7 @@ when it dies (R-REP-2, R-REP-4).
   (`compat.py`); the first compatible card becomes the pool's reference.
 - Exit of a managed worker: noticed at once (`process.py`); the replica is `failed` and the
   worker is started again after 1 s, doubling to 60 s, reset after 60 s of stable running
-  (`domain/restarts.py`); each start counts in `restarts`. A worker that refuses its
+  (`domain/fleet/restarts.py`); each start counts in `restarts`. A worker that refuses its
   arguments (status 2 before it was ever ready) is not restarted: the reason is final.
 - A managed worker that has not answered /health for 60 s after it was ready is killed, and
   restarted like any crash (a SIGSTOPped worker that gets SIGCONT in time simply returns).
@@ -32,7 +32,7 @@ from vllm_srun.adapters.workers.compat import card_problem, pick_card
 from vllm_srun.adapters.workers.http_client import WorkerUnavailable
 from vllm_srun.adapters.workers.process import WorkerProcess
 from vllm_srun.adapters.workers.replica import ReplicaHandle
-from vllm_srun.domain.restarts import RestartBackoff
+from vllm_srun.domain.fleet.restarts import RestartBackoff
 
 log = logging.getLogger("vllm_srun.front.workers")
 
