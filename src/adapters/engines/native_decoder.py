@@ -30,6 +30,7 @@ from vllm_srun.adapters.engines.packed_decoder import PackedDecoder, packed_deco
 from vllm_srun.adapters.engines.triton_decoder import GpuDecoderKernels, decoder_kernels
 from vllm_srun.adapters.models.decoder import DecoderLM, DecoderOps
 from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
+from vllm_srun.adapters.models.qwen3_5_mm import Qwen35VisionLM
 from vllm_srun.domain.scheduling.lanes import Accounting
 
 
@@ -116,7 +117,7 @@ class NativeHybridDecoder:
     @property
     def reads_media(self) -> bool:
         """Does the backbone carry a vision tower (rows with images and videos)?"""
-        return bool(getattr(self.lm, "reads_media", False))
+        return self.lm.reads_media
 
     def logits_at(self, rows: Sequence[Sequence[int]]) -> Any:
         """ROWS handed over right-padded; the LM runs each packed, only up to its last token."""
@@ -126,9 +127,7 @@ class NativeHybridDecoder:
 
     def prefix_kv(self, state_ids: Sequence[int], media: Sequence[Any] = ()) -> Any:
         if media:
-            if not self.reads_media:
-                raise ValueError("this model reads no images or videos")
-            return self.lm.prefix_kv(list(state_ids), media=media)  # type: ignore[call-arg]
+            return self._vision_lm().prefix_kv(list(state_ids), media=media)
         return self.lm.prefix_kv(list(state_ids))
 
     def branch_logits(self, state: Any, branches: Sequence[Sequence[int]], *, chunk: int) -> Any:
@@ -136,10 +135,13 @@ class NativeHybridDecoder:
 
     def media_logits(self, rows: Sequence[Any]) -> Any:
         """Logits [R, V] after each row of `qwen3_5_mm.MediaRow`s (or (ids, media) pairs), packed."""
-        if not self.reads_media:
+        return self._vision_lm().media_logits(rows)
+
+    def _vision_lm(self) -> Qwen35VisionLM:
+        """The LM as the one with a vision tower, or ValueError when it reads no media."""
+        if not isinstance(self.lm, Qwen35VisionLM):
             raise ValueError("this model reads no images or videos")
-        run = getattr(self.lm, "media_logits")  # noqa: B009 (Qwen35VisionLM only)
-        return run(rows)
+        return self.lm
 
 
 def _right_padded(rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:

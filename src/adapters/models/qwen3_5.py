@@ -101,6 +101,9 @@ class Qwen35Body(nn.Module):
 class Qwen35LM(nn.Module):
     """The Qwen3.5 text model with its LM head (None with `head=False`: heads of other kinds)."""
 
+    # rows with images and videos: only `qwen3_5_mm.Qwen35VisionLM` (the decoder engine reads it)
+    reads_media: bool = False
+
     def __init__(self, config: Qwen35Config, head: bool = True) -> None:
         super().__init__()
         self.config = config
