@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from vllm_srun.adapters.contracts import Determinism
+from vllm_srun.adapters.models.audio_arch import AudioNetwork
 from vllm_srun.domain.scheduling.lanes import Accounting
 
 
@@ -25,7 +26,7 @@ class NativeAudioEncoder:
     forward_threads = True  # torch kernels read the count each forward declares
     determinism = Determinism.ROWS_ALONE  # eager batched forwards may change a row's last bits
 
-    def __init__(self, network: Any) -> None:
+    def __init__(self, network: AudioNetwork) -> None:
         self.network = network
         self.device = next(network.parameters()).device
 
@@ -38,8 +39,7 @@ class NativeAudioEncoder:
             return self.network.embed_audio(batch).float().cpu().numpy()
 
     def embed_text(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
-        embed_text = getattr(self.network, "embed_text", None)
-        if embed_text is None:
+        if not self.network.has_text_tower:
             raise ValueError("this audio model has no text tower")
         with torch.inference_mode():
-            return embed_text(batch).float().cpu().numpy()
+            return self.network.embed_text(batch).float().cpu().numpy()

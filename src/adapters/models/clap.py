@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from vllm_srun.adapters.models.audio_arch import AudioNetworkDefaults
 from vllm_srun.adapters.models.bert import BertEncoder, BertPooler
 from vllm_srun.adapters.models.clap_config import ClapConfig
 from vllm_srun.adapters.models.clap_htsat import HtsatTower, WindowBlock
@@ -52,7 +53,9 @@ def normalize(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(p=2, dim=-1, keepdim=True).clamp_min(1e-12)
 
 
-class ClapNetwork(nn.Module):
+class ClapNetwork(AudioNetworkDefaults, nn.Module):
+    has_text_tower = True
+
     def __init__(self, cfg: ClapConfig) -> None:
         super().__init__()
         self.config = cfg

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vllm_srun.adapters.models.audio_arch import AudioNetworkDefaults
 from vllm_srun.adapters.models.dual_encoder_config import ACTIVATION_NAMES, TowerConfig
 from vllm_srun.adapters.models.vit import BlockStack
 from vllm_srun.adapters.models.weights import Weights, WeightsError, load_weights
@@ -74,7 +75,7 @@ class WhisperEncoderConfig:
         return cls.from_dict(raw)
 
 
-class WhisperEncoder(nn.Module):
+class WhisperEncoder(AudioNetworkDefaults, nn.Module):  # an audio tower alone
     def __init__(self, cfg: WhisperEncoderConfig) -> None:
         super().__init__()
         self.config = cfg
