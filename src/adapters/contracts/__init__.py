@@ -81,6 +81,7 @@ from vllm_srun.adapters.contracts.family import (
 from vllm_srun.adapters.contracts.media import (
     AudioDecoder,
     AudioJob,
+    ClipDecoder,
     ClipJob,
     ImageJob,
     MediaDecoder,
@@ -133,6 +134,7 @@ __all__ = [
     "BatchOutputs",
     "CalibrationForward",
     "CardFields",
+    "ClipDecoder",
     "ClipJob",
     "Clock",
     "DecoderEngine",

@@ -141,6 +141,9 @@ class LoadedModel(abc.ABC):
     enable_shared_context: bool = False  # in force (R-SC); False for families without the path
     cache_tag: str = ""  # what besides the weights decides an answer (keys the result cache)
     golden_file: Path | None = None  # the package's recorded requests and answers (R-GOLD-1)
+    # what its requests may carry, of "text", "image", "video", "audio" (`contracts/surfaces.py`:
+    # a model naming a medium implements that medium's surface contract)
+    modalities: frozenset[str] = frozenset({"text"})
 
     @abc.abstractmethod
     def run(self, lane: str, payloads: Sequence[Any]) -> Sequence[Any]:

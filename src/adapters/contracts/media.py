@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # types only
 __all__ = [
     "AudioDecoder",
     "AudioJob",
+    "ClipDecoder",
     "ClipJob",
     "ImageJob",
     "MediaDecoder",
@@ -142,6 +143,16 @@ class SampledVideo:
 
 
 @runtime_checkable
+class ClipDecoder(Protocol):
+    """Samples a video as a vision-language model reads it (a `MediaDecoder` may also be one)."""
+
+    def clip(self, data: bytes, limits: MediaLimits, preprocess: PixelSpec) -> SampledVideo:
+        """One video sampled as PREPROCESS (a `VisionPreprocess`) says: its frames' pixels and
+        times; raises MediaError for bad or oversize media."""
+        ...
+
+
+@runtime_checkable
 class AudioDecoder(Protocol):
     """Turns audio bytes into the features an audio model reads (a decoder may also be one)."""
 
@@ -174,7 +185,7 @@ class VideoJob:
 
 @dataclass(frozen=True)
 class ClipJob:
-    """Sample one video as a `VisionPreprocess` reads it (`MediaDecoder.clip`)."""
+    """Sample one video as a `VisionPreprocess` reads it (`ClipDecoder.clip`)."""
 
     kind: ClassVar[str] = "video"
     data: bytes
@@ -204,11 +215,9 @@ def decode(decoder: MediaDecoder, job: MediaJob) -> NDArray[np.float32] | Sample
     if isinstance(job, VideoJob):
         return decoder.video_frames(job.data, job.frames, job.limits, job.preprocess)
     if isinstance(job, ClipJob):
-        clip = getattr(decoder, "clip", None)
-        if clip is None:
+        if not isinstance(decoder, ClipDecoder):
             raise TypeError(f"{type(decoder).__name__} samples no video for a vision-language model")
-        result: SampledVideo = clip(job.data, job.limits, job.preprocess)
-        return result
+        return decoder.clip(job.data, job.limits, job.preprocess)
     if isinstance(job, AudioJob):
         if not isinstance(decoder, AudioDecoder):
             raise TypeError(f"{type(decoder).__name__} decodes no audio")

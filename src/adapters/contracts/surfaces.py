@@ -252,7 +252,7 @@ def surface_contract_problems(model: LoadedModel) -> list[str]:
             problems.append(f"lists unknown surface {surface!r} (known: {', '.join(sorted(SURFACE_CONTRACTS))})")
         elif not isinstance(model, contract.required):
             problems.append(f"lists surface {surface!r} but does not implement {contract.required.__name__}")
-    modalities = set(getattr(model, "modalities", ()))
+    modalities = model.modalities
     media = modalities - {"text", "audio"}
     reader = MediaQuestionAnswerer if "decisions" in model.surfaces else MediaEmbedder
     if media and not isinstance(model, reader):
