@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from vllm_srun.adapters.contracts.batch import Batch, BatchOutputs
 from vllm_srun.adapters.contracts.common import CardFields, PluginCard, Progress
@@ -200,12 +200,23 @@ def as_audio_encoder_engine(engine: Engine) -> AudioEncoderEngine:
 
 @dataclass(frozen=True)
 class EngineRequest:
-    """What a family asks an engine plugin to serve."""
+    """What a family asks an engine plugin to serve.
 
-    kind: str  # the forward's kind: "encoder", "decoder", or a plugin family's own
-    # the family's loaded model code (a ReferenceEncoder, a DecoderLM, a plugin family's own):
-    # only the family and the engine plugin that serves its kind know its type
-    model: Any
+    `model` is the family's loaded model code, of the type its `kind` names; the engine plugin
+    that serves the kind narrows it with one isinstance check and refuses (`EngineRefused`, one
+    line) anything else, so a request never carries an unread guess. Our kinds (the native
+    plugin's helpers in `engines/plugins.py`):
+
+    - `encoder`: `models/reference_encoder.ReferenceEncoder` (`encoder_model`);
+    - `decoder`: `models/decoder.DecoderLM` or `models/qwen3_5.Qwen35LM` (`decoder_model`);
+    - `dual_encoder`: `models/dual_encoder.DualEncoder` (`dual_encoder_model`);
+    - `audio_encoder`: a `models/audio_arch.AudioNetwork` (`audio_model`).
+
+    A plugin family's own kind carries its own type, which its engine plugin narrows the same way.
+    """
+
+    kind: str  # the forward's kind: "encoder", "decoder", "dual_encoder", "audio_encoder", or a plugin family's own
+    model: object  # the family's loaded model code, of the type KIND names (class doc)
     device: Device
     threads: int | None = None
     package_sha256: str | None = None  # keys what the engine caches for this package

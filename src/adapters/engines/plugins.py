@@ -29,6 +29,10 @@ from vllm_srun.adapters.contracts import (
 )
 
 if TYPE_CHECKING:
+    from vllm_srun.adapters.models.audio_arch import AudioNetwork
+    from vllm_srun.adapters.models.decoder import DecoderLM
+    from vllm_srun.adapters.models.dual_encoder import DualEncoder
+    from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
     from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 
 
@@ -40,6 +44,37 @@ def encoder_model(request: EngineRequest) -> ReferenceEncoder:
 
     if not isinstance(request.model, ReferenceEncoder):
         raise EngineRefused(f"an encoder engine serves a ReferenceEncoder, not a {type(request.model).__name__}")
+    return request.model
+
+
+def decoder_model(request: EngineRequest) -> DecoderLM | Qwen35LM:
+    """REQUEST's model as the decision family's decoder LM (`models/decoder.DecoderLM`, or the
+    Qwen3.5 backbone `models/qwen3_5.Qwen35LM` with or without its vision tower), or EngineRefused."""
+    from vllm_srun.adapters.models.decoder import DecoderLM
+    from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
+
+    if not isinstance(request.model, DecoderLM | Qwen35LM):
+        raise EngineRefused(f"a decoder engine serves a DecoderLM or a Qwen35LM, not a {type(request.model).__name__}")
+    return request.model
+
+
+def dual_encoder_model(request: EngineRequest) -> DualEncoder:
+    """REQUEST's model as the multimodal family's dual encoder (`models/dual_encoder.DualEncoder`),
+    or EngineRefused."""
+    from vllm_srun.adapters.models.dual_encoder import DualEncoder
+
+    if not isinstance(request.model, DualEncoder):
+        raise EngineRefused(f"a dual-encoder engine serves a DualEncoder, not a {type(request.model).__name__}")
+    return request.model
+
+
+def audio_model(request: EngineRequest) -> AudioNetwork:
+    """REQUEST's model as the audio family's network (`models/audio_arch.AudioNetwork`: Whisper's
+    encoder, CLAP), or EngineRefused."""
+    from vllm_srun.adapters.models.audio_arch import AudioNetwork
+
+    if not isinstance(request.model, AudioNetwork):
+        raise EngineRefused(f"an audio-encoder engine serves an AudioNetwork, not a {type(request.model).__name__}")
     return request.model
 
 
@@ -73,15 +108,15 @@ class NativePlugin:
         if request.kind == "decoder":
             from vllm_srun.adapters.engines.native_decoder import native_decoder
 
-            return native_decoder(request.model, request.device, progress)
+            return native_decoder(decoder_model(request), request.device, progress)
         if request.kind == "dual_encoder":
             from vllm_srun.adapters.engines.native_dual import NativeDualEncoder
 
-            return NativeDualEncoder(request.model)
+            return NativeDualEncoder(dual_encoder_model(request))
         if request.kind == "audio_encoder":
             from vllm_srun.adapters.engines.native_audio import NativeAudioEncoder
 
-            return NativeAudioEncoder(request.model)
+            return NativeAudioEncoder(audio_model(request))
         raise EngineRefused(f"the native engine has no forward for {request.kind} models")
 
 
