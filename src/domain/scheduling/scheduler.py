@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, final
+from typing import Any
 
+from vllm_srun.domain.scheduling.answers import EXPIRED, Answer, Pending
 from vllm_srun.domain.scheduling.costs import CostModel
 from vllm_srun.domain.scheduling.fairness import QUANTUM_PARTS, FairQueue
 from vllm_srun.domain.scheduling.lane_express import lane_express_forward
@@ -53,33 +53,6 @@ from vllm_srun.domain.scheduling.rows import Row, RowSpec
 from vllm_srun.domain.scheduling.tenant_express import least_asking, tenant_express_forward
 from vllm_srun.domain.scheduling.tenants import DEFAULT_TENANT, DEFAULT_TENANTS, Priority, TenantTable
 from vllm_srun.domain.scheduling.window import BatchWindow, WindowState
-
-
-@final
-class Expired:
-    """The output of a row whose deadline passed before it reached a device (`Scheduler.expire`)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "EXPIRED"
-
-
-EXPIRED: Final = Expired()
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    request_id: int
-    outputs: tuple[Any, ...]  # one per row, in the request's row order
-
-
-@dataclass(slots=True)
-class _Pending:
-    rows: int
-    arrival: float
-    outputs: list[Any] = field(default_factory=list)
-    done: int = 0
 
 
 class Scheduler:
@@ -108,7 +81,7 @@ class Scheduler:
         self.window = BatchWindow(0.0 if batch_invariant else window_s)
         self.costs = costs or CostModel()
         self.tenants = tenants
-        self._requests: dict[int, _Pending] = {}
+        self._requests: dict[int, Pending] = {}
         self._queue = FairQueue(tenants.weight)
         self._plan: deque[ForwardBatch] = deque()
         self._plan_kind: tuple[str, Priority] | None = None  # the one (tenant, priority) a whole-queue plan holds
@@ -146,7 +119,7 @@ class Scheduler:
             priority = self.automatic_priority(rows)
         rid = self._next_request
         self._next_request += 1
-        self._requests[rid] = _Pending(rows=len(rows), arrival=now, outputs=[None] * len(rows))
+        self._requests[rid] = Pending(rows=len(rows), arrival=now, outputs=[None] * len(rows))
         for index, spec in enumerate(rows):
             self._queue.push(
                 Row(rid, index, spec.tokens, spec.lane, self._next_seq, spec.payload, tenant, priority, exact)
