@@ -43,8 +43,9 @@ from vllm_srun.adapters.families.decision_rows import (
     SharedRow,
     prepare,
 )
+from vllm_srun.adapters.families.fixtures.wordpiece_fixture import write_tiny_wordpiece_tokenizer
 from vllm_srun.adapters.models.manifest import read_manifest, write_manifest
-from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer, write_tiny_wordpiece_tokenizer
+from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 from vllm_srun.domain.inputs.input_budget import InputBudget
 from vllm_srun.domain.scheduling.lanes import Accounting, Lane, forward_tokens
 from vllm_srun.domain.scheduling.rows import DEFAULT_LANE

@@ -47,9 +47,9 @@ from vllm_srun.adapters.families.decision_vision import (
     media_limits_card,
     video_limits,
 )
+from vllm_srun.adapters.families.fixtures.wordpiece_fixture import write_tiny_wordpiece_tokenizer
 from vllm_srun.adapters.media.qwen_vision import VisionPreprocess
 from vllm_srun.adapters.models.manifest import read_manifest, write_manifest
-from vllm_srun.adapters.models.tokenization import write_tiny_wordpiece_tokenizer
 from vllm_srun.domain.inputs import media as rules
 from vllm_srun.domain.inputs.input_budget import InputBudget
 from vllm_srun.domain.scheduling.lanes import Accounting, Lane

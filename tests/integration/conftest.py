@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vllm_srun.adapters.models.tokenization import write_tiny_wordpiece_tokenizer
+from vllm_srun.adapters.families.fixtures.wordpiece_fixture import write_tiny_wordpiece_tokenizer
 
 TINY_WORDS = [
     "the",

@@ -38,13 +38,14 @@ from tests.integration.encoder_parity import (
     write_fixture,
     write_package,
 )
+from vllm_srun.adapters.families.fixtures import distilbert_fixture
 from vllm_srun.adapters.models import distilbert
 from vllm_srun.adapters.models.tokenization import Encoded
 
 transformers = pytest.importorskip("transformers")
 
 CLS, SEP, PAD = 1, 2, 0
-_package = partial(write_fixture, distilbert, PAD)  # (folder, num_labels, seed, edit, **sizes)
+_package = partial(write_fixture, distilbert_fixture, PAD)  # (folder, num_labels, seed, edit, **sizes)
 
 
 def _rows(seed: int = 0, lengths: Sequence[int] = LENGTHS) -> list[Encoded]:
@@ -108,9 +109,9 @@ def test_other_config_layouts_load_the_same(tmp_path: Path, edit: Callable[[dict
 
 def test_sinusoidal_table_left_out_is_rebuilt(tmp_path: Path) -> None:
     """A `sinusoidal_pos_embds` checkpoint without its table: we build the one transformers builds."""
-    config = distilbert.fixture_config(VOCAB, PAD, None)
+    config = distilbert_fixture.fixture_config(VOCAB, PAD, None)
     config["sinusoidal_pos_embds"] = True
-    weights = distilbert.fixture_weights(config, None, 7)
+    weights = distilbert_fixture.fixture_weights(config, None, 7)
     full = write_package(tmp_path / "full", config, weights)
     table = weights.pop("embeddings.position_embeddings.weight")
     assert np.abs(table).max() <= 1.0 and abs(float(table[1, 0]) - np.sin(1.0)) < 1e-6

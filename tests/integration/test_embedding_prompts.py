@@ -14,8 +14,9 @@ import pytest
 from tests.integration.serving import serving
 from tests.integration.test_sentence_transformers_packages import HIDDEN, TANH, build, theirs
 from vllm_srun.adapters.families.fixtures.encoder_fixture import POSITIONS, WORDS, write_encoder_fixture
+from vllm_srun.adapters.families.fixtures.wordpiece_fixture import write_tiny_wordpiece_tokenizer
 from vllm_srun.adapters.models.st_modules import read_text_settings
-from vllm_srun.adapters.models.tokenization import TextTokenizer, write_tiny_wordpiece_tokenizer
+from vllm_srun.adapters.models.tokenization import TextTokenizer
 
 pytest.importorskip("sentence_transformers")
 

@@ -22,6 +22,7 @@ from safetensors.numpy import save_file
 from tests.integration.encoder_parity import LayerLoop, spy_stacks
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
+from vllm_srun.adapters.families.fixtures import modernbert_fixture
 from vllm_srun.adapters.models import modernbert as mb
 from vllm_srun.adapters.models.encoder_arch import eager_linears, hidden_states
 from vllm_srun.adapters.models.encoders import load_encoder
@@ -43,14 +44,16 @@ ONEDNN = onednn_unsupported("cpu", torch.float32)
 
 def _config(num_labels: int | None = None, **kw: Any) -> dict[str, Any]:
     args: dict[str, Any] = {"layers": 3, "local_attention": WINDOW, "global_every": 2} | kw
-    return mb.fixture_config(VOCAB, PAD, num_labels, **args)
+    return modernbert_fixture.fixture_config(VOCAB, PAD, num_labels, **args)
 
 
 def _package(folder: Path, config: dict[str, Any], num_labels: int | None = None, seed: int = 0) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     save_file(
-        mb.fixture_weights(config, num_labels, seed), str(folder / "model.safetensors"), metadata={"format": "pt"}
+        modernbert_fixture.fixture_weights(config, num_labels, seed),
+        str(folder / "model.safetensors"),
+        metadata={"format": "pt"},
     )
     return folder
 
@@ -377,7 +380,7 @@ def test_missing_tensor_is_named(tmp_path: Path) -> None:
     folder = tmp_path / "pkg"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    weights = mb.fixture_weights(config, None, 0)
+    weights = modernbert_fixture.fixture_weights(config, None, 0)
     del weights["layers.2.mlp.Wi.weight"]
     save_file(weights, str(folder / "model.safetensors"))
     with pytest.raises(WeightsError, match=r"layers\.2\.mlp\.Wi\.weight"):

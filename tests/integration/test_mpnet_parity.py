@@ -33,6 +33,7 @@ from tests.integration.encoder_parity import (
     serving_engines,
     write_fixture,
 )
+from vllm_srun.adapters.families.fixtures import mpnet_fixture
 from vllm_srun.adapters.models import mpnet
 from vllm_srun.adapters.models.bert import SequenceClassificationHead
 from vllm_srun.adapters.models.tokenization import Encoded
@@ -40,7 +41,7 @@ from vllm_srun.adapters.models.tokenization import Encoded
 transformers = pytest.importorskip("transformers")
 
 BOS, PAD, EOS = 0, 1, 2  # MPNet's <s>, <pad>, </s>; rows never hold the pad id (positions skip it)
-_package = partial(write_fixture, mpnet, PAD)  # (folder, num_labels, seed, edit, **sizes)
+_package = partial(write_fixture, mpnet_fixture, PAD)  # (folder, num_labels, seed, edit, **sizes)
 
 
 def _rows(seed: int = 0, lengths: Sequence[int] = LENGTHS) -> list[Encoded]:

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from vllm_srun.adapters.families.fixtures.wordpiece_fixture import write_tiny_wordpiece_tokenizer
 from vllm_srun.adapters.models.pooling import PoolingConfig, pool
 from vllm_srun.adapters.models.st_modules import load_pooling_config
-from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer, write_tiny_wordpiece_tokenizer
+from vllm_srun.adapters.models.tokenization import Encoded, TextTokenizer
 
 LONG = " ".join(f"word{i % 17} and, more" for i in range(120))  # about 600 tokens
 MEDIUM = "The quick brown fox jumps over the lazy dog near the river bank in the morning."

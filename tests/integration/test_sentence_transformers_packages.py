@@ -19,9 +19,10 @@ from safetensors.torch import save_file
 from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
 from vllm_srun.adapters.engines.native import FORCED_UP_TO, NativeEncoder
 from vllm_srun.adapters.families.fixtures.encoder_fixture import HIDDEN, POSITIONS, WORDS, write_encoder_fixture
+from vllm_srun.adapters.families.fixtures.wordpiece_fixture import write_tiny_wordpiece_tokenizer
 from vllm_srun.adapters.models.reference_encoder import ReferenceEncoder
 from vllm_srun.adapters.models.st_modules import DenseStep, load_pooling_config, read_package
-from vllm_srun.adapters.models.tokenization import TextTokenizer, write_tiny_wordpiece_tokenizer
+from vllm_srun.adapters.models.tokenization import TextTokenizer
 from vllm_srun.domain.worker.kernels import KernelPlan
 
 pytest.importorskip("sentence_transformers")

@@ -28,10 +28,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tests.fakes import EngineFailure, FakeClock, FakeForward
+from vllm_srun.domain.scheduling.answers import EXPIRED
 from vllm_srun.domain.scheduling.lanes import Accounting, Lane, forward_tokens, round_up
 from vllm_srun.domain.scheduling.planning import Budget, ForwardBatch, lane_token_limit
 from vllm_srun.domain.scheduling.rows import RowSpec
-from vllm_srun.domain.scheduling.scheduler import EXPIRED, Scheduler
+from vllm_srun.domain.scheduling.scheduler import Scheduler
 
 LANES = ("text", "media", "audio")
 COST = {"text": 1e-5, "media": 4e-4, "audio": 1.5e-4}  # device seconds per counted token of each lane

@@ -14,11 +14,12 @@ from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.adapters.serving.scheduler_loop import SchedulerLoop
 from vllm_srun.domain.errors import ForwardFailed
+from vllm_srun.domain.scheduling.answers import EXPIRED
 from vllm_srun.domain.scheduling.costs import CostModel
 from vllm_srun.domain.scheduling.lanes import Accounting, Lane
 from vllm_srun.domain.scheduling.planning import Budget
 from vllm_srun.domain.scheduling.rows import RowSpec
-from vllm_srun.domain.scheduling.scheduler import EXPIRED, Scheduler
+from vllm_srun.domain.scheduling.scheduler import Scheduler
 
 
 def make(engine, *, window_ms: float = 2.0, seqs: int = 64, invariant: bool = False):  # type: ignore[no-untyped-def]

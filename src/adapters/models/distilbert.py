@@ -10,8 +10,8 @@ lacks it we build the same table. The config names its sizes `dim`, `n_layers`, 
 
 `DistilBertForSequenceClassification`'s head: `pre_classifier` → ReLU → `classifier` on the first
 token. `load_distilbert(folder)` → `(DistilBertEncoder, DistilBertClassificationHead | None)`.
-Fixture helpers (`fixture_config`, `fixture_weights`) write a tiny random package as transformers
-lays it out, for `vllm-srun fixture` and the parity tests.
+`families/fixtures/distilbert_fixture.py` writes tiny random packages as transformers lays them out,
+for `vllm-srun fixture` and the parity tests.
 """
 
 from __future__ import annotations
@@ -30,11 +30,8 @@ from vllm_srun.adapters.models.bert import BertLayer
 from vllm_srun.adapters.models.encoder_arch import EncoderModuleDefaults
 from vllm_srun.adapters.models.encoder_parts import (
     ConfigBase,
-    FixtureSizes,
-    FixtureTensors,
     check_heads,
     config_labels,
-    label_fields,
     load_parts,
     post_norm_block_state,
     read_activation,
@@ -226,64 +223,3 @@ def load_distilbert(
         encoder_state=_encoder_state,
         head_state=_head_state,
     )
-
-
-# --- fixture helpers (`vllm-srun fixture`, the parity tests): no transformers at run time ---
-
-
-def fixture_config(vocab_size: int, pad_token_id: int, num_labels: int | None, **sizes: int) -> dict[str, Any]:
-    """config.json of a tiny `DistilBertModel` (NUM_LABELS None) or `DistilBertForSequenceClassification`,
-    laid out as transformers 4.x writes it (`torch_dtype`, `tie_weights_`), dropout 0; SIZES:
-    `FixtureSizes`' fields."""
-    size = FixtureSizes(**sizes)
-    config: dict[str, Any] = {
-        "activation": "gelu",
-        "architectures": ["DistilBertModel" if num_labels is None else "DistilBertForSequenceClassification"],
-        "attention_dropout": 0.0,
-        "dim": size.hidden,
-        "dropout": 0.0,
-        "hidden_dim": size.intermediate,
-        "initializer_range": 0.02,
-        "max_position_embeddings": size.positions,
-        "model_type": "distilbert",
-        "n_heads": size.heads,
-        "n_layers": size.layers,
-        "pad_token_id": pad_token_id,
-        "qa_dropout": 0.0,
-        "seq_classif_dropout": 0.0,
-        "sinusoidal_pos_embds": False,
-        "tie_weights_": True,
-        "torch_dtype": "float32",
-        "vocab_size": vocab_size,
-    }
-    return config | label_fields(num_labels)
-
-
-def fixture_weights(config: dict[str, Any], num_labels: int | None, seed: int) -> dict[str, np.ndarray]:
-    """Random float32 tensors under the names of transformers' `DistilBertModel.state_dict()` (or,
-    with NUM_LABELS, `DistilBertForSequenceClassification`'s: `distilbert.` prefix + the head)."""
-    cfg = DistilBertConfig.from_dict(config)
-    t = FixtureTensors(seed)
-    h, inner = cfg.hidden_size, cfg.intermediate_size
-    base = "distilbert." if num_labels is not None else ""
-    if cfg.sinusoidal_pos_embds:
-        positions = sinusoidal_table(cfg.max_position_embeddings, h).numpy()
-    else:
-        positions = t.normal(cfg.max_position_embeddings, h)
-    out = {
-        f"{base}embeddings.word_embeddings.weight": t.normal(cfg.vocab_size, h),
-        f"{base}embeddings.position_embeddings.weight": positions,
-        **t.norm(f"{base}embeddings.LayerNorm", h),
-    }
-    for i in range(cfg.num_hidden_layers):
-        p = f"{base}transformer.layer.{i}."
-        for n in ("q_lin", "k_lin", "v_lin", "out_lin"):
-            out.update(t.linear(f"{p}attention.{n}", h, h))
-        out.update(t.norm(f"{p}sa_layer_norm", h))
-        out.update(t.linear(f"{p}ffn.lin1", inner, h))
-        out.update(t.linear(f"{p}ffn.lin2", h, inner))
-        out.update(t.norm(f"{p}output_layer_norm", h))
-    if num_labels is not None:
-        out.update(t.linear("pre_classifier", h, h))
-        out.update(t.linear("classifier", num_labels, h))
-    return out

@@ -10,23 +10,20 @@ keep their own maths; what they have in common lives here:
   meta device, each assigned its tensors, the head only when the checkpoint has one), `assign`,
   `take_linear`, `post_norm_block_state` (a BERT-shaped block's tensors under our names);
 - `PostNormBlock`: the parameters of a BERT-shaped post-norm block (`qkv`, `attn_out`, `attn_norm`,
-  `ffn_in`, `ffn_out`, `ffn_norm`) and its activation, as `encoder_arch.EncoderBlock` wants them;
-- fixtures (`vllm-srun fixture`, the parity tests): `FixtureSizes` (the tiny model's sizes every
-  `fixture_config` takes), `FixtureTensors` (random float32 tensors from numpy's PCG64, drawn in call
-  order, so a seed writes the same bytes everywhere) and `label_fields` (a config's default-named
-  id2label / label2id).
+  `ffn_in`, `ffn_out`, `ffn_norm`) and its activation, as `encoder_arch.EncoderBlock` wants them.
+The fixture writers' shared pieces (`FixtureSizes`, `FixtureTensors`, `label_fields`) live in
+`families/fixtures/fixture_tensors.py`.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, Self, TypeVar
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -242,62 +239,3 @@ def load_parts(
     if state is None:
         return built, None
     return built, assign(built_head, state, str(folder))
-
-
-# ---- fixtures (`vllm-srun fixture`, the parity tests): no transformers at run time ----
-
-
-@dataclass(frozen=True)
-class FixtureSizes:
-    """A tiny fixture model's sizes: every architecture's `fixture_config(vocab_size, pad_token_id,
-    num_labels, ..., **sizes)` takes these fields as keywords. POSITIONS is the longest row."""
-
-    hidden: int = 32
-    layers: int = 2
-    heads: int = 4
-    intermediate: int = 64
-    positions: int = 128
-
-    @classmethod
-    def pick(cls, options: dict[str, Any]) -> tuple[FixtureSizes, dict[str, Any]]:
-        """The sizes among OPTIONS, and the other options."""
-        names = {f.name for f in fields(cls)}
-        sizes = {k: v for k, v in options.items() if k in names}
-        return cls(**sizes), {k: v for k, v in options.items() if k not in names}
-
-
-class FixtureTensors:
-    """Random float32 tensors from numpy's PCG64 generator seeded with SEED, drawn in call order."""
-
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-
-    def normal(self, *shape: int, scale: float = 0.3) -> np.ndarray:
-        return (scale * self.rng.standard_normal(shape)).astype(np.float32)
-
-    def linear(
-        self, name: str, rows: int, cols: int, bias: bool = True, bias_scale: float = 0.3
-    ) -> dict[str, np.ndarray]:
-        """NAME's weight [ROWS, COLS] (then its bias [ROWS] unless BIAS is False)."""
-        out = {f"{name}.weight": self.normal(rows, cols)}
-        if bias:
-            out[f"{name}.bias"] = self.normal(rows, scale=bias_scale)
-        return out
-
-    def norm(self, name: str, size: int, bias: bool = True, bias_scale: float = 0.3) -> dict[str, np.ndarray]:
-        """A norm's weight around 1 (then its bias unless BIAS is False)."""
-        out = {f"{name}.weight": (1.0 + 0.2 * self.rng.standard_normal(size)).astype(np.float32)}
-        if bias:
-            out[f"{name}.bias"] = self.normal(size, scale=bias_scale)
-        return out
-
-
-def label_fields(num_labels: int | None) -> dict[str, Any]:
-    """config.json's `id2label` / `label2id` for NUM_LABELS labels named as transformers names them
-    (nothing for a model without a classification head, NUM_LABELS None)."""
-    if num_labels is None:
-        return {}
-    return {
-        "id2label": {str(i): f"LABEL_{i}" for i in range(num_labels)},
-        "label2id": {f"LABEL_{i}": i for i in range(num_labels)},
-    }

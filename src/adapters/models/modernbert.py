@@ -15,8 +15,8 @@ runs its layer loop with the one-call attention.
 
 `load_modernbert(folder, dtype)` → `(ModernBertEncoder, ModernBertHead | None)`: the head
 (`ModernBertForSequenceClassification`: cls or mean pooling → dense → act → norm → classifier) is
-there when the checkpoint has `classifier.weight`. `fixture_config` / `fixture_weights` write a tiny
-random package under transformers' names (`vllm-srun fixture`).
+there when the checkpoint has `classifier.weight`. `families/fixtures/modernbert_fixture.py` writes
+tiny random packages under transformers' names (`vllm-srun fixture`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -36,12 +35,9 @@ from vllm_srun.adapters.models.encoder_parts import (
     ACTIVATIONS,
     SIZE_FIELDS,
     ConfigBase,
-    FixtureSizes,
-    FixtureTensors,
     check_heads,
     config_labels,
     given_fields,
-    label_fields,
     load_parts,
     read_activation,
     read_model_type,
@@ -380,100 +376,3 @@ def load_modernbert(
         encoder_state=_encoder_state,
         head_state=_head_state,
     )
-
-
-def fixture_config(
-    vocab_size: int,
-    pad_token_id: int,
-    num_labels: int | None,
-    *,
-    local_attention: int = 16,
-    global_every: int = 2,
-    classifier_pooling: str = "cls",
-    bos_token_id: int | None = None,
-    eos_token_id: int | None = None,
-    **sizes: int,
-) -> dict[str, Any]:
-    """config.json of a tiny ModernBERT as transformers 5.x writes it (`layer_types`, `rope_parameters`,
-    `global_attn_every_n_layers` kept), SIZES `FixtureSizes`' fields. A small LOCAL_ATTENTION so short
-    rows already meet the window."""
-    size = FixtureSizes(**sizes)
-    config: dict[str, Any] = {
-        "architectures": ["ModernBertForSequenceClassification" if num_labels else "ModernBertModel"],
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "bos_token_id": bos_token_id,
-        "classifier_activation": "gelu",
-        "classifier_bias": False,
-        "classifier_dropout": 0.0,
-        "classifier_pooling": classifier_pooling,
-        "cls_token_id": bos_token_id,
-        "decoder_bias": True,
-        "deterministic_flash_attn": False,
-        "embedding_dropout": 0.0,
-        "eos_token_id": eos_token_id,
-        "global_attn_every_n_layers": global_every,
-        "hidden_activation": "gelu",
-        "hidden_size": size.hidden,
-        "initializer_cutoff_factor": 2.0,
-        "initializer_range": 0.02,
-        "intermediate_size": size.intermediate,
-        "layer_types": [LOCAL if i % global_every else GLOBAL for i in range(size.layers)],
-        "local_attention": local_attention,
-        "max_position_embeddings": size.positions,
-        "mlp_bias": False,
-        "mlp_dropout": 0.0,
-        "model_type": "modernbert",
-        "norm_bias": False,
-        "norm_eps": 1e-05,
-        "num_attention_heads": size.heads,
-        "num_hidden_layers": size.layers,
-        "pad_token_id": pad_token_id,
-        "rope_parameters": {
-            GLOBAL: {"rope_theta": 160000.0, "rope_type": "default"},
-            LOCAL: {"rope_theta": 10000.0, "rope_type": "default"},
-        },
-        "sep_token_id": eos_token_id,
-        "sparse_pred_ignore_index": -100,
-        "sparse_prediction": False,
-        "tie_word_embeddings": True,
-        "torch_dtype": "float32",
-        "vocab_size": vocab_size,
-    }
-    return config | label_fields(num_labels or None)
-
-
-def fixture_weights(config: dict[str, Any], num_labels: int | None, seed: int) -> dict[str, np.ndarray]:
-    """Random float32 tensors under the names of transformers' `ModernBertModel.state_dict()` (or
-    `ModernBertForSequenceClassification`'s, `model.`-prefixed, with `head.*` and `classifier.*`)."""
-    cfg = ModernBertConfig.from_dict(config)
-    t = FixtureTensors(seed)
-    h, inter = cfg.hidden_size, cfg.intermediate_size
-    out: dict[str, np.ndarray] = {}
-    prefix = "model." if num_labels else ""
-
-    def matrix(name: str, rows: int, cols: int, bias: bool) -> None:
-        out.update(t.linear(name, rows, cols, bias, bias_scale=0.1))
-
-    def norm(name: str) -> None:  # weights uniform around 1 (not `FixtureTensors.norm`'s normal)
-        out[name + ".weight"] = (1.0 + t.rng.uniform(-0.2, 0.2, h)).astype(np.float32)
-        if cfg.norm_bias:
-            out[name + ".bias"] = t.normal(h, scale=0.1)
-
-    out[prefix + "embeddings.tok_embeddings.weight"] = t.normal(cfg.vocab_size, h, scale=1.0)
-    norm(prefix + "embeddings.norm")
-    for i in range(cfg.num_hidden_layers):
-        p = f"{prefix}layers.{i}."
-        if i > 0:
-            norm(p + "attn_norm")
-        matrix(p + "attn.Wqkv", 3 * h, h, cfg.attention_bias)
-        matrix(p + "attn.Wo", h, h, cfg.attention_bias)
-        norm(p + "mlp_norm")
-        matrix(p + "mlp.Wi", 2 * inter, h, cfg.mlp_bias)
-        matrix(p + "mlp.Wo", h, inter, cfg.mlp_bias)
-    norm(prefix + "final_norm")
-    if num_labels:
-        matrix("head.dense", h, h, cfg.classifier_bias)
-        norm("head.norm")
-        matrix("classifier", num_labels, h, True)
-    return out

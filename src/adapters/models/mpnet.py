@@ -18,8 +18,8 @@ Tensors: `embeddings.{word,position}_embeddings`, `embeddings.LayerNorm`,
 `output.dense`, `output.LayerNorm`; `MPNetForSequenceClassification` prefixes them with `mpnet.` and
 adds `classifier.dense` → tanh → `classifier.out_proj` on the first token: BERT's head maths, so
 `bert.SequenceClassificationHead` serves it (and the oneDNN path packs it).
-`load_mpnet(folder)` → `(MPNetEncoder, SequenceClassificationHead | None)`. Fixture helpers
-(`fixture_config`, `fixture_weights`) write a tiny random package as transformers lays it out.
+`load_mpnet(folder)` → `(MPNetEncoder, SequenceClassificationHead | None)`.
+`families/fixtures/mpnet_fixture.py` writes tiny random packages as transformers lays them out.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -38,12 +37,9 @@ from vllm_srun.adapters.models.encoder_arch import EncoderModuleDefaults
 from vllm_srun.adapters.models.encoder_parts import (
     SIZE_FIELDS,
     ConfigBase,
-    FixtureSizes,
-    FixtureTensors,
     check_heads,
     config_labels,
     given_fields,
-    label_fields,
     load_parts,
     post_norm_block_state,
     read_activation,
@@ -236,65 +232,3 @@ def load_mpnet(
         encoder_state=_encoder_state,
         head_state=_head_state,
     )
-
-
-# --- fixture helpers (`vllm-srun fixture`, the parity tests): no transformers at run time ---
-
-
-def fixture_config(vocab_size: int, pad_token_id: int, num_labels: int | None, **sizes: int) -> dict[str, Any]:
-    """config.json of a tiny `MPNetModel` (NUM_LABELS None) or `MPNetForSequenceClassification` as
-    transformers 4.x writes it (`torch_dtype`), dropout 0; SIZES: `FixtureSizes`' fields. POSITIONS is
-    the longest row: the table has 2 more rows (positions start past padding_idx 1), as mpnet-base's
-    514 does for 512."""
-    size = FixtureSizes(**sizes)
-    config: dict[str, Any] = {
-        "architectures": ["MPNetModel" if num_labels is None else "MPNetForSequenceClassification"],
-        "attention_probs_dropout_prob": 0.0,
-        "bos_token_id": 0,
-        "eos_token_id": 2,
-        "hidden_act": "gelu",
-        "hidden_dropout_prob": 0.0,
-        "hidden_size": size.hidden,
-        "initializer_range": 0.02,
-        "intermediate_size": size.intermediate,
-        "layer_norm_eps": 1e-05,
-        "max_position_embeddings": size.positions + POSITION_OFFSET,
-        "model_type": "mpnet",
-        "num_attention_heads": size.heads,
-        "num_hidden_layers": size.layers,
-        "pad_token_id": pad_token_id,
-        "relative_attention_num_buckets": BUCKETS,
-        "torch_dtype": "float32",
-        "vocab_size": vocab_size,
-    }
-    return config | label_fields(num_labels)
-
-
-def fixture_weights(config: dict[str, Any], num_labels: int | None, seed: int) -> dict[str, np.ndarray]:
-    """Random float32 tensors under the names of transformers' `MPNetModel.state_dict()` (with its
-    pooler) or, with NUM_LABELS, `MPNetForSequenceClassification`'s (`mpnet.` prefix, no pooler, the head)."""
-    cfg = MPNetConfig.from_dict(config)
-    t = FixtureTensors(seed)
-    h, inner = cfg.hidden_size, cfg.intermediate_size
-    base = "mpnet." if num_labels is not None else ""
-    out = {
-        f"{base}embeddings.word_embeddings.weight": t.normal(cfg.vocab_size, h),
-        f"{base}embeddings.position_embeddings.weight": t.normal(cfg.max_position_embeddings, h),
-        **t.norm(f"{base}embeddings.LayerNorm", h),
-    }
-    for i in range(cfg.num_hidden_layers):
-        p = f"{base}encoder.layer.{i}."
-        for n in "qkvo":
-            out.update(t.linear(f"{p}attention.attn.{n}", h, h))
-        out.update(t.norm(f"{p}attention.LayerNorm", h))
-        out.update(t.linear(f"{p}intermediate.dense", inner, h))
-        out.update(t.linear(f"{p}output.dense", h, inner))
-        out.update(t.norm(f"{p}output.LayerNorm", h))
-    buckets, heads = cfg.relative_attention_num_buckets, cfg.num_attention_heads
-    out[f"{base}encoder.relative_attention_bias.weight"] = t.normal(buckets, heads)
-    if num_labels is None:
-        out.update(t.linear("pooler.dense", h, h))
-    else:
-        out.update(t.linear("classifier.dense", h, h))
-        out.update(t.linear("classifier.out_proj", num_labels, h))
-    return out

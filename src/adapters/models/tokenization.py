@@ -7,18 +7,17 @@ tokens stay — `[CLS] … [SEP]`; pairs longest-first) and flagged `truncated=T
 (`truncate=False`) so the caller can see `n_tokens > max_length` and reject it. `n_tokens` is always
 the full, uncut length (special tokens included); `len(ids)` is what the model will see.
 
-`write_tiny_wordpiece_tokenizer` builds a small BERT-style WordPiece `tokenizer.json` in code, for
-tiny random-weight models in tests and fixtures.
+`families/fixtures/wordpiece_fixture.py` builds the tiny BERT-style WordPiece tokenizers of the fixtures
+and tests.
 """
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import Tokenizer
 
 from vllm_srun.adapters.contracts import Encoded as Encoded  # the row type is the contracts'; kept importable here
 
@@ -98,56 +97,3 @@ class TextTokenizer:
                 self._cutter.enable_truncation(max_length, strategy="longest_first")
                 self._cutter_length = max_length
             return self._cutter.encode_batch(inputs)
-
-
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-
-
-def write_tiny_wordpiece_tokenizer(
-    folder: Path, vocab_words: Iterable[str], *, lowercase: bool = True, model_max_length: int = 512
-) -> dict[str, int]:
-    """Write a BERT-style WordPiece tokenizer (tokenizer.json, vocab.txt, tokenizer_config.json,
-    special_tokens_map.json) into FOLDER and return its vocabulary.
-
-    Ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4, then VOCAB_WORDS (lowercased when LOWERCASE), then
-    the single letters, digits and ASCII punctuation and their `##` continuations, so that any ASCII text
-    splits into known pieces. Post-processor: `[CLS] a [SEP]` and `[CLS] a [SEP] b [SEP]` (type id 1 for b
-    and its [SEP]).
-    """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab: dict[str, int] = {}
-    pieces = "abcdefghijklmnopqrstuvwxyz0123456789" + "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
-    words = [w.lower() if lowercase else w for w in vocab_words]
-    for token in [*SPECIAL_TOKENS, *words, *pieces, *(f"##{c}" for c in pieces)]:
-        vocab.setdefault(token, len(vocab))
-    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
-    tok.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
-    )
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
-    )
-    tok.decoder = decoders.WordPiece(prefix="##")
-    tok.add_special_tokens(list(SPECIAL_TOKENS))
-    tok.save(str(folder / "tokenizer.json"))
-    (folder / "vocab.txt").write_text("".join(f"{t}\n" for t in vocab), encoding="utf-8")
-    specials = {
-        "unk_token": "[UNK]",
-        "sep_token": "[SEP]",
-        "pad_token": "[PAD]",
-        "cls_token": "[CLS]",
-        "mask_token": "[MASK]",
-    }
-    (folder / "special_tokens_map.json").write_text(json.dumps(specials, indent=2), encoding="utf-8")
-    config = {
-        **specials,
-        "do_lower_case": lowercase,
-        "tokenizer_class": "BertTokenizer",
-        "model_max_length": model_max_length,
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    return vocab

@@ -31,8 +31,8 @@ from vllm_srun.adapters.serving.scheduler_loop import ForwardStats, SchedulerLoo
 from vllm_srun.domain.errors import DeadlineExceeded, NotReady, RequestTooLarge, UnsupportedSurface
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.scheduling.admission import Admission
+from vllm_srun.domain.scheduling.answers import EXPIRED
 from vllm_srun.domain.scheduling.rows import RowSpec
-from vllm_srun.domain.scheduling.scheduler import EXPIRED
 from vllm_srun.domain.settings import bounds
 from vllm_srun.domain.settings.engine_args import BatchingLimits, EngineArgs
 from vllm_srun.domain.settings.profiles import PROFILES, Profile, enabled, profile_for, serving_profile

@@ -37,8 +37,8 @@ from vllm_srun.adapters.schemas.common import CommonOptions, ItemErrorCode
 from vllm_srun.adapters.serving.scheduler_loop import ForwardStats
 from vllm_srun.adapters.serving.served import ServedModel
 from vllm_srun.domain.inputs.input_budget import InputBudget, in_force
+from vllm_srun.domain.scheduling.answers import EXPIRED
 from vllm_srun.domain.scheduling.rows import RowSpec
-from vllm_srun.domain.scheduling.scheduler import EXPIRED
 from vllm_srun.domain.settings.profiles import Profile
 
 R = TypeVar("R", bound=msgspec.Struct)

@@ -42,8 +42,8 @@ from vllm_srun.adapters.schemas.decisions import Coverage, DecisionAnswer, SetRe
 from vllm_srun.adapters.surfaces.decision_labels import Plan, assemble, error_of, plan, taken_names
 from vllm_srun.adapters.surfaces.decision_questions import INVALID, ReadQuestion, sent_type
 from vllm_srun.adapters.surfaces.decision_states import view_text
+from vllm_srun.domain.scheduling.answers import EXPIRED
 from vllm_srun.domain.scheduling.rows import RowSpec
-from vllm_srun.domain.scheduling.scheduler import EXPIRED
 
 DEADLINE = QuestionError("deadline_exceeded", "the question was not started before options.deadline_ms")
 

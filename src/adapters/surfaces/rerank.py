@@ -58,8 +58,8 @@ from vllm_srun.adapters.surfaces.overflow import (
     token_limit,
 )
 from vllm_srun.domain.errors import DeadlineExceeded, InvalidRequest, RequestTooLarge, quoted
+from vllm_srun.domain.scheduling.answers import EXPIRED
 from vllm_srun.domain.scheduling.rows import RowSpec
-from vllm_srun.domain.scheduling.scheduler import EXPIRED
 
 COHERE_FIELDS = ("rank_fields", "max_tokens_per_doc", "priority")  # fields only Cohere's clients send
 

@@ -10,13 +10,17 @@ planned within the same budget as any other (the cheap lane's rows of a round ri
 forward's worth). It never delays the costly lane's forwards in the slots (the express takes
 no slot; a slot that frees runs the next plan as before), and it never changes an answer: the
 same rows, planned by the same rules (`plan_forwards`: an exact row of a model that is not
-batch-invariant still runs alone), on another thread.
+batch-invariant still runs alone), on another thread. `lane_express_forward` takes that forward out of
+the scheduler's plan or queue (`Scheduler.next_express`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 
+from vllm_srun.domain.scheduling.fairness import FairQueue
+from vllm_srun.domain.scheduling.planning import ForwardBatch
 from vllm_srun.domain.scheduling.rows import Row
 
 
@@ -42,3 +46,35 @@ def rows_of_lane(rows: Iterable[Row], lane: str) -> dict[int, set[int]]:
         if row.lane == lane:
             taken.setdefault(row.request_id, set()).add(row.index)
     return taken
+
+
+def lane_express_forward(
+    plan: deque[ForwardBatch],
+    queue: FairQueue,
+    running: Iterable[ForwardBatch],
+    cost: Callable[[str], float],
+    live: Callable[[ForwardBatch], ForwardBatch | None],
+    batches: Callable[[Sequence[Row]], tuple[ForwardBatch, ...]],
+) -> tuple[ForwardBatch, bool] | None:
+    """The lane express's forward, taken out of PLAN or QUEUE: rows of the lane `express_lane` picks
+    among QUEUE's lanes and the lane of PLAN's next forward, against the lanes of the forwards RUNNING
+    in the slots (COST: seconds per token). PLAN's next forward when it is of that lane (True: it left
+    the plan), else one forward of that lane's queued rows in arrival order (BATCHES plans them; the
+    rest goes back to QUEUE, in place; False). PLAN's dead heads (LIVE None) are dropped first. None
+    when no lane may ride the express."""
+    while plan and live(plan[0]) is None:
+        plan.popleft()
+    waiting = queue.lanes() | ({plan[0].lane} if plan else set())
+    lane = express_lane((b.lane for b in running), waiting, cost)
+    if lane is None:
+        return None
+    if plan and plan[0].lane == lane:
+        batch = live(plan.popleft())
+        assert batch is not None  # dead heads were dropped above
+        return batch, True
+    rows = [r for r in queue.rows() if r.lane == lane]
+    for rid, indices in rows_of_lane(rows, lane).items():
+        queue.remove_request(rid, indices)
+    planned = batches(rows)
+    queue.restore(r for b in planned[1:] for r in b.rows)
+    return planned[0], False

@@ -21,7 +21,7 @@ rows' answers never depend on the mix. A whole-queue plan still waiting for the 
 back to the queue when rows of another tenant (or interactive rows of its batch tenant) arrive,
 so they never wait behind it. While every slot is busy, `next_express` hands out the rows of the
 tenant asking least (its next turn, had early) to run beside them when another tenant asks more
-(R-FAIR-7), one at a time: it does not count against the slots.
+(R-FAIR-7, `domain/scheduling/tenant_express.py`), one at a time: it does not count against the slots.
 
 Lanes (R-BAT-6): before a plan's next forward, the plan is given back when rows of a lane that
 costs less per token than a lane it still holds have queued, so a new round runs them first (a
@@ -35,12 +35,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, final
+from typing import Any
 
+from vllm_srun.domain.scheduling.answers import EXPIRED, Answer, Pending
 from vllm_srun.domain.scheduling.costs import CostModel
-from vllm_srun.domain.scheduling.fairness import QUANTUM_PARTS, FairQueue, row_cost
-from vllm_srun.domain.scheduling.lane_express import express_lane, rows_of_lane
+from vllm_srun.domain.scheduling.fairness import QUANTUM_PARTS, FairQueue
+from vllm_srun.domain.scheduling.lane_express import lane_express_forward
 from vllm_srun.domain.scheduling.lanes import TOKEN_ALIGN, Accounting, Lane, forward_tokens, round_up
 from vllm_srun.domain.scheduling.planning import (
     BATCH_INVARIANT_TOKENS,
@@ -50,35 +50,9 @@ from vllm_srun.domain.scheduling.planning import (
     plan_forwards,
 )
 from vllm_srun.domain.scheduling.rows import Row, RowSpec
+from vllm_srun.domain.scheduling.tenant_express import least_asking, tenant_express_forward
 from vllm_srun.domain.scheduling.tenants import DEFAULT_TENANT, DEFAULT_TENANTS, Priority, TenantTable
 from vllm_srun.domain.scheduling.window import BatchWindow, WindowState
-
-
-@final
-class Expired:
-    """The output of a row whose deadline passed before it reached a device (`Scheduler.expire`)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "EXPIRED"
-
-
-EXPIRED: Final = Expired()
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    request_id: int
-    outputs: tuple[Any, ...]  # one per row, in the request's row order
-
-
-@dataclass(slots=True)
-class _Pending:
-    rows: int
-    arrival: float
-    outputs: list[Any] = field(default_factory=list)
-    done: int = 0
 
 
 class Scheduler:
@@ -107,7 +81,7 @@ class Scheduler:
         self.window = BatchWindow(0.0 if batch_invariant else window_s)
         self.costs = costs or CostModel()
         self.tenants = tenants
-        self._requests: dict[int, _Pending] = {}
+        self._requests: dict[int, Pending] = {}
         self._queue = FairQueue(tenants.weight)
         self._plan: deque[ForwardBatch] = deque()
         self._plan_kind: tuple[str, Priority] | None = None  # the one (tenant, priority) a whole-queue plan holds
@@ -145,7 +119,7 @@ class Scheduler:
             priority = self.automatic_priority(rows)
         rid = self._next_request
         self._next_request += 1
-        self._requests[rid] = _Pending(rows=len(rows), arrival=now, outputs=[None] * len(rows))
+        self._requests[rid] = Pending(rows=len(rows), arrival=now, outputs=[None] * len(rows))
         for index, spec in enumerate(rows):
             self._queue.push(
                 Row(rid, index, spec.tokens, spec.lane, self._next_seq, spec.payload, tenant, priority, exact)
@@ -347,45 +321,30 @@ class Scheduler:
 
     def _lane_express(self) -> ForwardBatch | None:
         """Rows of a lane that costs less per token than the lane of every forward in the slots
-        (`lane_express.express_lane`): the plan's next forward when it is of that lane, else one
-        forward of that lane's queued rows in arrival order (`_batches`; the rest stays queued,
-        in place). Not a turn of the round robin: the rows leave the queue without their tenant's
-        credit, and a cheaper lane is the rule, not a tenant."""
+        (`lane_express.lane_express_forward`): the plan's next forward when it is of that lane, else
+        one forward of that lane's queued rows in arrival order. Not a turn of the round robin: the
+        rows leave the queue without their tenant's credit, and a cheaper lane is the rule, not a tenant."""
         if len(self.lanes) < 2:
             return None
-        while self._plan and self._live(self._plan[0]) is None:
-            self._plan.popleft()
-        waiting = self._queue.lanes() | ({self._plan[0].lane} if self._plan else set())
-        lane = express_lane((b.lane for b in self._in_flight), waiting, self.costs.seconds_per_token)
-        if lane is None:
+        taken = lane_express_forward(
+            self._plan, self._queue, self._in_flight, self.costs.seconds_per_token, self._live, self._batches
+        )
+        if taken is None:
             return None
-        if self._plan and self._plan[0].lane == lane:
-            batch = self._live(self._plan.popleft())
-            assert batch is not None  # dead heads were dropped above
+        batch, planned = taken
+        if planned:
             self._ran(batch)
-            return batch
-        rows = [r for r in self._queue.rows() if r.lane == lane]
-        for rid, indices in rows_of_lane(rows, lane).items():
-            self._queue.remove_request(rid, indices)
-        batches = self._batches(rows)
-        self._queue.restore(r for b in batches[1:] for r in b.rows)
-        return batches[0]
+        return batch
 
     def _tenant_express(self) -> ForwardBatch | None:
-        """R-FAIR-7: the rows of the tenant asking least when another tenant holding work asks more
-        (`_lightest_holding`: queued and running tokens count), its next turn had early
-        (`FairQueue.take_ahead`: the others keep their places and credit). None when it had that
-        turn early already (its rows wait for its place in the ring) or a plan waits."""
+        """R-FAIR-7 (`tenant_express.tenant_express_forward`): the rows of the tenant asking least when
+        another tenant holding work asks more (queued and running tokens count), its next turn had
+        early. None when it had that turn early already or a plan waits."""
         if self._plan:
             return None
-        light = self._lightest_holding()
-        if not light:
-            return None
-        batches = self._batches(self._queue.take_ahead(light, self.quantum, self._round()))
-        if not batches:
-            return None
-        self._queue.restore(r for b in batches[1:] for r in b.rows)
-        return batches[0]
+        return tenant_express_forward(
+            self._queue, self._in_flight, self.tenants.weight, self.quantum, self._round(), self._batches
+        )
 
     def _cut_in(self, now: float) -> ForwardBatch | None:
         """While a whole-queue plan of one tenant's batch rows runs, that tenant's interactive
@@ -425,29 +384,7 @@ class Scheduler:
         names = self._queue.tenants()
         if len(names) < 2:
             return frozenset()
-        return self._least_asking({name: self._queue.tokens_of(name) for name in names}, names)[0]
-
-    def _lightest_holding(self) -> frozenset[str]:
-        """The tenants with rows queued that ask least for their weight, counting what they have
-        running too (counted tokens queued and running ÷ weight; ties: all of them), when another
-        tenant holding work asks more; nobody otherwise (one tenant, or equal floods). Running rows
-        count: a flood whose queued rows the busy slots have just taken is still the flood."""
-        queued = self._queue.tenants()
-        asks = {name: self._queue.tokens_of(name) for name in queued}
-        for batch in self._in_flight:
-            for row in batch.rows:
-                asks[row.tenant] = asks.get(row.tenant, 0) + row_cost(row)
-        least, others_ask_more = self._least_asking(asks, queued)
-        return least if others_ask_more else frozenset()
-
-    def _least_asking(self, asks: dict[str, int], among: frozenset[str]) -> tuple[frozenset[str], bool]:
-        """Of AMONG, the tenants whose ASKS (counted tokens) are least for their weight (ties: all
-        of them), and whether a tenant of ASKS asks more for its weight than they do."""
-        weighed = {name: ask / self.tenants.weight(name) for name, ask in asks.items()}
-        least = min((weighed[name] for name in among), default=None)
-        if least is None:
-            return frozenset(), False
-        return frozenset(name for name in among if weighed[name] == least), max(weighed.values()) > least
+        return least_asking({name: self._queue.tokens_of(name) for name in names}, names, self.tenants.weight)[0]
 
     def _round(self, light: frozenset[str] = frozenset()) -> Callable[[Row], bool]:
         """A fair round's room: at most one forward per lane (the first row of a lane always fits;
