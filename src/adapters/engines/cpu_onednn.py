@@ -26,7 +26,7 @@ keeps eager BF16 (R-DT-2's warning).
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +49,19 @@ FUSED_ACTIVATIONS: dict[str, tuple[str, str]] = {
     "silu": ("swish", ""),
     "swish": ("swish", ""),
 }
+ENV = "VLLM_SRUN_ONEDNN"  # the packed copies' switch: 0/off, 1/on/force, else auto (the measured plan)
+
+
+def onednn_mode(env: Mapping[str, str]) -> str:
+    """`off`, `force` or `auto`: what VLLM_SRUN_ONEDNN in ENV asks of the packed copies."""
+    value = env.get(ENV, "").strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return "off"
+    if value in ("1", "on", "true", "yes", "force"):
+        return "force"
+    return "auto"
+
+
 X86 = frozenset({"x86_64", "amd64", "i386", "i686", "x86"})
 
 

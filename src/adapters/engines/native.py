@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from vllm_srun.adapters.contracts import Device
-from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, onednn_unsupported
+from vllm_srun.adapters.engines.cpu_onednn import ENV, PackedEncoder, onednn_mode, onednn_unsupported
 from vllm_srun.adapters.engines.cpu_op_library import cpu_ops
 from vllm_srun.adapters.engines.encoder_engine import FORCED_UP_TO, NativeEncoder
 from vllm_srun.adapters.engines.onednn_timing import measure
@@ -49,7 +49,6 @@ from vllm_srun.domain.scheduling.planning import BATCH_INVARIANT_TOKENS
 from vllm_srun.domain.worker.kernels import DEFAULT_TIE, KernelPlan, plan_kernels
 
 log = logging.getLogger("vllm_srun.engines.native")
-ENV = "VLLM_SRUN_ONEDNN"
 NUMERICS_TOL = 1e-5
 # BF16 answers on two kernel sets differ by BF16 rounding (8 bits of mantissa), not by 1e-5
 NUMERICS_TOL_BY_DTYPE = {torch.float32: NUMERICS_TOL, torch.bfloat16: 3e-2}
@@ -114,15 +113,6 @@ def _eager(
     return NativeEncoder(reference, kernels=card, ops=ops)
 
 
-def _mode(env: Mapping[str, str]) -> str:
-    value = env.get(ENV, "").strip().lower()
-    if value in ("0", "off", "false", "no"):
-        return "off"
-    if value in ("1", "on", "true", "yes", "force"):
-        return "force"
-    return "auto"
-
-
 def gpu_encoder(
     reference: ReferenceEncoder, device: Device, progress: Progress, env: Mapping[str, str]
 ) -> NativeEncoder:
@@ -163,7 +153,7 @@ def native_encoder(
     # ---- end of the int8 branch
     if device.kind != "cpu":
         return gpu_encoder(reference, device, progress, env)
-    mode = _mode(env)
+    mode = onednn_mode(env)
     if (deterministic or prefer_invariant) and mode == "auto":
         mode = "force"
     dtype = next(reference.encoder.parameters()).dtype

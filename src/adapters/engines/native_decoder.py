@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vllm_srun.adapters.contracts import Determinism, Device, Progress
-from vllm_srun.adapters.engines.packed_decoder import PackedDecoder, packed_decoder
+from vllm_srun.adapters.engines.packed_decoder import PackedDecoder, packed_decoder, right_padded
 from vllm_srun.adapters.engines.triton_decoder import GpuDecoderKernels, decoder_kernels
 from vllm_srun.adapters.models.decoder import DecoderLM, DecoderOps
 from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
@@ -67,7 +67,7 @@ class NativeDecoder:
     def logits_at(self, rows: Sequence[Sequence[int]]) -> Any:
         """ROWS right-padded into one matrix (built on the host, moved once), logits after each
         row's last token."""
-        ids, ends = _right_padded(rows)
+        ids, ends = right_padded(rows)
         device = self.lm.device
         return self.lm.logits_at(ids.to(device), positions=ends.to(device), ops=self.ops_for(int(ids.numel())))
 
@@ -121,7 +121,7 @@ class NativeHybridDecoder:
 
     def logits_at(self, rows: Sequence[Sequence[int]]) -> Any:
         """ROWS handed over right-padded; the LM runs each packed, only up to its last token."""
-        ids, ends = _right_padded(rows)
+        ids, ends = right_padded(rows)
         device = self.lm.device
         return self.lm.logits_at(ids.to(device), positions=ends.to(device))
 
@@ -142,18 +142,6 @@ class NativeHybridDecoder:
         if not isinstance(self.lm, Qwen35VisionLM):
             raise ValueError("this model reads no images or videos")
         return self.lm
-
-
-def _right_padded(rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:
-    """ROWS as one right-padded [R, longest] id matrix on the host and each row's last position."""
-    import torch
-
-    if not rows or any(len(r) < 1 for r in rows):
-        raise ValueError("every row needs at least one token")
-    ids = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
-    return ids, torch.tensor([len(r) - 1 for r in rows])
 
 
 def native_decoder(

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from vllm_srun.adapters.contracts import Determinism, Encoded
-from vllm_srun.adapters.engines.cpu_onednn import PackedEncoder, PackedLinear, onednn_unsupported
+from vllm_srun.adapters.engines.cpu_onednn import ENV, PackedEncoder, PackedLinear, onednn_mode, onednn_unsupported
 from vllm_srun.adapters.engines.cpu_op_library import cpu_ops
 from vllm_srun.adapters.models.decoder import DecoderLM, SharedState
 from vllm_srun.adapters.models.decoder_encoder import DecoderEncoder, DecoderEncoderConfig
@@ -41,7 +41,6 @@ from vllm_srun.domain.worker.kernels import bucket_rows
 if TYPE_CHECKING:
     from vllm_srun.adapters.models.encoder_arch import EncoderModule
 
-ENV = "VLLM_SRUN_ONEDNN"  # the encoders' switch: `0` keeps the eager decoder too
 NUMERICS_TOL = 1e-5  # largest |packed − eager| over the probe's logits, relative to their size
 WARM_UP_TO = 64  # oneDNN primitives built at load for forwards of up to this many token rows
 PROBE_LENGTHS = (19, 8, 8, 3, 1)  # the load-time numerics probe: ragged rows, a run of two, a lone token
@@ -104,25 +103,25 @@ class PackedDecoder:
 
     def warm(self, up_to_rows: int = WARM_UP_TO) -> None:
         """Build oneDNN's primitives for every bucket of token rows up to UP_TO_ROWS at load, so
-        short forwards never pay that in serving. (Each linear gets its own input width: a decoder's
-        attention output is heads × head size wide, not always the hidden size.)"""
-        c = self.lm.config
-        layer = self.packed.layers[0]
-        with torch.inference_mode():
-            for rows in sorted({bucket_rows(n) for n in range(1, max(2, up_to_rows) + 1)}):
-                x = torch.zeros(rows, c.hidden_size)
-                layer.qkv.rows(x)
-                layer.attn_out.rows(torch.zeros(rows, c.num_heads * c.head_dim))
-                layer.ffn_out.rows(layer.ffn_in.rows(x))
+        short forwards never pay that in serving (`PackedEncoder.warm`: each linear at its own
+        input width)."""
+        self.packed.warm(up_to_rows)
+
+
+def right_padded(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """ROWS as one right-padded [R, longest] id matrix on the host and each row's last position:
+    what the eager LMs' `logits_at` take (the eager engines and this engine's reference)."""
+    if not rows or any(len(r) < 1 for r in rows):
+        raise ValueError("every row needs at least one token")
+    ids = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
+    return ids, torch.tensor([len(r) - 1 for r in rows])
 
 
 def eager_logits(lm: DecoderLM, rows: Sequence[Sequence[int]]) -> torch.Tensor:
     """The reference: RIGHT-padded rows through the eager LM, logits after each row's last token."""
-    width = max(len(r) for r in rows)
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
-    ends = torch.tensor([len(r) - 1 for r in rows])
+    ids, ends = right_padded(rows)
     return lm.logits_at(ids, positions=ends)
 
 
@@ -139,8 +138,7 @@ def numerics_gap(engine: PackedDecoder) -> float:
 def packed_decoder(lm: DecoderLM, progress: Progress, env: Mapping[str, str] = os.environ) -> PackedDecoder | str:
     """LM on the packed kernels (module doc), or one line saying why it cannot be (the caller keeps
     the eager engine). Says each load step it takes in PROGRESS."""
-    mode = env.get(ENV, "").strip().lower()
-    if mode in ("0", "off", "false", "no"):
+    if onednn_mode(env) == "off":  # the encoders' switch keeps the eager decoder too
         return f"turned off ({ENV}={env[ENV]})"
     dtype = lm.dtype
     unsupported = onednn_unsupported(str(lm.device), dtype)
