@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from multiprocessing.connection import Connection
 
 from vllm_srun.adapters.contracts.media import MEDIA_JOBS, MediaDecoder, MediaError, decode
+from vllm_srun.domain.worker.threads import nice_increment
 
 READY = b"ready"
 MEDIA_NICE_ENV = "VLLM_SRUN_MEDIA_NICE"
@@ -55,16 +56,7 @@ def answer(decoder: MediaDecoder, blob: bytes) -> Answer:
 def media_nice(env: Mapping[str, str]) -> int:
     """The nice increment a media worker starts with (`VLLM_SRUN_MEDIA_NICE`, 0..19, default 0);
     ValueError with a one-line reason for anything else."""
-    raw = env.get(MEDIA_NICE_ENV, "").strip()
-    if not raw:
-        return 0
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 19:
-        raise ValueError(f"{MEDIA_NICE_ENV} must be an integer from 0 to 19, got {raw!r}")
-    return value
+    return nice_increment(env, MEDIA_NICE_ENV, 0)
 
 
 def main(argv: list[str]) -> int:

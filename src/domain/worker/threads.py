@@ -218,15 +218,21 @@ def forward_nice(env: Mapping[str, str]) -> int:
     at nice 0: 17.0, 5.8 and 5.2 ms), throughput within noise (bench/threads.py).
     Raises ValueError with a one-line reason for a value that is not an integer in 0..19.
     """
-    raw = env.get(FORWARD_NICE_ENV, "").strip()
+    return nice_increment(env, FORWARD_NICE_ENV, DEFAULT_FORWARD_NICE)
+
+
+def nice_increment(env: Mapping[str, str], name: str, default: int) -> int:
+    """The nice increment (0..19) the variable NAME of ENV sets, DEFAULT when it is unset or empty;
+    ValueError with a one-line reason for anything else (`forward_nice`, the media workers')."""
+    raw = env.get(name, "").strip()
     if not raw:
-        return DEFAULT_FORWARD_NICE
+        return default
     try:
         value = int(raw)
     except ValueError:
         value = -1
     if not 0 <= value <= MAX_NICE:
-        raise ValueError(f"{FORWARD_NICE_ENV} must be an integer from 0 to {MAX_NICE}, got {raw!r}")
+        raise ValueError(f"{name} must be an integer from 0 to {MAX_NICE}, got {raw!r}")
     return value
 
 
