@@ -38,6 +38,14 @@ def _cpuinfo() -> dict[str, str]:
     return fields
 
 
+def host_kind() -> str:
+    """The CPU's name with its family and model, as every figure names its host (AMD family 25:
+    Zen 3 / Zen 4 by model, 26: Zen 5)."""
+    info = _cpuinfo()
+    name = info.get("model name") or platform.processor() or "unknown CPU"
+    return f"{name} (cpu family {info.get('cpu family', '?')} model {info.get('model', '?')})"
+
+
 def _clock_ghz(info: dict[str, str]) -> tuple[float, str]:
     for path in (
         "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq",

@@ -29,7 +29,6 @@ import argparse
 import base64
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from urllib.request import urlopen
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._cpu_peak import host_kind
 from bench._load import server
 from bench._wrk import WrkResult, run_wrk, with_comment
 from vllm_srun.adapters.media.samples import image_bytes
@@ -98,13 +98,8 @@ def measure(
 
 
 def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    """This host's CPU, with its family and model (`_cpu_peak.host_kind`)."""
+    return host_kind()
 
 
 def main() -> None:

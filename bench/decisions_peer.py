@@ -50,6 +50,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _cpu_peak import host_kind
 from _load import command, free_port, machine_load, process, warm_up, wrk_load
 from _vllm_peer import PeerUnavailable, ensure_vllm_venv, vllm_command
 
@@ -370,11 +371,12 @@ def main() -> None:
             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         },
         "load_before": machine_load(),
+        "host": host_kind(),
         "skipped": {},
     }
     say(
         f"# decisions beside vLLM: Qwen3-0.6B shape, {args.layers} layers, random weights; {args.cases} noul "
-        f"prompts, wrk {args.connections} connections × {args.seconds:g} s"
+        f"prompts, wrk {args.connections} connections × {args.seconds:g} s; host {host_kind()}"
     )
     for name, fn, skip in (("ours", run_ours, args.skip_ours), ("vLLM CPU", run_vllm, args.skip_vllm)):
         if skip:
