@@ -1,9 +1,10 @@
-"""R-BAT-6's lane express as a property: two slots and the express forward, any arrival pattern of
-text and image requests (text cheaper per token; exact or not) and any order in which running
-forwards end: every request is answered exactly once; whenever the express is free and every
-slot runs an image forward, no text row waits (it is on the express); the express only ever runs
-a lane cheaper than every slot's; and a steady stream of text requests never starves the image
-lane (every image request is answered while text keeps arriving)."""
+"""R-BAT-6's lane express as a property: two slots and up to two express forwards, any arrival
+pattern of text and image requests (text cheaper per token; exact or not) and any order in which
+running forwards end: every request is answered exactly once; whenever fewer express forwards run
+than there are slots and every slot runs an image forward, no text row waits (it is on an express
+forward); never more express forwards than slots; the express only ever runs a lane cheaper than
+every slot's; and a steady stream of text requests never starves the image lane (every image
+request is answered while text keeps arriving)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class Driver:
     def __init__(self, s: Scheduler) -> None:
         self.s = s
         self.slots: list[ForwardBatch] = []
-        self.express: ForwardBatch | None = None
+        self.express: list[ForwardBatch] = []
         self.answered: list[int] = []
         self.ran_rows: list[tuple[int, int]] = []
         self.started: dict[int, int] = {}  # id of a running forward → the step it started at
@@ -36,18 +37,19 @@ class Driver:
     def hand_out(self) -> None:
         while (batch := self.s.next_forward(NOW)) is not None:
             self.slots.append(batch)
-        if self.express is None and (batch := self.s.next_express()) is not None:
+        while (batch := self.s.next_express()) is not None:
             assert all(COST[batch.lane] < COST[b.lane] for b in self.slots)  # a cheaper lane than every slot's
-            self.express = batch
-        if self.express is None and self.slots and all(b.lane == "media" for b in self.slots):
+            self.express.append(batch)
+        assert len(self.express) == self.s.express_running <= self.s.max_in_flight  # never more than the slots
+        if len(self.express) < self.s.max_in_flight and self.slots and all(b.lane == "media" for b in self.slots):
             waiting = {r.lane for r in self.s.unplanned_rows} | {b.lane for b in self.s.planned_forwards}
-            assert "text" not in waiting, "a text row waits while the express is free"
+            assert "text" not in waiting, "a text row waits while an express thread is free"
 
     def end(self, pick: int, longest: int | None = None) -> None:
         """End the running forward PICK chooses, or one that ran LONGEST steps already (a forward
         on a device always ends)."""
         self.step += 1
-        running = self.slots + ([self.express] if self.express is not None else [])
+        running = self.slots + self.express
         for b in running:
             self.started.setdefault(id(b), self.step)
         batch = running[pick % len(running)]
@@ -55,15 +57,15 @@ class Driver:
         if longest is not None and self.step - self.started[id(oldest)] >= longest:
             batch = oldest
         del self.started[id(batch)]
-        if batch is self.express:
-            self.express = None
+        if any(batch is b for b in self.express):
+            self.express = [b for b in self.express if b is not batch]
         else:
             self.slots.remove(batch)
         self.ran_rows.extend((r.request_id, r.index) for r in batch.rows)
         self.answered.extend(a.request_id for a in self.s.complete(batch, [r.payload for r in batch.rows]))
 
     def busy(self) -> bool:
-        return bool(self.slots) or self.express is not None
+        return bool(self.slots or self.express)
 
 
 def submit(s: Scheduler, texts: int, images: int, exact: bool) -> int:

@@ -1,7 +1,7 @@
 """R-BAT-6's lane express, case by case: while every slot runs a forward of a costlier lane, rows of
-a cheaper lane that queued are handed out at once on the express forward (one at a time), as the
-plan's next forward or one forward of the queued rows; never while a slot is free or runs a lane
-as cheap, never a costlier lane's rows; exact rows still run alone."""
+a cheaper lane that queued are handed out at once on express forwards (as many at once as there are
+slots), as the plan's next forward or one forward of the queued rows; never while a slot is free or
+runs a lane as cheap, never a costlier lane's rows; exact rows still run alone."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_a_text_row_rides_the_express_while_image_forwards_hold_every_slot() -> 
     question = s.submit([RowSpec(8, "t", "text")], NOW)
     express = s.next_express()
     assert express is not None and [r.request_id for r in express.rows] == [question]
-    assert s.next_express() is None  # one express forward at a time
+    assert s.next_express() is None  # nothing else of a cheaper lane waits
     assert s.next_forward(NOW) is None  # it took no slot, and no slot is free
     assert run(s, express) == [question]
     planned = len(s.planned_forwards)
@@ -99,17 +99,23 @@ def test_the_plans_next_forward_of_a_cheaper_lane_rides_the_express() -> None:
     assert [b.lane for b in s.planned_forwards] == ["text", "text"]
 
 
-def test_exact_text_rows_still_run_alone_one_express_forward_each() -> None:
+def test_exact_text_rows_still_run_alone_one_express_forward_each_as_many_at_once_as_slots() -> None:
+    """Two questions of an exact request on a model that is not batch-invariant: two forwards of one
+    row, side by side on the two express threads (as they would be on the two slots), not one
+    after the other; a third waits for one of them."""
     s = scheduler()
     running = fill_slots(s)
     rid = s.submit([RowSpec(8, "q0", "text"), RowSpec(8, "q1", "text")], NOW, exact=True)
-    first = s.next_express()
-    assert first is not None and len(first.rows) == 1
-    assert s.next_express() is None
-    assert run(s, first) == []
-    second = s.next_express()
-    assert second is not None and len(second.rows) == 1 and second.rows[0].index == 1
-    assert run(s, second) == [rid]
+    later = s.submit([RowSpec(8, "q2", "text")], NOW, exact=True)
+    first, second = s.next_express(), s.next_express()
+    assert first is not None and second is not None
+    assert [(r.request_id, r.index) for b in (first, second) for r in b.rows] == [(rid, 0), (rid, 1)]
+    assert s.express_running == 2 and s.next_express() is None  # one per slot
+    assert s.next_forward(NOW) is None  # the slots are still the image forwards'
+    assert run(s, first) == [] and run(s, second) == [rid]
+    third = s.next_express()
+    assert third is not None and [r.request_id for r in third.rows] == [later]
+    assert run(s, third) == [later]
     for batch in running:
         run(s, batch)
 
@@ -121,6 +127,25 @@ def test_merged_text_rows_ride_one_express_forward_and_the_rest_stays_queued() -
     express = s.next_express()
     assert express is not None and [r.request_id for r in express.rows] == ids[:2]
     assert [r.request_id for r in s.unplanned_rows] == ids[2:]
+    rest = s.next_express()
+    assert rest is not None and [r.request_id for r in rest.rows] == ids[2:] and not s.unplanned_rows
+
+
+def test_a_tenant_express_runs_only_while_no_express_forward_does() -> None:
+    """R-FAIR-7's tenant express stays one at a time, and never beside a lane express: only the lane
+    express runs up to one forward per slot."""
+    s = scheduler()
+    fill_slots(s, images=2)
+    s.submit([RowSpec(8, "t", "text")], NOW)
+    lane = s.next_express()
+    assert lane is not None and lane.lane == "text"
+    s.submit([RowSpec(MEDIA, "light", "media")], NOW, tenant="light")
+    s.submit([RowSpec(MEDIA, ("m", 9), "media")], NOW)
+    assert s.next_express() is None  # a lane express runs: no tenant express beside it
+    assert run(s, lane)
+    tenant = s.next_express()
+    assert tenant is not None and tenant.lane == "media" and tenant.rows[0].tenant == "light"
+    assert s.next_express() is None  # one tenant express at a time
 
 
 def test_a_cancelled_plan_head_is_skipped() -> None:

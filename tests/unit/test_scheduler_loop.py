@@ -332,3 +332,51 @@ def test_a_text_row_is_answered_on_the_express_thread_while_image_forwards_hold_
     held, outs = asyncio.run(main(express=False))
     assert not held and outs[-1] == tuple(alone)  # it waited for a slot
     assert all(name.startswith("slot") for name in threads["text"])
+
+
+def test_an_exact_requests_text_rows_run_side_by_side_on_the_express_threads() -> None:
+    """R-BAT-6: the two questions of an exact request on a model that is not batch-invariant are two
+    forwards; while image forwards hold both slots they run at once on two express threads (one per
+    slot), as they would on the two slots, not one after the other: each text forward waits at a
+    barrier for the other, which only two threads at once can pass."""
+    gate, met = threading.Event(), threading.Barrier(2, timeout=5)
+
+    def run(batch, payloads):  # type: ignore[no-untyped-def]
+        if batch.lane == "media":
+            assert gate.wait(10), "the test never opened the gate"
+        else:
+            met.wait()
+        return [("answer", p) for p in payloads]
+
+    async def main() -> tuple[bool, tuple]:
+        costs = CostModel()
+        costs.seed("text", 1e-6)
+        costs.seed("media", 1e-4)
+        scheduler = Scheduler(
+            [Lane("text", Accounting.PACKED), Lane("media", Accounting.PACKED)],
+            Budget(4, 64),
+            window_s=0.0,
+            costs=costs,
+            max_in_flight=2,
+        )
+        device, fast = DeviceThread("slot", workers=2), DeviceThread("express", workers=2)
+        loop = SchedulerLoop(scheduler, run, device, express=fast)
+        loop.start()
+        images = [asyncio.create_task(loop.submit([RowSpec(64, ("m", i), "media")])) for i in range(4)]
+        for _ in range(10_000):
+            if scheduler.in_flight == 2:
+                break
+            await asyncio.sleep(0.001)
+        text = asyncio.create_task(
+            loop.submit([RowSpec(8, ("t", 0), "text"), RowSpec(8, ("t", 1), "text")], exact=True)
+        )
+        done, _ = await asyncio.wait({text}, timeout=4)
+        gate.set()
+        outs = await asyncio.gather(*images, text)
+        await loop.stop()
+        device.shutdown()
+        fast.shutdown()
+        return bool(done), outs[-1].outputs
+
+    held, outputs = asyncio.run(main())
+    assert held and outputs == (("answer", ("t", 0)), ("answer", ("t", 1)))

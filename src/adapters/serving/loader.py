@@ -329,12 +329,14 @@ class Loader:
         )
 
     def _express_thread(self) -> DeviceThread:
-        """The device's express thread (R-FAIR-7), made at its first use: one more forward thread,
-        at the event loop's priority, declaring one forward's team like the others."""
+        """The device's express threads (R-FAIR-7, R-BAT-6), made at their first use: as many forward
+        threads as the device has slots (the lane express runs up to that many forwards at once; the
+        tenant express one), at the event loop's priority, each declaring one forward's team like the
+        others."""
         if self.express_thread is None:
             context, threads = self.thread_context, self.settings.threads
             declare = partial(context.declare, threads) if context is not None and threads is not None else None
-            self.express_thread = DeviceThread("srun-express", initializer=declare)
+            self.express_thread = DeviceThread("srun-express", workers=self.device_thread.workers, initializer=declare)
             self._busy.add(self.express_thread)
         return self.express_thread
 

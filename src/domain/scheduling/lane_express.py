@@ -1,6 +1,6 @@
 """The lane express (R-BAT-6): while every forward slot runs a forward of a costlier lane, rows
-of a cheaper lane that queued run at once on the express forward (R-FAIR-7's extra forward
-beside the busy slots) instead of waiting for a slot.
+of a cheaper lane that queued run at once on express forwards (R-FAIR-7's extra forwards beside the
+busy slots, up to one per slot) instead of waiting for a slot.
 
 The rule is one comparison of costs per token (`domain/scheduling/costs.py`): the express may take the
 cheapest lane waiting when it costs strictly less per token than the lane of every forward
@@ -10,8 +10,10 @@ planned within the same budget as any other (the cheap lane's rows of a round ri
 forward's worth). It never delays the costly lane's forwards in the slots (the express takes
 no slot; a slot that frees runs the next plan as before), and it never changes an answer: the
 same rows, planned by the same rules (`plan_forwards`: an exact row of a model that is not
-batch-invariant still runs alone), on another thread. `lane_express_forward` takes that forward out of
-the scheduler's plan or queue (`Scheduler.next_express`).
+batch-invariant still runs alone), on another thread. `lane_express_forward` takes one such forward out
+of the scheduler's plan or queue (`Scheduler.next_express`), against the forwards in the slots (the
+express forwards running do not count: the cheap lane may run as many at once as there are slots,
+so two questions that must run alone run side by side, as they would on the slots).
 """
 
 from __future__ import annotations

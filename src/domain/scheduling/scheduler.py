@@ -28,7 +28,8 @@ costs less per token than a lane it still holds have queued, so a new round runs
 text row waits for at most one image forward besides the one running); it gives way again only
 after a forward of the costlier lane has run, so a stream of cheap rows never starves the costly
 lane. While every slot runs a forward of a costlier lane, the cheaper lane's rows do not wait
-for one: `next_express` hands them out on the express forward (`domain/scheduling/lane_express.py`).
+for one: `next_express` hands them out on express forwards (`domain/scheduling/lane_express.py`), as
+many at once as there are slots, so the cheap lane keeps the concurrency the slots would give it.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ class Scheduler:
         # one CPU worker, each on its own share of the cores; 1 elsewhere)
         self.max_in_flight = max_in_flight
         self._in_flight: list[ForwardBatch] = []
-        self._express: ForwardBatch | None = None  # `next_express`'s forward while it runs
+        self._express: list[ForwardBatch] = []  # `next_express`'s forwards while they run
         self._next_request = 0
         self._next_seq = 0
 
@@ -213,7 +214,7 @@ class Scheduler:
     @property
     def busy(self) -> bool:
         """Every forward slot is taken: arrivals wait for the next plan."""
-        return len(self._in_flight) - (self._express is not None) >= self.max_in_flight
+        return len(self._in_flight) - len(self._express) >= self.max_in_flight
 
     @property
     def in_flight(self) -> int:
@@ -307,17 +308,23 @@ class Scheduler:
 
     def next_express(self) -> ForwardBatch | None:
         """While every slot is busy, a forward to run beside them now rather than after one of them,
-        on the express thread, one at a time (None while the last one runs, or a slot is free). It
-        is in flight like any forward but takes no slot: a slot it did not take frees as before.
-        No window: the busy slots are the wait. First the lane express (R-BAT-6, `_lane_express`),
-        else the lightest tenant's next turn (R-FAIR-7, `_tenant_express`)."""
-        if not self.busy or self._express is not None:
+        on the express threads (None when a slot is free or none may run). It is in flight like any
+        forward but takes no slot: a slot it did not take frees as before. No window: the busy slots
+        are the wait. First the lane express (R-BAT-6, `_lane_express`: up to `max_in_flight` of its
+        forwards at once, as many as the slots), else, while no express forward runs, the lightest
+        tenant's next turn (R-FAIR-7, `_tenant_express`: one at a time)."""
+        if not self.busy or len(self._express) >= self.max_in_flight:
             return None
-        batch = self._lane_express() or self._tenant_express()
+        batch = self._lane_express() or (None if self._express else self._tenant_express())
         if batch is not None:
-            self._express = batch
+            self._express.append(batch)
             self._in_flight.append(batch)
         return batch
+
+    @property
+    def express_running(self) -> int:
+        """Express forwards running now (`next_express`'s)."""
+        return len(self._express)
 
     def _lane_express(self) -> ForwardBatch | None:
         """Rows of a lane that costs less per token than the lane of every forward in the slots
@@ -326,8 +333,9 @@ class Scheduler:
         rows leave the queue without their tenant's credit, and a cheaper lane is the rule, not a tenant."""
         if len(self.lanes) < 2:
             return None
+        slots = [b for b in self._in_flight if not any(b is e for e in self._express)]
         taken = lane_express_forward(
-            self._plan, self._queue, self._in_flight, self.costs.seconds_per_token, self._live, self._batches
+            self._plan, self._queue, slots, self.costs.seconds_per_token, self._live, self._batches
         )
         if taken is None:
             return None
@@ -461,8 +469,10 @@ class Scheduler:
         return failed
 
     def _release(self, batch: ForwardBatch) -> None:
-        if batch is self._express:
-            self._express = None
+        for i, express in enumerate(self._express):
+            if express is batch:
+                del self._express[i]
+                break
         for i, running in enumerate(self._in_flight):
             if running is batch:
                 del self._in_flight[i]
