@@ -7,7 +7,9 @@ Rows that read media go to the model's `media` lane and text rows to the `text` 
 share a forward, each lane keeps its own cost per token, and the lane estimated cheaper runs first
 in a planning round; decoding runs in the media workers. The same measurement is repeated with
 `--media-workers 0` (decoding in the request path), and each with the express forward on and off
-(`VLLM_SRUN_EXPRESS_FORWARD`, side by side in one run; `--express on` or `off` runs one of them);
+(`VLLM_SRUN_EXPRESS_FORWARD`, side by side in one run; `--express on` or `off` runs one of them), and
+`--lane-yield both` runs the express with the image forwards' yield points on and off side by side
+(`VLLM_SRUN_LANE_YIELD`: a slot's image forward pauses at its next block while a text express runs);
 `--media-nice 0,10` runs the media workers at each `VLLM_SRUN_MEDIA_NICE`, side by side too. Load is driven by `wrk` (`_wrk.py`): every
 image request carries a different JPEG (a comment the decoder never reads is rewritten), so the
 decode cache never answers; the result cache is off. Rounds alternate; each prints its ratio.
@@ -20,7 +22,7 @@ lane express); `--profile batching` merges each lane's rows (docs/decisions.md, 
 videos", has the figures).
 
     python bench/decision_media_lane.py [--model PATH] [--seconds 8] [--image-clients 4] [--size 640x480]
-        [--profile exact] [--express both] [--media-nice 0,10]
+        [--profile exact] [--express both] [--lane-yield on] [--media-nice 0,10]
 """
 
 from __future__ import annotations
@@ -97,6 +99,19 @@ def measure(
     return alone, under, loaded["images"]
 
 
+def express_modes(express: str, lane_yield: str) -> dict[str, tuple[str, str]]:
+    """The settings to run side by side: label → (VLLM_SRUN_EXPRESS_FORWARD, VLLM_SRUN_LANE_YIELD)."""
+    modes: dict[str, tuple[str, str]] = {}
+    if express in ("both", "on"):
+        if lane_yield in ("both", "on"):
+            modes["on+yield"] = ("1", "1")
+        if lane_yield in ("both", "off"):
+            modes["on"] = ("1", "0")
+    if express in ("both", "off"):
+        modes["off"] = ("0", "0")
+    return modes
+
+
 def cpu_name() -> str:
     """This host's CPU, with its family and model (`_cpu_peak.host_kind`)."""
     return host_kind()
@@ -111,6 +126,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--profile", default="exact", help="the serving profile (exact: each question its own row)")
     parser.add_argument("--express", choices=("both", "on", "off"), default="both", help="VLLM_SRUN_EXPRESS_FORWARD")
+    parser.add_argument(
+        "--lane-yield", choices=("both", "on", "off"), default="on", help="VLLM_SRUN_LANE_YIELD (with the express on)"
+    )
     parser.add_argument(
         "--media-nice", default=None, help="VLLM_SRUN_MEDIA_NICE for the media workers, or several side by side: 0,10"
     )
@@ -129,22 +147,24 @@ def main() -> None:
     )
     print(f"{cpu_name()}, {os.cpu_count()} CPUs, CPU budget {front_cpu_budget():g}; load {os.getloadavg()}")
     print(
-        f"{'round':>5} {'media workers':>13} {'express':>7} {'nice':>4} {'text p50 alone':>15} {'under load':>11} {'ratio':>6} "
+        f"{'round':>5} {'media workers':>13} {'express':>9} {'nice':>4} {'text p50 alone':>15} {'under load':>11} {'ratio':>6} "
         f"{'text p90':>9} {'images/s':>9}"
     )
-    expresses = ("1", "0") if ns.express == "both" else ("1" if ns.express == "on" else "0",)
+    modes = express_modes(ns.express, ns.lane_yield)
     ratios: dict[tuple[int, str, str], list[float]] = {
-        (w, e, n): [] for w in (default, 0) for e in expresses for n in (nices if w else nices[:1])
+        (w, m, n): [] for w in (default, 0) for m in modes for n in (nices if w else nices[:1])
     }
     for r in range(ns.rounds):
-        for workers, express, nice in ratios:
+        for workers, mode, nice in ratios:
+            express, lane_yield = modes[mode]
             os.environ["VLLM_SRUN_EXPRESS_FORWARD"] = express  # the server (and its media workers) inherit them
+            os.environ["VLLM_SRUN_LANE_YIELD"] = lane_yield
             os.environ["VLLM_SRUN_MEDIA_NICE"] = nice
             flags = ("--media-workers", str(workers), "--result-cache-entries", "0", "--profile", ns.profile)
             with server(model, *flags) as base:
                 card = json.loads(urlopen(f"{base}/v1/models").read())["data"][0]
                 threads = card.get("threads") or {}
-                if r == 0 and workers == default and express == expresses[0] and nice == nices[0]:
+                if r == 0 and workers == default and mode == next(iter(modes)) and nice == nices[0]:
                     print(
                         f"numerics {card.get('numerics')}, merged forward tokens {card.get('merged_forward_tokens')}, "
                         f"concurrent forwards {threads.get('concurrent_forwards')}, forward nice "
@@ -152,17 +172,17 @@ def main() -> None:
                     )
                 alone, under, load = measure(base, text, images, ns)
             ratio = under.p50_ms / alone.p50_ms
-            ratios[workers, express, nice].append(ratio)
+            ratios[workers, mode, nice].append(ratio)
             errors = alone.errors + under.errors + load.errors
-            on = "on" if threads.get("express_forward") else "off"
+            on = ("on+yield" if threads.get("lane_yield") else "on") if threads.get("express_forward") else "off"
             print(
-                f"{r:>5} {workers:>13} {on:>7} {nice or '-':>4} {alone.p50_ms:>12.2f} ms {under.p50_ms:>8.2f} ms {ratio:>5.2f}× "
+                f"{r:>5} {workers:>13} {on:>9} {nice or '-':>4} {alone.p50_ms:>12.2f} ms {under.p50_ms:>8.2f} ms {ratio:>5.2f}× "
                 f"{under.p90_ms:>6.2f} ms {load.rps:>9.1f}" + (f"  (errors {errors})" if errors else "")
             )
-    for (workers, express, nice), got in ratios.items():
+    for (workers, mode, nice), got in ratios.items():
         verdict = "ok" if statistics.median(got) <= 2.0 else "over the 2× target"
         print(
-            f"media workers {workers} (nice {nice or '-'}), express {'on' if express == '1' else 'off'}: text p50 under "
+            f"media workers {workers} (nice {nice or '-'}), express {mode}: text p50 under "
             "image load ÷ "
             f"alone, median ×{statistics.median(got):.2f} ({verdict})"
         )

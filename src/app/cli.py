@@ -32,6 +32,7 @@ from vllm_srun.domain.worker.threads import (
     default_concurrent_forwards,
     express_forward,
     forward_nice,
+    lane_yield,
     omp_wait_policy,
     standalone_threads,
     threads_refusal,
@@ -167,7 +168,7 @@ def cpu_settings(ns: WorkerSettings, env: Mapping[str, str]) -> tuple[CpuPlan, M
     """How the forwards use the CPUs, and the adaptive mode, or a one-line refusal (R-ARG-2,
     R-CPU): a thread count above the budget, an unknown adaptive mode, `--deterministic` with
     adaptive mode 2, `--concurrent-forwards` that does not divide the threads or comes with
-    adaptive threads, a bad `VLLM_SRUN_FORWARD_NICE` or `VLLM_SRUN_EXPRESS_FORWARD`. (An engine that cannot honour
+    adaptive threads, a bad `VLLM_SRUN_FORWARD_NICE`, `VLLM_SRUN_EXPRESS_FORWARD` or `VLLM_SRUN_LANE_YIELD`. (An engine that cannot honour
     `--deterministic` says so itself: `serve`, `EngineRegistry.flag_refusal`.)
     With N concurrent forwards (`--concurrent-forwards`, else `default_concurrent_forwards`)
     each runs on threads ÷ N."""
@@ -181,6 +182,7 @@ def cpu_settings(ns: WorkerSettings, env: Mapping[str, str]) -> tuple[CpuPlan, M
         adaptive = parse_mode(env.get(ADAPTIVE_ENV))
         nice = forward_nice(env)
         express_forward(env)  # read again where a model's forwards are set up
+        lane_yield(env)
     except ValueError as exc:
         refuse(str(exc))
     if ns.deterministic and adaptive is Mode.SERVE:

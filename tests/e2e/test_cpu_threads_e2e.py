@@ -68,6 +68,7 @@ def _refusal(flags: list[str], env: dict[str, str] | None = None) -> tuple[int, 
         (["--concurrent-forwards", "0"], None, "--concurrent-forwards"),
         ([], {"VLLM_SRUN_FORWARD_NICE": "-5"}, "VLLM_SRUN_FORWARD_NICE must be an integer from 0 to 19"),
         ([], {"VLLM_SRUN_EXPRESS_FORWARD": "sometimes"}, "VLLM_SRUN_EXPRESS_FORWARD must be 1/on or 0/off"),
+        ([], {"VLLM_SRUN_LANE_YIELD": "maybe"}, "VLLM_SRUN_LANE_YIELD must be 1/on or 0/off"),
     ],
 )
 def test_bad_thread_settings_are_refused_in_one_line_before_any_load(

@@ -47,6 +47,7 @@ def _image(url: str) -> dict:
 def test_text_and_image_answers_under_the_express_equal_their_answers_alone(server: str) -> None:
     card = httpx.get(f"{server}/v1/models").json()["data"][0]
     assert card["threads"]["express_forward"] is True and card["threads"]["concurrent_forwards"] == 2
+    assert card["threads"]["lane_yield"] is True  # the image forwards pause for the text ones (R-BAT-6)
 
     def answers(body: dict) -> dict:
         got = httpx.post(f"{server}/v1/decisions", json=body, timeout=120)

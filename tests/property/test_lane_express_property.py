@@ -39,7 +39,9 @@ class Driver:
             self.slots.append(batch)
         while (batch := self.s.next_express()) is not None:
             assert all(COST[batch.lane] < COST[b.lane] for b in self.slots)  # a cheaper lane than every slot's
+            assert self.s.yields_to(batch)  # one tenant: every express forward is the lane express's
             self.express.append(batch)
+        assert not any(self.s.yields_to(b) for b in self.slots)  # the slots' forwards are the ones that yield
         assert len(self.express) == self.s.express_running <= self.s.max_in_flight  # never more than the slots
         if len(self.express) < self.s.max_in_flight and self.slots and all(b.lane == "media" for b in self.slots):
             waiting = {r.lane for r in self.s.unplanned_rows} | {b.lane for b in self.s.planned_forwards}

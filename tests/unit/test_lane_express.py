@@ -138,13 +138,14 @@ def test_a_tenant_express_runs_only_while_no_express_forward_does() -> None:
     fill_slots(s, images=2)
     s.submit([RowSpec(8, "t", "text")], NOW)
     lane = s.next_express()
-    assert lane is not None and lane.lane == "text"
+    assert lane is not None and lane.lane == "text" and s.yields_to(lane)
     s.submit([RowSpec(MEDIA, "light", "media")], NOW, tenant="light")
     s.submit([RowSpec(MEDIA, ("m", 9), "media")], NOW)
     assert s.next_express() is None  # a lane express runs: no tenant express beside it
     assert run(s, lane)
     tenant = s.next_express()
     assert tenant is not None and tenant.lane == "media" and tenant.rows[0].tenant == "light"
+    assert not s.yields_to(tenant)  # the slots yield to a cheaper lane only (R-BAT-6), not to a tenant
     assert s.next_express() is None  # one tenant express at a time
 
 

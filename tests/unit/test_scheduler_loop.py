@@ -380,3 +380,63 @@ def test_an_exact_requests_text_rows_run_side_by_side_on_the_express_threads() -
 
     held, outputs = asyncio.run(main())
     assert held and outputs == (("answer", ("t", 0)), ("answer", ("t", 1)))
+
+
+def test_slot_forwards_of_the_costlier_lane_pause_at_their_yield_points_while_a_lane_express_runs() -> None:
+    """R-BAT-6 with yield points (`adapters/lane_yield.py`): image forwards hold both slots; a text
+    row runs on the express thread; an image forward that reaches a yield point meanwhile waits
+    there until the text forward has ended, then goes on; every answer is the one it gets alone.
+    Without a gate the image forwards pass their points at once."""
+    from vllm_srun.adapters.lane_yield import YieldGate, yield_point
+
+    def main(gate: YieldGate | None) -> tuple[list[str], list]:
+        at_point, text_end = threading.Event(), threading.Event()
+        events: list[str] = []
+
+        def run(batch, payloads):  # type: ignore[no-untyped-def]
+            if batch.lane == "media":
+                assert at_point.wait(10), "the test never let the image forwards reach their point"
+                yield_point()
+                events.append("image passed")
+            else:
+                events.append("text started")
+                assert text_end.wait(10), "the test never ended the text forward"
+                events.append("text ended")
+            return [("answer", p) for p in payloads]
+
+        async def drive() -> list:
+            costs = CostModel()
+            costs.seed("text", 1e-6)
+            costs.seed("media", 1e-4)
+            scheduler = Scheduler(
+                [Lane("text", Accounting.PACKED), Lane("media", Accounting.PACKED)],
+                Budget(4, 64),
+                window_s=0.0,
+                costs=costs,
+                max_in_flight=2,
+            )
+            device, fast = DeviceThread("slot", workers=2), DeviceThread("express", workers=2)
+            loop = SchedulerLoop(scheduler, run, device, express=fast, yield_gate=gate)
+            loop.start()
+            images = [asyncio.create_task(loop.submit([RowSpec(64, ("m", i), "media")])) for i in range(2)]
+            await until(lambda: scheduler.in_flight == 2, what="both slots hold image forwards")
+            text = asyncio.create_task(loop.submit([RowSpec(8, ("t", 0), "text")]))
+            await until(lambda: "text started" in events, what="the text forward on the express thread")
+            at_point.set()
+            await asyncio.sleep(0.3)
+            text_end.set()
+            outs = await asyncio.gather(*images, text)
+            await loop.stop()
+            device.shutdown()
+            fast.shutdown()
+            return [o.outputs for o in outs]
+
+        return events, asyncio.run(drive())
+
+    gate = YieldGate(cap_s=10.0)
+    events, outs = main(gate)
+    assert events == ["text started", "text ended", "image passed", "image passed"]
+    assert outs == [(("answer", ("m", 0)),), (("answer", ("m", 1)),), (("answer", ("t", 0)),)]
+    assert gate.pauses == 2 and not gate.held
+    events, outs = main(None)
+    assert events[:3] == ["text started", "image passed", "image passed"]

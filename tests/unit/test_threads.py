@@ -10,12 +10,14 @@ from vllm_srun.domain.worker.threads import (
     DEFAULT_FORWARD_NICE,
     EXPRESS_ENV,
     FORWARD_NICE_ENV,
+    LANE_YIELD_ENV,
     InvalidThreadOverride,
     concurrent_forwards_refusal,
     cpu_budget,
     default_concurrent_forwards,
     express_forward,
     forward_nice,
+    lane_yield,
     omp_wait_policy,
     parse_cgroup_v1_cpu_quota,
     parse_cgroup_v2_cpu_max,
@@ -175,6 +177,13 @@ def test_the_express_forward_is_on_unless_turned_off(value: str | None, on: bool
     assert express_forward({} if value is None else {EXPRESS_ENV: value}) is on
     with pytest.raises(ValueError, match=f"^{EXPRESS_ENV} must be 1/on or 0/off, got 'maybe'$"):
         express_forward({EXPRESS_ENV: "maybe"})
+
+
+@pytest.mark.parametrize(("value", "on"), [(None, True), ("1", True), ("on", True), ("0", False), ("off", False)])
+def test_the_lane_yield_is_on_unless_turned_off(value: str | None, on: bool) -> None:
+    assert lane_yield({} if value is None else {LANE_YIELD_ENV: value}) is on
+    with pytest.raises(ValueError, match=f"^{LANE_YIELD_ENV} must be 1/on or 0/off, got 'maybe'$"):
+        lane_yield({LANE_YIELD_ENV: "maybe"})
 
 
 @pytest.mark.parametrize("value", ["-1", "20", "high", "5.0"])

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
+from vllm_srun.adapters.lane_yield import yield_point
 from vllm_srun.adapters.models.gated_delta import Segments
 from vllm_srun.adapters.models.qwen3_5 import HybridState, Qwen35LM, read_attention_mode, read_text_weights
 from vllm_srun.adapters.models.qwen3_5_config import Qwen35Config
@@ -209,6 +210,7 @@ class Qwen35VisionLM(Qwen35LM):
         rope = mrope_angles(
             torch.cat(positions, dim=1).to(self.device), cfg.rotary_dim, cfg.rope_theta, self.mm.sections, self.dtype
         )
+        yield_point()  # between the vision tower and the language model's layers (R-BAT-6)
         return x, seg, rope, nexts
 
     # ---------------------------------------------------------------- forwards

@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vllm_srun.adapters.lane_yield import yield_point
+
 ACTIVATIONS = {
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
@@ -307,6 +309,7 @@ class Qwen35Vision(nn.Module):
             segments.append((start, h * w, t))
             start += t * h * w
         for block in self.blocks:
+            yield_point()  # a lane express forward may run first (R-BAT-6, adapters/lane_yield.py)
             x = block(x, segments, cos, sin)
         merged = self.merger(x)
         return list(torch.split(merged, [t * h * w // c.merge**2 for t, h, w in grids]))

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vllm_srun.adapters.lane_yield import yield_point
 from vllm_srun.adapters.models.dual_encoder_config import TowerConfig
 
 
@@ -80,6 +81,7 @@ class BlockStack(nn.Module):
 
     def forward(self, x: torch.Tensor, causal: bool = False) -> torch.Tensor:
         for layer in self.layers:
+            yield_point()  # a lane express forward may run first (R-BAT-6, adapters/lane_yield.py)
             x = layer(x, causal)
         return x
 

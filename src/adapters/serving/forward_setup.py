@@ -19,7 +19,7 @@ from vllm_srun.adapters.serving.metrics import RuntimeMetrics
 from vllm_srun.adapters.serving.model_setup import ForwardSetup
 from vllm_srun.domain.ports import Clock
 from vllm_srun.domain.worker.adaptive_threads import BUCKET_EDGES, Mode, ThreadLearner, bucket_label, candidate_counts
-from vllm_srun.domain.worker.threads import express_forward
+from vllm_srun.domain.worker.threads import express_forward, lane_yield
 from vllm_srun.domain.worker.worker_settings import RuntimeSettings
 
 
@@ -95,11 +95,13 @@ def forward_setup(
         why_not_lone=why_not_lone,
     )
     cpu = device.kind == "cpu"
+    express = cpu and device_thread.workers > 1 and express_forward(os.environ)
     return ForwardSetup(
         runner,
         thread_budget=settings.thread_budget,
         wait_policy=settings.wait_policy,
         concurrent_forwards=device_thread.workers if cpu else 1,
         forward_nice=device_thread.nice if cpu else 0,
-        express_forward=cpu and device_thread.workers > 1 and express_forward(os.environ),
+        express_forward=express,
+        lane_yield=express and len(model.lanes) > 1 and lane_yield(os.environ),
     )

@@ -44,6 +44,7 @@ from vllm_srun.adapters.contracts import (
     ThreadContext,
     surface_contract_problems,
 )
+from vllm_srun.adapters.lane_yield import YieldGate
 from vllm_srun.adapters.serving.device_thread import BusyCount, DeviceThread
 from vllm_srun.adapters.serving.forward_setup import forward_setup
 from vllm_srun.adapters.serving.load_failures import PackageSnapshot, public_reason, transient_cause
@@ -414,6 +415,7 @@ class Loader:
             clock=self.clock,
             on_forward=partial(self.metrics.observe_forward, served.name),
             express=self._express_thread() if forwards.express_forward else None,
+            yield_gate=YieldGate() if forwards.lane_yield else None,
         )
         served.scheduler_loop.start()
         self.metrics.queue_depth.set_function(lambda: float(scheduler.queued_rows), {"model": served.name})

@@ -26,6 +26,7 @@ class ForwardSetup:
     concurrent_forwards: int = 1  # forwards of this model that may run at once (R-CPU-1)
     forward_nice: int = 0  # the forward threads' nice increment over the event loop's (R-CPU-1)
     express_forward: bool = False  # the lightest tenant's next turn may run beside the busy slots (R-FAIR-7)
+    lane_yield: bool = False  # a slot's costlier-lane forward pauses for lane express forwards (R-BAT-6)
 
     def card(self) -> dict[str, Any]:
         return {
@@ -33,6 +34,7 @@ class ForwardSetup:
             "concurrent_forwards": self.concurrent_forwards,
             "forward_nice": self.forward_nice,
             "express_forward": self.express_forward,
+            "lane_yield": self.lane_yield,
         }
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from vllm_srun.adapters.call import Call
 from vllm_srun.adapters.clock import MonotonicClock
+from vllm_srun.adapters.lane_yield import YieldGate, yielding
 from vllm_srun.adapters.request_timing import ForwardRecord
 from vllm_srun.adapters.serving.device_thread import DeviceThread
 from vllm_srun.domain.errors import ForwardFailed
@@ -73,11 +74,13 @@ class SchedulerLoop:
         clock: Clock | None = None,
         on_forward: ForwardObserver | None = None,
         express: DeviceThread | None = None,
+        yield_gate: YieldGate | None = None,
     ) -> None:
         self.scheduler = scheduler
         self._run_batch = run_batch
         self._device = device
         self._express = express
+        self._gate = yield_gate  # held while lane express forwards run; slot forwards yield to it
         self._clock = clock or MonotonicClock()
         self._on_forward = on_forward
         self._waiters: dict[int, _Waiter] = {}
@@ -193,8 +196,14 @@ class SchedulerLoop:
             if waiter is not None and waiter.first_forward is None:
                 waiter.first_forward = start
         payloads = [row.payload for row in batch.rows]
+        on_express = device is not None and device is self._express
+        gate = self._gate if on_express and self.scheduler.yields_to(batch) else None
+        if gate is not None:
+            gate.hold()
         try:
-            outputs = await (device or self._device).hand_off(self._run_batch, batch, payloads)
+            outputs = await (device or self._device).hand_off(
+                self._call, batch, payloads, None if on_express else self._gate
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed forward fails exactly its requests
@@ -209,6 +218,9 @@ class SchedulerLoop:
                 if waiter is not None and not waiter.future.done():
                     waiter.future.set_exception(ForwardFailed(f"forward failed: {type(exc).__name__}"))
             return
+        finally:
+            if gate is not None:
+                gate.release()
         seconds = self._clock.now() - start
         self.forwards += 1
         if self._on_forward:
@@ -224,6 +236,11 @@ class SchedulerLoop:
             waiter = self._waiters.pop(answer.request_id, None)
             if waiter is not None and not waiter.future.done():
                 waiter.future.set_result(answer.outputs)
+
+    def _call(self, batch: ForwardBatch, payloads: list[Any], gate: YieldGate | None) -> Sequence[Any]:
+        """The forward, on a device thread: a slot's pauses at its yield points while GATE is held."""
+        with yielding(gate):
+            return self._run_batch(batch, payloads)
 
     def _trace(self, batch: ForwardBatch, batch_id: int, started: float, *, ok: bool) -> None:
         """A record of the forward for each traced request it ran rows of (made once, only then)."""

@@ -95,6 +95,7 @@ class Scheduler:
         self.max_in_flight = max_in_flight
         self._in_flight: list[ForwardBatch] = []
         self._express: list[ForwardBatch] = []  # `next_express`'s forwards while they run
+        self._lane_express_running: list[ForwardBatch] = []  # those of them the lane express handed out
         self._next_request = 0
         self._next_seq = 0
 
@@ -315,11 +316,20 @@ class Scheduler:
         tenant's next turn (R-FAIR-7, `_tenant_express`: one at a time)."""
         if not self.busy or len(self._express) >= self.max_in_flight:
             return None
-        batch = self._lane_express() or (None if self._express else self._tenant_express())
+        batch = self._lane_express()
+        if batch is not None:
+            self._lane_express_running.append(batch)
+        elif not self._express:
+            batch = self._tenant_express()
         if batch is not None:
             self._express.append(batch)
             self._in_flight.append(batch)
         return batch
+
+    def yields_to(self, batch: ForwardBatch) -> bool:
+        """Whether BATCH, running, is a lane express forward (R-BAT-6): the slots' forwards of the
+        costlier lanes may pause for it (`adapters/lane_yield.py`)."""
+        return any(batch is b for b in self._lane_express_running)
 
     @property
     def express_running(self) -> int:
@@ -469,10 +479,8 @@ class Scheduler:
         return failed
 
     def _release(self, batch: ForwardBatch) -> None:
-        for i, express in enumerate(self._express):
-            if express is batch:
-                del self._express[i]
-                break
+        self._express = [b for b in self._express if b is not batch]
+        self._lane_express_running = [b for b in self._lane_express_running if b is not batch]
         for i, running in enumerate(self._in_flight):
             if running is batch:
                 del self._in_flight[i]

@@ -186,16 +186,30 @@ def default_concurrent_forwards(threads: int, adaptive: bool) -> int:
 EXPRESS_ENV = "VLLM_SRUN_EXPRESS_FORWARD"
 
 
-def express_forward(env: Mapping[str, str]) -> bool:
-    """Whether a CPU worker with concurrent forwards runs the lightest tenant's next turn beside its
-    busy slots (R-FAIR-7): `VLLM_SRUN_EXPRESS_FORWARD`, on unless 0/off/false/no. Raises ValueError with a
-    one-line reason for anything else but 1/on/true/yes."""
-    raw = env.get(EXPRESS_ENV, "").strip().lower()
+def switch_on(env: Mapping[str, str], name: str) -> bool:
+    """A switch that is on unless NAME is 0/off/false/no (unset, 1/on/true/yes: on). Raises ValueError
+    with a one-line reason for anything else."""
+    raw = env.get(name, "").strip().lower()
     if raw in ("", "1", "on", "true", "yes"):
         return True
     if raw in ("0", "off", "false", "no"):
         return False
-    raise ValueError(f"{EXPRESS_ENV} must be 1/on or 0/off, got {env[EXPRESS_ENV]!r}")
+    raise ValueError(f"{name} must be 1/on or 0/off, got {env[name]!r}")
+
+
+def express_forward(env: Mapping[str, str]) -> bool:
+    """Whether a CPU worker with concurrent forwards runs express forwards beside its busy slots
+    (R-FAIR-7, R-BAT-6): `VLLM_SRUN_EXPRESS_FORWARD` (`switch_on`)."""
+    return switch_on(env, EXPRESS_ENV)
+
+
+LANE_YIELD_ENV = "VLLM_SRUN_LANE_YIELD"
+
+
+def lane_yield(env: Mapping[str, str]) -> bool:
+    """Whether a slot's forward of a costlier lane pauses at its yield points while a lane express
+    forward runs (R-BAT-6, `adapters/lane_yield.py`): `VLLM_SRUN_LANE_YIELD` (`switch_on`)."""
+    return switch_on(env, LANE_YIELD_ENV)
 
 
 # the forward threads run this much below the event loop's CPU priority (a nice increment)
