@@ -14,7 +14,8 @@ the next block.
 Model code calls `yield_point()` between its blocks (the vision tower's, and before the language
 model's layer stack of a forward that read media); it does nothing unless the forward running on
 this thread was started under `yielding(gate)` (the scheduler loop does that for every slot
-forward of a model whose express forwards hold the gate). `VLLM_SRUN_LANE_YIELD=0` turns it off
+forward of a lane costlier per token than the model's cheapest, `Scheduler.may_yield`; the lane
+express forwards hold the gate, `Scheduler.yields_to`). `VLLM_SRUN_LANE_YIELD=0` turns it off
 (`domain/worker/threads.lane_yield`).
 """
 

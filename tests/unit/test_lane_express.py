@@ -146,6 +146,7 @@ def test_a_tenant_express_runs_only_while_no_express_forward_does() -> None:
     tenant = s.next_express()
     assert tenant is not None and tenant.lane == "media" and tenant.rows[0].tenant == "light"
     assert not s.yields_to(tenant)  # the slots yield to a cheaper lane only (R-BAT-6), not to a tenant
+    assert s.may_yield(tenant) and not s.may_yield(lane)  # a text forward in a slot never pauses
     assert s.next_express() is None  # one tenant express at a time
 
 

@@ -201,8 +201,9 @@ class SchedulerLoop:
         if gate is not None:
             gate.hold()
         try:
+            yields = not on_express and self.scheduler.may_yield(batch)
             outputs = await (device or self._device).hand_off(
-                self._call, batch, payloads, None if on_express else self._gate
+                self._call, batch, payloads, self._gate if yields else None
             )
         except asyncio.CancelledError:
             raise

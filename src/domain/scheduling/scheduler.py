@@ -326,6 +326,12 @@ class Scheduler:
             self._in_flight.append(batch)
         return batch
 
+    def may_yield(self, batch: ForwardBatch) -> bool:
+        """Whether BATCH, a slot's forward, may pause for lane express forwards (R-BAT-6): its lane
+        costs more per token than the model's cheapest lane (the only lanes the express runs)."""
+        cost = self.costs.seconds_per_token
+        return len(self.lanes) > 1 and cost(batch.lane) > min(cost(lane) for lane in self.lanes)
+
     def yields_to(self, batch: ForwardBatch) -> bool:
         """Whether BATCH, running, is a lane express forward (R-BAT-6): the slots' forwards of the
         costlier lanes may pause for it (`adapters/lane_yield.py`)."""
