@@ -482,3 +482,19 @@ def test_every_other_output_takes_its_hidden_states_from_the_one_call_forward(op
         want = hidden_states(reference.encoder, rows, chosen[1], _LayerLoop())
     assert counting.poolings == ["none"]
     assert hidden.shape == want.shape and rows.rows_total > rows.tokens and torch.equal(hidden, want)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one CPU: every loop runs on one thread anyway")
+def test_the_ops_parallel_loops_run_on_the_forwards_threads(op: VarlenOps) -> None:
+    """The library is built with OpenMP, so its `at::parallel_for` loops (the attention's (row,
+    head) tasks, the gated delta rule's, the int8 rows') spread over the thread count a forward
+    declares; built without it they all ran on the calling thread alone (a lone forward on two
+    threads ran its attention on one), and on one declared thread they still do."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert torch.ops.srun_cpu.parallel_threads(64) == 2
+        torch.set_num_threads(1)
+        assert torch.ops.srun_cpu.parallel_threads(64) == 1
+    finally:
+        torch.set_num_threads(before)

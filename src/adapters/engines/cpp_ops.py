@@ -1,11 +1,14 @@
 """Our C++ ops (`engines/csrc/`): each built once per machine, loaded once per process.
 
-An op is compiled at the first load that needs it (`c++ -O3 -march=native` against torch's
-headers and libraries; its time: docs/performance.md) into the kernel cache
+An op is compiled at the first load that needs it (`c++ -O3 -march=native -fopenmp` against
+torch's headers and libraries; its time: docs/performance.md) into the kernel cache
 (`$VLLM_SRUN_KERNEL_CACHE`, else
 `$XDG_CACHE_HOME/vllm-srun/kernels` or `~/.cache/vllm-srun/kernels`), under a name keyed by its
 source, torch's version, the flags and this CPU's flags, written to a temporary file and renamed
-(two processes building at once write the same bytes). Later loads read it from there. A process
+(two processes building at once write the same bytes). Later loads read it from there. `-fopenmp` is what makes the ops' `at::parallel_for`
+loops parallel: without it ATen's OpenMP loop compiles to a plain call on the calling thread (every
+C++ loop then ran on one thread whatever the forward's count); the library's libgomp is torch's,
+already loaded (one OpenMP runtime in the process). A process
 loads an op once (registering it twice would abort): `CppOp.load` says None when it is there, or
 why not in one line (turned off, no compiler, a failed build), and the caller keeps its torch path.
 """
@@ -29,7 +32,7 @@ import torch
 log = logging.getLogger("vllm_srun.engines.cpp_ops")
 CACHE_ENV = "VLLM_SRUN_KERNEL_CACHE"
 CSRC = Path(__file__).with_name("csrc")
-BASE_FLAGS = ("-O3", "-march=native", "-std=c++17", "-fPIC", "-shared", "-fno-math-errno")
+BASE_FLAGS = ("-O3", "-march=native", "-std=c++17", "-fPIC", "-shared", "-fno-math-errno", "-fopenmp")
 Progress = Callable[[str], None]
 
 

@@ -34,7 +34,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -891,6 +893,21 @@ at::Tensor encode(const c10::intrusive_ptr<EncoderWeights>& w, c10::List<int64_t
   return pooled;
 }
 
+// The threads one at::parallel_for of TASKS tasks ran on: the forward's thread count where the
+// library was built with OpenMP (`cpp_ops.BASE_FLAGS`), 1 where it was not, whatever the count
+// (every parallel loop of these ops then runs on the calling thread alone).
+int64_t parallel_threads(int64_t tasks) {
+  std::mutex lock;
+  std::vector<std::thread::id> seen;
+  at::parallel_for(0, tasks, 1, [&](int64_t, int64_t) {
+    const std::lock_guard<std::mutex> hold(lock);
+    if (std::find(seen.begin(), seen.end(), std::this_thread::get_id()) == seen.end()) {
+      seen.push_back(std::this_thread::get_id());
+    }
+  });
+  return static_cast<int64_t>(seen.size());
+}
+
 TORCH_LIBRARY(srun_cpu, m) {
   m.class_<EncoderWeights>("EncoderWeights")
       .def(torch::init<std::vector<at::Tensor>, double, int64_t, std::string, std::vector<at::Tensor>, int64_t,
@@ -914,6 +931,7 @@ TORCH_LIBRARY(srun_cpu, m) {
       "Tensor keys, Tensor queries, int centre) -> Tensor",
       &varlen_attention_disentangled);
   m.def("supports_head_dim(int dim) -> bool", &supports_head_dim);
+  m.def("parallel_threads(int tasks) -> int", &parallel_threads);
   m.def("add_layer_norm_(Tensor(a!) delta, Tensor residual, Tensor weight, Tensor bias, float eps) -> Tensor(a!)",
         &add_layer_norm_);
 }
