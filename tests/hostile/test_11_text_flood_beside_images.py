@@ -16,16 +16,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.e2e.test_lane_express_e2e import TEXTS, _image, _text
 from tests.hostile.clients import Server, start
 from vllm_srun.adapters.media.samples import data_url, image_bytes
 from vllm_srun.app.fixtures import write_fixture
 
-QUESTIONS = {
-    "bright": {"type": "noul", "instructions": "Is it bright?"},
-    "tone": {"type": "choice", "instructions": "Which tone?", "criteria": {"calm": None, "busy": None}},
-}
-TEXTS = [f"I was charged twice for order {i} and nobody answers." for i in range(4)]
-IMAGES = [data_url(image_bytes(seed, 320, 240), "image/png") for seed in range(3)]
+IMAGES = [data_url(image_bytes(seed, 320, 240), "image/png") for seed in range(3)]  # larger than the e2e's
 IMAGE_ASKS = 6
 FLOOD = 8
 IMAGE_BOUND_S = 60.0  # one image question under the flood, at most (a starved lane never ends)
@@ -38,14 +34,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     argv += ["--result-cache-entries", "0", "--concurrent-forwards", "2", "--threads", "2", "--log-level", "warning"]
     with start(argv) as running:
         yield running
-
-
-def _text(text: str) -> dict:
-    return {"state": text, "questions": QUESTIONS}
-
-
-def _image(url: str) -> dict:
-    return {"state": "What does the picture show?", "questions": QUESTIONS, "images": [url]}
 
 
 def test_a_text_flood_never_starves_the_image_questions(server: Server) -> None:

@@ -274,6 +274,20 @@ def test_the_lightest_tenant_is_answered_on_the_express_thread_while_both_slots_
     assert not held and outs[-1] == (("b", 0),)  # it waited for a slot
 
 
+def text_and_image_scheduler() -> Scheduler:
+    """Two slots, a `text` lane and a `media` lane costlier per token (R-BAT-6)."""
+    costs = CostModel()
+    costs.seed("text", 1e-6)
+    costs.seed("media", 1e-4)
+    return Scheduler(
+        [Lane("text", Accounting.PACKED), Lane("media", Accounting.PACKED)],
+        Budget(4, 64),
+        window_s=0.0,
+        costs=costs,
+        max_in_flight=2,
+    )
+
+
 def test_a_text_row_is_answered_on_the_express_thread_while_image_forwards_hold_both_slots() -> None:
     """R-BAT-6's lane express: image forwards hold both slots (they wait on a gate); a text
     request is answered meanwhile, on the express device thread, with the answer it gets alone;
@@ -290,16 +304,7 @@ def test_a_text_row_is_answered_on_the_express_thread_while_image_forwards_hold_
 
     async def main(express: bool) -> tuple[bool, list]:
         gate.clear()
-        costs = CostModel()
-        costs.seed("text", 1e-6)
-        costs.seed("media", 1e-4)
-        scheduler = Scheduler(
-            [Lane("text", Accounting.PACKED), Lane("media", Accounting.PACKED)],
-            Budget(4, 64),
-            window_s=0.0,
-            costs=costs,
-            max_in_flight=2,
-        )
+        scheduler = text_and_image_scheduler()
         device = DeviceThread("slot", workers=2)
         fast = DeviceThread("express") if express else None
         loop = SchedulerLoop(scheduler, run, device, express=fast)
@@ -349,16 +354,7 @@ def test_an_exact_requests_text_rows_run_side_by_side_on_the_express_threads() -
         return [("answer", p) for p in payloads]
 
     async def main() -> tuple[bool, tuple]:
-        costs = CostModel()
-        costs.seed("text", 1e-6)
-        costs.seed("media", 1e-4)
-        scheduler = Scheduler(
-            [Lane("text", Accounting.PACKED), Lane("media", Accounting.PACKED)],
-            Budget(4, 64),
-            window_s=0.0,
-            costs=costs,
-            max_in_flight=2,
-        )
+        scheduler = text_and_image_scheduler()
         device, fast = DeviceThread("slot", workers=2), DeviceThread("express", workers=2)
         loop = SchedulerLoop(scheduler, run, device, express=fast)
         loop.start()
@@ -405,16 +401,7 @@ def test_slot_forwards_of_the_costlier_lane_pause_at_their_yield_points_while_a_
             return [("answer", p) for p in payloads]
 
         async def drive() -> list:
-            costs = CostModel()
-            costs.seed("text", 1e-6)
-            costs.seed("media", 1e-4)
-            scheduler = Scheduler(
-                [Lane("text", Accounting.PACKED), Lane("media", Accounting.PACKED)],
-                Budget(4, 64),
-                window_s=0.0,
-                costs=costs,
-                max_in_flight=2,
-            )
+            scheduler = text_and_image_scheduler()
             device, fast = DeviceThread("slot", workers=2), DeviceThread("express", workers=2)
             loop = SchedulerLoop(scheduler, run, device, express=fast, yield_gate=gate)
             loop.start()
