@@ -5,12 +5,13 @@ torch's headers and libraries; its time: docs/performance.md) into the kernel ca
 (`$VLLM_SRUN_KERNEL_CACHE`, else
 `$XDG_CACHE_HOME/vllm-srun/kernels` or `~/.cache/vllm-srun/kernels`), under a name keyed by its
 source, torch's version, the flags and this CPU's flags, written to a temporary file and renamed
-(two processes building at once write the same bytes). Later loads read it from there. `-fopenmp` is what makes the ops' `at::parallel_for`
-loops parallel: without it ATen's OpenMP loop compiles to a plain call on the calling thread (every
-C++ loop then ran on one thread whatever the forward's count); the library's libgomp is torch's,
-already loaded (one OpenMP runtime in the process). A process
-loads an op once (registering it twice would abort): `CppOp.load` says None when it is there, or
-why not in one line (turned off, no compiler, a failed build), and the caller keeps its torch path.
+(two processes building at once write the same bytes). Later loads read it from there.
+`-fopenmp` is what makes the ops' `at::parallel_for` loops parallel: without it ATen's OpenMP loop
+compiles to a plain call on the calling thread (every C++ loop then ran on one thread whatever the
+forward's count); the library's libgomp is torch's, already loaded (one OpenMP runtime in the
+process). A process loads an op once (registering it twice would abort): `CppOp.load` says None
+when it is there, or why not in one line (turned off, no compiler, a failed build), and the caller
+keeps its torch path.
 """
 
 from __future__ import annotations
