@@ -38,6 +38,10 @@ def test_a_point_waits_while_held_and_resumes_when_the_last_hold_is_released() -
 
     thread = threading.Thread(target=slot_forward)
     thread.start()
+    deadline = time.monotonic() + 10
+    while gate.pauses == 0:  # until the forward waits at its point
+        assert time.monotonic() < deadline, "the forward never reached its yield point"
+        time.sleep(0.01)
     assert not passed.wait(0.2)
     gate.release()
     assert not passed.wait(0.2)  # one express forward still runs

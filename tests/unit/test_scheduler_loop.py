@@ -410,7 +410,10 @@ def test_slot_forwards_of_the_costlier_lane_pause_at_their_yield_points_while_a_
             text = asyncio.create_task(loop.submit([RowSpec(8, ("t", 0), "text")]))
             await until(lambda: "text started" in events, what="the text forward on the express thread")
             at_point.set()
-            await asyncio.sleep(0.3)
+            if gate is not None:  # both image forwards wait at their point before the text one ends
+                await until(lambda: gate.pauses == 2, what="the image forwards at their yield points")
+            else:
+                await until(lambda: events.count("image passed") == 2, what="the image forwards past their points")
             text_end.set()
             outs = await asyncio.gather(*images, text)
             await loop.stop()
