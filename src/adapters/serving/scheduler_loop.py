@@ -240,6 +240,8 @@ class SchedulerLoop:
 
     def _call(self, batch: ForwardBatch, payloads: list[Any], gate: YieldGate | None) -> Sequence[Any]:
         """The forward, on a device thread: a slot's pauses at its yield points while GATE is held."""
+        if gate is None:  # most forwards: nothing to yield to
+            return self._run_batch(batch, payloads)
         with yielding(gate):
             return self._run_batch(batch, payloads)
 
