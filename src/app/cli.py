@@ -168,8 +168,9 @@ def cpu_settings(ns: WorkerSettings, env: Mapping[str, str]) -> tuple[CpuPlan, M
     """How the forwards use the CPUs, and the adaptive mode, or a one-line refusal (R-ARG-2,
     R-CPU): a thread count above the budget, an unknown adaptive mode, `--deterministic` with
     adaptive mode 2, `--concurrent-forwards` that does not divide the threads or comes with
-    adaptive threads, a bad `VLLM_SRUN_FORWARD_NICE`, `VLLM_SRUN_EXPRESS_FORWARD` or `VLLM_SRUN_LANE_YIELD`. (An engine that cannot honour
-    `--deterministic` says so itself: `serve`, `EngineRegistry.flag_refusal`.)
+    adaptive threads, a bad `VLLM_SRUN_FORWARD_NICE`, `VLLM_SRUN_EXPRESS_FORWARD` or
+    `VLLM_SRUN_LANE_YIELD`. (An engine that cannot honour `--deterministic` says so itself: `serve`,
+    `EngineRegistry.flag_refusal`.)
     With N concurrent forwards (`--concurrent-forwards`, else `default_concurrent_forwards`)
     each runs on threads ÷ N."""
     from vllm_srun.adapters.workers.cpu_budget import front_cpu_budget

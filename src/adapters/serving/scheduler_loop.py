@@ -7,7 +7,8 @@ concurrent forwards), each as its own task, and the driver plans again as soon a
 that goes away (cancellation, deadline) cancels its request: its rows that have not reached
 the device never will. With EXPRESS device threads, while every slot is busy the scheduler's
 express forwards (`Scheduler.next_express`: a cheaper lane's rows while the slots run a costlier
-lane's, R-BAT-6, up to one per slot; else the lightest tenant's next turn, R-FAIR-7) run there, beside them. Every forward has a batch id, unique in the process; a traced request (its `Call`'s
+lane's, R-BAT-6, up to one per slot; else the lightest tenant's next turn, R-FAIR-7) run there,
+beside them. Every forward has a batch id, unique in the process; a traced request (its `Call`'s
 timing holds a `forwards` list) gets a `ForwardRecord` of each forward its rows ran in.
 
 Row deadlines (R-API-10): `submit(deadlines=[...])` gives each row the seconds it may wait; at its
