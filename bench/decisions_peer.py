@@ -23,13 +23,23 @@ both loaded by `wrk` (CONNECTIONS × SECONDS, then one connection for LONE-SECON
 off, one server at a time. Before the loads, PARITY prompts are asked of both: the prompt tokens
 each counted and the largest |ours − vLLM| of P(Yes) are printed (the same model, the same text?).
 
+No prompt is asked twice in a run (`Phases`): the parity prompts, the warm-up, the load and the lone
+requests each draw their own distinct states (--cases for the load, a quarter of that for the lone
+phase; a phase that runs out cycles its own set, and the run says so). vLLM keeps a prompt's keys
+and values between requests by default (prefix caching, on for a last-token pooling model with
+causal attention): a prompt asked again reuses every full block of 128 tokens it had (most of a
+144-token prompt), while our result cache is off and we keep no keys between requests. Cycling 64
+prompts through every phase, as this script did before 2026-12-06, made most of vLLM's load and all
+of its lone requests such repeats (Zen 3: a lone repeat p50 0.71 s against 1.93 s first time).
+`--vllm-args` passes more flags to `vllm serve` (`--vllm-args=--no-enable-prefix-caching` turns it off).
+
 Shared context (R-SC) through our server: one request of N noul questions about one state
 (N in --questions), asked with `options.profile: shared_context` (the state once, every question a
 branch) and `exact` (every question its own `state + question` row); ratio = exact s ÷ shared s.
 The exact run of a large N is timed on --unshared-max questions and scaled (every row costs the
 same: same state, questions of the same length; marked *).
 
-    python bench/decisions_peer.py                       # 28 layers: about 10 min on 2 CPUs
+    python bench/decisions_peer.py                       # 28 layers: about 15 min on 2 CPUs
     python bench/decisions_peer.py --quick --skip-vllm   # 2 layers, short loads: under a minute
     python bench/decisions_peer.py --layers 4 --seconds 10 --questions 32,128
     python bench/decisions_peer.py --skip-vllm --profile batching --load-profile batching --questions ''
@@ -45,13 +55,15 @@ import json
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _cpu_peak import host_kind
-from _load import command, free_port, machine_load, process, warm_up, wrk_load
+from _load import command, free_port, machine_load, process, wrk_load
 from _vllm_peer import PeerUnavailable, ensure_vllm_venv, vllm_command
 
 CACHE = Path.home() / ".cache" / "vllm-srun" / "bench"
@@ -188,16 +200,39 @@ def prompt_text(state: str, question: str) -> str:
 
 
 def make_cases(count: int, seed: int, sentences: tuple[int, int]) -> list[tuple[str, str]]:
-    """COUNT (state, question) pairs: states of SENTENCES (lo, hi) sentences, one question each."""
+    """COUNT (state, question) pairs with COUNT different states of SENTENCES (lo, hi) sentences,
+    one question each (a state drawn twice is drawn again, so no two prompts share a state)."""
     import random
 
     rnd = random.Random(seed)
-    out = []
-    for _ in range(count):
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    while len(out) < count:
         n = rnd.randint(*sentences)
         state = ". ".join(rnd.choice(SENTENCES) for _ in range(n)) + "."
+        if state in seen:
+            continue
+        seen.add(state)
         out.append((state, rnd.choice(QUESTIONS)))
     return out
+
+
+class Phases:
+    """Each phase's own prompts, none shared with another phase: PARITY prompts, a warm-up, the
+    load (LOAD prompts) and the lone requests (a quarter of LOAD, at least 16)."""
+
+    WARM = 3  # two warm-up prompts, one after the load
+
+    def __init__(self, cases: list[tuple[str, str]], parity: int, load: int) -> None:
+        lone = max(16, load // 4)
+        edges = [0, parity, parity + self.WARM, parity + self.WARM + load, parity + self.WARM + load + lone]
+        if len(cases) < edges[-1]:
+            raise ValueError(f"{len(cases)} cases for {edges[-1]} phase prompts")
+        self.parity, self.warm, self.load, self.lone = (cases[a:b] for a, b in pairwise(edges))
+
+    @staticmethod
+    def total(parity: int, load: int) -> int:
+        return parity + Phases.WARM + load + max(16, load // 4)
 
 
 def ours_body(state: str, questions: list[str], profile: str) -> dict[str, Any]:
@@ -214,16 +249,33 @@ def post(url: str, doc: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
         return json.load(r)
 
 
+def post_raw(url: str, data: bytes, timeout: float = 900) -> None:
+    """POST the JSON bytes DATA and wait for the answer (200 or not)."""
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as r:
+        r.read()
+
+
 def compact(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def load_figures(base: str, path: str, bodies: list[bytes], args: argparse.Namespace) -> dict[str, Any]:
-    warm_up(base, bodies, 3, path=path)
+def load_figures(
+    base: str, path: str, phases: Phases, body: Callable[[str, str], bytes], args: argparse.Namespace
+) -> dict[str, Any]:
+    """The warm-up, the load and the lone requests, each on its own prompts (`Phases`). The warm-up
+    asks one prompt at a time and waits, and one more prompt waits after the load for whatever the
+    load's closed connections left running (a server may finish those): each phase starts on an
+    idle server."""
+    for state, question in phases.warm[: Phases.WARM - 1]:
+        post_raw(base + path, body(state, question))
+    load = [body(s, q) for s, q in phases.load]
+    lone_bodies = [body(s, q) for s, q in phases.lone]
     main = wrk_load(
-        base, bodies, connections=args.connections, seconds=args.seconds, path=path, timeout_s=args.wrk_timeout
+        base, load, connections=args.connections, seconds=args.seconds, path=path, timeout_s=args.wrk_timeout
     )
-    lone = wrk_load(base, bodies, connections=1, seconds=args.lone_seconds, path=path, timeout_s=args.wrk_timeout)
+    post_raw(base + path, body(*phases.warm[-1]))
+    lone = wrk_load(base, lone_bodies, connections=1, seconds=args.lone_seconds, path=path, timeout_s=args.wrk_timeout)
     answered = max(0, main.requests - main.errors)
     figures = {
         "rps": answered / main.seconds if main.seconds > 0 else 0.0,
@@ -233,6 +285,7 @@ def load_figures(base: str, path: str, bodies: list[bytes], args: argparse.Names
         "p99_ms": main.p99_ms,
         "lone_p50_ms": lone.p50_ms,
         "lone_requests": lone.requests,
+        "repeats": max(0, main.requests - len(load)) + max(0, lone.requests - len(lone_bodies)),
     }
     errors = f", errors {main.errors} (not counted)" if main.errors else ""
     say(
@@ -240,24 +293,27 @@ def load_figures(base: str, path: str, bodies: list[bytes], args: argparse.Names
         f"{main.p50_ms:.0f} ms, p99 {main.p99_ms:.0f} ms{errors}; lone p50 {lone.p50_ms:.0f} ms "
         f"({lone.requests} requests)"
     )
+    if figures["repeats"]:
+        say(f"  ! {figures['repeats']} requests asked a prompt again (more requests than --cases): raise --cases")
     return figures
 
 
 # ------------------------------------------------------------------------------------ the runs
-def run_ours(folder: Path, cases: list[tuple[str, str]], args: argparse.Namespace, out: dict[str, Any]) -> None:
+def run_ours(folder: Path, phases: Phases, args: argparse.Namespace, out: dict[str, Any]) -> None:
     flags = [str(folder), "--result-cache-entries", "0", "--profile", args.profile, *args.serve_args.split()]
     say(f"ours: vllm-srun serve {' '.join(flags)}")
     with process("vllm_srun.app.cli", *flags, timeout=900) as (base, _pid):
         url = base + "/v1/decisions"
         parity = []
-        for state, question in cases[: args.parity]:
+        for state, question in phases.parity:
             got = post(url, ours_body(state, [question], args.load_profile))
             parity.append({"noul": got["answers"]["q0"]["noul"], "tokens": got["usage"]["input_tokens"]})
         out["ours_parity"] = parity
         tokens = [p["tokens"] for p in parity]
         say(f"  prompt tokens (parity prompts): mean {sum(tokens) / len(tokens):.1f}, {min(tokens)}–{max(tokens)}")
-        bodies = [compact(ours_body(s, [q], args.load_profile)) for s, q in cases]
-        out["ours"] = load_figures(base, "/v1/decisions", bodies, args)
+        out["ours"] = load_figures(
+            base, "/v1/decisions", phases, lambda s, q: compact(ours_body(s, [q], args.load_profile)), args
+        )
         if args.questions:
             out["shared"] = shared_ratios(url, args)
 
@@ -306,7 +362,7 @@ def shared_ratios(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def run_vllm(folder: Path, cases: list[tuple[str, str]], args: argparse.Namespace, out: dict[str, Any]) -> None:
+def run_vllm(folder: Path, phases: Phases, args: argparse.Namespace, out: dict[str, Any]) -> None:
     python = ensure_vllm_venv(args.vllm_venv, say)
     port = free_port()
     name = folder.name
@@ -316,17 +372,21 @@ def run_vllm(folder: Path, cases: list[tuple[str, str]], args: argparse.Namespac
         "classifier_from_token": ANSWER_TOKENS,
         "is_original_qwen3_reranker": True,
     }
-    argv += ["--hf-overrides", json.dumps(overrides), "--max-model-len", str(POSITIONS)]
-    say(f"vLLM CPU: vllm serve --runner pooling --dtype float32 --hf-overrides '{json.dumps(overrides)}'")
+    argv += ["--hf-overrides", json.dumps(overrides), "--max-model-len", str(POSITIONS), *args.vllm_args.split()]
+    say(
+        f"vLLM CPU: vllm serve --runner pooling --dtype float32 --hf-overrides '{json.dumps(overrides)}' "
+        f"{args.vllm_args}".rstrip()
+    )
     with command(argv, port, "vllm serve", timeout=900, env=env) as (base, _pid):
         url = base + "/classify"
         parity = []
-        for state, question in cases[: args.parity]:
+        for state, question in phases.parity:
             got = post(url, {"model": name, "input": prompt_text(state, question)})
             parity.append({"noul": got["data"][0]["probs"][0], "tokens": got["usage"]["prompt_tokens"]})
         out["vllm_parity"] = parity
-        bodies = [compact({"model": name, "input": prompt_text(s, q)}) for s, q in cases]
-        out["vllm"] = load_figures(base, "/classify", bodies, args)
+        out["vllm"] = load_figures(
+            base, "/classify", phases, lambda s, q: compact({"model": name, "input": prompt_text(s, q)}), args
+        )
 
 
 def main() -> None:
@@ -334,11 +394,11 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=28, help="decoder layers (Qwen3-0.6B: 28)")
     ap.add_argument("--quick", action="store_true", help="2 layers, 3 s loads, 8 and 32 questions")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--seconds", type=float, default=30.0, help="seconds of wrk load per server")
-    ap.add_argument("--lone-seconds", type=float, default=15.0, help="seconds of one connection")
+    ap.add_argument("--seconds", type=float, default=90.0, help="seconds of wrk load per server")
+    ap.add_argument("--lone-seconds", type=float, default=20.0, help="seconds of one connection")
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--wrk-timeout", type=float, default=120.0, help="wrk's per-request timeout (s)")
-    ap.add_argument("--cases", type=int, default=64, help="distinct (state, question) prompts cycled by wrk")
+    ap.add_argument("--cases", type=int, default=384, help="distinct prompts of the load (Phases)")
     ap.add_argument("--state-sentences", default="2,8", help="load states: sentences, lo,hi")
     ap.add_argument("--parity", type=int, default=8, help="prompts asked of both before the loads")
     ap.add_argument("--questions", default="32,128", help="shared-context question counts ('': none)")
@@ -348,6 +408,7 @@ def main() -> None:
     ap.add_argument("--profile", default="shared_context", help="our server's --profile (R-PROF)")
     ap.add_argument("--load-profile", default="exact", help="options.profile of the load's requests")
     ap.add_argument("--serve-args", default="", help="more flags for vllm-srun serve")
+    ap.add_argument("--vllm-args", default="", help="more flags for vllm serve")
     ap.add_argument("--vllm-venv", type=Path, default=CACHE / "vllm-venv")
     ap.add_argument("--skip-vllm", action="store_true")
     ap.add_argument("--skip-ours", action="store_true")
@@ -359,7 +420,7 @@ def main() -> None:
 
     say(f"# before: {machine_load()}")
     folder = write_package(package_folder(args.layers, args.seed), args.layers, args.seed)
-    cases = make_cases(args.cases, args.seed, (lo, hi))
+    phases = Phases(make_cases(Phases.total(args.parity, args.cases), args.seed, (lo, hi)), args.parity, args.cases)
     out: dict[str, Any] = {
         "conditions": {
             "package": str(folder),
@@ -382,7 +443,7 @@ def main() -> None:
         if skip:
             continue
         try:
-            fn(folder, cases, args, out)
+            fn(folder, phases, args, out)
         except (PeerUnavailable, RuntimeError, OSError, ValueError, KeyError) as exc:
             why = " ".join(str(exc).split())[:300] or type(exc).__name__
             out["skipped"][name] = why

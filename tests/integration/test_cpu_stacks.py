@@ -88,11 +88,11 @@ def test_each_stack_runs_the_packed_linears_and_declines_the_rest(
     rows = _packed_rows([5, 3])
     cos = sin = torch.zeros(rows.rows_total, 1, 16)
     x = torch.zeros(rows.rows_total, 64)
-    assert ops.stack(decoder, linears, x.bfloat16(), rows, (cos, sin)) is None  # FP32 only
+    assert ops.stack(decoder, linears, x.bfloat16(), rows, (cos, sin, None)) is None  # FP32 only
     odd = next(n for n in range(rows.rows_total, 4096) if bucket_rows(n) != n)
-    assert ops.stack(decoder, linears, torch.zeros(odd, 64), rows, (cos, sin)) is None  # not a row bucket
-    assert ops.stack(decoder, linears, x, rows, (cos, sin)) is not None
-    assert EAGER_OPS.stack(decoder, linears, x, rows, (cos, sin)) is None
+    assert ops.stack(decoder, linears, torch.zeros(odd, 64), rows, (cos, sin, None)) is None  # not a row bucket
+    assert ops.stack(decoder, linears, x, rows, (cos, sin, None)) is not None
+    assert EAGER_OPS.stack(decoder, linears, x, rows, (cos, sin, None)) is None
     assert not EAGER_OPS.runs_stack(decoder, linears)
 
 
@@ -122,6 +122,37 @@ def test_bad_weights_and_inputs_are_refused_in_one_line(ops: VarlenOps, decoder:
         torch.ops.srun_cpu.decoder_layers(weights, x, rows.starts, rows.lengths, wrong, wrong, table, 31)
     with pytest.raises(RuntimeError, match="float32"):
         torch.ops.srun_cpu.decoder_layers(weights, x.double(), rows.starts, rows.lengths, wrong, wrong, table, 31)
+    right = torch.zeros(rows.rows_total, 1, 16)
+    for keep, why in (
+        (torch.tensor([0, rows.rows_total]), "outside the"),
+        (torch.tensor([0.0, 1.0]), "int64 vector"),
+        (torch.zeros(0, dtype=torch.long), "non-empty"),
+    ):
+        with pytest.raises(RuntimeError, match=why):
+            torch.ops.srun_cpu.decoder_layers(weights, x, rows.starts, rows.lengths, right, right, table, 31, keep)
+
+
+def test_the_decoder_stack_keeps_only_the_tokens_asked_with_their_bits(ops: VarlenOps, decoder: Any) -> None:
+    """KEEP: the last layer's output linear, feed-forward and final norm on those tokens only. They
+    get the bits they have when every token goes on (the stack and the Python loop alike), and the
+    loop keeping them gets the stack's bits."""
+    from tests.integration.encoder_parity import LayerLoop
+
+    linears = PackedEncoder(decoder, None).layer_linears
+    gen = torch.Generator().manual_seed(0)
+    rows = PackedRows.build(
+        [Encoded(torch.randint(1, 90, (n,), generator=gen).tolist(), [0] * n, False, n) for n in (7, 3, 12, 1)],
+        pad_to=bucket_rows,
+    )
+    ends = rows.starts + rows.lengths - 1
+    keep = torch.cat([ends, ends[-1:].expand(bucket_rows(4) - 4)])
+    with torch.inference_mode():
+        full = decoder.packed_forward(rows, linears, ops)
+        kept = decoder.packed_forward(rows, linears, ops, keep=keep)
+        looped = decoder.packed_forward(rows, linears, LayerLoop(), keep=keep)
+    assert kept.shape == (len(keep), full.shape[1])
+    assert torch.equal(kept, full.index_select(0, keep))
+    assert torch.equal(looped, kept)
 
 
 def test_the_library_is_keyed_by_every_file_it_is_built_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ from tests.fakes import FakeDevice
 from vllm_srun.adapters.contracts import Determinism, as_decoder_engine
 from vllm_srun.adapters.engines.native_decoder import NativeDecoder, native_decoder
 from vllm_srun.adapters.engines.packed_decoder import PackedDecoder, eager_logits, packed_decoder
+from vllm_srun.adapters.models.answer_logits import pick
 from vllm_srun.adapters.models.decoder import DecoderLM
 from vllm_srun.domain.scheduling.lanes import Accounting
 
@@ -52,12 +53,65 @@ def test_packed_logits_equal_the_eager_engines(engine: PackedDecoder) -> None:
 
 
 def test_a_row_gets_the_same_bits_alone_and_in_any_batch(engine: PackedDecoder) -> None:
+    """Each row's last hidden state (what its answer logits are computed from, the test below)."""
     rows = _rows(engine.vocab_size)
-    mixed = engine.logits_at(rows)
+    mixed = engine.hidden_last(rows)
     for i, row in enumerate(rows):
-        assert torch.equal(engine.logits_at([row])[0], mixed[i]), i
-    reordered = engine.logits_at(rows[::-1] + _rows(engine.vocab_size, (40, 3), seed=9))
+        assert torch.equal(engine.hidden_last([row])[0], mixed[i]), i
+    reordered = engine.hidden_last(rows[::-1] + _rows(engine.vocab_size, (40, 3), seed=9))
     assert torch.equal(reordered[: len(rows)], mixed.flip(0))
+
+
+def _answers(vocab: int, rows: int, seed: int = 5) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randperm(vocab, generator=gen)[: 2 + r % 4].tolist() for r in range(rows)]
+
+
+def test_answer_logits_are_the_full_logits_at_the_answer_tokens(engine: PackedDecoder) -> None:
+    rows = _rows(engine.vocab_size)
+    tokens = _answers(engine.vocab_size, len(rows))
+    got = engine.answer_logits(rows, tokens)
+    assert got.shape == (sum(len(t) for t in tokens),) and got.dtype == torch.float32
+    want = pick(NativeDecoder(engine.lm).logits_at(rows), tokens)  # the eager engine, every row computed
+    gap = float((got - want).abs().max()) / max(1.0, float(want.abs().max()))
+    assert gap <= TOL, gap
+    torch.testing.assert_close(got, pick(engine.logits_at(rows), tokens), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="answer sets"):
+        engine.answer_logits(rows, tokens[:-1])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        engine.answer_logits(rows[:1], [[0, engine.vocab_size]])
+
+
+def test_a_rows_answer_logits_have_the_same_bits_alone_in_any_batch_and_at_any_thread_count(
+    engine: PackedDecoder,
+) -> None:
+    rows = _rows(engine.vocab_size)
+    tokens = _answers(engine.vocab_size, len(rows))
+    mixed = engine.answer_logits(rows, tokens)
+    start = 0
+    for row, ids in zip(rows, tokens, strict=True):
+        assert torch.equal(engine.answer_logits([row], [ids]), mixed[start : start + len(ids)]), row
+        start += len(ids)
+    more = _rows(engine.vocab_size, (40, 3), seed=9)
+    other = engine.answer_logits(rows[::-1] + more, tokens[::-1] + _answers(engine.vocab_size, 2, seed=1))
+    assert torch.equal(
+        other[: len(mixed)],
+        torch.cat([engine.answer_logits([r], [t]) for r, t in zip(rows[::-1], tokens[::-1], strict=True)]),
+    )
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = engine.answer_logits(rows, tokens)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(alone, mixed)
+
+
+def test_the_engine_holds_no_copy_of_the_output_layer(engine: PackedDecoder) -> None:
+    lm = engine.lm
+    weight = lm.model.embed_tokens.weight if lm.lm_head is None else lm.lm_head.weight
+    assert engine.output_weight.data_ptr() == weight.data_ptr()
+    assert not hasattr(engine, "head")
 
 
 def test_the_card_names_the_kernels_and_the_engine_is_packed_and_batch_invariant(decision_fixture: Any) -> None:
@@ -73,7 +127,8 @@ def test_the_card_names_the_kernels_and_the_engine_is_packed_and_batch_invariant
     assert kernels["numerics_gap"] <= TOL
     # the load says what it packs (the encoders' progress lines)
     assert any("packing 2 decoder layers" in line for line in lines), lines
-    assert any("output layer" in line for line in lines) and any("one C++ call" in line for line in lines)
+    assert any("one C++ call" in line for line in lines)
+    assert "answer tokens only" in kernels["output_layer"]
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ import torch
 from tests.integration.serving import serving
 from tests.integration.test_decisions_shared import assert_close, questions
 from vllm_srun.adapters.engines.cpp_ops import compiler
+from vllm_srun.adapters.models.answer_logits import pick
 from vllm_srun.adapters.readiness.probe import probe_model
 from vllm_srun.domain.settings.engine_args import EngineArgs
 
@@ -77,6 +78,9 @@ class Recorder:
         for row, logits in zip(rows, out, strict=True):
             self.seen.append((list(row), logits))
         return out
+
+    def answer_logits(self, rows: Any, tokens: Any) -> Any:
+        return pick(self.logits_at(rows), tokens)
 
     def prefix_kv(self, state_ids: Any) -> Any:
         state = self.engine.prefix_kv(state_ids)

@@ -129,6 +129,12 @@ class DecoderEngine(Engine, Protocol):
         out as its `accounting` says (right-padded, or back to back)."""
         ...
 
+    def answer_logits(self, rows: Sequence[Sequence[int]], tokens: Sequence[Sequence[int]]) -> torch.Tensor:
+        """The next-token logits after each row's last token at that row's TOKENS only, flat
+        [sum of len(tokens)], row by row in the order given (`models/answer_logits.py`): what a
+        decision reads. An engine may compute only these rows of its output layer."""
+        ...
+
     def prefix_kv(self, state_ids: Sequence[int]) -> PrefixState:
         """The state's keys and values, computed once for its branches."""
         ...

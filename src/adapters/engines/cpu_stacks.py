@@ -76,7 +76,9 @@ def _linears(block: Any, lin: LayerLinears) -> list[torch.Tensor] | None:
 
 
 class DecoderStack:
-    """`srun_cpu::decoder_layers`. Inputs: (cos, sin), the rotary tables [N, 1, head_dim]."""
+    """`srun_cpu::decoder_layers`. Inputs: (cos, sin, keep), the rotary tables [N, 1, head_dim]
+    and the tokens whose hidden states the caller reads (int64 [K], K a row bucket), or None for
+    every token (`DecoderEncoder.packed_forward`)."""
 
     @staticmethod
     def _norm(norm: Any) -> bool:
@@ -123,10 +125,10 @@ class DecoderStack:
 
     def run(self, held: tuple[Any, int], x: torch.Tensor, packed: PackedRows, inputs: tuple[Any, ...]) -> torch.Tensor:
         weights, heads = held
-        cos, sin = inputs
+        cos, sin, keep = inputs
         causal = RelativeBias.causal(packed.longest, heads, x)
         return torch.ops.srun_cpu.decoder_layers(
-            weights, x, packed.starts, packed.lengths, cos, sin, causal.table, causal.centre
+            weights, x, packed.starts, packed.lengths, cos, sin, causal.table, causal.centre, keep
         )
 
 

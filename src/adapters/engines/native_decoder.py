@@ -28,6 +28,7 @@ from typing import Any
 from vllm_srun.adapters.contracts import Determinism, Device, Progress
 from vllm_srun.adapters.engines.packed_decoder import PackedDecoder, packed_decoder, right_padded
 from vllm_srun.adapters.engines.triton_decoder import GpuDecoderKernels, decoder_kernels
+from vllm_srun.adapters.models.answer_logits import pick
 from vllm_srun.adapters.models.decoder import DecoderLM, DecoderOps
 from vllm_srun.adapters.models.qwen3_5 import Qwen35LM
 from vllm_srun.adapters.models.qwen3_5_mm import Qwen35VisionLM
@@ -70,6 +71,10 @@ class NativeDecoder:
         ids, ends = right_padded(rows)
         device = self.lm.device
         return self.lm.logits_at(ids.to(device), positions=ends.to(device), ops=self.ops_for(int(ids.numel())))
+
+    def answer_logits(self, rows: Sequence[Sequence[int]], tokens: Sequence[Sequence[int]]) -> Any:
+        """The eager LM computes every row of its output layer; the answer tokens' are picked."""
+        return pick(self.logits_at(rows), tokens)
 
     def prefix_kv(self, state_ids: Sequence[int]) -> Any:
         return self.lm.prefix_kv(list(state_ids), ops=self.ops_for(len(state_ids)))
@@ -124,6 +129,9 @@ class NativeHybridDecoder:
         ids, ends = right_padded(rows)
         device = self.lm.device
         return self.lm.logits_at(ids.to(device), positions=ends.to(device))
+
+    def answer_logits(self, rows: Sequence[Sequence[int]], tokens: Sequence[Sequence[int]]) -> Any:
+        return pick(self.logits_at(rows), tokens)
 
     def prefix_kv(self, state_ids: Sequence[int], media: Sequence[Any] = ()) -> Any:
         if media:

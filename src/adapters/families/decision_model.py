@@ -36,6 +36,7 @@ from vllm_srun.adapters.families.decision_rows import (
     SharedRow,
     prepare,
 )
+from vllm_srun.adapters.models.answer_logits import pick
 from vllm_srun.adapters.models.manifest import read_manifest
 from vllm_srun.adapters.models.qwen3_5_config import MODEL_TYPES as QWEN3_5_TYPES
 from vllm_srun.adapters.models.qwen3_5_config import text_fields
@@ -218,8 +219,8 @@ class DecisionModel(LoadedModel):
 
     def _unshared(self, rows: Sequence[QuestionRow]) -> list[np.ndarray]:
         # the engine lays the rows out as its accounting says (padded or back to back)
-        logits = self.decoder_engine.logits_at([r.ids for r in rows])
-        return _restricted(logits, [r.answer_ids for r in rows])
+        answers = [r.answer_ids for r in rows]
+        return _softmax_each(self.decoder_engine.answer_logits([r.ids for r in rows], answers), answers)
 
     def _shared(self, row: SharedRow) -> list[np.ndarray]:
         state = self.decoder_engine.prefix_kv(row.state_ids)
@@ -310,15 +311,15 @@ def _seconds(fn: Any) -> float:
 
 
 def _restricted(logits: Any, answer_ids: Sequence[Sequence[int]]) -> list[np.ndarray]:
-    """Per row, the softmax (FP64) over only that row's answer tokens, in the order given: one
-    gather on the device, one copy to the host."""
-    import torch
+    """Per row of full LOGITS [R, V], the softmax (FP64) over only that row's answer tokens, in
+    the order given: one gather on the device, one copy to the host."""
+    return _softmax_each(pick(logits, answer_ids), answer_ids)
 
-    if len(answer_ids) != logits.shape[0]:
-        raise ValueError(f"{logits.shape[0]} rows of logits for {len(answer_ids)} answer sets")
-    rows = torch.tensor([i for i, ids in enumerate(answer_ids) for _ in ids], dtype=torch.long)
-    tokens = torch.tensor([t for ids in answer_ids for t in ids], dtype=torch.long)
-    picked = logits[rows.to(logits.device), tokens.to(logits.device)].double().cpu().numpy()
+
+def _softmax_each(picked: Any, answer_ids: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """The answer logits PICKED flat (`models/answer_logits.py`), one softmax (FP64) per row
+    over its own answer tokens."""
+    picked = picked.double().cpu().numpy()
     out, start = [], 0
     for ids in answer_ids:
         x = picked[start : start + len(ids)]

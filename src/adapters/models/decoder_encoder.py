@@ -249,17 +249,27 @@ class DecoderEncoder(EncoderModuleDefaults, nn.Module):
             x = block(x, cos, sin)
         return self.lm.model.norm(x)
 
-    def packed_forward(self, packed: PackedRows, linears: Sequence[LayerLinears], ops: ForwardOps) -> torch.Tensor:
-        """Final-normed hidden states of every real token, [N, H], rows in PACKED's sorted order."""
+    def packed_forward(
+        self,
+        packed: PackedRows,
+        linears: Sequence[LayerLinears],
+        ops: ForwardOps,
+        keep: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Final-normed hidden states of every real token, [N, H], rows in PACKED's sorted order;
+        with KEEP (int64 token indices [K], K a row bucket) only those tokens', [K, H]: the last
+        layer still attends over every token, and runs its output linear, feed-forward and the
+        final norm on the KEEP rows only (a decision reads each row's last token)."""
         self._check_length(packed.longest)
         cos, sin = self.lm.rotary(packed.positions[None])
         cos, sin = cos[0, 0, :, None], sin[0, 0, :, None]  # [N, 1, d]
         x = self.lm.model.embed_tokens(packed.ids)
-        stacked = ops.stack(self, linears, x, packed, (cos, sin))  # one call where the ops have it
+        stacked = ops.stack(self, linears, x, packed, (cos, sin, keep))  # one call where the ops have it
         if stacked is not None:
             return stacked
         causal: RelativeBias | None = None
-        for block, lin in zip(self.blocks, linears, strict=True):
+        last = len(self.blocks) - 1
+        for i, (block, lin) in enumerate(zip(self.blocks, linears, strict=True)):
             q, k, v = block.split_heads(lin.qkv(block.input_norm(x)), cos, sin)
             n, heads, dim = q.shape
             if ops.runs_biased(dim, q.dtype):  # every row in one call, causal as a bias of the distance
@@ -272,6 +282,8 @@ class DecoderEncoder(EncoderModuleDefaults, nn.Module):
                 attended = ops.attention(qkv, packed, heads, causal)
             else:
                 attended = attend_runs(q, k, v, packed, causal=True)
+            if keep is not None and i == last:  # the last layer: only the KEEP tokens go on
+                attended, x = attended.index_select(0, keep), x.index_select(0, keep)
             x = x + lin.attn_out(attended)
             x = x + lin.ffn_out(lin.ffn_in_act(block.post_norm(x)))
         return self.lm.model.norm(x)

@@ -24,6 +24,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/gelu.h>
+#include <ATen/ops/index_select.h>
 #include <ATen/ops/layer_norm.h>
 #include <ATen/ops/relu.h>
 #include <ATen/ops/silu.h>
@@ -33,6 +34,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,14 +98,23 @@ struct DecoderWeights : torch::CustomClassHolder {
 // after them), STARTS / LENGTHS each row's first token and length, COS / SIN [N, 1, head_dim] the
 // rotary tables at each token's position, CAUSAL [heads, span] the causal mask as a bias of the
 // distance (`unpadded.RelativeBias.causal`, CENTRE its distance 0). Returns the final-normed
-// hidden states [N, H].
+// hidden states [N, H]; with KEEP (int64 [K], K a row bucket: token indices, repeats allowed), only
+// those tokens' [K, H]: the last layer's attention still reads every token's keys and values, and
+// its output linear, feed-forward and the final norm run on the KEEP rows only (a decision reads
+// each row's last token; `DecoderEncoder.packed_forward` does the same in its loop).
 at::Tensor decoder_layers(const c10::intrusive_ptr<DecoderWeights>& w, const at::Tensor& x_in, const at::Tensor& starts,
                           const at::Tensor& lengths, const at::Tensor& cos, const at::Tensor& sin,
-                          const at::Tensor& causal, int64_t centre) {
+                          const at::Tensor& causal, int64_t centre, const std::optional<at::Tensor>& keep) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kFloat, "decoder_layers: x is a float32 [N, H] matrix");
   const int64_t n = x_in.size(0), d = w->head_dim;
   TORCH_CHECK(cos.dim() == 3 && cos.size(0) == n && cos.size(2) == d && sin.sizes() == cos.sizes(),
               "decoder_layers: cos and sin are [N, 1, head_dim]");
+  if (keep.has_value()) {
+    TORCH_CHECK(keep->dim() == 1 && keep->scalar_type() == at::kLong && keep->numel() > 0,
+                "decoder_layers: keep is a non-empty int64 vector of token indices");
+    TORCH_CHECK(keep->min().item<int64_t>() >= 0 && keep->max().item<int64_t>() < n,
+                "decoder_layers: keep holds an index outside the ", n, " tokens");
+  }
   const std::vector<int64_t> sizes{w->heads * d, w->kv_heads * d, w->kv_heads * d};
   const int64_t rep = w->heads / w->kv_heads;
   const double scale = std::pow(static_cast<double>(d), -0.5);
@@ -128,6 +139,10 @@ at::Tensor decoder_layers(const c10::intrusive_ptr<DecoderWeights>& w, const at:
     }
     at::Tensor qkv = at::cat({q.reshape({n, -1}), k.reshape({n, -1}), v.reshape({n, -1})}, 1);
     at::Tensor attended = varlen_attention_biased(qkv.contiguous(), starts, lengths, w->heads, scale, causal, centre);
+    if (keep.has_value() && i + 1 == w->layers()) {  // the last layer: only the KEEP tokens go on
+      attended = attended.index_select(0, *keep);
+      x = x.index_select(0, *keep);
+    }
     x = x.add(packed_linear(attended, p[5], p[6], "none", ""));
     at::Tensor gate_up = packed_linear(rms_norm(x, p[7], eps[3]), p[8], p[9], "none", "");
     auto halves = gate_up.split(w->intermediate, -1);
@@ -279,7 +294,7 @@ TORCH_LIBRARY_FRAGMENT(srun_cpu, m) {
                        double>());
   m.def(
       "decoder_layers(__torch__.torch.classes.srun_cpu.DecoderWeights weights, Tensor x, Tensor starts, "
-      "Tensor lengths, Tensor cos, Tensor sin, Tensor causal, int centre) -> Tensor",
+      "Tensor lengths, Tensor cos, Tensor sin, Tensor causal, int centre, Tensor? keep=None) -> Tensor",
       &decoder_layers);
   m.class_<ModernBertWeights>("ModernBertWeights")
       .def(torch::init<std::vector<at::Tensor>, std::vector<double>, std::vector<int64_t>, int64_t, std::string,
