@@ -94,6 +94,23 @@ def test_a_biased_rows_bits_do_not_depend_on_the_forward(op: VarlenOps) -> None:
     assert torch.equal(in_crowd, op.attention(q_alone, alone, 4, narrow))
 
 
+@pytest.mark.parametrize(("heads", "dim"), [(16, 128), (4, 32), (2, 16)])
+def test_a_causal_bias_skips_the_keys_after_each_block_without_changing_a_bit(
+    op: VarlenOps, heads: int, dim: int
+) -> None:
+    """Under a causal table (-inf for every key after its query) a block of queries scores the keys
+    up to its last query only. A table with -1e30 there instead weighs those keys the same (the
+    kernel's exp clamps at e^-87) but is not causal to the op, which then scores every key: both
+    give the same bits, and SDPA's causal answer."""
+    packed = _rows([140, 64, 33, 17, 16, 7, 2, 1])
+    qkv = _qkv(packed, heads, dim, seed=3)
+    causal = RelativeBias.causal(packed.longest, heads, qkv)
+    finite = RelativeBias(causal.table.clamp(min=-1e30), causal.centre)
+    skipped = op.attention(qkv, packed, heads, causal)
+    assert torch.equal(skipped, op.attention(qkv, packed, heads, finite))
+    assert (skipped - EAGER_OPS.attention(qkv, packed, heads, causal)).abs().max().item() < 1e-5
+
+
 def test_a_bias_that_does_not_reach_every_distance_is_refused(op: VarlenOps) -> None:
     packed = _rows([20, 3])
     qkv = _qkv(packed, 2, 16)

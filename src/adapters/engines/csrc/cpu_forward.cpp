@@ -11,7 +11,7 @@
 // columns with a polynomial exp, then the weighted sum of values (vectorised across the head's
 // dimensions). Every sum runs in a fixed order. A score may add a bias of the distance query - key
 // (`varlen_attention_biased`) or DeBERTa's two position terms (`varlen_attention_disentangled`):
-// see `Relative`.
+// see `Relative`. Under a causal bias a block of queries reads the keys up to its last query only.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -352,12 +352,17 @@ inline void weighted_values(const float* st, const float* inv, int64_t length, c
 //   CENTRE + i - j of head h holding that distance's relative key (c2p) and relative query (p2c,
 //   already multiplied by the scale); query i against key j adds (scale * q_i) · KEYS[h, :, CENTRE +
 //   i - j] + k_j · QUERIES[h, :, CENTRE + i - j].
+// CAUSAL (kDistance): every key after its query weighs e^-87 at most (the table's entries for those
+// distances are -inf), so a block of queries scores the keys up to its last query only: the keys it
+// leaves out would add e^-87 ≈ 1.7e-38 to a sum that holds the query's own e^0 and to weighted
+// values already larger (`varlen_attention_biased` says when).
 struct Relative {
   const float* table;
   int64_t stride, centre;
   const float* keys;
   const float* queries;
   int64_t width;
+  bool causal = false;
 };
 
 template <int D, int MODE>
@@ -385,16 +390,20 @@ void attend_row_head(const float* qkv, float* out, int64_t start, int64_t length
     const int64_t at = head * D * relative.width + relative.centre + i0;
     const float* kr = MODE == kContent ? relative.keys + at : nullptr;
     const float* qr = MODE == kContent ? relative.queries + at : nullptr;
+    // the keys these blocks read: all of the row's, or under a causal table up to their last query
+    const int64_t reach =
+        MODE == kDistance && relative.causal ? std::min<int64_t>(length, i0 + count[0] + (blocks == 2 ? count[1] : 0))
+                                             : length;
     if (blocks == 2) {
-      score_keys<D, 2, MODE>(qt, q + width, stride, length, keys, st, rel, kr, qr, relative.width);
+      score_keys<D, 2, MODE>(qt, q + width, stride, reach, keys, st, rel, kr, qr, relative.width);
     } else {
-      score_keys<D, 1, MODE>(qt, q + width, stride, length, keys, st, rel, kr, qr, relative.width);
+      score_keys<D, 1, MODE>(qt, q + width, stride, reach, keys, st, rel, kr, qr, relative.width);
     }
     for (int b = 0; b < blocks; ++b) {
       const int64_t first = i0 + b * QB;
       float* sb = st + b * keys * QB;
-      softmax_columns(sb, length, inv);
-      weighted_values<D>(sb, inv, length, q + 2 * width, stride, count[b], out + (start + first) * width + head * D,
+      softmax_columns(sb, reach, inv);
+      weighted_values<D>(sb, inv, reach, q + 2 * width, stride, count[b], out + (start + first) * width + head * D,
                          width);
     }
   }
@@ -446,6 +455,17 @@ bool covers(int64_t width, int64_t centre, int64_t longest) {
   return centre >= (longest + KG - 1) / KG * KG - 1 && width >= centre + (longest + QB - 1) / QB * QB;
 }
 
+// Whether every head's TABLE (rows SPAN wide, distance 0 at CENTRE) is -inf for every key after its
+// query in rows of up to LONGEST tokens (distances -1 to -(LONGEST - 1)): a causal mask, maybe with
+// more terms for the keys before the query (`Relative::causal`).
+bool causal_table(const float* table, int64_t heads, int64_t span, int64_t centre, int64_t longest) {
+  const float masked = -std::numeric_limits<float>::infinity();
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t d = 1; d < longest; ++d)
+      if (table[h * span + centre - d] != masked) return false;
+  return true;
+}
+
 }  // namespace
 
 // The same with a bias of the distance (`Relative`): BIAS [heads, span] float32, CENTRE where
@@ -459,8 +479,9 @@ at::Tensor varlen_attention_biased(const at::Tensor& qkv, const at::Tensor& star
   const int64_t longest = longest_row(lengths);
   TORCH_CHECK(covers(bias.size(1), centre, longest), "bias of span ", bias.size(1), " centred at ", centre,
               " does not cover rows of ", longest, " tokens");
-  return attend(qkv, starts, lengths, heads, scale,
-                Relative{bias.data_ptr<float>(), bias.size(1), centre, nullptr, nullptr, 0});
+  const float* table = bias.data_ptr<float>();
+  const bool causal = causal_table(table, heads, bias.size(1), centre, longest);
+  return attend(qkv, starts, lengths, heads, scale, Relative{table, bias.size(1), centre, nullptr, nullptr, 0, causal});
 }
 
 // DeBERTa's disentangled attention (`Relative`'s kContent): KEYS and QUERIES [heads, dim, width]
