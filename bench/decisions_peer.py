@@ -250,7 +250,7 @@ def post(url: str, doc: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
 
 
 def post_raw(url: str, data: bytes, timeout: float = 900) -> None:
-    """POST the JSON bytes DATA and wait for the answer (200 or not)."""
+    """POST the JSON bytes DATA and wait for the answer (an error status raises)."""
     request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as r:
         r.read()
