@@ -56,7 +56,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -224,15 +224,19 @@ class Phases:
     WARM = 3  # two warm-up prompts, one after the load
 
     def __init__(self, cases: list[tuple[str, str]], parity: int, load: int) -> None:
-        lone = max(16, load // 4)
-        edges = [0, parity, parity + self.WARM, parity + self.WARM + load, parity + self.WARM + load + lone]
+        edges = self._edges(parity, load)
         if len(cases) < edges[-1]:
             raise ValueError(f"{len(cases)} cases for {edges[-1]} phase prompts")
         self.parity, self.warm, self.load, self.lone = (cases[a:b] for a, b in pairwise(edges))
 
     @staticmethod
+    def _edges(parity: int, load: int) -> list[int]:
+        """Where each phase's prompts start, and the end of the last."""
+        return list(accumulate((parity, Phases.WARM, load, max(16, load // 4)), initial=0))
+
+    @staticmethod
     def total(parity: int, load: int) -> int:
-        return parity + Phases.WARM + load + max(16, load // 4)
+        return Phases._edges(parity, load)[-1]
 
 
 def ours_body(state: str, questions: list[str], profile: str) -> dict[str, Any]:
@@ -244,16 +248,14 @@ def ours_body(state: str, questions: list[str], profile: str) -> dict[str, Any]:
 
 
 def post(url: str, doc: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
-    request = urllib.request.Request(url, json.dumps(doc).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as r:
-        return json.load(r)
+    return json.loads(post_raw(url, json.dumps(doc).encode(), timeout))
 
 
-def post_raw(url: str, data: bytes, timeout: float = 900) -> None:
-    """POST the JSON bytes DATA and wait for the answer (an error status raises)."""
+def post_raw(url: str, data: bytes, timeout: float = 900) -> bytes:
+    """POST the JSON bytes DATA and wait for the answer's body (an error status raises)."""
     request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as r:
-        r.read()
+        return r.read()
 
 
 def compact(doc: dict[str, Any]) -> bytes:
